@@ -1,0 +1,157 @@
+"""Inputs and outputs of the MCP activities, and the server configuration they resolve from.
+
+Pure pydantic: the workflow imports these through the sandbox. Nothing here holds a secret: header and
+environment values are references to the worker's environment variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, SessionRef, StartResult, TaskState, ToolInfo
+
+ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolPolicy(_Model):
+    """Trusted, per-tool facts from configuration."""
+
+    idempotent: bool | None = None
+    replay: ReplayName | None = None
+    max_replays: int | None = Field(None, ge=0, le=10)
+    #: Pinned result contract: ``structuredContent`` must match this schema.
+    output_schema: dict[str, Any] | None = None
+
+
+class ServerConfig(_Model):
+    """One entry of the worker's server registry."""
+
+    url: str | None = None
+    command: list[str] | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="child env var -> worker env var name")
+    headers: dict[str, str] = Field(default_factory=dict, description="header -> worker env var name")
+    principal: str | None = None
+    era: Era | None = None
+    trust_annotations: bool = False
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers)
+
+
+class ServerProfile(_Model):
+    """A resolved server for one call: where it is, who we are to it, and what we trust about the tool."""
+
+    name: str
+    endpoint: Endpoint
+    identity: str
+    principal: str | None = None
+    era: Era | None = None
+    trust_annotations: bool = False
+    policy: ToolPolicy = Field(default_factory=ToolPolicy)
+
+
+class ResolveInput(_Model):
+    server: str | Endpoint
+    tool: str
+    principal: str | None = None
+    era: Era | None = None
+
+
+class PayloadOutcome(_Model):
+    """A retrieved payload after decoding against the contract."""
+
+    result: dict[str, Any] | None = None
+    result_ref: dict[str, Any] | None = None
+    error: RpcErrorInfo | None = None
+    empty: bool = False
+    decode_error: str | None = None
+    raw: Any = None
+
+
+class StartCallInput(_Model):
+    profile: ServerProfile
+    tool: str
+    arguments: dict[str, Any]
+    ttl_ms: int | None = None
+    input_responses: dict[str, Any] | None = None
+    request_state: str | None = None
+
+
+class StartCallOutput(_Model):
+    start: StartResult
+    tool: ToolInfo | None = None
+    #: Set when the server answered synchronously.
+    payload: PayloadOutcome | None = None
+    #: Task queue that must run every later activity of this task (stdio: the owning process).
+    owner_queue: str | None = None
+    sdk_version: str
+
+
+class AwaitInput(_Model):
+    session: SessionRef
+    task_id: str
+    principal: str | None = None
+    poll_floor_s: float = 0.1
+    poll_ceiling_s: float = 30.0
+    output_schema: dict[str, Any] | None = None
+    #: Return as soon as the status differs from these (input_required also ends a wait).
+    #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily).
+    answered_keys: list[str] = Field(default_factory=list)
+
+
+class AwaitOutput(_Model):
+    state: TaskState | None = None
+    #: ``tasks/get`` said -32602: the task is unknown, expired or purged.
+    not_found: bool = False
+    #: The session cannot be reached any more (stdio child died, HTTP session gone).
+    unreachable: str | None = None
+    #: Filled when the task ended and its payload could be read in the same activity.
+    payload: PayloadOutcome | None = None
+    #: Why the payload could not be read yet (the workflow then retries retrieval alone).
+    retrieval_error: str | None = None
+    polls: int = 0
+
+
+class RetrieveInput(_Model):
+    session: SessionRef
+    state: TaskState
+    principal: str | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+class RetrieveOutput(_Model):
+    payload: PayloadOutcome | None = None
+    not_found: bool = False
+    unreachable: str | None = None
+
+
+class CancelInput(_Model):
+    session: SessionRef
+    task_id: str
+    principal: str | None = None
+
+
+class CancelOutput(_Model):
+    state: TaskState | None = None
+    not_found: bool = False
+    unreachable: str | None = None
+
+
+class UpdateInput(_Model):
+    session: SessionRef
+    task_id: str
+    principal: str | None = None
+    responses: dict[str, Any]
+
+
+__all__ = ["InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
+           "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
+           "CancelInput", "CancelOutput", "UpdateInput"]

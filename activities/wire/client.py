@@ -1,0 +1,403 @@
+"""One MCP session with one server, speaking tasks in either era. The only class that builds requests.
+
+Failure semantics of each call are in the package docstring (:mod:`activities.wire`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from . import sdk_compat
+from .errors import (
+    INTERNAL_ERROR,
+    CapabilityUnavailable,
+    JsonRpcError,
+    McpWireError,
+    MethodNotFound,
+    ProtocolViolation,
+    TaskNotFound,
+    TaskUnreachable,
+    TransportError,
+)
+from .models import (
+    EXTENSION,
+    LEGACY,
+    TASKS_EXTENSION,
+    UNLIMITED,
+    Endpoint,
+    Era,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    StartResult,
+    TaskPayload,
+    TaskState,
+    ToolInfo,
+)
+from .transport import HttpTransport, ServerRequestHandler, StdioTransport, Transport
+
+log = logging.getLogger(__name__)
+
+_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
+
+
+def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
+    """Read referenced values from this process's environment. Missing ones are a clear error."""
+    out: dict[str, str] = {}
+    for name, var in refs.items():
+        value = os.environ.get(var)
+        if value is None:
+            raise CapabilityUnavailable(f"{what} {name!r} refers to environment variable {var!r}, which is not set")
+        out[name] = value
+    return out
+
+
+def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
+    """Normalise a task object of either era. Only ``taskId`` and ``status`` are required."""
+    if not isinstance(obj, dict):
+        raise ProtocolViolation("task is not an object", raw=raw if raw is not None else obj)
+    task_id, status = obj.get("taskId"), obj.get("status")
+    if not isinstance(task_id, str) or not task_id or status not in _STATUSES:
+        raise ProtocolViolation(f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj)
+
+    def ttl(key: str) -> int | str | None:
+        if key not in obj:
+            return None
+        value = obj[key]
+        if value is None:
+            return UNLIMITED
+        return int(value) if isinstance(value, (int, float)) else None
+
+    def number(*keys: str) -> int | None:
+        for key in keys:
+            value = obj.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return int(value)
+        return None
+
+    error = obj.get("error")
+    input_requests = obj.get("inputRequests")
+    return TaskState(
+        task_id=task_id,
+        status=status,
+        era=era,
+        status_message=obj.get("statusMessage") if isinstance(obj.get("statusMessage"), str) else None,
+        created_at=obj.get("createdAt") if isinstance(obj.get("createdAt"), str) else None,
+        last_updated_at=obj.get("lastUpdatedAt") if isinstance(obj.get("lastUpdatedAt"), str) else None,
+        ttl_ms=ttl("ttlMs") if "ttlMs" in obj else ttl("ttl"),
+        poll_interval_ms=number("pollIntervalMs", "pollInterval"),
+        result=obj.get("result") if isinstance(obj.get("result"), dict) else None,
+        error=_rpc_error_info(error) if isinstance(error, dict) else None,
+        input_requests=_input_requests(input_requests) if isinstance(input_requests, dict) and input_requests else None,
+    )
+
+
+def _rpc_error_info(error: dict[str, Any]) -> RpcErrorInfo:
+    code = error.get("code")
+    return RpcErrorInfo(
+        code=code if isinstance(code, int) else INTERNAL_ERROR,
+        message=str(error.get("message", "")),
+        data=error.get("data"),
+    )
+
+
+def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
+    out = {}
+    for key, req in obj.items():
+        if not isinstance(req, dict) or not isinstance(req.get("method"), str):
+            raise ProtocolViolation(f"input request {key!r} has no method", raw=obj)
+        out[key] = InputRequest(method=req["method"], params=req.get("params") or {})
+    return out
+
+
+def payload_from_error(exc: JsonRpcError) -> TaskPayload:
+    return TaskPayload(error=RpcErrorInfo(code=exc.code if exc.code is not None else INTERNAL_ERROR,
+                                          message=exc.message.split(": ", 1)[-1], data=exc.data))
+
+
+class McpTaskClient:
+    """A live session. Create with :meth:`connect` (handshake) or :meth:`attach` (from a :class:`SessionRef`)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        endpoint: Endpoint,
+        *,
+        era: Era,
+        protocol_version: str,
+        capabilities: dict[str, Any] | None = None,
+        tasks_offered: bool = False,
+        owner: str | None = None,
+    ) -> None:
+        self.transport = transport
+        self.endpoint = endpoint
+        self.era = era
+        self.protocol_version = protocol_version
+        self.capabilities = capabilities or {}
+        self.tasks_offered = tasks_offered
+        self.owner = owner
+        self._tools: dict[str, ToolInfo] | None = None
+
+    # --- connecting ----------------------------------------------------------------------------
+
+    @staticmethod
+    async def _open_transport(endpoint: Endpoint, *, session_id: str | None = None,
+                              protocol_version: str | None = None) -> Transport:
+        if endpoint.url:
+            headers = resolve_refs(endpoint.header_refs, what="header")
+            return HttpTransport(endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version)
+        env = dict(sdk_compat.default_stdio_environment())
+        env.update(resolve_refs(endpoint.env_refs, what="environment variable"))
+        transport = StdioTransport(list(endpoint.command or []), cwd=endpoint.cwd, env=env)
+        await transport.start()
+        return transport
+
+    @classmethod
+    async def connect(cls, endpoint: Endpoint, *, era: Era | None = None, owner: str | None = None) -> McpTaskClient:
+        """Open a session. With ``era`` pinned, speak only that era; otherwise pick the era that offers tasks.
+
+        Detection: the extension when ``server/discover`` advertises ``io.modelcontextprotocol/tasks``;
+        else 2025-11-25 when ``initialize`` shows ``capabilities.tasks.requests.tools.call``; else a
+        2025-11-25 session without tasks (tools then answer synchronously, ``tasks_offered`` is False).
+        """
+        transport = await cls._open_transport(endpoint)
+        try:
+            if era in (None, EXTENSION):
+                discovered = await cls._discover(transport, required=era == EXTENSION)
+                if discovered is not None:
+                    return cls(transport, endpoint, era=EXTENSION, protocol_version=EXTENSION,
+                               capabilities=discovered, tasks_offered=True, owner=owner)
+            caps = await cls._initialize(transport)
+            offered = bool(((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None)
+            return cls(transport, endpoint, era=LEGACY, protocol_version=LEGACY, capabilities=caps,
+                       tasks_offered=offered, owner=owner)
+        except BaseException:
+            await transport.aclose(terminate=True)
+            raise
+
+    @staticmethod
+    async def _discover(transport: Transport, *, required: bool) -> dict[str, Any] | None:
+        """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
+        try:
+            reply = await transport.request(
+                "server/discover", {"_meta": sdk_compat.extension_meta()},
+                headers=sdk_compat.extension_headers("server/discover", None) if isinstance(transport, HttpTransport) else None,
+            )
+        except (TransportError, TaskUnreachable):
+            raise
+        except McpWireError as exc:
+            if required:
+                raise CapabilityUnavailable(f"era 2026-07-28 pinned but server/discover failed: {exc.message}",
+                                            code=exc.code, data=exc.data) from exc
+            return None
+        versions = reply.get("supportedVersions") or []
+        caps = reply.get("capabilities") or {}
+        has_ext = TASKS_EXTENSION in ((caps.get("extensions") or {}) if isinstance(caps, dict) else {})
+        if EXTENSION in versions and has_ext:
+            if isinstance(transport, HttpTransport):
+                transport.protocol_version = EXTENSION
+            return caps
+        if required:
+            raise CapabilityUnavailable(
+                f"era 2026-07-28 pinned but the server offers versions {versions} "
+                f"{'with' if has_ext else 'without'} the {TASKS_EXTENSION} extension", raw=reply)
+        return None
+
+    @staticmethod
+    async def _initialize(transport: Transport) -> dict[str, Any]:
+        reply = await transport.request("initialize", {
+            "protocolVersion": LEGACY,
+            "capabilities": {},  # input flows of this era are relayed by issue 4's activity, not here
+            "clientInfo": sdk_compat.CLIENT_INFO,
+        })
+        version = reply.get("protocolVersion")
+        if version != LEGACY:
+            raise CapabilityUnavailable(f"server negotiated protocol {version!r}; tasks need {LEGACY}", raw=reply)
+        if isinstance(transport, HttpTransport):
+            transport.protocol_version = LEGACY
+        await transport.notify("notifications/initialized")
+        caps = reply.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @classmethod
+    async def attach(cls, ref: SessionRef) -> McpTaskClient:
+        """Reach an existing session from any process, without a new handshake.
+
+        Legacy HTTP re-uses ``Mcp-Session-Id``; the extension is stateless. A stdio session can only be
+        reached through the process that owns it (the pool), so attaching one raises TaskUnreachable.
+        """
+        if ref.endpoint.command is not None:
+            raise TaskUnreachable(f"stdio session owned by {ref.owner!r} cannot be re-attached from another process")
+        transport = await cls._open_transport(ref.endpoint, session_id=ref.session_id, protocol_version=ref.protocol_version)
+        return cls(transport, ref.endpoint, era=ref.era, protocol_version=ref.protocol_version, tasks_offered=True,
+                   owner=ref.owner)
+
+    def session_ref(self) -> SessionRef:
+        return SessionRef(endpoint=self.endpoint, era=self.era, protocol_version=self.protocol_version,
+                          session_id=self.transport.session_id, owner=self.owner)
+
+    @property
+    def alive(self) -> bool:
+        return not self.transport.closed and (not isinstance(self.transport, StdioTransport) or self.transport.alive)
+
+    async def aclose(self, *, terminate: bool = False) -> None:
+        await self.transport.aclose(terminate=terminate)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def _request(self, method: str, params: dict[str, Any], *, name: str | None = None,
+                       on_server_request: ServerRequestHandler | None = None,
+                       timeout_s: float | None = None) -> dict[str, Any]:
+        headers = None
+        if self.era == EXTENSION:
+            params = {**params, "_meta": {**(params.get("_meta") or {}), **sdk_compat.extension_meta()}}
+            if isinstance(self.transport, HttpTransport):
+                headers = sdk_compat.extension_headers(method, name)
+        return await self.transport.request(method, params, headers=headers, on_server_request=on_server_request,
+                                            timeout_s=timeout_s)
+
+    async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]:
+        if self._tools is not None and not refresh:
+            return self._tools
+        tools: dict[str, ToolInfo] = {}
+        cursor: str | None = None
+        for _ in range(100):  # a server that pages forever must not hang us
+            reply = await self._request("tools/list", {"cursor": cursor} if cursor else {})
+            for raw in reply.get("tools") or []:
+                info = sdk_compat.tool_info(raw)
+                tools[info.name] = info
+            cursor = reply.get("nextCursor")
+            if not cursor:
+                break
+        self._tools = tools
+        return tools
+
+    async def start(self, tool: str, arguments: dict[str, Any], *, ttl_ms: int | None = None,
+                    input_responses: dict[str, Any] | None = None, request_state: str | None = None) -> StartResult:
+        """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly."""
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        task_requested = False
+        if self.era == LEGACY:
+            info = (await self.list_tools()).get(tool)
+            support = info.task_support if info else None
+            if self.tasks_offered and support in ("optional", "required"):
+                params["task"] = {"ttl": ttl_ms} if ttl_ms is not None else {}
+                task_requested = True
+            elif support == "required":
+                raise CapabilityUnavailable(f"tool {tool!r} requires task execution but the server does not offer tasks")
+        else:
+            if input_responses is not None:
+                params["inputResponses"] = input_responses
+            if request_state is not None:
+                params["requestState"] = request_state
+            # No TTL request here: on the extension the server alone decides a task's lifetime.
+            task_requested = True
+        reply = await self._request("tools/call", params, name=tool)
+        return self._start_result(reply, task_requested=task_requested)
+
+    def _start_result(self, reply: dict[str, Any], *, task_requested: bool) -> StartResult:
+        ref = self.session_ref()
+        kind = reply.get("resultType")
+        if self.era == LEGACY:
+            if isinstance(reply.get("task"), dict):
+                return StartResult(era=self.era, session=ref, task=parse_task(reply["task"], self.era, raw=reply),
+                                   task_requested=task_requested)
+        elif kind == "task":
+            return StartResult(era=self.era, session=ref, task=parse_task(reply, self.era, raw=reply),
+                               task_requested=task_requested)
+        elif kind == "input_required":
+            requests = reply.get("inputRequests")
+            return StartResult(era=self.era, session=ref, task_requested=task_requested,
+                               input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
+                               request_state=reply.get("requestState"))
+        if "content" in reply or "structuredContent" in reply or reply.get("isError") is not None:
+            return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
+        raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
+
+    async def get(self, task_id: str) -> TaskState:
+        """``tasks/get``. Raises TaskNotFound when the task is unknown, expired or purged."""
+        reply = await self._request("tasks/get", {"taskId": task_id}, name=task_id)
+        if self.era == EXTENSION and isinstance(reply.get("task"), dict):
+            reply = {**reply["task"], **{k: v for k, v in reply.items() if k != "task"}}
+        return parse_task(reply, self.era, raw=reply)
+
+    async def result(self, state: TaskState, *, on_server_request: ServerRequestHandler | None = None,
+                     timeout_s: float | None = None) -> TaskPayload:
+        """The final payload of a task whose terminal status ``state`` shows.
+
+        Legacy: ``tasks/result``, called only with a terminal ``state`` (it blocks otherwise), and also
+        for ``failed``: the stored ``isError`` result or the original JSON-RPC error comes back as the
+        payload. ``-32603`` or a ``{_meta}``-only reply after a cancel give ``empty``. Extension: the
+        payload is inline in ``state``; no request is made.
+        """
+        if not state.terminal and not (on_server_request and state.status == "input_required"):
+            raise ValueError(f"result() needs a terminal status, task {state.task_id} is {state.status!r}")
+        if state.era == EXTENSION:
+            if state.result is not None:
+                return TaskPayload(result=state.result)
+            if state.error is not None:
+                return TaskPayload(error=state.error)
+            return TaskPayload(empty=True)
+        try:
+            reply = await self._request("tasks/result", {"taskId": state.task_id}, name=state.task_id,
+                                        on_server_request=on_server_request, timeout_s=timeout_s)
+        except TaskNotFound as exc:
+            if state.status != "failed":
+                raise
+            # -32602 is ambiguous here: "task not found", or the tool's own invalid-params error
+            # stored as the failed task's payload. The task answering tasks/get settles it.
+            try:
+                await self.get(state.task_id)
+            except TaskNotFound:
+                raise exc from None
+            return payload_from_error(exc)
+        except JsonRpcError as exc:
+            if exc.code == INTERNAL_ERROR and state.status == "cancelled":
+                return TaskPayload(empty=True)
+            if state.status == "failed" and not isinstance(exc, MethodNotFound):
+                return payload_from_error(exc)
+            raise
+        if "content" not in reply and "structuredContent" not in reply and "isError" not in reply:
+            if set(reply) <= {"_meta", "resultType"}:
+                return TaskPayload(empty=True)
+            raise ProtocolViolation("tasks/result reply is not a CallToolResult", raw=reply)
+        return TaskPayload(result=reply)
+
+    async def cancel(self, task_id: str) -> TaskState | None:
+        """``tasks/cancel``. Returns the task (legacy) or None (extension's empty ack).
+
+        ``-32602`` on a task that is already terminal is benign: the task is fetched and returned
+        so the caller keeps its true outcome. An unknown task still raises TaskNotFound.
+        """
+        try:
+            reply = await self._request("tasks/cancel", {"taskId": task_id}, name=task_id)
+        except TaskNotFound:
+            state = await self.get(task_id)  # raises TaskNotFound when the task really is gone
+            if state.terminal:
+                return state
+            raise
+        if self.era == LEGACY:
+            return parse_task(reply, self.era, raw=reply)
+        return parse_task(reply, self.era, raw=reply) if "taskId" in reply else None
+
+    async def update(self, task_id: str, input_responses: dict[str, Any]) -> None:
+        """Extension ``tasks/update``: answer input requests. Answering a key twice is ignored by servers."""
+        if self.era != EXTENSION:
+            raise CapabilityUnavailable("tasks/update exists only with the 2026-07-28 tasks extension")
+        await self._request("tasks/update", {"taskId": task_id, "inputResponses": input_responses}, name=task_id)
+
+    async def list_tasks(self) -> list[TaskState]:
+        """Legacy ``tasks/list`` (may be absent: MethodNotFound). The extension has none."""
+        if self.era != LEGACY:
+            raise CapabilityUnavailable("tasks/list does not exist with the 2026-07-28 tasks extension")
+        out: list[TaskState] = []
+        cursor: str | None = None
+        for _ in range(100):
+            reply = await self._request("tasks/list", {"cursor": cursor} if cursor else {})
+            out.extend(parse_task(t, self.era, raw=reply) for t in reply.get("tasks") or [])
+            cursor = reply.get("nextCursor")
+            if not cursor:
+                break
+        return out

@@ -1,0 +1,56 @@
+"""Decoding a task's payload against a pinned result contract.
+
+The contract is: the payload is an ``mcp_types.CallToolResult`` (SDK ``SDK_VERSION``), and, when an
+``outputSchema`` is pinned (from configuration, or from the tool's declaration at submit time),
+``structuredContent`` validates against it. ``isError`` results are not held to the output schema:
+the schema describes success.
+
+A failure here is a :class:`ResultDecodeError` carrying the raw payload: the work finished, only
+its shape is not what was promised. Callers must never turn it into "failed" or retry the tool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import jsonschema
+from pydantic import ValidationError
+
+from . import sdk_compat
+from .errors import ResultDecodeError
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def contract_of(output_schema: dict[str, Any] | None) -> dict[str, Any]:
+    """The expected-result contract as data (recorded in the ledger with its digest)."""
+    return {"type": "CallToolResult", "sdk": f"mcp_types=={sdk_compat.SDK_VERSION}", "outputSchema": output_schema}
+
+
+def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Validate ``raw`` and return it in canonical wire form (camelCase, unknown fields dropped)."""
+    try:
+        model = sdk_compat.validate_call_tool_result(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise ResultDecodeError(f"result is not a CallToolResult: {where}: {first['msg']}", raw=raw) from exc
+    if output_schema is not None and not model.is_error:
+        if model.structured_content is None:
+            raise ResultDecodeError("tool declares an outputSchema but the result has no structuredContent", raw=raw)
+        try:
+            jsonschema.validate(model.structured_content, output_schema)
+        except jsonschema.ValidationError as exc:
+            path = "/".join(str(p) for p in exc.absolute_path) or "<root>"
+            raise ResultDecodeError(f"structuredContent does not match outputSchema at {path}: {exc.message}", raw=raw) from exc
+        except jsonschema.SchemaError as exc:
+            raise ResultDecodeError(f"pinned outputSchema is itself invalid: {exc.message}", raw=raw) from exc
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)

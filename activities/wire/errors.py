@@ -1,0 +1,276 @@
+"""Typed failures of the MCP task wire layer.
+
+Every failure a caller can act on has its own type; nothing above this layer parses error strings.
+Each error knows:
+
+* ``kind``: a stable name, used as the Temporal ``ApplicationError.type`` by the activities;
+* ``retryable``: whether repeating the *same request* can succeed (a transport hiccup) or not
+  (the server answered, and will answer the same again);
+* ``may_have_reached_server``: for transport failures, whether the request may have been delivered.
+  This is what separates "safe to resend" from "the tool may already be running" on ``tools/call``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# JSON-RPC / MCP error codes this project reacts to (see mcp-tasks-wire.md, section 3).
+INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
+INTERNAL_ERROR = -32603
+INVALID_REQUEST = -32600
+HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
+MISSING_CAPABILITY_OLD = -32003
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+#: Raw payloads kept on errors are capped so a huge bad reply cannot blow up a workflow history.
+RAW_CAP = 16 * 1024
+
+
+def _cap(raw: Any) -> Any:
+    if raw is None:
+        return None
+    text = raw if isinstance(raw, str) else repr(raw)
+    if isinstance(raw, (dict, list)) and len(text) <= RAW_CAP:
+        return raw
+    return text[:RAW_CAP] + ("…[truncated]" if len(text) > RAW_CAP else "")
+
+
+class McpWireError(Exception):
+    """Base of all wire-layer failures."""
+
+    kind = "McpWireError"
+    retryable = False
+
+    def __init__(self, message: str, *, code: int | None = None, data: Any = None, raw: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.data = data
+        self.raw = _cap(raw)
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        # The server answered: it certainly saw the request.
+        return True
+
+    def info(self) -> dict[str, Any]:
+        """JSON-safe description, the shape carried in ``ApplicationError.details``."""
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message, "code": self.code, "data": self.data}
+        if self.raw is not None:
+            out["raw"] = self.raw
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+# --- The server answered with a JSON-RPC error --------------------------------------------------
+
+
+class JsonRpcError(McpWireError):
+    """A JSON-RPC error with a code this layer has no narrower type for."""
+
+    kind = "JsonRpcError"
+
+
+class TaskNotFound(JsonRpcError):
+    """``-32602`` on a ``tasks/*`` method: unknown, expired or purged task id (or a new session)."""
+
+    kind = "TaskNotFound"
+
+
+class InvalidParams(JsonRpcError):
+    """``-32602`` on anything but ``tasks/*``: the request itself was refused."""
+
+    kind = "InvalidParams"
+
+
+class MethodNotFound(JsonRpcError):
+    """``-32601``: the method (or the task flavour of a tool call) is not offered."""
+
+    kind = "MethodNotFound"
+
+
+class MissingCapability(JsonRpcError):
+    """``-32021`` (``-32003`` in older drafts): a required client capability was not declared."""
+
+    kind = "MissingCapability"
+
+
+class HeaderMismatch(JsonRpcError):
+    """``-32020``: routing headers (``Mcp-Method``/``Mcp-Name``) disagree with the body."""
+
+    kind = "HeaderMismatch"
+
+
+class UnsupportedProtocolVersion(JsonRpcError):
+    """``-32022``: the server does not speak the protocol version we sent (``data.supported``)."""
+
+    kind = "UnsupportedProtocolVersion"
+
+
+# --- The request did not get a usable answer ----------------------------------------------------
+
+
+class TransportError(McpWireError):
+    """Refused, reset, timed out or HTTP 5xx. Retryable for idempotent requests.
+
+    ``sent`` is False only when we know the bytes never left (connection refused, DNS failure):
+    then even ``tools/call`` may be resent safely.
+    """
+
+    kind = "TransportError"
+    retryable = True
+
+    def __init__(self, message: str, *, sent: bool, status: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.sent = sent
+        self.status = status
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        return self.sent
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "sent": self.sent, "status": self.status}
+
+
+class RateLimited(TransportError):
+    """HTTP 429. ``retry_after_s`` is the parsed ``Retry-After`` header, when present."""
+
+    kind = "RateLimited"
+
+    def __init__(self, message: str, *, retry_after_s: float | None, **kw: Any) -> None:
+        super().__init__(message, sent=True, status=429, **kw)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        # A 429 is a refusal: the request was not processed.
+        return False
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "retry_after_s": self.retry_after_s}
+
+
+class AuthorizationRequired(McpWireError):
+    """HTTP 401/403: credentials are missing, wrong or insufficient. Not retryable as is."""
+
+    kind = "AuthorizationRequired"
+
+    def __init__(self, message: str, *, status: int, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.status = status
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        return False
+
+
+class ProtocolViolation(McpWireError):
+    """Malformed JSON or a reply shape the protocol does not allow. ``raw`` keeps what arrived."""
+
+    kind = "ProtocolViolation"
+
+
+class TaskUnreachable(McpWireError):
+    """The task's session cannot be reached any more (server restarted, session gone, stdio child died).
+
+    Distinct from :class:`TaskNotFound`: the server never said the task is gone; we cannot ask it.
+    """
+
+    kind = "TaskUnreachable"
+
+
+class SessionGone(TaskUnreachable):
+    """HTTP 404 on a request that carried ``Mcp-Session-Id``: the server no longer knows the session.
+
+    The request was refused before any work, so even ``tools/call`` is known not to have run.
+    """
+
+    kind = "SessionGone"
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        return False
+
+
+class ProcessGone(TaskUnreachable):
+    """The stdio child had already exited when we tried to write: the request was never sent."""
+
+    kind = "ProcessGone"
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        return False
+
+
+class ResultDecodeError(McpWireError):
+    """The task finished but its payload does not match the pinned result contract.
+
+    The work succeeded; only decoding failed. ``raw`` carries the payload (size-capped).
+    """
+
+    kind = "ResultDecodeError"
+
+
+class CapabilityUnavailable(McpWireError):
+    """The server offers no tasks in the era we need (e.g. pinned era not spoken, tool forbids tasks)."""
+
+    kind = "CapabilityUnavailable"
+
+
+#: Every error type by kind, so a failure that crossed a process boundary can be rebuilt.
+ERROR_TYPES: dict[str, type[McpWireError]] = {
+    cls.kind: cls
+    for cls in (
+        McpWireError, JsonRpcError, TaskNotFound, InvalidParams, MethodNotFound, MissingCapability,
+        HeaderMismatch, UnsupportedProtocolVersion, TransportError, RateLimited, AuthorizationRequired,
+        ProtocolViolation, TaskUnreachable, SessionGone, ProcessGone, ResultDecodeError, CapabilityUnavailable,
+    )
+}
+
+
+def error_from_rpc(error: Any, *, method: str, raw: Any = None) -> McpWireError:
+    """Map a JSON-RPC ``error`` object to its type. ``method`` decides what ``-32602`` means."""
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+        return ProtocolViolation(f"{method}: error object without an integer code", raw=raw or error)
+    code: int = error["code"]
+    message = str(error.get("message", ""))
+    data = error.get("data")
+    if code == INVALID_PARAMS:
+        cls: type[JsonRpcError] = TaskNotFound if method.startswith("tasks/") else InvalidParams
+    elif code == METHOD_NOT_FOUND:
+        cls = MethodNotFound
+    elif code in (MISSING_CAPABILITY, MISSING_CAPABILITY_OLD):
+        cls = MissingCapability
+    elif code == HEADER_MISMATCH:
+        cls = HeaderMismatch
+    elif code == UNSUPPORTED_PROTOCOL_VERSION:
+        cls = UnsupportedProtocolVersion
+    else:
+        cls = JsonRpcError
+    return cls(f"{method}: {message}" if message else method, code=code, data=data)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date. ``None`` when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    from datetime import datetime, timezone
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())

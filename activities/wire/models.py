@@ -1,0 +1,158 @@
+"""Era-neutral models of MCP tasks. Pure pydantic: safe to import from workflow code.
+
+Only ``taskId`` and ``status`` are relied on; every other field is optional because real runtimes omit
+them (``ttl`` missing instead of ``null``, no ``pollInterval``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Era = Literal["2025-11-25", "2026-07-28"]
+LEGACY: Era = "2025-11-25"
+EXTENSION: Era = "2026-07-28"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+#: ``ttl_ms`` when the server says the task lives forever (``ttl: null``).
+UNLIMITED: Literal["unlimited"] = "unlimited"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Endpoint(_Model):
+    """Where an MCP server is. Exactly one of ``url`` / ``command``.
+
+    ``headers`` holds *references*: header name → environment variable name. Values are read in the
+    worker process at connect time, so no credential ever enters a workflow input or history.
+    """
+
+    url: str | None = None
+    command: list[str] | None = None
+    cwd: str | None = None
+    env_refs: dict[str, str] = Field(default_factory=dict)
+    header_refs: dict[str, str] = Field(default_factory=dict)
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("an endpoint needs exactly one of 'url' or 'command'")
+        if self.command is not None and not self.command:
+            raise ValueError("endpoint 'command' must not be empty")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint 'url' must be http(s), got {self.url!r}")
+
+    @property
+    def transport(self) -> Literal["http", "stdio"]:
+        return "http" if self.url else "stdio"
+
+    def identity(self) -> str:
+        """Server identity for ledgers and search attributes: no userinfo, query or arguments (may hold tokens)."""
+        return redact_url(self.url) if self.url else (self.command or [""])[0]
+
+
+def redact_url(url: str) -> str:
+    """Scheme, host, port and path only."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+
+
+class SessionRef(_Model):
+    """Everything needed to reach a task's session again, from any process.
+
+    For stateful legacy HTTP servers the task is bound to ``session_id``: re-attaching sends it without a
+    new ``initialize``. For stdio the session *is* the child process: ``owner`` names the worker process
+    that spawned it, and nobody else can reach it.
+    """
+
+    endpoint: Endpoint
+    era: Era
+    protocol_version: str
+    session_id: str | None = None
+    owner: str | None = None
+
+
+class RpcErrorInfo(_Model):
+    code: int
+    message: str
+    data: Any = None
+
+
+class InputRequest(_Model):
+    """One server→client request that waits for a human or a handler (elicitation, sampling)."""
+
+    model_config = ConfigDict(extra="allow")
+    method: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskState(_Model):
+    """``tasks/get`` (or a creation reply), normalised across eras."""
+
+    task_id: str
+    status: TaskStatus
+    era: Era
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    #: ms from ``created_at``; ``"unlimited"`` for ``null``; ``None`` when the server did not say.
+    ttl_ms: int | Literal["unlimited"] | None = None
+    poll_interval_ms: int | None = None
+    #: Extension only: the payload inline in ``tasks/get`` once terminal.
+    result: dict[str, Any] | None = None
+    error: RpcErrorInfo | None = None
+    input_requests: dict[str, InputRequest] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class ToolInfo(_Model):
+    """What ``tools/list`` said about one tool that matters for tasks and contracts."""
+
+    name: str
+    task_support: Literal["forbidden", "optional", "required"] | None = None
+    output_schema: dict[str, Any] | None = None
+    read_only_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    destructive_hint: bool | None = None
+
+
+class StartResult(_Model):
+    """What a ``tools/call`` produced. Exactly one of ``task``, ``result``, ``input_required``.
+
+    * ``task``: the server made a task (legacy ``CreateTaskResult``, extension ``resultType:"task"``);
+    * ``result``: the server ran the tool synchronously and answered a plain ``CallToolResult``;
+    * ``input_required``: extension ``InputRequiredResult`` on the call itself (retry ``tools/call`` with
+      ``inputResponses`` and the echoed ``request_state``).
+    """
+
+    era: Era
+    session: SessionRef
+    task: TaskState | None = None
+    result: dict[str, Any] | None = None
+    input_requests: dict[str, InputRequest] | None = None
+    request_state: str | None = None
+    task_requested: bool = False
+
+
+class TaskPayload(_Model):
+    """The final payload of a task: a ``CallToolResult`` in wire form, or the JSON-RPC error.
+
+    ``empty`` marks a payload that carried no result at all (``{_meta}`` only, or ``-32603`` after a
+    cancel): not an error of ours, just nothing to return.
+    """
+
+    result: dict[str, Any] | None = None
+    error: RpcErrorInfo | None = None
+    empty: bool = False

@@ -1,0 +1,143 @@
+"""Live sessions of this process, for reuse across activity calls.
+
+Keyed by (server, principal, era pin) for new calls, and by session id for legacy HTTP tasks (which are
+bound to the session that created them). Stdio servers are children of this process: their tasks can
+be reached only from here, and only while the child lives.
+
+Rules:
+* an idle session closes after ``idle_s``, except a stdio child that still holds unfinished tasks
+  (closing it would kill them);
+* a dead session used for a *new* call is re-opened once; a dead session that holds a task cannot be
+  re-opened in its place (the task died with it) and the caller gets :class:`TaskUnreachable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from .client import McpTaskClient
+from .errors import TaskUnreachable, TransportError
+from .models import Endpoint, Era, SessionRef
+from .transport import StdioTransport
+
+T = TypeVar("T")
+
+#: This process's identity. Stdio sessions record it as their owner; the worker serves a task queue
+#: of this name so that every later activity of a stdio task lands in the process holding the child.
+PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class _Entry:
+    client: McpTaskClient
+    last_used: float = field(default_factory=time.monotonic)
+    tasks: set[str] = field(default_factory=set)
+
+
+class SessionPool:
+    def __init__(self, *, idle_s: float = 300.0, owner: str = PROCESS_ID) -> None:
+        self.idle_s = idle_s
+        self.owner = owner
+        self._by_key: dict[tuple[str, str, str], _Entry] = {}
+        self._by_session: dict[str, _Entry] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def _key(endpoint: Endpoint, principal: str | None, era: Era | None) -> tuple[str, str, str]:
+        return (endpoint.model_dump_json(), principal or "", era or "")
+
+    async def _sweep(self) -> None:
+        now = time.monotonic()
+        for store in (self._by_key, self._by_session):
+            for key, entry in list(store.items()):
+                idle = now - entry.last_used > self.idle_s
+                holds_tasks = isinstance(entry.client.transport, StdioTransport) and entry.tasks
+                if not entry.client.alive or (idle and not holds_tasks):
+                    del store[key]
+                    if entry not in self._by_key.values() and entry not in self._by_session.values():
+                        await entry.client.aclose()
+
+    async def for_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None) -> McpTaskClient:
+        """A live session for a new ``tools/call``; connects (and detects the era) when needed."""
+        async with self._lock:
+            await self._sweep()
+            key = self._key(endpoint, principal, era)
+            entry = self._by_key.get(key)
+            if entry is None or not entry.client.alive:
+                entry = _Entry(await McpTaskClient.connect(endpoint, era=era, owner=self.owner))
+                self._by_key[key] = entry
+                if entry.client.transport.session_id:
+                    self._by_session[entry.client.transport.session_id] = entry
+            entry.last_used = time.monotonic()
+            return entry.client
+
+    async def for_task(self, ref: SessionRef, *, principal: str | None) -> McpTaskClient:
+        """The session that can reach a task created under ``ref``, re-attached when that is possible."""
+        async with self._lock:
+            await self._sweep()
+            if ref.endpoint.command is not None:
+                entry = self._by_key.get(self._key(ref.endpoint, principal, None)) or self._by_key.get(
+                    self._key(ref.endpoint, principal, ref.era))
+                if ref.owner != self.owner or entry is None or not entry.client.alive:
+                    raise TaskUnreachable(
+                        f"the stdio server holding this task was started by {ref.owner!r} and is gone "
+                        f"(this is {self.owner!r})")
+            elif ref.session_id:
+                entry = self._by_session.get(ref.session_id)
+                if entry is None or not entry.client.alive:
+                    entry = _Entry(await McpTaskClient.attach(ref))
+                    self._by_session[ref.session_id] = entry
+            else:
+                key = self._key(ref.endpoint, principal, ref.era)
+                entry = self._by_key.get(key)
+                if entry is None or not entry.client.alive:
+                    entry = _Entry(await McpTaskClient.attach(ref))
+                    self._by_key[key] = entry
+            entry.last_used = time.monotonic()
+            return entry.client
+
+    def track(self, client: McpTaskClient, task_id: str, *, done: bool = False) -> None:
+        """Note that ``client`` holds (or no longer holds) ``task_id``; stdio children are kept while they do."""
+        for entry in (*self._by_key.values(), *self._by_session.values()):
+            if entry.client is client:
+                (entry.tasks.discard if done else entry.tasks.add)(task_id)
+
+    async def run_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None,
+                           fn: Callable[[McpTaskClient], Awaitable[T]]) -> T:
+        """Run ``fn`` on a pooled session; if that session proves dead and nothing was sent, re-open once.
+
+        A stale pooled session (stdio child exited, HTTP session purged, connection refused) fails
+        before the server saw the request, so one fresh attempt cannot duplicate a side effect.
+        """
+        client = await self.for_new_call(endpoint, principal=principal, era=era)
+        try:
+            return await fn(client)
+        except (TaskUnreachable, TransportError) as exc:
+            if exc.may_have_reached_server:
+                raise
+            await self.discard(client)
+            client = await self.for_new_call(endpoint, principal=principal, era=era)
+            return await fn(client)
+
+    async def discard(self, client: McpTaskClient) -> None:
+        async with self._lock:
+            for store in (self._by_key, self._by_session):
+                for key, entry in list(store.items()):
+                    if entry.client is client:
+                        del store[key]
+            await client.aclose()
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            clients = {id(e.client): e.client for e in (*self._by_key.values(), *self._by_session.values())}
+            self._by_key.clear()
+            self._by_session.clear()
+        for client in clients.values():
+            await client.aclose()

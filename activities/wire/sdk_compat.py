@@ -1,0 +1,89 @@
+"""Everything this project takes from the official ``mcp`` SDK (``mcp==2.3.0``), in one place.
+
+What the SDK cannot do for us, and why we work around it here:
+
+* A task-augmented ``tools/call`` on a 2025-11-25 session through ``ClientSession`` validates the reply
+  as a ``CallToolResult`` and raises on the ``CreateTaskResult`` (upstream PR 3161 is open). So we send
+  ``tools/call`` ourselves and parse both reply shapes (:mod:`.client`).
+* ``mcp_types.Task`` requires ``ttl``; real runtimes omit it. Task objects are parsed leniently
+  (:func:`.client.parse_task`), never through ``mcp_types.Task``.
+* The SDK's HTTP transport hides HTTP status codes (see :mod:`.transport`).
+
+What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our
+extension envelope is byte-for-byte what the SDK itself sends), the stdio transport and its safe
+environment, and ``mcp_types`` models for decoding results and tool listings.
+
+``tests/test_sdk_contract.py`` pins these assumptions to ``SDK_VERSION`` and fails loudly when an
+SDK upgrade changes any of them, including when the SDK learns to parse a legacy ``CreateTaskResult``
+(then the first workaround above can go).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+import mcp_types
+from mcp.client.stdio import get_default_environment
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from pydantic import ValidationError
+
+from .errors import ProtocolViolation
+from .models import EXTENSION, TASKS_EXTENSION, ToolInfo
+
+#: The SDK version these workarounds were written and tested against.
+SDK_VERSION = "2.3.0"
+
+CLIENT_INFO = {"name": "mcp-temporal-tasks", "version": "0.1.0"}
+
+
+def installed_sdk_version() -> str:
+    return version("mcp")
+
+
+def extension_meta() -> dict[str, Any]:
+    """The per-request ``_meta`` envelope of 2026-07-28, declaring the tasks extension.
+
+    Sent on *every* request, ``tasks/*`` included: servers answer ``-32021`` otherwise.
+    """
+    return {
+        PROTOCOL_VERSION_META_KEY: EXTENSION,
+        CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS_EXTENSION: {}}},
+        CLIENT_INFO_META_KEY: CLIENT_INFO,
+    }
+
+
+def extension_headers(method: str, name: str | None) -> dict[str, str]:
+    """Routing headers of 2026-07-28 over HTTP. ``Mcp-Name`` is the tool name or the task id."""
+    headers = {MCP_PROTOCOL_VERSION_HEADER: EXTENSION, MCP_METHOD_HEADER: method}
+    if name is not None:
+        headers[MCP_NAME_HEADER] = encode_header_value(name)
+    return headers
+
+
+def default_stdio_environment() -> dict[str, str]:
+    """The environment a stdio child inherits: the SDK's safe subset (PATH, HOME, ...), no secrets."""
+    return get_default_environment()
+
+
+def tool_info(raw: Any) -> ToolInfo:
+    """Parse one ``tools/list`` entry with the SDK's ``Tool`` model (extra fields tolerated)."""
+    try:
+        tool = mcp_types.Tool.model_validate(raw)
+    except ValidationError as exc:
+        raise ProtocolViolation(f"tools/list entry is not a Tool: {exc.errors()[0]['msg']}", raw=raw) from exc
+    annotations = tool.annotations
+    return ToolInfo(
+        name=tool.name,
+        task_support=tool.execution.task_support if tool.execution else None,
+        output_schema=tool.output_schema,
+        read_only_hint=annotations.read_only_hint if annotations else None,
+        idempotent_hint=annotations.idempotent_hint if annotations else None,
+        destructive_hint=annotations.destructive_hint if annotations else None,
+    )
+
+
+def validate_call_tool_result(raw: Any) -> mcp_types.CallToolResult:
+    """The SDK's own ``CallToolResult`` validation; raises pydantic's ValidationError."""
+    return mcp_types.CallToolResult.model_validate(raw)

@@ -1,0 +1,385 @@
+"""JSON-RPC over streamable HTTP and stdio, with failures mapped to :mod:`.errors` types.
+
+Why HTTP is not the SDK's transport: ``mcp.client.streamable_http`` folds every HTTP status ≥ 400
+into a generic ``-32603`` (the ``Retry-After`` of a 429 and the 401/403 distinction are lost), and it
+has no way to adopt a persisted ``Mcp-Session-Id`` without a fresh ``initialize``, which on stateful
+servers orphans every task of the old session. Stdio uses the SDK's ``stdio_client`` as is.
+
+Both transports expose the same three calls: ``request`` (returns the JSON-RPC ``result`` object),
+``notify`` and ``aclose``. Server→client requests that arrive while a request is open (elicitation on
+a legacy ``tasks/result`` stream) go to ``on_server_request``; without a handler they are refused
+with ``-32601`` so the server is never left waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx2
+
+from .errors import (
+    AuthorizationRequired,
+    McpWireError,
+    ProtocolViolation,
+    RateLimited,
+    ProcessGone,
+    SessionGone,
+    TaskUnreachable,
+    TransportError,
+    error_from_rpc,
+    parse_retry_after,
+)
+
+log = logging.getLogger(__name__)
+
+ServerRequestHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _message_from_body(body: Any, *, method: str) -> dict[str, Any]:
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        raise ProtocolViolation(f"{method}: reply is not a JSON-RPC 2.0 message", raw=body)
+    return body
+
+
+def _result_of(message: dict[str, Any], *, method: str) -> dict[str, Any]:
+    if "error" in message:
+        raise error_from_rpc(message["error"], method=method, raw=message)
+    result = message.get("result")
+    if not isinstance(result, dict):
+        raise ProtocolViolation(f"{method}: reply has neither an object 'result' nor an 'error'", raw=message)
+    return result
+
+
+class _Ids:
+    """Request ids unique per process: a re-attached HTTP session must never reuse a live id."""
+
+    _counter = itertools.count(1)
+    _prefix = f"mtt-{os.getpid()}-"
+
+    @classmethod
+    def next(cls) -> str:
+        return f"{cls._prefix}{next(cls._counter)}"
+
+
+class HttpTransport:
+    """Streamable HTTP, one POST per request; replies as JSON or as an SSE stream."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        session_id: str | None = None,
+        protocol_version: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.url = url
+        self.session_id = session_id
+        self.protocol_version = protocol_version
+        self._headers = dict(headers or {})
+        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0))
+        self.closed = False
+
+    def _base_headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        headers.update(self._headers)
+        # Lowercase on purpose: a mixed-case duplicate reaches TS servers twice and gets HTTP 400.
+        if self.protocol_version:
+            headers["mcp-protocol-version"] = self.protocol_version
+        if self.session_id:
+            headers["mcp-session-id"] = self.session_id
+        headers.update(extra or {})
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        *,
+        headers: dict[str, str] | None = None,
+        on_server_request: ServerRequestHandler | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        msg_id = _Ids.next()
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            req = self._client.build_request(
+                "POST", self.url, json=body, headers=self._base_headers(headers),
+                timeout=httpx2.Timeout(timeout_s, connect=10.0) if timeout_s else httpx2.USE_CLIENT_DEFAULT,
+            )
+            response = await self._client.send(req, stream=True)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+            raise TransportError(f"{method}: cannot connect to {self.url}: {exc}", sent=False) from exc
+        except httpx2.HTTPError as exc:
+            raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
+        try:
+            return await self._read_reply(response, method, msg_id, on_server_request)
+        except httpx2.HTTPError as exc:
+            raise TransportError(f"{method}: reply interrupted: {type(exc).__name__}: {exc}", sent=True) from exc
+        finally:
+            await response.aclose()
+
+    async def _read_reply(
+        self,
+        response: httpx2.Response,
+        method: str,
+        msg_id: str,
+        on_server_request: ServerRequestHandler | None,
+    ) -> dict[str, Any]:
+        status = response.status_code
+        ctype = response.headers.get("content-type", "").lower()
+        if method == "initialize" and response.headers.get("mcp-session-id"):
+            self.session_id = response.headers["mcp-session-id"]
+        if status >= 400:
+            raw = (await response.aread()).decode("utf-8", "replace")
+            if status == 429:
+                raise RateLimited(
+                    f"{method}: HTTP 429 from {self.url}",
+                    retry_after_s=parse_retry_after(response.headers.get("retry-after")), raw=raw,
+                )
+            if status in (401, 403):
+                raise AuthorizationRequired(f"{method}: HTTP {status} from {self.url}", status=status, raw=raw)
+            rpc_error = None
+            if ctype.startswith("application/json"):
+                try:
+                    parsed = json.loads(raw)
+                    rpc_error = parsed.get("error") if isinstance(parsed, dict) else None
+                except ValueError:
+                    pass
+            # 404 with a session is "session gone" unless the body says which method is missing.
+            if status == 404 and self.session_id and method != "initialize" and (
+                    rpc_error is None or rpc_error.get("code") not in (-32601, -32602)):
+                raise SessionGone(f"{method}: session {self.session_id} is gone (HTTP 404)", raw=raw)
+            if status >= 500:
+                raise TransportError(f"{method}: HTTP {status} from {self.url}", sent=True, status=status, raw=raw)
+            if rpc_error is not None:
+                raise error_from_rpc(rpc_error, method=method, raw=raw)
+            raise ProtocolViolation(f"{method}: HTTP {status} without a JSON-RPC error", raw=raw)
+        if status == 202:
+            raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
+        if ctype.startswith("application/json"):
+            raw_bytes = await response.aread()
+            try:
+                message = json.loads(raw_bytes)
+            except ValueError as exc:
+                raise ProtocolViolation(f"{method}: malformed JSON reply", raw=raw_bytes.decode("utf-8", "replace")) from exc
+            return _result_of(_message_from_body(message, method=method), method=method)
+        if ctype.startswith("text/event-stream"):
+            return await self._read_sse(response, method, msg_id, on_server_request)
+        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=(await response.aread())[:2048].decode("utf-8", "replace"))
+
+    async def _read_sse(
+        self,
+        response: httpx2.Response,
+        method: str,
+        msg_id: str,
+        on_server_request: ServerRequestHandler | None,
+    ) -> dict[str, Any]:
+        async for event in httpx2.EventSource(response):
+            if not event.data or not event.data.strip():
+                continue  # priming events carry no data
+            try:
+                message = json.loads(event.data)
+            except ValueError as exc:
+                raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=event.data) from exc
+            message = _message_from_body(message, method=method)
+            if "method" in message and "id" in message:
+                await self._answer_server_request(message, on_server_request)
+            elif "method" in message:
+                continue  # notifications (progress, task status) carry nothing we rely on
+            elif message.get("id") == msg_id:
+                return _result_of(message, method=method)
+        raise TransportError(f"{method}: SSE stream ended without a reply", sent=True)
+
+    async def _answer_server_request(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
+        reply = await _server_reply(message, handler)
+        headers = self._base_headers(None)
+        try:
+            resp = await self._client.post(self.url, json=reply, headers=headers)
+            await resp.aclose()
+        except httpx2.HTTPError as exc:
+            raise TransportError(f"reply to server request {message.get('method')}: {exc}", sent=True) from exc
+        if resp.status_code >= 400:
+            raise ProtocolViolation(f"server refused our reply to {message.get('method')}: HTTP {resp.status_code}")
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            resp = await self._client.post(self.url, json=body, headers=self._base_headers(headers))
+            await resp.aclose()
+        except httpx2.HTTPError as exc:
+            raise TransportError(f"{method}: {exc}", sent=True) from exc
+
+    async def aclose(self, *, terminate: bool = False) -> None:
+        """Close connections. ``terminate`` also DELETEs the session (never done for persisted sessions)."""
+        if self.closed:
+            return
+        self.closed = True
+        if terminate and self.session_id:
+            try:
+                await self._client.delete(self.url, headers=self._base_headers(None))
+            except httpx2.HTTPError:
+                pass
+        await self._client.aclose()
+
+
+async def _server_reply(message: dict[str, Any], handler: ServerRequestHandler | None) -> dict[str, Any]:
+    method = message["method"]
+    if handler is None:
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32601, "message": f"client has no handler for {method}"}}
+    try:
+        result = await handler(method, message.get("params") or {})
+        return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    except McpWireError as exc:
+        return {"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": exc.code or -32603, "message": exc.message}}
+
+
+class StdioTransport:
+    """A child process speaking newline-delimited JSON-RPC, through the SDK's ``stdio_client``.
+
+    The child lives as long as this object; tasks on it die with it. When the child exits every open
+    request fails with :class:`TaskUnreachable`, never hangs.
+    """
+
+    def __init__(self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+        self.command = command
+        self.cwd = cwd
+        self.env = env
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._handlers: dict[str, ServerRequestHandler | None] = {}
+        self._write: Any = None
+        self._ready = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._death: str | None = None
+        self.closed = False
+        # Accepted for interface parity with HTTP; stdio has neither.
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._death is None and not self.closed
+
+    async def start(self) -> None:
+        self._runner = asyncio.create_task(self._run(), name=f"mcp-stdio:{self.command[0]}")
+        await self._ready.wait()
+        if self._death is not None:
+            raise TransportError(f"cannot start stdio server {self.command[0]!r}: {self._death}", sent=False)
+
+    async def _run(self) -> None:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.shared.message import SessionMessage
+
+        self._session_message = SessionMessage
+        params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
+        try:
+            async with stdio_client(params, errlog=sys.stderr) as (read, write):
+                self._write = write
+                self._ready.set()
+                async for item in read:
+                    if isinstance(item, Exception):
+                        log.warning("stdio server %s sent an unreadable line: %s", self.command[0], item)
+                        continue
+                    self._dispatch(item.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+            self._death = "server process closed its output"
+        except asyncio.CancelledError:
+            self._death = "transport closed"
+            raise
+        except Exception as exc:  # the child could not start or crashed the reader
+            self._death = f"{type(exc).__name__}: {exc}"
+        finally:
+            if self._death is None:
+                self._death = "server process exited"
+            self._ready.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(TaskUnreachable(f"stdio server {self.command[0]!r} is gone: {self._death}"))
+            self._pending.clear()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            # A server request is answered on its own task so the reader keeps reading meanwhile.
+            handler = next((h for h in self._handlers.values() if h is not None), None)
+            asyncio.create_task(self._answer(message, handler))
+        elif "method" in message:
+            return
+        else:
+            fut = self._pending.pop(str(message.get("id")), None)
+            if fut is not None and not fut.done():
+                fut.set_result(message)
+
+    async def _answer(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
+        await self._send(await _server_reply(message, handler))
+
+    async def _send(self, body: dict[str, Any]) -> None:
+        from mcp_types import jsonrpc_message_adapter
+
+        if not self.alive or self._write is None:
+            raise ProcessGone(f"stdio server {self.command[0]!r} is gone: {self._death or 'closed'}")
+        message = jsonrpc_message_adapter.validate_python(body, by_name=False)
+        await self._write.send(self._session_message(message))
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        *,
+        headers: dict[str, str] | None = None,
+        on_server_request: ServerRequestHandler | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        msg_id = _Ids.next()
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = fut
+        self._handlers[msg_id] = on_server_request
+        try:
+            try:
+                await self._send(body)
+            except TaskUnreachable:
+                raise
+            except Exception as exc:
+                raise TransportError(f"{method}: write to stdio server failed: {exc}", sent=False) from exc
+            try:
+                message = await asyncio.wait_for(fut, timeout_s or DEFAULT_TIMEOUT_S)
+            except asyncio.TimeoutError as exc:
+                raise TransportError(f"{method}: no reply from stdio server in time", sent=True) from exc
+        finally:
+            self._pending.pop(msg_id, None)
+            self._handlers.pop(msg_id, None)
+        return _result_of(message, method=method)
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            body["params"] = params
+        await self._send(body)
+
+    async def aclose(self, *, terminate: bool = False) -> None:
+        self.closed = True
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+            try:
+                await self._runner
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+Transport = HttpTransport | StdioTransport

@@ -1,0 +1,305 @@
+// Test peer: an MCP server on the TypeScript SDK's 2025-11-25 task runtime
+// (@modelcontextprotocol/sdk 1.32.2), for the Python client tests.
+// Tool names and behaviour are a contract with those tests: see README.md.
+//
+//   node server.mjs --transport stdio
+//   node server.mjs --transport http --port P [--stateless]
+//
+// Env: PEER_LOG=/path.jsonl (one line per incoming JSON-RPC request),
+//      PEER_POLL_MS (pollInterval, default 200), PEER_ELICIT_TIMEOUT_MS (default 600000).
+import { appendFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { ElicitResultSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { InMemoryTaskStore, InMemoryTaskMessageQueue, isTerminal } from '@modelcontextprotocol/sdk/experimental/tasks';
+
+const { values: opts } = parseArgs({
+  options: {
+    transport: { type: 'string', default: 'stdio' },
+    port: { type: 'string', default: '0' },
+    stateless: { type: 'boolean', default: false }
+  }
+});
+const POLL_MS = Number(process.env.PEER_POLL_MS ?? 200);
+const ELICIT_TIMEOUT_MS = Number(process.env.PEER_ELICIT_TIMEOUT_MS ?? 600_000);
+const PEER_LOG = process.env.PEER_LOG;
+// Stored in a failed task's result to mean "tasks/result answers this JSON-RPC error".
+const RPC_ERROR_META = 'peer.test/rpc-error';
+
+// 1.32.2 has no notion of a task whose outcome is a JSON-RPC error: the tasks/result handler
+// returns whatever TaskStore.getTaskResult returns and turns whatever it throws into a JSON-RPC
+// error (keeping error.code and error.message). So the store is the one place to make a
+// failed task answer "the original JSON-RPC error".
+class PeerTaskStore extends InMemoryTaskStore {
+  async getTaskResult(taskId, sessionId) {
+    const result = await super.getTaskResult(taskId, sessionId);
+    const rpcError = result?._meta?.[RPC_ERROR_META];
+    if (rpcError) throw Object.assign(new Error(rpcError.message), { code: rpcError.code });
+    return result;
+  }
+  // Synchronous and session-blind, so the request log records the status at the exact moment
+  // a message arrives (before the SDK's async handlers run).
+  peekStatus(taskId) {
+    return this.tasks.get(taskId)?.task.status ?? null;
+  }
+}
+
+// Module-level: shared by every session and, in stateless mode, by every per-request server,
+// so tasks outlive the HTTP request that created them. The SDK still binds each task to the
+// sessionId it was created under (InMemoryTaskStore.lookup), so sessions do not see each other's.
+const taskStore = new PeerTaskStore();
+const taskMessageQueue = new InMemoryTaskMessageQueue();
+const callCounts = {};
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+const text = t => ({ content: [{ type: 'text', text: t }] });
+const stillRunning = taskId => {
+  const status = taskStore.peekStatus(taskId);
+  return status !== null && !isTerminal(status);
+};
+// Sleeps in small steps and stops early once the task was cancelled or purged (ttl).
+async function work(taskId, ms) {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (!stillRunning(taskId)) return false;
+    await sleep(Math.min(50, until - Date.now()));
+  }
+  return stillRunning(taskId);
+}
+
+// Registers a task tool whose work goes on in the background after createTask returned. `run`
+// returns [status, result] or nothing (task no longer running). Store writes go through
+// extra.taskStore, the SDK's session-bound view that also emits notifications/tasks/status.
+function taskTool(server, name, { description, inputSchema = {}, outputSchema, taskSupport, statusMessage }, run) {
+  server.experimental.tasks.registerToolTask(name, { description, inputSchema, outputSchema, execution: { taskSupport } }, {
+    async createTask(args, extra) {
+      const ts = extra.taskStore;
+      const { taskId } = await ts.createTask({ ttl: extra.taskRequestedTtl, pollInterval: POLL_MS });
+      if (statusMessage) await ts.updateTaskStatus(taskId, 'working', statusMessage(args));
+      // A copy taken before the work starts: InMemoryTaskStore.createTask hands out its live
+      // object, so the CreateTaskResult would otherwise show whatever status the work reached
+      // by serialization time (ask_user: input_required).
+      const task = await ts.getTask(taskId);
+      run(args, task.taskId, extra)
+        .then(outcome => outcome && stillRunning(task.taskId) && ts.storeTaskResult(task.taskId, ...outcome))
+        // A task cancelled or purged meanwhile refuses the write (expected, but worth a line).
+        // A closed per-request stateless server cannot send the status notification that
+        // follows the (already done) store update: not worth one.
+        .catch(err => err.message === 'Not connected' ||
+          process.stderr.write(`[peer] task ${name} ${task.taskId}: ${err.message}\n`));
+      return { task };
+    },
+    // Required by the ToolTaskHandler type; 1.32.2 serves tasks/get and tasks/result from the
+    // store and never calls these.
+    getTask: (_args, extra) => extra.taskStore.getTask(extra.taskId),
+    getTaskResult: (_args, extra) => extra.taskStore.getTaskResult(extra.taskId)
+  });
+}
+
+function buildServer() {
+  const server = new McpServer(
+    { name: 'mcp-temporal-tasks-ts-peer', version: '1.0.0' },
+    {
+      capabilities: { tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } } },
+      taskStore,
+      taskMessageQueue,
+      defaultTaskPollInterval: POLL_MS
+    }
+  );
+
+  taskTool(server, 'slow_echo', {
+    description: 'Echoes text after `seconds`.',
+    inputSchema: { seconds: z.number().default(1), text: z.string().default('hello') },
+    outputSchema: { echo: z.string() },
+    taskSupport: 'optional',
+    statusMessage: a => `sleeping ${a.seconds}s`
+  }, async (a, taskId) =>
+    (await work(taskId, a.seconds * 1000)) && ['completed', { ...text(a.text), structuredContent: { echo: a.text } }]);
+
+  taskTool(server, 'rate_limited', { description: 'Fails like an upstream HTTP 429.', taskSupport: 'required' },
+    async (_a, taskId) => (await work(taskId, 200)) &&
+      ['failed', { ...text('HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30'), isError: true }]);
+
+  taskTool(server, 'rpc_error', { description: 'Fails with a JSON-RPC error.', taskSupport: 'optional' },
+    async (_a, taskId) => {
+      const message = 'invalid account id: acct-0';
+      return (await work(taskId, 200)) &&
+        ['failed', { ...text(message), isError: true, _meta: { [RPC_ERROR_META]: { code: -32602, message } } }];
+    });
+
+  taskTool(server, 'required_echo', {
+    description: 'Echoes text; task-only.',
+    inputSchema: { text: z.string().default('hello') },
+    taskSupport: 'required'
+  }, async (a, taskId) => (await work(taskId, 100)) && ['completed', text(a.text)]);
+
+  taskTool(server, 'cancellable', {
+    description: 'Works for `seconds` unless cancelled.',
+    inputSchema: { seconds: z.number().default(60) },
+    taskSupport: 'optional',
+    statusMessage: () => 'working'
+  }, async (a, taskId) => (await work(taskId, a.seconds * 1000)) && ['completed', text(`finished after ${a.seconds}s`)]);
+
+  // Declared task-capable; task-augmented calls are answered before the SDK sees them (see
+  // intercept()). Plain calls go through the SDK (which runs a task internally and waits).
+  taskTool(server, 'plain_fallback', {
+    description: 'Ignores params.task and answers a plain CallToolResult.',
+    inputSchema: { text: z.string().default('hello') },
+    taskSupport: 'optional'
+  }, async a => ['completed', text(a.text)]);
+
+  // The elicitation goes through the SDK's task runtime: with relatedTask set, the request is
+  // queued in the taskMessageQueue (not sent), the SDK flips the task to input_required, and
+  // the next tasks/result call delivers it on its own response stream; the answer comes back
+  // as an ordinary JSON-RPC response and resolves this promise.
+  taskTool(server, 'ask_user', {
+    description: 'Asks the user through elicitation/create related to the task.',
+    inputSchema: { question: z.string().default('Approve payment of 10 EUR?') },
+    taskSupport: 'required'
+  }, async (a, taskId, extra) => {
+    let answer;
+    try {
+      answer = await extra.sendRequest({
+        method: 'elicitation/create',
+        params: {
+          message: a.question,
+          requestedSchema: {
+            type: 'object',
+            properties: { account: { type: 'string' }, approve: { type: 'boolean' } },
+            required: ['approve']
+          }
+        }
+      }, ElicitResultSchema, { relatedTask: { taskId }, timeout: ELICIT_TIMEOUT_MS });
+    } catch (err) {
+      return stillRunning(taskId) && ['failed', { ...text(`elicitation failed: ${err.message}`), isError: true }];
+    }
+    if (!stillRunning(taskId)) return;
+    await extra.taskStore.updateTaskStatus(taskId, 'working'); // the SDK does not flip it back
+    if (answer.action === 'cancel') return ['completed', { ...text('cancelled by user'), isError: true }];
+    if (answer.action === 'accept' && answer.content?.approve === true) {
+      return ['completed', text(`approved account=${answer.content.account}`)];
+    }
+    return ['completed', text('declined')];
+  });
+
+  server.registerTool('forbidden_tool', { description: 'Plain synchronous tool.', inputSchema: {} },
+    async () => text('sync ok'));
+  // Protocol-level trouble (e.g. a reply for a tasks/result stream the client dropped) is
+  // otherwise silent; stderr is never the protocol channel.
+  server.server.onerror = err => process.stderr.write(`[peer] ${err.message}\n`);
+  server.registerTool('counter', { description: 'tools/call count per tool name in this process.', inputSchema: {} },
+    async () => text(JSON.stringify(callCounts)));
+  return server;
+}
+
+// Wraps the transport's onmessage after connect() so every message is seen before the SDK:
+// logs requests and answers a task-augmented plain_fallback call itself.
+function intercept(transport) {
+  const sdkOnMessage = transport.onmessage;
+  transport.onmessage = (msg, extra) => {
+    if (msg && typeof msg === 'object' && 'method' in msg && 'id' in msg) {
+      const p = msg.params ?? {};
+      const tool = msg.method === 'tools/call' ? (p.name ?? null) : null;
+      if (tool !== null) callCounts[tool] = (callCounts[tool] ?? 0) + 1;
+      if (PEER_LOG) {
+        const taskId = msg.method.startsWith('tasks/') ? (p.taskId ?? null) : null;
+        appendFileSync(PEER_LOG, JSON.stringify({
+          ts: Date.now(), pid: process.pid, method: msg.method, id: msg.id, tool,
+          task: tool !== null && p.task !== undefined,
+          taskId,
+          statusAtReceipt: taskId ? taskStore.peekStatus(taskId) : null,
+          session: transport.sessionId ?? null
+        }) + '\n');
+      }
+      if (tool === 'plain_fallback' && p.task !== undefined) {
+        const result = text(p.arguments?.text ?? 'hello');
+        transport.send({ jsonrpc: '2.0', id: msg.id, result })
+          .catch(err => process.stderr.write(`[peer] plain_fallback: ${err.message}\n`));
+        return;
+      }
+    }
+    sdkOnMessage?.(msg, extra);
+  };
+}
+
+async function serveStdio() {
+  const transport = new StdioServerTransport();
+  await buildServer().connect(transport);
+  intercept(transport);
+  // The pending TTL timers would otherwise keep a server whose client went away alive.
+  process.stdin.on('end', () => process.exit(0));
+  process.stderr.write('LISTENING stdio\n');
+}
+
+function jsonError(res, status, code, message) {
+  res.writeHead(status, { 'Content-Type': 'application/json' })
+    .end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+}
+
+async function readJson(req) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+async function serveHttp() {
+  const sessions = new Map(); // stateful: mcp-session-id -> transport
+
+  const handle = async (req, res) => {
+    if (new URL(req.url, 'http://127.0.0.1').pathname !== '/mcp') return jsonError(res, 404, -32000, 'Not found');
+    const body = req.method === 'POST' ? await readJson(req) : undefined;
+    if (req.method === 'POST' && body === undefined) return jsonError(res, 400, -32700, 'Parse error: Invalid JSON');
+
+    if (opts.stateless) {
+      // The SDK forbids reusing a stateless transport, hence a server per request.
+      if (req.method !== 'POST') return jsonError(res, 405, -32000, 'Method not allowed.');
+      const server = buildServer();
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+      res.on('close', () => { transport.close(); server.close(); });
+      await server.connect(transport);
+      intercept(transport);
+      return transport.handleRequest(req, res, body);
+    }
+
+    const sid = req.headers['mcp-session-id'];
+    let transport = sid ? sessions.get(sid) : undefined;
+    if (sid && !transport) return jsonError(res, 404, -32001, 'Session not found');
+    if (!transport) {
+      const isInit = req.method === 'POST' && (Array.isArray(body) ? body.some(isInitializeRequest) : isInitializeRequest(body));
+      if (!isInit) return jsonError(res, 400, -32000, 'Bad Request: No valid session ID provided');
+      transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: randomUUID,
+        onsessioninitialized: id => sessions.set(id, transport)
+      });
+      transport.onclose = () => transport.sessionId && sessions.delete(transport.sessionId);
+      await buildServer().connect(transport);
+      intercept(transport);
+    }
+    return transport.handleRequest(req, res, body);
+  };
+
+  const http = createServer((req, res) => {
+    handle(req, res).catch(err => {
+      process.stderr.write(`[peer] http: ${err.stack}\n`);
+      if (!res.headersSent) jsonError(res, 500, -32603, 'Internal server error');
+    });
+  });
+  await new Promise(resolve => http.listen(Number(opts.port), '127.0.0.1', resolve));
+  process.stderr.write(`LISTENING http://127.0.0.1:${http.address().port}/mcp\n`);
+}
+
+if (opts.transport === 'stdio') await serveStdio();
+else if (opts.transport === 'http') await serveHttp();
+else {
+  process.stderr.write(`unknown --transport ${opts.transport}\n`);
+  process.exit(2);
+}

@@ -1,0 +1,186 @@
+"""Worker configuration: a TOML file plus environment variables. Bad input is refused at start.
+
+```toml
+[temporal]
+address = "localhost:7233"      # env TEMPORAL_ADDRESS
+namespace = "default"           # env TEMPORAL_NAMESPACE
+task_queue = "mcp-tasks"        # env MCP_TASKS_TASK_QUEUE
+tls = false                     # true, or implied by TEMPORAL_TLS_CERT / TEMPORAL_API_KEY
+# API key and client certificate only from env: TEMPORAL_API_KEY, TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY (paths)
+
+[worker]
+metrics_port = 9464             # env MCP_TASKS_METRICS_PORT; 0 = off
+state_dir = "/var/lib/mcp-tasks"  # env MCP_TASKS_STATE_DIR (large-result store)
+allow_inline_endpoints = true   # may requests name a URL/command instead of a configured server?
+max_concurrent_activities = 4000
+idle_session_s = 300
+
+[servers.NAME]
+url = "https://mcp.example.com/mcp"       # or: command = ["node", "server.mjs"]
+principal = "svc-billing"
+era = "2026-07-28"                        # optional pin
+trust_annotations = false                 # believe idempotentHint/readOnlyHint of this server?
+[servers.NAME.headers]
+Authorization = { env = "BILLING_MCP_TOKEN" }   # values only by reference
+[servers.NAME.env]                        # stdio children: env var -> worker env var
+API_KEY = { env = "BILLING_API_KEY" }
+[servers.NAME.tools.charge_card]
+idempotent = false
+replay = "with_approval"                  # never | if_idempotent | always | with_approval
+max_replays = 1
+output_schema = { type = "object", properties = { receipt = { type = "string" } }, required = ["receipt"] }
+```
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from activities.models import ServerConfig, ToolPolicy
+from workflows.models import DEFAULT_TASK_QUEUE
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and what is wrong."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TemporalSettings(_Strict):
+    address: str = "localhost:7233"
+    namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    tls: bool = False
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"must be HOST:PORT, got {v!r}")
+        return v
+
+
+class WorkerSettings(_Strict):
+    metrics_port: int = Field(0, ge=0, le=65535)
+    state_dir: str | None = None
+    allow_inline_endpoints: bool = True
+    max_concurrent_activities: int = Field(4000, ge=1)
+    idle_session_s: float = Field(300.0, gt=0)
+
+
+class WorkerConfig(_Strict):
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+
+    def api_key(self) -> str | None:
+        return os.environ.get("TEMPORAL_API_KEY") or None
+
+    def tls_config(self) -> Any:
+        """``TLSConfig`` when TLS is asked for (explicitly, by a client cert, or by an API key)."""
+        from temporalio.service import TLSConfig
+
+        cert, key = os.environ.get("TEMPORAL_TLS_CERT"), os.environ.get("TEMPORAL_TLS_KEY")
+        if bool(cert) != bool(key):
+            raise ConfigError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY must be set together")
+        if cert and key:
+            return TLSConfig(client_cert=Path(cert).read_bytes(), client_private_key=Path(key).read_bytes())
+        if self.temporal.tls or self.api_key():
+            return True
+        return False
+
+
+def _refs(table: Any, where: str) -> dict[str, str]:
+    """``{NAME = {env = "VAR"}}`` → ``{NAME: VAR}``. A literal value is refused: secrets stay out of files."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    out = {}
+    for name, value in table.items():
+        if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and value["env"]:
+            out[name] = value["env"]
+        else:
+            raise ConfigError(f"{where}.{name}: values are given by reference only, as {{ env = \"VAR_NAME\" }}")
+    return out
+
+
+def _server(name: str, raw: Any) -> ServerConfig:
+    where = f"servers.{name}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    raw = dict(raw)
+    if "headers" in raw:
+        raw["headers"] = _refs(raw["headers"], f"{where}.headers")
+    if "env" in raw:
+        raw["env"] = _refs(raw["env"], f"{where}.env")
+    if isinstance(raw.get("command"), str):
+        raise ConfigError(f"{where}.command: must be a list of arguments, e.g. [\"node\", \"server.mjs\"]")
+    if ("url" in raw) == ("command" in raw):
+        raise ConfigError(f"{where}: needs exactly one of 'url' or 'command'")
+    tools = raw.get("tools", {})
+    if not isinstance(tools, dict):
+        raise ConfigError(f"{where}.tools: must be a table")
+    try:
+        raw["tools"] = {t: ToolPolicy.model_validate(p) for t, p in tools.items()}
+        cfg = ServerConfig.model_validate(raw)
+        cfg.endpoint()
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, where)) from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return cfg
+
+
+def _explain(exc: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{key}: {msg}")
+    return "; ".join(lines)
+
+
+ENV_OVERRIDES = {
+    "TEMPORAL_ADDRESS": ("temporal", "address"),
+    "TEMPORAL_NAMESPACE": ("temporal", "namespace"),
+    "MCP_TASKS_TASK_QUEUE": ("temporal", "task_queue"),
+    "MCP_TASKS_METRICS_PORT": ("worker", "metrics_port"),
+    "MCP_TASKS_STATE_DIR": ("worker", "state_dir"),
+}
+
+
+def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None) -> WorkerConfig:
+    """Load ``path`` (or ``$MCP_TASKS_CONFIG``; none = defaults), then apply environment overrides."""
+    env = dict(os.environ if env is None else env)
+    path = path or env.get("MCP_TASKS_CONFIG")
+    raw: dict[str, Any] = {}
+    if path:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = set(raw) - {"temporal", "worker", "servers"}
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s): {', '.join(sorted(unknown))} (expected temporal, worker, servers)")
+    for var, (section, key) in ENV_OVERRIDES.items():
+        if env.get(var):
+            raw.setdefault(section, {})[key] = env[var]
+    servers_raw = raw.pop("servers", {})
+    if not isinstance(servers_raw, dict):
+        raise ConfigError("servers: must be a table of [servers.NAME] tables")
+    try:
+        cfg = WorkerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc)) from None
+    cfg.servers = {name: _server(name, s) for name, s in servers_raw.items()}
+    return cfg

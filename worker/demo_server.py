@@ -1,0 +1,436 @@
+"""Bundled demo MCP server: the 2026-07-28 / tasks-extension peer.
+
+A real task-capable MCP server built on ``fastmcp[tasks]==4.1.4`` with the
+SEP-2663 tasks extension (``io.modelcontextprotocol/tasks``) on an in-memory
+Docket backend (``memory://``, single process, no Redis). It is both the demo
+server of the CLI and the extension-era fixture of the test suite.
+
+Run from the repository root::
+
+    python -m worker.demo_server --host 127.0.0.1 --port 0 [--poll-interval-ms 500]
+        [--task-ttl-ms MS] [--json-response] [--log-level critical|error|warning|info|debug]
+
+Streamable HTTP on path ``/mcp``. ``--port 0`` picks a free port. Once the
+server accepts connections it prints exactly one line to STDERR::
+
+    LISTENING http://127.0.0.1:<port>/mcp
+
+Nothing is written to stdout, and by default (``--log-level critical``) nothing
+else to stderr either. SIGTERM/SIGINT shut it down (uvicorn re-raises the
+signal, so the exit status is -15 / -2).
+
+Era: 2026-07-28 requests (per-request ``_meta``, no session) are answered with
+``application/json``. The same endpoint also accepts a 2025-11-25 ``initialize``
+(stateful, ``Mcp-Session-Id``, SSE replies unless ``--json-response``), but on
+that era there are no tasks: ``tasks/*`` answer -32601 and ``params.task`` is
+ignored.
+
+Env ``PEER_LOG=/path/file.jsonl`` (optional): one JSON line per incoming
+JSON-RPC message (``ts`` ms, ``pid``, ``method``, ``id``, ``tool`` for
+``tools/call``, ``taskId`` for ``tasks/*``, plus ``mcpName``: the ``Mcp-Name``
+header as received), written by an ASGI wrapper, so it also sees requests the
+MCP layer rejects (e.g. -32020 / -32021). Notifications are logged with id null.
+
+Tools (task mode in brackets; ``optional`` runs as a task only when the request
+declares the extension in ``_meta`` and inline otherwise, ``required`` answers
+-32021 without it):
+
+- ``slow_echo`` {seconds=1, text="hello"} [optional]: text + structured
+  ``{"echo": text}``; statusMessage ``sleeping <seconds>s`` while working.
+- ``rate_limited`` {} [optional]: tool error (isError) ``HTTP 429 ...``;
+  as a task: ``completed`` with ``result.isError: true``.
+- ``rpc_error`` {} [optional]: JSON-RPC error -32602 ``invalid account id:
+  acct-0``; as a task: ``failed`` with ``error: {code, message}``; inline: a
+  JSON-RPC error reply (HTTP 400).
+- ``cancellable`` {seconds=60} [required]: works ``seconds`` unless cancelled.
+- ``quick_sync`` {text="hi"} [forbidden]: plain synchronous tool.
+- ``ask_user`` {question} [optional]: asks the client for
+  ``{account?: str, approve: bool}`` with the guard pattern (fastmcp-tasks
+  refuses imperative ``ctx.elicit`` in a task): as a task it goes
+  ``input_required`` with ``inputRequests`` answered by ``tasks/update``;
+  inline it answers ``resultType: "input_required"`` (retry the call with
+  ``inputResponses: {"approval": ElicitResult}``). accept+approve ->
+  ``approved account=<account>``, accept/approve=false or decline ->
+  ``declined``, cancel -> tool error ``cancelled by user``.
+- ``charge_card`` {amount_cents, idempotency_key=""} [optional]: side-effect
+  demo, 2 s, ``charged <amount_cents>``; readOnlyHint/idempotentHint false.
+
+TTL: the tasks extension takes no client-requested TTL; every task reports
+the server-wide Docket ``execution_ttl`` as ``ttlMs`` (default 900000 = 15 min).
+``--task-ttl-ms`` (or ``build_server(task_ttl_ms=...)``) changes it, in whole
+seconds (min 1 s). The clock starts when the task (or its current leg) stops
+running, i.e. on completed/failed/cancelled or on parking in input_required,
+not at ``createdAt``; afterwards every ``tasks/*`` call answers -32602
+"Task <id> not found" (HTTP 400).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import mcp_types
+from mcp.shared.exceptions import MCPError
+
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp.tools.base import ToolResult
+from fastmcp.utilities.tasks import TaskConfig
+from fastmcp_tasks import TasksExtension
+
+SERVER_NAME = "mcp-temporal-tasks-demo"
+MCP_PATH = "/mcp"
+DEFAULT_POLL_INTERVAL_MS = 500
+
+RATE_LIMIT_MESSAGE = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
+RPC_ERROR_CODE = -32602
+RPC_ERROR_MESSAGE = "invalid account id: acct-0"
+ASK_KEY = "approval"
+ASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "account": {"type": "string", "title": "Account", "description": "Account to charge"},
+        "approve": {"type": "boolean", "title": "Approve"},
+    },
+    "required": ["approve"],
+}
+ECHO_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"echo": {"type": "string"}},
+    "required": ["echo"],
+}
+
+
+class _TtlTasksExtension(TasksExtension):
+    """TasksExtension whose task TTL (Docket ``execution_ttl``) can be set.
+
+    fastmcp-tasks 4.1.4 builds its Docket without an ``execution_ttl`` (Docket
+    default 15 min) and ignores any client-requested TTL; this only overrides
+    the server-wide value once the Docket exists.
+    """
+
+    def __init__(self, *, task_ttl_ms: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._task_ttl_ms = task_ttl_ms
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncGenerator[None, None]:
+        async with super().lifespan():
+            docket = getattr(self.server, "_docket", None)
+            if docket is not None and self._task_ttl_ms is not None:
+                # Docket stores TTLs in whole seconds and treats 0 as "delete
+                # at once": round to whole seconds, at least one, so the
+                # advertised ttlMs is the TTL actually applied.
+                docket.execution_ttl = timedelta(seconds=max(1, round(self._task_ttl_ms / 1000)))
+            yield
+
+
+def _fmt_seconds(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+async def _report(ctx: Context, progress: float, total: float, message: str | None = None) -> None:
+    """Best-effort progress: never let status reporting fail the tool."""
+    try:
+        await ctx.report_progress(progress, total, message)
+    except Exception:  # pragma: no cover - cosmetic only
+        logging.getLogger(__name__).debug("progress report failed", exc_info=True)
+
+
+async def _work(ctx: Context, seconds: float, verb: str) -> None:
+    """Sleep ``seconds`` in small steps, reporting percent progress and a status message.
+
+    As a task the message surfaces as ``statusMessage`` on ``tasks/get``
+    (Docket progress; its total must be an int >= 1, hence percent).
+    """
+    total = max(0.0, float(seconds))
+    await _report(ctx, 0, 100, f"{verb} {_fmt_seconds(total)}")
+    deadline = time.monotonic() + total
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(0.25, remaining))
+        left = max(0.0, deadline - time.monotonic())
+        await _report(ctx, int(100 * (total - left) / total) if total else 100, 100)
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+class ProtocolErrorPassthrough(Middleware):
+    """Foreground ``tools/call``: let a tool's ``MCPError`` reach the wire as a JSON-RPC error.
+
+    FastMCP masks any non-``ToolError`` exception of a synchronously run tool into
+    an ``isError`` result ("Error calling tool ..."). A task run of the same tool
+    ends ``failed`` with the JSON-RPC error; this keeps the inline path consistent.
+    """
+
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+        try:
+            return await call_next(context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, MCPError):
+                raise MCPError(code=cause.error.code, message=cause.error.message, data=cause.error.data) from None
+            raise
+
+
+def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: int | None = None) -> FastMCP:
+    """Build the demo server (tools + tasks extension on ``memory://``)."""
+    poll = timedelta(milliseconds=max(1, int(poll_interval_ms)))
+    optional = TaskConfig(mode="optional", poll_interval=poll)
+    required = TaskConfig(mode="required", poll_interval=poll)
+
+    mcp = FastMCP(SERVER_NAME)
+    mcp.add_middleware(ProtocolErrorPassthrough())
+    # A distinct in-memory backend per server: docket caches memory:// backends
+    # by URL (and event loop), so two demo servers built in one process would
+    # otherwise share one task queue and store.
+    mcp.add_extension(_TtlTasksExtension(url=f"memory://demo-{uuid.uuid4().hex}", task_ttl_ms=task_ttl_ms))
+
+    @mcp.tool(task=optional, output_schema=ECHO_OUTPUT_SCHEMA)
+    async def slow_echo(ctx: Context, seconds: float = 1, text: str = "hello") -> ToolResult:
+        """Echo `text` after sleeping `seconds` (reports 'sleeping Ns' while working)."""
+        await _work(ctx, seconds, "sleeping")
+        return ToolResult(
+            content=[mcp_types.TextContent(type="text", text=text)],
+            structured_content={"echo": text},
+        )
+
+    @mcp.tool(task=optional)
+    async def rate_limited() -> str:
+        """Always ends with a tool error (isError): HTTP 429 rate limit exceeded."""
+        raise ToolError(RATE_LIMIT_MESSAGE)
+
+    @mcp.tool(task=optional)
+    async def rpc_error() -> str:
+        """Always ends with JSON-RPC error -32602 'invalid account id: acct-0'."""
+        raise MCPError(code=RPC_ERROR_CODE, message=RPC_ERROR_MESSAGE)
+
+    @mcp.tool(task=required)
+    async def cancellable(ctx: Context, seconds: float = 60) -> str:
+        """Works `seconds` unless cancelled (task required)."""
+        await _work(ctx, seconds, "working")
+        return f"finished after {_fmt_seconds(seconds)}"
+
+    @mcp.tool(task=False)
+    def quick_sync(text: str = "hi") -> str:
+        """Plain synchronous tool (never a task)."""
+        return text
+
+    @mcp.tool(task=optional)
+    async def ask_user(
+        ctx: Context, question: str = "Approve payment of 10 EUR?"
+    ) -> str | mcp_types.InputRequiredResult:
+        """Asks the client {account?: str, approve: bool}; answers 'approved account=..' or 'declined'."""
+        responses = ctx.input_responses or {}
+        answer = responses.get(ASK_KEY)
+        if answer is None:
+            return mcp_types.InputRequiredResult(
+                input_requests={
+                    ASK_KEY: mcp_types.ElicitRequest(
+                        params=mcp_types.ElicitRequestFormParams(message=question, requested_schema=ASK_SCHEMA)
+                    )
+                }
+            )
+        action = _field(answer, "action")
+        content = _field(answer, "content") or {}
+        if action == "cancel":
+            raise ToolError("cancelled by user")
+        if action == "accept" and content.get("approve") is True:
+            return f"approved account={content.get('account') or ''}"
+        return "declined"
+
+    @mcp.tool(
+        task=optional,
+        annotations=mcp_types.ToolAnnotations(read_only_hint=False, idempotent_hint=False),
+    )
+    async def charge_card(ctx: Context, amount_cents: int, idempotency_key: str = "") -> str:
+        """Side-effecting demo: 'charges' `amount_cents` after 2 s."""
+        await _work(ctx, 2, "charging")
+        return f"charged {amount_cents}"
+
+    return mcp
+
+
+class PeerLogMiddleware:
+    """ASGI wrapper appending one JSON line per incoming JSON-RPC message."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    def _write(self, body: bytes, mcp_name: str | None) -> None:
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return
+        messages = payload if isinstance(payload, list) else [payload]
+        lines = []
+        for msg in messages:
+            if not isinstance(msg, dict) or "method" not in msg:
+                continue  # responses to server requests carry no method
+            method = msg.get("method")
+            params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+            lines.append(
+                json.dumps(
+                    {
+                        "ts": int(time.time() * 1000),
+                        "pid": os.getpid(),
+                        "method": method,
+                        "id": msg.get("id"),
+                        "tool": params.get("name") if method == "tools/call" else None,
+                        "taskId": params.get("taskId") if isinstance(method, str) and method.startswith("tasks/") else None,
+                        "mcpName": mcp_name,
+                    }
+                )
+                + "\n"
+            )
+        if not lines:
+            return
+        try:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+                fh.flush()
+        except OSError as exc:  # logging must never break the server
+            print(f"PEER_LOG write failed: {exc}", file=sys.stderr, flush=True)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # Client went away before the body arrived; let the app see it.
+                async def _gone(msg: Any = message) -> Any:
+                    return msg
+
+                await self.app(scope, _gone, send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        mcp_name = None
+        for key, value in scope.get("headers") or []:
+            if key.lower() == b"mcp-name":
+                mcp_name = value.decode("latin-1")
+        self._write(body, mcp_name)
+        replayed = False
+
+        async def _replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, _replay, send)
+
+
+def build_app(mcp: FastMCP, *, json_response: bool = False) -> Any:
+    """The ASGI app: streamable HTTP at ``/mcp``, wrapped by PEER_LOG if set."""
+    app = mcp.http_app(path=MCP_PATH, transport="http", json_response=json_response)
+    peer_log = os.environ.get("PEER_LOG")
+    if peer_log:
+        return PeerLogMiddleware(app, peer_log)
+    return app
+
+
+_QUIET_LOGGERS = ("fastmcp", "fastmcp_tasks", "docket", "mcp", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def _configure_logging(level: str) -> None:
+    """Server-side logs go to stderr only; default is quiet (``critical``).
+
+    The demo tools fail on purpose, and FastMCP/Docket log a traceback for each
+    failure. A parent that reads only the LISTENING line and never drains
+    stderr would eventually block the server on a full pipe, so keep it quiet
+    unless asked (``--log-level info|debug|warning|error``).
+    """
+    numeric = getattr(logging, level.upper(), logging.CRITICAL)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(numeric)
+
+
+async def _serve(
+    host: str, port: int, poll_interval_ms: int, task_ttl_ms: int | None, json_response: bool, log_level: str
+) -> None:
+    import uvicorn
+
+    mcp = build_server(poll_interval_ms, task_ttl_ms=task_ttl_ms)
+    app = build_app(mcp, json_response=json_response)
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    bound_port = sock.getsockname()[1]
+
+    config = uvicorn.Config(
+        app,
+        log_level=log_level if log_level in ("critical", "error", "warning", "info", "debug", "trace") else "critical",
+        access_log=log_level in ("info", "debug", "trace"),
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    serve_task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if serve_task.done():
+            await serve_task  # re-raise the startup failure
+            raise SystemExit(1)
+        await asyncio.sleep(0.01)
+    display_host = f"[{host}]" if ":" in host else host
+    print(f"LISTENING http://{display_host}:{bound_port}{MCP_PATH}", file=sys.stderr, flush=True)
+    await serve_task
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m worker.demo_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--poll-interval-ms", type=int, default=DEFAULT_POLL_INTERVAL_MS)
+    parser.add_argument(
+        "--task-ttl-ms", type=int, default=None, help="task TTL (ttlMs); default Docket's 15 min; min 1000"
+    )
+    parser.add_argument("--json-response", action="store_true", help="answer POSTs with JSON instead of SSE")
+    parser.add_argument(
+        "--log-level",
+        default="critical",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level on stderr (default: critical = quiet)",
+    )
+    args = parser.parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        asyncio.run(
+            _serve(args.host, args.port, args.poll_interval_ms, args.task_ttl_ms, args.json_response, args.log_level)
+        )
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Running the workflows and activities: Temporal connection, search attributes, workers, metrics, shutdown.
+
+Two workers share one process:
+* the **shared** task queue (default ``mcp-tasks``) runs workflows and every activity;
+* a **per-process** task queue (named after this process) runs activities only. Tasks on stdio servers
+  live in the child process this worker spawned, so the workflow pins all their later activities to
+  this queue; if this process dies, those activities time out waiting for a worker and the task ends
+  ``lost`` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.worker import Worker
+
+from activities.mcp_activities import McpActivities
+from activities.result_store import ResultStore
+from activities.wire import PROCESS_ID, SessionPool
+from worker.config import WorkerConfig
+from workflows.fanout import McpFanOutWorkflow
+from workflows.mcp_task import McpTaskWorkflow
+
+log = logging.getLogger("mcp_tasks.worker")
+WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
+SEARCH_ATTRIBUTE_NAMES = ("McpServer", "McpTool", "McpTaskId", "McpTaskStatus", "McpOutcome")
+
+_runtime: Runtime | None = None
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: what log shippers expect. Never logs arguments or headers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+                               "logger": record.name, "msg": record.getMessage()}
+        for key in ("workflow_id", "task_queue", "event"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("httpx2", "httpcore2", "mcp", "temporalio.activity", "temporalio.workflow"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def runtime(metrics_port: int = 0) -> Runtime:
+    """The process-wide Temporal runtime; with a port, Prometheus metrics (SDK + ours) are served there."""
+    global _runtime
+    if _runtime is None:
+        if metrics_port:
+            _runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}")))
+        else:
+            _runtime = Runtime.default()
+    return _runtime
+
+
+async def connect(address: str, namespace: str, *, cfg: WorkerConfig | None = None, metrics_port: int = 0) -> Client:
+    kwargs: dict[str, Any] = {}
+    if cfg is not None:
+        kwargs["tls"] = cfg.tls_config()
+        if cfg.api_key():
+            kwargs["api_key"] = cfg.api_key()
+    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter,
+                                runtime=runtime(metrics_port), **kwargs)
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Register our Keyword search attributes where the namespace lacks them; returns those added."""
+    existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+    known = set(existing.custom_attributes) | set(existing.system_attributes)
+    missing = [n for n in SEARCH_ATTRIBUTE_NAMES if n not in known]
+    if missing:
+        await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+            namespace=namespace, search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in missing}))
+    return missing
+
+
+def build_workers(client: Client, task_queue: str, activities: McpActivities, *,
+                  max_concurrent_activities: int = 4000) -> list[Worker]:
+    # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
+    common = dict(max_concurrent_activities=max_concurrent_activities,
+                  graceful_shutdown_timeout=timedelta(seconds=5))
+    shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
+                    max_concurrent_workflow_tasks=200, **common)
+    owner = Worker(client, task_queue=activities.owner_queue or PROCESS_ID, activities=activities.all(), **common)
+    return [shared, owner]
+
+
+def make_activities(cfg: WorkerConfig) -> McpActivities:
+    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=cfg.worker.idle_session_s),
+                         store=ResultStore(f"{cfg.worker.state_dir}/results" if cfg.worker.state_dir else None),
+                         allow_inline_endpoints=cfg.worker.allow_inline_endpoints, owner_queue=PROCESS_ID)
+
+
+async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0) -> bool:
+    """True once the server lists ``identity`` among the workflow pollers of ``task_queue``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while loop.time() < end:
+        resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=task_queue)))
+        if any(p.identity == identity for p in resp.pollers):
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event | None = None,
+                      on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT), then shut down gracefully and close MCP sessions."""
+    activities = activities or make_activities(cfg)
+    workers = build_workers(client, cfg.temporal.task_queue, activities,
+                            max_concurrent_activities=cfg.worker.max_concurrent_activities)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread: the caller owns signals
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        if await wait_until_polling(client, cfg.temporal.task_queue, client.identity):
+            if on_ready:
+                on_ready()
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not stopper and t.exception():
+                raise t.exception()  # type: ignore[misc]
+        stopper.cancel()
+    finally:
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await activities.pool.aclose()
+        for sig in installed:
+            loop.remove_signal_handler(sig)

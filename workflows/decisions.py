@@ -1,0 +1,215 @@
+"""Pure decision logic of ``McpTaskWorkflow``: no Temporal, no I/O, no clock. Unit tested directly.
+
+Classification rules for a ``tool_error`` / ``failed`` / ``rejected`` payload, first match wins:
+
+1. **retryable**: rate limiting (``429``, "rate limit", "too many requests", ``RESOURCE_EXHAUSTED``);
+   ``retry_after_s`` from ``retry-after=N`` / ``Retry-After: N`` / "retry after N s" in the text, or
+   ``retryAfter``/``retry_after`` in structured content or error data.
+2. **authorization_required**: ``401``/``403``, "unauthorized", "forbidden" (not "forbidden tool"),
+   "permission denied", "invalid/expired token", "authentication".
+3. **retryable**: transient: timeouts, "temporarily", "unavailable", ``502/503/504``, connection
+   reset/refused, "try again".
+4. **input_correctable**: JSON-RPC ``-32602``; "invalid", "validation", "must be", "missing
+   required", "not found", ``400``/``422``.
+5. **permanent**: JSON-RPC ``-32601``/``-32600``, missing capability, "not supported", "unsupported".
+6. **unknown**: anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from activities.wire.models import UNLIMITED, RpcErrorInfo
+
+from .models import Classification, Outcome, ReplayPolicy
+
+_RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
+_RETRY_AFTER = re.compile(
+    r"retry[\s_-]?after\s*[=:]?\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?)?", re.I)
+_AUTH = re.compile(
+    r"\b40[13]\b|unauthori[sz]ed|(?<!task )forbidden(?! tool)|permission denied|access denied|"
+    r"(invalid|expired|missing) (api )?(token|credentials?|key)|authenticat", re.I)
+_TRANSIENT = re.compile(
+    r"time[sd]?[\s-]?out|temporar(y|ily)|unavailable|\b50[234]\b|connection (reset|refused)|try again|"
+    r"overloaded|econnreset|transient", re.I)
+_INPUT = re.compile(r"invalid|validation|must be|missing required|required (field|parameter|argument)|"
+                    r"not found|\b40[04]\b|\b422\b|malformed", re.I)
+_PERMANENT = re.compile(r"not supported|unsupported|not implemented|method not found|no such tool|unknown tool", re.I)
+
+_UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "m": 60.0, "min": 60.0, "minute": 60.0,
+           "minutes": 60.0}
+
+
+def payload_text(result: dict[str, Any] | None, error: RpcErrorInfo | None, status_message: str | None) -> str:
+    """All human-readable text a failure carries, for the rules above."""
+    parts: list[str] = []
+    if result:
+        for block in result.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+        if result.get("structuredContent") is not None:
+            parts.append(json.dumps(result["structuredContent"], default=str))
+    if error is not None:
+        parts.append(error.message)
+        if error.data is not None:
+            parts.append(json.dumps(error.data, default=str))
+    if status_message:
+        parts.append(status_message)
+    return "\n".join(parts)
+
+
+def _structured_retry_after(result: dict[str, Any] | None, error: RpcErrorInfo | None) -> float | None:
+    for source in ((result or {}).get("structuredContent"), error.data if error else None):
+        if isinstance(source, dict):
+            for key in ("retryAfter", "retry_after", "retryAfterSeconds", "retry_after_s"):
+                value = source.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                    return float(value)
+    return None
+
+
+def parse_retry_after_text(text: str) -> float | None:
+    m = _RETRY_AFTER.search(text)
+    if not m:
+        return None
+    unit = (m.group(2) or "s").lower()
+    return float(m.group(1)) * _UNIT_S.get(unit, 1.0)
+
+
+def classify_failure(
+    result: dict[str, Any] | None,
+    error: RpcErrorInfo | None,
+    status_message: str | None = None,
+) -> tuple[Classification, float | None]:
+    """Classify a failure payload; returns (classification, retry_after_s)."""
+    text = payload_text(result, error, status_message)
+    code = error.code if error else None
+    retry_after = _structured_retry_after(result, error) or parse_retry_after_text(text)
+    if _RATE.search(text):
+        return Classification.RETRYABLE, retry_after
+    if _AUTH.search(text):
+        return Classification.AUTHORIZATION_REQUIRED, None
+    if _TRANSIENT.search(text):
+        return Classification.RETRYABLE, retry_after
+    if code == -32602 or _INPUT.search(text):
+        return Classification.INPUT_CORRECTABLE, None
+    if code in (-32601, -32600, -32021, -32003) or _PERMANENT.search(text):
+        return Classification.PERMANENT, None
+    return Classification.UNKNOWN, retry_after
+
+
+def terminal_outcome(
+    status: str,
+    *,
+    result: dict[str, Any] | None,
+    error: RpcErrorInfo | None,
+    empty: bool,
+    decode_error: str | None,
+    status_message: str | None,
+) -> tuple[Outcome, RpcErrorInfo | None]:
+    """The outcome of a task the server reported terminal, from its status and retrieved payload.
+
+    A task the server completed is never reported as failed or as nothing: a completed task whose
+    payload cannot be decoded (or is empty) is ``decode_failed`` with the raw payload kept.
+    """
+    if status == "cancelled":
+        return Outcome.CANCELLED, error
+    if decode_error is not None:
+        return Outcome.DECODE_FAILED, None
+    if result is not None:
+        return (Outcome.TOOL_ERROR if result.get("isError") else Outcome.COMPLETED), None
+    if error is not None:
+        return Outcome.FAILED, error
+    if status == "completed":
+        return Outcome.DECODE_FAILED, None
+    # failed with no stored payload: the server's statusMessage is the only reason there is.
+    return Outcome.FAILED, RpcErrorInfo(code=-32603, message=status_message or "task failed with no stored payload")
+
+
+def not_found_outcome(created_at: str | None, ttl_ms: int | str | None, now: datetime) -> Outcome:
+    """``-32602`` on a task we created: ``expired`` if its TTL had run out, else ``lost``."""
+    if created_at is None or ttl_ms is None or ttl_ms == UNLIMITED:
+        return Outcome.LOST
+    try:
+        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return Outcome.LOST
+    if created.tzinfo is None and now.tzinfo is not None:
+        created = created.replace(tzinfo=now.tzinfo)
+    assert isinstance(ttl_ms, int)
+    # A little slack: server and worker clocks differ, and purges run late, not early.
+    return Outcome.EXPIRED if now >= created + timedelta(milliseconds=ttl_ms) - timedelta(seconds=2) else Outcome.LOST
+
+
+Decision = Literal["replay", "await_approval", "stop"]
+
+
+def decide_replay(policy: ReplayPolicy, *, idempotent: bool, replays_used: int, max_replays: int) -> Decision:
+    """May a *new* ``tools/call`` be sent? Retrieval retries never come here: they never re-call the tool."""
+    if replays_used >= max_replays or policy == ReplayPolicy.NEVER:
+        return "stop"
+    if policy == ReplayPolicy.IF_IDEMPOTENT:
+        return "replay" if idempotent else "stop"
+    if policy == ReplayPolicy.ALWAYS:
+        return "replay"
+    return "await_approval"
+
+
+REPLAYABLE_OUTCOMES = frozenset({Outcome.LOST, Outcome.EXPIRED, Outcome.UNKNOWN_OUTCOME})
+
+
+def replay_reason(outcome: Outcome, classification: Classification | None) -> str | None:
+    """Why this ending could justify a replay, or None when it never does."""
+    if outcome in REPLAYABLE_OUTCOMES:
+        return f"replay_{outcome.value}"
+    if outcome in (Outcome.TOOL_ERROR, Outcome.FAILED) and classification == Classification.RETRYABLE:
+        return "replay_retryable"
+    return None
+
+
+SubmitFailure = Literal["resend", "rejected", "unknown_outcome", "unreachable"]
+
+
+def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3) -> SubmitFailure:
+    """What a failed ``tools/call`` attempt means. Only a request that surely never arrived is resent."""
+    if kind in {"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
+                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError"}:
+        return "rejected"
+    if not may_have_reached_server:
+        return "resend" if resends < max_resends else "unreachable"
+    return "unknown_outcome"
+
+
+def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None) -> float:
+    """Seconds until the next ``tasks/get``.
+
+    The server's ``pollInterval`` wins within our floor and ceiling. Without one we back off from 0.5 s
+    by 1.5× per poll, so a silent server is not hammered during a long task.
+    """
+    if server_ms is not None and server_ms > 0:
+        wanted = server_ms / 1000.0
+    elif previous_s is None:
+        wanted = 0.5
+    else:
+        wanted = previous_s * 1.5
+    return min(ceiling_s, max(floor_s, wanted))
+
+
+def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: datetime,
+                       deadline: datetime | None, default_s: float = 3600.0) -> float:
+    """How long a retrieval may keep retrying: until the task's TTL or the deadline, whichever is first."""
+    candidates = [default_s]
+    if created_at and isinstance(ttl_ms, int):
+        try:
+            created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+            if created.tzinfo is None and now.tzinfo is not None:
+                created = created.replace(tzinfo=now.tzinfo)
+            candidates.append((created + timedelta(milliseconds=ttl_ms) - now).total_seconds())
+        except ValueError:
+            pass
+    if deadline is not None:
+        candidates.append((deadline - now).total_seconds())
+    return max(5.0, min(candidates))

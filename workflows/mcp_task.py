@@ -1,0 +1,623 @@
+"""``McpTaskWorkflow``: one MCP task, one durable state machine.
+
+    SUBMITTING ─► WORKING ⇄ INPUT_REQUIRED
+        │            │
+        │            ▼
+        │        RETRIEVING ─► DONE (completed · tool_error · failed · cancelled · decode_failed)
+        │            │
+        ▼            ▼
+    rejected · unknown_outcome · lost · expired ──(replay policy)──► AWAITING_APPROVAL ─► REPLAYING ─► SUBMITTING
+                                                                  └──────────────────────► REPLAYING ─┘
+
+* **Submit** is the one dangerous step: ``tools/call`` runs with a single attempt. A failure that surely
+  never reached the server is resent; anything else ends ``unknown_outcome`` unless the replay policy
+  allows a new call.
+* **Wait** is one heartbeating activity per wait (``await_task``): O(1) history whatever the duration.
+  A dead worker is noticed by the heartbeat timeout and the next attempt resumes polling elsewhere.
+* **Retrieve** is retried alone (never re-calling the tool), bounded by the task's TTL or the deadline.
+* **Replay** is a new ``tools/call``, only through ``decisions.decide_replay``, recorded in
+  ``operation_attempts`` with its reason; a ``Retry-After`` hint becomes a durable timer.
+* **Cancel** (workflow cancellation or the ``cancel`` update) sends ``tasks/cancel`` and then reads the
+  task's true end: a task that had already finished keeps its real outcome.
+
+Decision logic lives in :mod:`workflows.decisions` (plain functions, unit tested without Temporal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema
+
+    from activities.mcp_activities import (
+        AWAIT_TASK,
+        CANCEL_TASK,
+        PROVIDE_INPUT,
+        RESOLVE,
+        RETRIEVE_RESULT,
+        START_CALL,
+    )
+    from activities.models import (
+        AwaitInput,
+        AwaitOutput,
+        CancelInput,
+        CancelOutput,
+        PayloadOutcome,
+        ResolveInput,
+        RetrieveInput,
+        RetrieveOutput,
+        ServerProfile,
+        StartCallInput,
+        StartCallOutput,
+        UpdateInput,
+    )
+    from activities.wire.contract import contract_of, digest
+    from activities.wire.models import RpcErrorInfo, SessionRef, TaskState
+    from workflows import decisions
+    from workflows.models import (
+        Classification,
+        Ledger,
+        McpTaskOutcome,
+        McpTaskRequest,
+        OperationAttempt,
+        Outcome,
+        PendingInput,
+        Phase,
+        ReplayPolicy,
+        ResultRef,
+        TaskView,
+    )
+
+SA_SERVER = SearchAttributeKey.for_keyword("McpServer")
+SA_TOOL = SearchAttributeKey.for_keyword("McpTool")
+SA_TASK_ID = SearchAttributeKey.for_keyword("McpTaskId")
+SA_STATUS = SearchAttributeKey.for_keyword("McpTaskStatus")
+SA_OUTCOME = SearchAttributeKey.for_keyword("McpOutcome")
+SEARCH_ATTRIBUTES = (SA_SERVER, SA_TOOL, SA_TASK_ID, SA_STATUS, SA_OUTCOME)
+
+#: Errors on which retrying the same activity is pointless.
+NON_RETRYABLE = ["AuthorizationRequired", "ProtocolViolation", "HeaderMismatch", "MissingCapability",
+                 "MethodNotFound", "InvalidParams", "UnsupportedProtocolVersion", "CapabilityUnavailable"]
+WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                         non_retryable_error_types=NON_RETRYABLE)
+RETRIEVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                             maximum_interval=timedelta(seconds=60), non_retryable_error_types=NON_RETRYABLE)
+LONG_WAIT = timedelta(days=7)
+
+
+class _Ended(Exception):
+    """Internal: one operation reached an outcome (carried in ``ending``)."""
+
+    def __init__(self, outcome: Outcome, **fields: Any) -> None:
+        self.outcome = outcome
+        self.fields = fields
+
+
+def _failure_info(err: ActivityError) -> tuple[str, bool, dict[str, Any]]:
+    """(kind, may_have_reached_server, info) of a failed activity, from its typed cause."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        info = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        return cause.type or "ApplicationError", bool(info.get("may_have_reached_server", True)), info
+    if isinstance(cause, TimeoutError):
+        # A worker died or hung mid-call: whatever it sent may have arrived.
+        return f"Timeout{cause.type.name if cause.type else ''}", True, {"message": str(cause)}
+    return type(cause).__name__ if cause else "ActivityError", True, {"message": str(err)}
+
+
+@workflow.defn(name="McpTaskWorkflow")
+class McpTaskWorkflow:
+    @workflow.init
+    def __init__(self, request: McpTaskRequest) -> None:
+        self.req = request
+        self.phase = Phase.SUBMITTING
+        self.profile: ServerProfile | None = None
+        self.session: SessionRef | None = None
+        self.owner_queue: str | None = None
+        self.state: TaskState | None = None
+        self.attempts: list[OperationAttempt] = []
+        self.pending: dict[str, PendingInput] = {}
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.answered_keys: list[str] = []
+        self.cancel_reason: str | None = None
+        self.approved = False
+        self.output_schema: dict[str, Any] | None = None
+        self.outcome: McpTaskOutcome | None = None
+        self.ledger = Ledger(
+            server=request.server_label(), tool=request.tool, principal=request.principal,
+            request_digest=digest(request.arguments), created_at=workflow.now(),
+            idempotency={"key": request.idempotency_key, "replay": (request.replay or ReplayPolicy.NEVER).value,
+                         "max_replays": request.max_replays, "idempotent": request.idempotent},
+        )
+
+    # --- messages --------------------------------------------------------------------------------
+
+    @workflow.query
+    def status(self) -> TaskView:
+        return TaskView(
+            workflow_id=workflow.info().workflow_id, phase=self.phase, tool=self.req.tool,
+            server=self.ledger.server, task_id=self.state.task_id if self.state else None,
+            task_status=self.state.status if self.state else None,
+            status_message=self.state.status_message if self.state else None,
+            era=self.state.era if self.state else self.ledger.era, pending_inputs=list(self.pending.values()),
+            operation_attempts=self.attempts, outcome=self.outcome.outcome if self.outcome else None,
+            ledger=self.ledger,
+        )
+
+    @workflow.update
+    def cancel(self, reason: str = "cancelled by request") -> str:
+        self.cancel_reason = reason
+        return self.phase.value
+
+    @cancel.validator
+    def _validate_cancel(self, reason: str = "cancelled by request") -> None:
+        if self.phase == Phase.DONE:
+            raise ValueError("the task has already ended")
+
+    @workflow.update
+    def approve_replay(self) -> int:
+        self.approved = True
+        return len(self.attempts) + 1
+
+    @approve_replay.validator
+    def _validate_approve(self) -> None:
+        if self.phase != Phase.AWAITING_APPROVAL:
+            raise ValueError(f"nothing to approve: the task is {self.phase.value}, not AWAITING_APPROVAL")
+
+    @workflow.update
+    def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
+        self.answers.update(responses)
+        return sorted(k for k in self.pending if k not in self.answers)
+
+    @provide_input.validator
+    def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
+        if self.phase != Phase.INPUT_REQUIRED or not self.pending:
+            raise ValueError("no input is outstanding")
+        if not responses:
+            raise ValueError("no responses given")
+        for key, response in responses.items():
+            pending = self.pending.get(key)
+            if pending is None:
+                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.pending)})")
+            validate_input_response(pending, response)
+
+    # --- the machine ---------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, request: McpTaskRequest) -> McpTaskOutcome:
+        try:
+            self.profile = await workflow.execute_local_activity(
+                RESOLVE, ResolveInput(server=request.server, tool=request.tool, principal=request.principal,
+                                      era=request.era),
+                result_type=ServerProfile, start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["UnknownServer",
+                                                                                       "InlineEndpointRefused"]),
+                summary="resolve server configuration",
+            )
+        except ActivityError as err:
+            kind, _, info = _failure_info(err)
+            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(code=-32602, message=str(err.cause or err),
+                                                                      data={"kind": kind}),
+                                classification=Classification.INPUT_CORRECTABLE, reason=kind)
+        self._apply_profile()
+        reason = "initial"
+        while True:
+            try:
+                await self._operation(reason)
+                raise AssertionError("an operation always ends")  # pragma: no cover
+            except _Ended as end:
+                ending = end
+            replay = self._replay_reason(ending)
+            if replay is None or self.cancel_reason is not None:
+                return self._finish(ending.outcome, **ending.fields)
+            decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
+                                               replays_used=len(self.attempts) - 1, max_replays=self.req.max_replays)
+            if decision == "stop":
+                return self._finish(ending.outcome, **ending.fields)
+            if decision == "await_approval":
+                self._enter(Phase.AWAITING_APPROVAL)
+                if not await self._interruptible_wait(lambda: self.approved):
+                    return self._finish(ending.outcome, **{**ending.fields,
+                                                           "reason": f"replay not approved: {self.cancel_reason}"})
+                self.approved = False
+            self._enter(Phase.REPLAYING)
+            delay = ending.fields.get("retry_after_s")
+            if delay:
+                await workflow.sleep(timedelta(seconds=delay), summary=f"Retry-After {delay:g}s before replay")
+            reason = replay
+
+    def _replay_reason(self, end: _Ended) -> str | None:
+        return decisions.replay_reason(end.outcome, end.fields.get("classification"))
+
+    def _policy(self) -> ReplayPolicy:
+        if self.req.replay is not None:
+            return self.req.replay
+        configured = self.profile.policy.replay if self.profile else None
+        return ReplayPolicy(configured) if configured else ReplayPolicy.NEVER
+
+    def _idempotent(self) -> bool:
+        """Trusted idempotency: the request, then configuration, then annotations of a trusted server."""
+        if self.req.idempotent is not None:
+            return self.req.idempotent
+        if self.profile and self.profile.policy.idempotent is not None:
+            return self.profile.policy.idempotent
+        return bool(self.ledger.idempotency.get("annotation_idempotent"))
+
+    def _apply_profile(self) -> None:
+        assert self.profile is not None
+        self.output_schema = self.profile.policy.output_schema
+        self.ledger.server = self.profile.name
+        self.ledger.server_identity = self.profile.identity
+        self.ledger.principal = self.profile.principal
+        self.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
+                                       max_replays=self.req.max_replays)
+        self._set_contract()
+        workflow.upsert_search_attributes([SA_SERVER.value_set(self.profile.name), SA_TOOL.value_set(self.req.tool),
+                                           SA_STATUS.value_set("submitting")])
+        workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
+
+    def _set_contract(self) -> None:
+        contract = contract_of(self.output_schema)
+        self.ledger.result_contract = contract
+        self.ledger.result_contract_digest = digest(contract)
+
+    def _enter(self, phase: Phase, status: str | None = None) -> None:
+        self.phase = phase
+        shown = status or (self.state.status if self.state else phase.value.lower())
+        workflow.upsert_search_attributes([SA_STATUS.value_set(shown)])
+        msg = self.state.status_message if self.state and self.state.status_message else ""
+        workflow.set_current_details(f"**{self.req.tool}** — {phase.value}" + (f": {msg}" if msg else ""))
+
+    # --- one tools/call and everything that follows it ---------------------------------------------
+
+    async def _operation(self, reason: str) -> None:
+        """Run one ``tools/call`` to its end; always raises :class:`_Ended`."""
+        start = await self._submit(reason)
+        attempt = self.attempts[-1]
+        if start.payload is not None:  # the server ran the tool synchronously
+            self.state = None
+            raise self._ended_from_payload("completed", start.payload)
+        if start.start.input_requests is not None:
+            raise _Ended(Outcome.REJECTED, error=RpcErrorInfo(
+                code=-32601, message="server asked for input on tools/call itself; answer through a task"),
+                classification=Classification.PERMANENT)
+        task = start.start.task
+        assert task is not None
+        self.session = start.start.session
+        self.owner_queue = start.owner_queue
+        self.state = task
+        attempt.task_id = task.task_id
+        self.ledger.task_ids.append(task.task_id)
+        workflow.upsert_search_attributes([SA_TASK_ID.value_set(task.task_id)])
+        try:
+            await self._follow(task)
+        except _Ended as end:
+            attempt.ended = end.outcome.value
+            raise
+
+    async def _submit(self, reason: str) -> StartCallOutput:
+        assert self.profile is not None
+        self._enter(Phase.SUBMITTING, "submitting")
+        resends = 0
+        while True:
+            handle = workflow.start_activity(
+                START_CALL,
+                StartCallInput(profile=self.profile, tool=self.req.tool, arguments=self.req.arguments,
+                               ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None),
+                result_type=StartCallOutput,
+                start_to_close_timeout=timedelta(seconds=self.req.timeouts.submit_s),
+                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
+                retry_policy=RetryPolicy(maximum_attempts=1),  # resending tools/call is decided below, never blindly
+                summary=f"tools/call {self.req.tool} ({reason})",
+            )
+            try:
+                out = await self._uninterruptible(handle)
+            except ActivityError as err:
+                kind, reached, info = _failure_info(err)
+                verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
+                if verdict == "resend":
+                    resends += 1
+                    await workflow.sleep(timedelta(seconds=2 ** resends), summary="server unreachable; resend")
+                    continue
+                error = RpcErrorInfo(code=info.get("code") or -32000, message=info.get("message") or str(err.cause),
+                                     data={"kind": kind})
+                if verdict == "rejected":
+                    self._record(reason, ended=Outcome.REJECTED.value)
+                    cls, _ = decisions.classify_failure(None, error)
+                    if kind == "AuthorizationRequired":
+                        cls = Classification.AUTHORIZATION_REQUIRED
+                    raise _Ended(Outcome.REJECTED, error=error, classification=cls)
+                if verdict == "unreachable":
+                    raise _Ended(Outcome.REJECTED, error=error, classification=Classification.RETRYABLE,
+                                 reason="server unreachable; tools/call was never sent")
+                self._record(reason, ended=Outcome.UNKNOWN_OUTCOME.value)
+                raise _Ended(Outcome.UNKNOWN_OUTCOME, error=error,
+                             reason=f"tools/call may have reached the server but its reply was lost ({kind})")
+            self._record(reason)
+            self.ledger.sdk_version = out.sdk_version
+            self.ledger.era = out.start.era
+            self.ledger.protocol_version = out.start.session.protocol_version
+            if out.tool is not None:
+                self._learn_tool(out)
+            return out
+
+    def _record(self, reason: str, *, ended: str = "in_flight") -> None:
+        self.attempts.append(OperationAttempt(n=len(self.attempts) + 1, reason=reason,  # type: ignore[arg-type]
+                                              at=workflow.now(), ended=ended))
+
+    def _learn_tool(self, out: StartCallOutput) -> None:
+        assert out.tool is not None and self.profile is not None
+        if self.output_schema is None and out.tool.output_schema is not None:
+            self.output_schema = out.tool.output_schema
+            self._set_contract()
+        if self.profile.trust_annotations and out.tool.idempotent_hint is not None:
+            # Annotations count only for servers configuration trusts.
+            self.ledger.idempotency["annotation_idempotent"] = bool(out.tool.idempotent_hint or out.tool.read_only_hint)
+            self.ledger.idempotency["idempotent"] = self._idempotent()
+
+    def _task_queue_kw(self) -> dict[str, Any]:
+        if self.owner_queue:
+            return {"task_queue": self.owner_queue,
+                    "schedule_to_start_timeout": timedelta(seconds=self.req.timeouts.owner_pickup_s)}
+        return {}
+
+    async def _follow(self, task: TaskState) -> None:
+        """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
+        assert self.session is not None
+        while True:
+            self._enter(Phase.WORKING)
+            aw = await self._await(AWAIT_TASK, AwaitInput(
+                session=self.session, task_id=task.task_id, principal=self.profile.principal if self.profile else None,
+                poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
+                output_schema=self.output_schema, answered_keys=self.answered_keys),
+                AwaitOutput, summary=f"poll {task.task_id} until terminal")
+            if aw is None:
+                await self._cancel_and_settle(task)
+            assert aw is not None
+            self._after_wait(aw)
+            assert self.state is not None
+            if self.state.terminal:
+                payload = aw.payload if aw.payload is not None else await self._retrieve()
+                raise self._ended_from_payload(self.state.status, payload)
+            if self.state.status == "input_required":
+                await self._input_required(task)
+
+    def _after_wait(self, aw: AwaitOutput) -> None:
+        if aw.state is not None:
+            self.state = aw.state
+            if aw.state.status != "working":
+                workflow.upsert_search_attributes([SA_STATUS.value_set(aw.state.status)])
+            return
+        last = self.state
+        if aw.not_found:
+            outcome = decisions.not_found_outcome(last.created_at if last else None, last.ttl_ms if last else None,
+                                                  workflow.now())
+            raise _Ended(outcome, reason="tasks/get answered -32602: the task is gone"
+                         + (" after its TTL" if outcome == Outcome.EXPIRED else ""))
+        raise _Ended(Outcome.LOST, reason=aw.unreachable or "task unreachable")
+
+    async def _retrieve(self) -> PayloadOutcome:
+        """RETRIEVING: read the payload again and again, never re-calling the tool."""
+        assert self.state is not None and self.session is not None
+        self._enter(Phase.RETRIEVING)
+        budget = decisions.retrieval_budget_s(self.state.created_at, self.state.ttl_ms, workflow.now(),
+                                              self.req.deadline)
+        try:
+            out = await workflow.execute_activity(
+                RETRIEVE_RESULT, RetrieveInput(session=self.session, state=self.state,
+                                               principal=self.profile.principal if self.profile else None,
+                                               output_schema=self.output_schema),
+                result_type=RetrieveOutput, schedule_to_close_timeout=timedelta(seconds=budget),
+                start_to_close_timeout=timedelta(minutes=5), retry_policy=RETRIEVE_RETRY,
+                summary=f"tasks/result {self.state.task_id}", **self._task_queue_kw())
+        except ActivityError as err:
+            kind, _, _ = _failure_info(err)
+            self.ledger.last_retrieval = f"gave up: {kind}"
+            raise _Ended(Outcome.LOST, reason=f"the task ended {self.state.status} but its payload could not be "
+                                              f"retrieved ({kind}) within {budget:.0f}s")
+        if out.payload is None:
+            self.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
+            outcome = (decisions.not_found_outcome(self.state.created_at, self.state.ttl_ms, workflow.now())
+                       if out.not_found else Outcome.LOST)
+            raise _Ended(outcome, reason=out.unreachable or "payload purged before it was read")
+        return out.payload
+
+    def _ended_from_payload(self, status: str, payload: PayloadOutcome) -> _Ended:
+        self.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
+        outcome, error = decisions.terminal_outcome(
+            status, result=payload.result if payload.result is not None else (
+                {"content": [], "isError": False} if payload.result_ref else None),
+            error=payload.error, empty=payload.empty, decode_error=payload.decode_error,
+            status_message=self.state.status_message if self.state else None)
+        fields: dict[str, Any] = {"result": payload.result, "error": error}
+        if payload.result_ref:
+            fields["result_ref"] = ResultRef(**payload.result_ref)
+        if payload.decode_error:
+            fields.update(raw_payload=payload.raw, reason=payload.decode_error)
+        if outcome in (Outcome.TOOL_ERROR, Outcome.FAILED):
+            cls, retry_after = decisions.classify_failure(payload.result, error,
+                                                          self.state.status_message if self.state else None)
+            fields.update(classification=cls, retry_after_s=retry_after)
+        return _Ended(outcome, **fields)
+
+    # --- input (issue 4, extension era) ----------------------------------------------------------
+
+    async def _input_required(self, task: TaskState) -> None:
+        assert self.state is not None and self.session is not None
+        requests = {k: v for k, v in (self.state.input_requests or {}).items() if k not in self.answered_keys}
+        if not requests:
+            return
+        self.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
+        self._enter(Phase.INPUT_REQUIRED, "input_required")
+        timeout = self.req.input_timeout_s or self.req.timeouts.input_s
+        answered = await self._interruptible_wait(lambda: all(k in self.answers for k in self.pending),
+                                                  timeout_s=timeout)
+        if self.cancel_reason is not None:
+            await self._cancel_and_settle(task)
+        if not answered:
+            if self.req.on_input_timeout == "cancel":
+                self.cancel_reason = f"no answer to input request within {timeout:g}s"
+                await self._cancel_and_settle(task)
+            for key in self.pending:
+                self.answers.setdefault(key, {"action": "decline"})
+        responses = {k: self.answers[k] for k in self.pending}
+        await workflow.execute_activity(
+            PROVIDE_INPUT, UpdateInput(session=self.session, task_id=task.task_id, responses=responses,
+                                       principal=self.profile.principal if self.profile else None),
+            start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT_RETRY,
+            summary=f"tasks/update {task.task_id}", **self._task_queue_kw())
+        self.answered_keys.extend(responses)
+        self.pending = {}
+
+    # --- cancellation ----------------------------------------------------------------------------
+
+    async def _cancel_and_settle(self, task: TaskState) -> None:
+        """Send ``tasks/cancel``, then learn how the task really ended. Always raises :class:`_Ended`."""
+        assert self.session is not None
+        self._enter(Phase.CANCELLING, "cancelling")
+        principal = self.profile.principal if self.profile else None
+        try:
+            out = await workflow.execute_activity(
+                CANCEL_TASK, CancelInput(session=self.session, task_id=task.task_id, principal=principal),
+                result_type=CancelOutput, start_to_close_timeout=timedelta(seconds=60),
+                schedule_to_close_timeout=timedelta(minutes=5), retry_policy=WAIT_RETRY,
+                summary=f"tasks/cancel {task.task_id}", **self._task_queue_kw())
+        except ActivityError as err:
+            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; tasks/cancel failed: {_failure_info(err)[0]}")
+        if out.not_found or out.unreachable:
+            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; task already gone on the server")
+        # Cancellation is cooperative: the task may still have finished first. Read its real end.
+        try:
+            aw = await workflow.execute_activity(
+                AWAIT_TASK, AwaitInput(session=self.session, task_id=task.task_id, principal=principal,
+                                       poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
+                                       output_schema=self.output_schema, answered_keys=list(self.pending)),
+                result_type=AwaitOutput, start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
+                schedule_to_close_timeout=timedelta(minutes=3), retry_policy=WAIT_RETRY,
+                summary=f"settle {task.task_id} after cancel", **self._task_queue_kw())
+        except ActivityError:
+            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; final state unknown")
+        if aw.state is not None and aw.state.terminal:
+            self.state = aw.state
+            if aw.state.status != "cancelled":
+                payload = aw.payload if aw.payload is not None else await self._retrieve()
+                end = self._ended_from_payload(aw.state.status, payload)
+                end.fields["reason"] = f"cancel requested ({self.cancel_reason}) but the task had already ended"
+                raise end
+        elif aw.state is not None:
+            self.state = aw.state
+        raise _Ended(Outcome.CANCELLED, reason=self.cancel_reason)
+
+    # --- waiting without losing cancellations ------------------------------------------------------
+
+    async def _uninterruptible(self, handle: Any) -> Any:
+        """Await an activity to its end even if the workflow is cancelled meanwhile (remembering it).
+
+        Used for ``tools/call``: abandoning it would lose the task id of a call that did reach the server.
+        """
+        while True:
+            try:
+                return await asyncio.shield(handle)
+            except asyncio.CancelledError:
+                if handle.done() and handle.cancelled():
+                    raise
+                self.cancel_reason = self.cancel_reason or "workflow cancelled"
+
+    async def _interruptible_wait(self, ready: Any, *, timeout_s: float | None = None) -> bool:
+        """Wait for ``ready()``; False on cancellation or timeout. Workflow cancellation is remembered."""
+        try:
+            await workflow.wait_condition(lambda: ready() or self.cancel_reason is not None,
+                                          timeout=timedelta(seconds=timeout_s) if timeout_s else LONG_WAIT)
+        except asyncio.TimeoutError:
+            return False
+        except asyncio.CancelledError:
+            self.cancel_reason = self.cancel_reason or "workflow cancelled"
+            return False
+        return self.cancel_reason is None and ready()
+
+    async def _await(self, activity_name: str, arg: Any, result_type: type, *, summary: str) -> Any:
+        """Run a waiting activity; return None if a cancel arrived first (the activity is then cancelled)."""
+        deadline = self.req.deadline
+        budget = (deadline - workflow.now()) if deadline else LONG_WAIT
+        handle = workflow.start_activity(
+            activity_name, arg, result_type=result_type,
+            start_to_close_timeout=max(budget, timedelta(seconds=1)),
+            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=WAIT_RETRY,
+            summary=summary, **self._task_queue_kw())
+        await self._interruptible_wait(lambda: handle.done())
+        if self.cancel_reason is not None and not handle.done():
+            handle.cancel()
+            try:
+                await handle
+            except (ActivityError, asyncio.CancelledError):
+                pass
+            return None
+        try:
+            return await handle
+        except ActivityError as err:
+            kind, _, info = _failure_info(err)
+            if kind.startswith("Timeout") and deadline and workflow.now() >= deadline:
+                self.cancel_reason = "deadline exceeded"
+                return None
+            if kind == "TimeoutSCHEDULE_TO_START":
+                raise _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
+            raise _Ended(Outcome.LOST, reason=f"could not follow the task: {kind}: {info.get('message', '')}")
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def _finish(self, outcome: Outcome, **fields: Any) -> McpTaskOutcome:
+        if self.attempts and self.attempts[-1].ended == "in_flight":
+            self.attempts[-1].ended = outcome.value
+        self.ledger.terminal_state = outcome.value
+        self.phase = Phase.DONE
+        self.outcome = McpTaskOutcome(
+            workflow_id=workflow.info().workflow_id, outcome=outcome,
+            task_id=self.state.task_id if self.state else (self.attempts[-1].task_id if self.attempts else None),
+            task_status=self.state.status if self.state else None,
+            status_message=self.state.status_message if self.state else None,
+            era=self.ledger.era, operation_attempts=self.attempts, ledger=self.ledger, **fields)
+        workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value),
+                                           SA_STATUS.value_set(self.state.status if self.state else outcome.value)])
+        workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
+        workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}")
+        return self.outcome
+
+
+def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> None:
+    """Shape check of an answer to an input request (``ElicitResult``), done in the Update validator."""
+    if pending.method != "elicitation/create":
+        raise ValueError(f"input {pending.key!r} is a {pending.method} request; only elicitation can be answered")
+    action = response.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        raise ValueError(f"input {pending.key!r}: action must be accept, decline or cancel, got {action!r}")
+    extra = set(response) - {"action", "content", "_meta"}
+    if extra:
+        raise ValueError(f"input {pending.key!r}: unexpected fields {sorted(extra)}")
+    content = response.get("content")
+    if action != "accept":
+        if content is not None:
+            raise ValueError(f"input {pending.key!r}: content is only allowed with action 'accept'")
+        return
+    if pending.requested_schema is not None:
+        if not isinstance(content, dict):
+            raise ValueError(f"input {pending.key!r}: accept needs a content object")
+        try:
+            jsonschema.validate(content, pending.requested_schema)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "content"
+            raise ValueError(f"input {pending.key!r}: {where}: {exc.message}") from None
+
+
+def initial_search_attributes(request: McpTaskRequest) -> TypedSearchAttributes:
+    """Set at start so a workflow is findable before its first task runs."""
+    return TypedSearchAttributes([SearchAttributePair(SA_SERVER, request.server_label()),
+                                  SearchAttributePair(SA_TOOL, request.tool),
+                                  SearchAttributePair(SA_STATUS, "submitting")])

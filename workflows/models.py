@@ -1,0 +1,221 @@
+"""Input and output of ``McpTaskWorkflow``, and the ledger it keeps. Pure pydantic, sandbox-safe.
+
+The request carries no secrets: servers are named (resolved by the worker's configuration) or given
+inline with credentials *by reference* (names of environment variables of the worker).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, TaskStatus
+
+WORKFLOW_TYPE = "McpTaskWorkflow"
+DEFAULT_TASK_QUEUE = "mcp-tasks"
+
+
+class ReplayPolicy(str, Enum):
+    """When a new ``tools/call`` may be sent for the same request. Only trusted callers set this."""
+
+    NEVER = "never"
+    IF_IDEMPOTENT = "if_idempotent"
+    ALWAYS = "always"
+    WITH_APPROVAL = "with_approval"
+
+
+class Outcome(str, Enum):
+    COMPLETED = "completed"
+    TOOL_ERROR = "tool_error"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    LOST = "lost"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    DECODE_FAILED = "decode_failed"
+    REJECTED = "rejected"
+
+
+class Classification(str, Enum):
+    RETRYABLE = "retryable"
+    INPUT_CORRECTABLE = "input_correctable"
+    AUTHORIZATION_REQUIRED = "authorization_required"
+    PERMANENT = "permanent"
+    UNKNOWN = "unknown"
+
+
+class Phase(str, Enum):
+    """States of the machine in ``workflows/mcp_task.py``."""
+
+    SUBMITTING = "SUBMITTING"
+    WORKING = "WORKING"
+    INPUT_REQUIRED = "INPUT_REQUIRED"
+    RETRIEVING = "RETRIEVING"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    REPLAYING = "REPLAYING"
+    CANCELLING = "CANCELLING"
+    DONE = "DONE"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timeouts(_Model):
+    """Bounds of one task. Defaults suit production; tests shrink them."""
+
+    #: Heartbeat timeout of activities that wait on the server: how fast a dead worker is noticed.
+    heartbeat_s: float = Field(30.0, gt=0)
+    #: Longest a single tools/call may take to answer (synchronous tools take the whole run).
+    submit_s: float = Field(300.0, gt=0)
+    #: How long a task's activities may wait for a worker on a stdio owner's queue before it is `lost`.
+    owner_pickup_s: float = Field(60.0, gt=0)
+    #: Poll-interval floor and ceiling of our own, whatever the server suggests.
+    poll_floor_s: float = Field(0.1, gt=0)
+    poll_ceiling_s: float = Field(30.0, gt=0)
+    #: Default human-answer timeout for input requests (issue 4).
+    input_s: float = Field(24 * 3600.0, gt=0)
+
+
+class McpTaskRequest(_Model):
+    """One MCP tool call to run as a durable task.
+
+    ``server`` is a name from the worker's configuration, or an inline :class:`Endpoint`.
+    Idempotency metadata (``idempotent``, ``replay``, ``max_replays``, ``idempotency_key``) must come
+    from configuration or the calling service, never from model output.
+    """
+
+    server: str | Endpoint
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    era: Era | None = None
+    ttl_s: float | None = Field(None, gt=0)
+    deadline: datetime | None = None
+    idempotency_key: str | None = Field(None, max_length=200)
+    replay: ReplayPolicy | None = None
+    max_replays: int = Field(1, ge=0, le=10)
+    idempotent: bool | None = None
+    principal: str | None = None
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    #: What to do when a human does not answer an input request in time (issue 4).
+    on_input_timeout: Literal["decline", "cancel"] = "cancel"
+    input_timeout_s: float | None = Field(None, gt=0)
+
+    @field_validator("server")
+    @classmethod
+    def _server_name(cls, v: str | Endpoint) -> str | Endpoint:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("server name must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _no_inline_secrets(self) -> McpTaskRequest:
+        # Arguments are stored in history: refuse the obvious credential shapes outright.
+        for key in self.arguments:
+            if key.lower() in {"authorization", "api_key", "apikey", "password", "secret", "token", "access_token"}:
+                raise ValueError(f"argument {key!r} looks like a credential: pass credentials by reference "
+                                 "(server header_refs / env_refs), never inline")
+        return self
+
+    def server_label(self) -> str:
+        return self.server if isinstance(self.server, str) else self.server.identity()
+
+
+class OperationAttempt(_Model):
+    """One ``tools/call`` that was (or may have been) sent."""
+
+    n: int
+    reason: Literal["initial", "replay_lost", "replay_expired", "replay_unknown_outcome", "replay_retryable",
+                    "input_response"]
+    at: datetime
+    task_id: str | None = None
+    ended: str | None = None  # how it ended: an Outcome value, or "in_flight"
+
+
+class Ledger(_Model):
+    """What an auditor needs to know about the call. Kept in workflow state, the memo and the outcome."""
+
+    server: str
+    server_identity: str | None = None
+    principal: str | None = None
+    method: str = "tools/call"
+    tool: str
+    request_digest: str
+    sdk_version: str | None = None
+    protocol_version: str | None = None
+    era: Era | None = None
+    result_contract: dict[str, Any] | None = None
+    result_contract_digest: str | None = None
+    created_at: datetime
+    task_ids: list[str] = Field(default_factory=list)
+    terminal_state: str | None = None
+    idempotency: dict[str, Any] = Field(default_factory=dict)
+    last_retrieval: str | None = None
+
+
+class ResultRef(_Model):
+    """A result too large for workflow history, kept in the content-addressed store."""
+
+    digest: str
+    size: int
+    uri: str
+
+
+class McpTaskOutcome(_Model):
+    """The end of one MCP task. Also what ``mcp-tasks run --json`` prints."""
+
+    workflow_id: str
+    outcome: Outcome
+    task_id: str | None = None
+    task_status: TaskStatus | None = None
+    status_message: str | None = None
+    era: Era | None = None
+    result: dict[str, Any] | None = None
+    result_ref: ResultRef | None = None
+    error: RpcErrorInfo | None = None
+    classification: Classification | None = None
+    retry_after_s: float | None = None
+    operation_attempts: list[OperationAttempt] = Field(default_factory=list)
+    ledger: Ledger
+    #: Raw payload of a decode failure, size-capped (the work succeeded; only decoding failed).
+    raw_payload: Any = None
+    reason: str | None = None
+
+
+class PendingInput(_Model):
+    """An outstanding input request, as the ``status()`` query shows it."""
+
+    key: str
+    method: str
+    message: str | None = None
+    requested_schema: dict[str, Any] | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, key: str, req: InputRequest) -> PendingInput:
+        return cls(key=key, method=req.method, message=req.params.get("message"),
+                   requested_schema=req.params.get("requestedSchema"), params=req.params)
+
+
+class TaskView(_Model):
+    """The ``status()`` query: where the machine is, without waiting."""
+
+    workflow_id: str
+    phase: Phase
+    tool: str
+    server: str
+    task_id: str | None = None
+    task_status: TaskStatus | None = None
+    status_message: str | None = None
+    era: Era | None = None
+    pending_inputs: list[PendingInput] = Field(default_factory=list)
+    operation_attempts: list[OperationAttempt] = Field(default_factory=list)
+    outcome: Outcome | None = None
+    ledger: Ledger
+
+
+def clamp_timedelta(seconds: float) -> timedelta:
+    return timedelta(seconds=max(0.0, seconds))
