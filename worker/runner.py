@@ -25,7 +25,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
 from activities.mcp_activities import McpActivities
@@ -67,13 +67,16 @@ def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
 
 
 def runtime(metrics_port: int = 0) -> Runtime:
-    """The process-wide Temporal runtime; with a port, Prometheus metrics (SDK + ours) are served there."""
+    """The process-wide Temporal runtime; with a port, Prometheus metrics (SDK + ours) are served there.
+
+    Core logs are kept at ERROR: after a cancel, the waiting activity's late completion is reported by
+    the core as a WARN although it is the expected end of a cancelled poll.
+    """
     global _runtime
     if _runtime is None:
-        if metrics_port:
-            _runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}")))
-        else:
-            _runtime = Runtime.default()
+        metrics = PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}") if metrics_port else None
+        _runtime = Runtime(telemetry=TelemetryConfig(
+            metrics=metrics, logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
     return _runtime
 
 

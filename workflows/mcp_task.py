@@ -100,9 +100,12 @@ class _Ended(Exception):
         self.fields = fields
 
 
-def _failure_info(err: ActivityError) -> tuple[str, bool, dict[str, Any]]:
-    """(kind, may_have_reached_server, info) of a failed activity, from its typed cause."""
-    cause = err.cause
+def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dict[str, Any]]:
+    """(kind, may_have_reached_server, info) of a failed activity, from its typed cause.
+
+    Local activity failures may arrive as the bare ``ApplicationError``, not wrapped in ActivityError.
+    """
+    cause = err if isinstance(err, ApplicationError) else err.cause
     if isinstance(cause, ApplicationError):
         info = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
         return cause.type or "ApplicationError", bool(info.get("may_have_reached_server", True)), info
@@ -201,9 +204,9 @@ class McpTaskWorkflow:
                                                                                        "InlineEndpointRefused"]),
                 summary="resolve server configuration",
             )
-        except ActivityError as err:
+        except (ActivityError, ApplicationError) as err:
             kind, _, info = _failure_info(err)
-            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(code=-32602, message=str(err.cause or err),
+            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(code=-32602, message=info.get("message") or str(err),
                                                                       data={"kind": kind}),
                                 classification=Classification.INPUT_CORRECTABLE, reason=kind)
         self._apply_profile()
@@ -588,6 +591,12 @@ class McpTaskWorkflow:
                                            SA_STATUS.value_set(self.state.status if self.state else outcome.value)])
         workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
         workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}")
+        workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
+            1, {"outcome": outcome.value, "tool": self.req.tool})
+        replays = max(0, len(self.attempts) - 1)
+        if replays:
+            workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
+                replays, {"tool": self.req.tool})
         return self.outcome
 
 

@@ -71,7 +71,7 @@ class SessionRef(_Model):
 
     For stateful legacy HTTP servers the task is bound to ``session_id``: re-attaching sends it without a
     new ``initialize``. For stdio the session *is* the child process: ``owner`` names the worker process
-    that spawned it, and nobody else can reach it.
+    that spawned it, and nobody else can reach it; ``session_id`` names the child itself (not sent anywhere).
     """
 
     endpoint: Endpoint

@@ -83,8 +83,11 @@ class SessionPool:
         async with self._lock:
             await self._sweep()
             if ref.endpoint.command is not None:
-                entry = self._by_key.get(self._key(ref.endpoint, principal, None)) or self._by_key.get(
-                    self._key(ref.endpoint, principal, ref.era))
+                # The task lives in the very child that created it (named by the ref's session id): a child
+                # re-opened for the same endpoint after a crash does not hold it.
+                entry = self._by_session.get(ref.session_id) if ref.session_id else (
+                    self._by_key.get(self._key(ref.endpoint, principal, None))
+                    or self._by_key.get(self._key(ref.endpoint, principal, ref.era)))
                 if ref.owner != self.owner or entry is None or not entry.client.alive:
                     raise TaskUnreachable(
                         f"the stdio server holding this task was started by {ref.owner!r} and is gone "

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -267,9 +268,10 @@ class StdioTransport:
         self._runner: asyncio.Task[None] | None = None
         self._death: str | None = None
         self.closed = False
-        # Accepted for interface parity with HTTP; stdio has neither.
-        self.session_id: str | None = None
-        self.protocol_version: str | None = None
+        # Stdio has no protocol session id; this one names *this child process*, so that a SessionRef of a
+        # task created here never leads to another child of the same command (the task died with this one).
+        self.session_id: str | None = f"stdio-{uuid.uuid4().hex}"
+        self.protocol_version: str | None = None  # accepted for interface parity with HTTP
 
     @property
     def alive(self) -> bool:

@@ -189,6 +189,11 @@ function buildServer() {
 
   server.registerTool('forbidden_tool', { description: 'Plain synchronous tool.', inputSchema: {} },
     async () => text('sync ok'));
+  // A synchronous call whose reply takes a while: lets a test kill a worker after tools/call was sent
+  // and before its reply arrived (the "unknown outcome" case).
+  server.registerTool('slow_sync', { description: 'Plain synchronous tool that answers after `seconds`.',
+    inputSchema: { seconds: z.number().default(3) } },
+    async ({ seconds }) => { await new Promise(r => setTimeout(r, seconds * 1000)); return text(`slept ${seconds}s`); });
   // Protocol-level trouble (e.g. a reply for a tasks/result stream the client dropped) is
   // otherwise silent; stderr is never the protocol channel.
   server.server.onerror = err => process.stderr.write(`[peer] ${err.message}\n`);

@@ -1,0 +1,687 @@
+"""``python -m bench``: our durable design vs the naive durable design vs a non-durable floor.
+
+One command, everything local (2-core budget: < 5 min with defaults, ``--quick`` < 60 s):
+
+* a Temporal dev server (``worker.devserver.DevServer``, headless, free port, state in a temp SQLite file
+  like the embedded default; ``--db memory`` for the in-memory store), with its Prometheus endpoint on;
+* the bench MCP server (``bench.server``: fastmcp 4.1.4 tasks extension, instrumented) over HTTP on
+  127.0.0.1, one instance per pollInterval used;
+* worker processes (``bench.worker_proc``): ``ours`` is the project's ``build_workers``/``make_activities``;
+  ``naive`` is ``bench.naive``. Each in its own process so CPU and RSS are measured per design.
+
+Phases (each can be skipped): ``floor``, ``ours``, ``naive`` (same N / concurrency / duration / poll),
+``history`` (events per task, 5 s vs 1 h), ``inflight`` (RSS of one worker holding many tasks).
+Prints a markdown table and writes ``bench/results/latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.wire import Endpoint
+from worker.devserver import DevServer, free_port
+from worker.runner import connect
+from workflows.client import start_mcp_task
+from workflows.models import McpTaskRequest, Timeouts
+
+from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, percentile, rss_mb
+from .floor import run_floor
+from .naive import NaivePollWorkflow, NaiveRequest
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TOOL = "bench_task"
+EVENTS_PER_NAIVE_POLL = 11  # documented; the history phase measures it
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- environment -------------------------------------------------------------------------------------
+
+
+class MemoryDevServer(DevServer):
+    """The same dev server with no ``--db-filename``: the CLI then keeps state in memory."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        i = cmd.index("--db-filename")
+        return cmd[:i] + cmd[i + 2:]
+
+
+class Env:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="mcp-bench-"))
+        self.metrics_port = free_port()
+        cls = MemoryDevServer if args.db == "memory" else DevServer
+        self.dev = cls(db=self.tmp / "temporal.db", port=free_port(), ui_port=None, log_level="error",
+                       extra_args=["--metrics-port", str(self.metrics_port)])
+        self.servers: dict[int, tuple[Child, str]] = {}
+        self.workers: list[Child] = []
+        self.client: Client | None = None
+        self.run_id = uuid.uuid4().hex[:8]
+
+    async def start(self) -> None:
+        t = time.monotonic()
+        self.dev.start()
+        self.client = await connect(self.dev.address, "default")
+        log(f"dev server on {self.dev.address} ({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''})"
+            f" in {time.monotonic() - t:.1f}s")
+
+    def server(self, poll_ms: int) -> tuple[Child, str]:
+        """The bench MCP server advertising ``poll_ms`` (started on first use)."""
+        if poll_ms not in self.servers:
+            child = Child([sys.executable, "-m", "bench.server", "--port", "0", "--poll-interval-ms", str(poll_ms)],
+                          ready_prefix="LISTENING", log=self.tmp / f"server-{poll_ms}.log")
+            self.servers[poll_ms] = (child, child.ready_line.split()[1])
+        return self.servers[poll_ms]
+
+    def worker(self, design: str, task_queue: str, *, cache: int = 0, profile: str = "") -> Child:
+        argv = [sys.executable, "-m", "bench.worker_proc", "--design", design, "--address", self.dev.address,
+                "--task-queue", task_queue]
+        if cache:
+            argv += ["--max-cached-workflows", str(cache)]
+        if profile:
+            argv += ["--profile", profile]
+        child = Child(argv, ready_prefix="READY", stream="stdout", timeout_s=90, log=self.tmp / f"worker-{task_queue}.log")
+        self.workers.append(child)
+        return child
+
+    def stop_worker(self, child: Child) -> None:
+        child.stop()
+        if child in self.workers:
+            self.workers.remove(child)
+
+    def metrics(self) -> Counter[str]:
+        """Frontend RPCs served by the Temporal server so far, by operation."""
+        out: Counter[str] = Counter()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return out
+        for m in re.finditer(r'^service_requests\{([^}]*)\} (\S+)$', text, re.M):
+            labels = m.group(1)
+            if 'service_name="frontend"' in labels and 'namespace="default"' in labels:
+                op = re.search(r'operation="([^"]+)"', labels)
+                out[op.group(1) if op else "?"] += float(m.group(2))
+        return out
+
+    def stop(self) -> None:
+        for w in list(self.workers):
+            w.stop()
+        for child, _ in self.servers.values():
+            child.stop()
+        self.dev.stop()
+
+
+def base_url(url: str) -> str:
+    return url.rsplit("/mcp", 1)[0]
+
+
+class CpuMeter:
+    """CPU seconds used by each process of the bench over a phase."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.start = {k: self._cpu(p) for k, p in pids.items()}
+        self.t0 = time.monotonic()
+
+    @staticmethod
+    def _cpu(pid: int) -> float:
+        if pid == os.getpid():
+            t = os.times()
+            return t.user + t.system
+        try:
+            return cpu_seconds(pid)
+        except OSError:
+            return 0.0
+
+    def done(self) -> dict[str, float]:
+        wall = time.monotonic() - self.t0
+        out = {k: round(self._cpu(p) - self.start[k], 2) for k, p in self.pids.items()}
+        out["wall_s"] = round(wall, 2)
+        return out
+
+
+class RssSampler:
+    """Samples VmRSS of a pid every ``every_s`` in a thread."""
+
+    def __init__(self, pid: int, every_s: float = 0.25) -> None:
+        self.pid, self.every_s = pid, every_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), rss_mb(self.pid)[0]))
+            except OSError:
+                return
+            self._stop.wait(self.every_s)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return max((s for _, s in self.samples), default=0.0)
+
+
+# --- running one design --------------------------------------------------------------------------------
+
+
+def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1) -> McpTaskRequest:
+    return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2026-07-28",
+                          idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s))
+
+
+async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, concurrency: int, args: dict[str, Any],
+                       poll_ms: int, prefix: str, poll_floor_s: float = 0.1) -> tuple[list[TaskRecord], float, float]:
+    """Closed loop of ``n`` workflows, at most ``concurrency`` at once; delivery = ``handle.result()`` returned."""
+    assert env.client is not None
+    client = env.client
+    sem = asyncio.Semaphore(concurrency)
+    records = [TaskRecord(key=f"{prefix}-{env.run_id}-{i}") for i in range(n)]
+
+    async def one(rec: TaskRecord) -> None:
+        async with sem:
+            rec.submitted = time.time()
+            try:
+                if design == "ours":
+                    handle = await start_mcp_task(client, ours_request(url, args, rec.key, poll_floor_s=poll_floor_s),
+                                                  workflow_id=rec.key, task_queue=tq)
+                    out = await handle.result()
+                    rec.delivered = time.time()
+                    rec.task_id, rec.ok = out.task_id, out.outcome.value == "completed" and out.result is not None
+                    if not rec.ok:
+                        rec.error = f"{out.outcome.value}: {out.reason or out.error}"
+                else:
+                    handle = await client.start_workflow(
+                        NaivePollWorkflow.run, NaiveRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
+                        id=rec.key, task_queue=tq)
+                    out = await handle.result()
+                    rec.delivered = time.time()
+                    rec.task_id, rec.ok = out.task_id, out.status == "completed" and out.result is not None
+                    rec.extra["polls"] = out.polls
+                    if not rec.ok:
+                        rec.error = f"{out.status}: {out.error}"
+            except Exception as exc:  # noqa: BLE001
+                rec.error = f"{type(exc).__name__}: {exc}"
+
+    t0 = time.time()
+    await asyncio.gather(*(one(r) for r in records))
+    return records, t0, time.time()
+
+
+async def history_stats(client: Client, workflow_ids: list[str], *, limit: int = 40) -> dict[str, Any]:
+    """Events per workflow, by kind, over (a sample of) the given workflows."""
+    ids = workflow_ids[:limit]
+    sem = asyncio.Semaphore(20)
+
+    async def fetch(wid: str) -> list[Any]:
+        async with sem:
+            return (await client.get_workflow_handle(wid).fetch_history()).events
+
+    histories = await asyncio.gather(*(fetch(w) for w in ids))
+    per: list[dict[str, int]] = []
+    for events in histories:
+        kinds = Counter(EventType.Name(e.event_type) for e in events)
+        attempts = sum(e.activity_task_started_event_attributes.attempt for e in events
+                       if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+        per.append({
+            "events": len(events),
+            "activity_tasks": kinds["EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"],
+            "activity_attempts": attempts,
+            "local_activities": kinds["EVENT_TYPE_MARKER_RECORDED"],
+            "workflow_tasks": kinds["EVENT_TYPE_WORKFLOW_TASK_COMPLETED"],
+            "timers": kinds["EVENT_TYPE_TIMER_STARTED"],
+            "upserts": kinds["EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] + kinds["EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"],
+        })
+    if not per:
+        return {}
+    out: dict[str, Any] = {"sampled": len(per)}
+    for key in per[0]:
+        vals = [p[key] for p in per]
+        out[key] = {"mean": round(sum(vals) / len(vals), 2), "min": min(vals), "max": max(vals)}
+    return out
+
+
+def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
+              cpu: dict[str, float], rpcs: Counter[str] | None) -> dict[str, Any]:
+    terminal = state.get("terminal", {})
+    ok = [r for r in records if r.ok and r.delivered is not None]
+    lat = [(r.delivered - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal]
+    e2e = [(r.delivered - r.submitted) for r in ok]
+    gets = [state.get("gets", {}).get(r.task_id, 0) for r in ok if r.task_id]
+    n = len(records)
+    last = max((r.delivered for r in ok), default=t1)
+    out: dict[str, Any] = {
+        "design": design,
+        "tasks": n,
+        "completed": len(ok),
+        "errors": sorted({r.error or "?" for r in records if not r.ok})[:5],
+        "wall_s": round(last - t0, 3),
+        "throughput_per_s": round(len(ok) / (last - t0), 3) if ok else 0.0,
+        "latency_ms": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)), "max": _r(max(lat) if lat else None),
+                       "min": _r(min(lat) if lat else None), "n": len(lat)},
+        "end_to_end_s": {"p50": _r(percentile(e2e, 50), 3), "p95": _r(percentile(e2e, 95), 3)},
+        "mcp_tasks_get_per_task": round(sum(gets) / len(gets), 2) if gets else None,
+        "cpu_s": cpu,
+    }
+    if rpcs is not None:
+        total = sum(rpcs.values())
+        out["temporal_rpcs_per_task"] = round(total / max(1, n), 2)
+        out["temporal_rpcs_by_operation_per_task"] = {k: round(v / max(1, n), 2) for k, v in rpcs.most_common()}
+    return out
+
+
+def _r(v: float | None, nd: int = 1) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+async def phase_design(env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int) -> dict[str, Any]:
+    child, url = env.server(poll_ms)
+    http_json(base_url(url) + "/bench/reset", method="POST")
+    args = {"seconds": duration}
+    pids = {"mcp_server": child.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0, "bench_client": os.getpid()}
+    worker = None
+    if design != "floor":
+        tq = f"bench-{design}-{env.run_id}"
+        worker = env.worker(design, tq)
+        pids["worker"] = worker.pid
+        # Warm-up: a handful of tasks so imports and connections are not billed to the measured run.
+        await run_temporal(env, design, tq, url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, poll_ms=poll_ms,
+                           prefix=f"warm-{design}")
+        http_json(base_url(url) + "/bench/reset", method="POST")
+    else:
+        await run_floor(url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, prefix="warm-floor")
+        http_json(base_url(url) + "/bench/reset", method="POST")
+    log(f"{design}: {n} tasks of {duration:g}s, concurrency {concurrency}, pollInterval {poll_ms} ms")
+    rpc0 = env.metrics()
+    meter = CpuMeter(pids)
+    if design == "floor":
+        records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix="floor")
+    else:
+        records, t0, t1 = await run_temporal(env, design, tq, url, n=n, concurrency=concurrency, args=args,
+                                             poll_ms=poll_ms, prefix=design)
+    cpu = meter.done()
+    rpcs = None if design == "floor" else env.metrics() - rpc0
+    state = http_json(base_url(url) + "/bench/state")
+    out = summarize(design, records, t0, t1, state, cpu, rpcs)
+    if worker is not None:
+        out["worker_rss_mb_after"] = round(rss_mb(worker.pid)[0], 1)
+        assert env.client is not None
+        out["history"] = await history_stats(env.client, [r.key for r in records if r.ok])
+        env.stop_worker(worker)
+    log(f"{design}: {out['completed']}/{n} completed in {out['wall_s']}s, {out['throughput_per_s']}/s, "
+        f"latency p50 {out['latency_ms']['p50']} ms, cpu {cpu}")
+    return out
+
+
+# --- history: 5 s vs 1 h -------------------------------------------------------------------------------
+
+
+async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int, naive_points: int) -> dict[str, Any]:
+    """Events per task for a short task and a long one, for ours (both measured) and naive (fit + extrapolation).
+
+    A "1 h" task is run as the *number of polls* a 1 h task costs at the real pollInterval
+    (long_s / pollInterval): a server advertising pollIntervalMs=1 completes the task right after its
+    N-th tasks/get. Our workflow never sees the polls (they live inside one activity); the only
+    Temporal traffic that grows with wall-clock duration is heartbeats, which are not history events.
+    """
+    assert env.client is not None
+    _, url = env.server(poll_ms)
+    _, fast_url = env.server(1)
+    long_polls = max(2, int(round(long_s * 1000 / poll_ms)))
+    out: dict[str, Any] = {"short_s": short_s, "long_s": long_s, "poll_ms": poll_ms, "long_polls": long_polls,
+                           "method": (f"short: real {short_s:g}s task at pollInterval {poll_ms} ms. long: a task that "
+                                      f"completes on its {long_polls}th tasks/get (= {long_s:g}s / {poll_ms} ms), served "
+                                      f"with pollIntervalMs=1 so it runs in seconds; naive long = linear fit of two "
+                                      f"measured runs, extrapolated (not run)")}
+    # ours
+    tq = f"bench-hist-ours-{env.run_id}"
+    w = env.worker("ours", tq)
+    try:
+        short, _, _ = await run_temporal(env, "ours", tq, url, n=1, concurrency=1, args={"seconds": short_s},
+                                         poll_ms=poll_ms, prefix="hist-ours-short")
+        t = time.monotonic()
+        http_json(base_url(fast_url) + "/bench/reset", method="POST")
+        long, _, _ = await run_temporal(env, "ours", tq, fast_url, n=1, concurrency=1, args={"polls": long_polls - 1},
+                                        poll_ms=1, prefix="hist-ours-long", poll_floor_s=0.001)
+        long_wall = time.monotonic() - t
+        gets_long = http_json(base_url(fast_url) + "/bench/state")["gets"].get(long[0].task_id or "", 0)
+        hs = await history_stats(env.client, [short[0].key])
+        hl = await history_stats(env.client, [long[0].key])
+        out["ours"] = {
+            "short": {"events": hs["events"]["max"], "activity_tasks": hs["activity_tasks"]["max"], "ok": short[0].ok},
+            "long": {"events": hl["events"]["max"], "activity_tasks": hl["activity_tasks"]["max"], "ok": long[0].ok,
+                     "tasks_get_observed": gets_long, "wall_s": round(long_wall, 1)},
+        }
+        out["ours"]["delta"] = out["ours"]["long"]["events"] - out["ours"]["short"]["events"]
+    finally:
+        env.stop_worker(w)
+    log(f"history ours: short {out['ours']['short']} long {out['ours']['long']}")
+    # naive: measured at the short task and at `naive_points` polls, fitted, extrapolated
+    tq = f"bench-hist-naive-{env.run_id}"
+    w = env.worker("naive", tq)
+    try:
+        short, _, _ = await run_temporal(env, "naive", tq, url, n=1, concurrency=1, args={"seconds": short_s},
+                                         poll_ms=poll_ms, prefix="hist-naive-short")
+        http_json(base_url(fast_url) + "/bench/reset", method="POST")
+        mid, _, _ = await run_temporal(env, "naive", tq, fast_url, n=1, concurrency=1, args={"polls": naive_points - 1},
+                                       poll_ms=1, prefix="hist-naive-mid")
+        hs = await history_stats(env.client, [short[0].key])
+        hm = await history_stats(env.client, [mid[0].key])
+        p1, e1 = short[0].extra.get("polls", 0), hs["events"]["max"]
+        p2, e2 = mid[0].extra.get("polls", 0), hm["events"]["max"]
+        slope = (e2 - e1) / (p2 - p1) if p2 != p1 else float(EVENTS_PER_NAIVE_POLL)
+        intercept = e1 - slope * p1
+        long_events = int(round(intercept + slope * long_polls))
+        out["naive"] = {
+            "short": {"events": e1, "polls": p1, "activity_tasks": hs["activity_tasks"]["max"], "ok": short[0].ok},
+            "mid_measured": {"events": e2, "polls": p2, "activity_tasks": hm["activity_tasks"]["max"], "ok": mid[0].ok},
+            "events_per_poll": round(slope, 2),
+            "long": {"events": long_events, "polls": long_polls, "activity_tasks": 1 + long_polls, "extrapolated": True,
+                     "exceeds_history_hard_limit_51200": long_events > 51_200,
+                     "continue_as_new_suggested_at_4096": long_events > 4096},
+        }
+        out["naive"]["delta"] = long_events - e1
+    finally:
+        env.stop_worker(w)
+    log(f"history naive: {out['naive']}")
+    return out
+
+
+# --- many tasks in flight on one worker ---------------------------------------------------------------
+
+
+async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, timeout_s: float) -> dict[str, Any]:
+    """Hold ``inflight`` tasks on the server (a gate) until every one is being polled by our worker; sample RSS."""
+    assert env.client is not None
+    client = env.client
+    child, url = env.server(poll_ms)
+    tq = f"bench-inflight-{env.run_id}"
+    w = env.worker("ours", tq, cache=cache)
+    out: dict[str, Any] = {"inflight": inflight, "poll_ms": poll_ms,
+                           "max_cached_workflows": cache or "SDK default (1000): build_workers does not set it"}
+    try:
+        await run_temporal(env, "ours", tq, url, n=8, concurrency=8, args={"seconds": 0.2}, poll_ms=poll_ms,
+                           prefix="warm-inflight")
+        http_json(base_url(url) + "/bench/reset", method="POST")
+        await asyncio.sleep(0.5)
+        out["rss_idle_mb"] = round(rss_mb(w.pid)[0], 1)
+        gate = f"g-{env.run_id}"
+        sampler = RssSampler(w.pid)
+        meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
+                          "mcp_server": child.pid, "bench_client": os.getpid()})
+        rpc0 = env.metrics()
+        sem = asyncio.Semaphore(200)
+        keys = [f"inflight-{env.run_id}-{i}" for i in range(inflight)]
+        t0 = time.monotonic()
+
+        async def start(key: str) -> Any:
+            async with sem:
+                return await start_mcp_task(client, ours_request(url, {"gate": gate}, key), workflow_id=key, task_queue=tq)
+
+        handles = await asyncio.gather(*(start(k) for k in keys))
+        out["start_s"] = round(time.monotonic() - t0, 2)
+        log(f"inflight: {inflight} workflows started in {out['start_s']}s; waiting until all are polled")
+        deadline = time.monotonic() + timeout_s
+        polled = 0
+        while time.monotonic() < deadline:
+            st = http_json(base_url(url) + "/bench/state")
+            polled = sum(1 for v in st["gets"].values() if v >= 1)
+            if polled >= inflight:
+                break
+            await asyncio.sleep(0.5)
+        out["all_polling_s"] = round(time.monotonic() - t0, 2)
+        out["polling_when_measured"] = polled
+        # Let every await_task go through at least one more poll/heartbeat cycle, then read RSS.
+        await asyncio.sleep(max(1.0, 1.5 * poll_ms / 1000))
+        out["rss_inflight_mb"] = round(rss_mb(w.pid)[0], 1)
+        http_json(base_url(url) + f"/bench/open?gate={gate}", method="POST")
+        t1 = time.monotonic()
+        results = await asyncio.gather(*(h.result() for h in handles), return_exceptions=True)
+        out["drain_s"] = round(time.monotonic() - t1, 2)
+        out["completed"] = sum(1 for r in results if not isinstance(r, BaseException) and r.outcome.value == "completed")
+        out["errors"] = sorted({f"{type(r).__name__}: {r}"[:200] for r in results if isinstance(r, BaseException)})[:5]
+        out["rss_peak_mb"] = round(sampler.stop(), 1)
+        out["rss_hwm_mb"] = round(rss_mb(w.pid)[1], 1)
+        out["rss_per_1000_inflight_mb"] = round(out["rss_inflight_mb"] * 1000 / inflight, 1)
+        out["rss_delta_per_1000_inflight_mb"] = round((out["rss_inflight_mb"] - out["rss_idle_mb"]) * 1000 / inflight, 1)
+        out["cpu_s"] = meter.done()
+        rpcs = env.metrics() - rpc0
+        out["temporal_rpcs_per_task"] = round(sum(rpcs.values()) / inflight, 2)
+        out["total_s"] = round(time.monotonic() - t0, 2)
+    finally:
+        env.stop_worker(w)
+    log(f"inflight: {out}")
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------------------
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    d, out = res.get("designs", {}), []
+    ours, naive, floor = d.get("ours"), d.get("naive"), d.get("floor")
+    if ours and naive and naive["throughput_per_s"]:
+        r = ours["throughput_per_s"] / naive["throughput_per_s"]
+        out.append({"target": "throughput ≥ 2× naive", "value": f"{r:.2f}×", "met": r >= 2.0})
+    if ours and floor and ours["latency_ms"]["p50"] is not None and floor["latency_ms"]["p50"] is not None:
+        diff = ours["latency_ms"]["p50"] - floor["latency_ms"]["p50"]
+        out.append({"target": "latency p50 ≤ floor + 150 ms", "value": f"+{diff:.0f} ms", "met": diff <= 150})
+    h = res.get("history")
+    if h and "ours" in h:
+        delta = h["ours"]["delta"]
+        out.append({"target": f"history events {h['short_s']:g}s vs {h['long_s']:g}s within ±2",
+                    "value": f"{h['ours']['short']['events']} vs {h['ours']['long']['events']} (Δ {delta:+d})",
+                    "met": abs(delta) <= 2})
+    m = res.get("inflight")
+    if m and "rss_inflight_mb" in m:
+        ok = m["rss_inflight_mb"] < 500 and m["completed"] == m["inflight"]
+        out.append({"target": f"{m['inflight']} in flight on one worker, RSS < 500 MB, all complete",
+                    "value": f"{m['rss_inflight_mb']:.0f} MB, {m['completed']}/{m['inflight']} completed", "met": ok})
+    return out
+
+
+def render(res: dict[str, Any]) -> str:
+    cfg = res["config"]
+    lines = [f"## MCP task delivery benchmark — {cfg['tasks']} tasks × {cfg['duration_s']:g}s, concurrency "
+             f"{cfg['concurrency']}, pollInterval {cfg['poll_ms']} ms",
+             "",
+             f"Temporal dev server `{cfg['temporal_cli']}` ({cfg['db']}), fastmcp {cfg['fastmcp']} tasks extension on "
+             f"127.0.0.1, {cfg['cpus']} CPUs, Python {cfg['python']}. Latency = caller has the outcome − server "
+             "marked the task terminal (same clock).",
+             ""]
+    d = res.get("designs", {})
+    if d:
+        lines += ["| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | tasks/get per task | "
+                  "history events/task | activity tasks/task | workflow tasks/task | Temporal RPCs/task | "
+                  "CPU s (worker / temporal / mcp / client) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name in ("ours", "naive", "floor"):
+            r = d.get(name)
+            if not r:
+                continue
+            h = r.get("history") or {}
+            cpu = r["cpu_s"]
+            lines.append(
+                f"| {name} | {r['completed']}/{r['tasks']} | {_fmt(r['wall_s'], 2)} | {_fmt(r['throughput_per_s'], 2)} | "
+                f"{_fmt(r['latency_ms']['p50'])} | {_fmt(r['latency_ms']['p95'])} | {_fmt(r['mcp_tasks_get_per_task'])} | "
+                f"{_fmt((h.get('events') or {}).get('mean'))} | {_fmt((h.get('activity_tasks') or {}).get('mean'))} | "
+                f"{_fmt((h.get('workflow_tasks') or {}).get('mean'))} | {_fmt(r.get('temporal_rpcs_per_task'))} | "
+                f"{_fmt(cpu.get('worker'))} / {_fmt(cpu.get('temporal_server'))} / {_fmt(cpu.get('mcp_server'))} / "
+                f"{_fmt(cpu.get('bench_client'))} |")
+        ratios = res.get("ratios", {})
+        lines += ["", "| ratio | value |", "|---|---|"]
+        for k, v in ratios.items():
+            lines.append(f"| {k} | {_fmt(v, 2)} |")
+    h = res.get("history")
+    if h:
+        lines += ["", f"### History events per task: {h['short_s']:g} s vs {h['long_s']:g} s task "
+                      f"(pollInterval {h['poll_ms']} ms → {h['long_polls']} polls for the long one)", "",
+                  "| design | short: events | short: activity tasks | long: events | long: activity tasks | Δ events | how |",
+                  "|---|---|---|---|---|---|---|"]
+        o = h.get("ours")
+        if o:
+            lines.append(f"| ours | {o['short']['events']} | {o['short']['activity_tasks']} | {o['long']['events']} | "
+                         f"{o['long']['activity_tasks']} | {o['delta']:+d} | measured; long = {o['long']['tasks_get_observed']} "
+                         f"tasks/get inside one activity, {o['long']['wall_s']} s wall |")
+        nv = h.get("naive")
+        if nv:
+            lines.append(f"| naive | {nv['short']['events']} | {nv['short']['activity_tasks']} | {nv['long']['events']} | "
+                         f"{nv['long']['activity_tasks']} | {nv['delta']:+d} | short measured ({nv['short']['polls']} polls); "
+                         f"{nv['mid_measured']['polls']}-poll run measured ({nv['mid_measured']['events']} events) → "
+                         f"{nv['events_per_poll']} events/poll; long extrapolated"
+                         f"{' — over the 51,200-event hard limit' if nv['long']['exceeds_history_hard_limit_51200'] else ''} |")
+        lines += ["", f"_{h['method']}._"]
+    m = res.get("inflight")
+    if m and "rss_inflight_mb" in m:
+        lines += ["", f"### {m['inflight']} tasks in flight on one worker process (pollInterval {m['poll_ms']} ms)", "",
+                  "| completed | RSS idle MB | RSS all in flight MB | RSS peak MB | MB per 1,000 in flight (abs / Δ) | "
+                  "start s | all polling s | drain s | Temporal RPCs/task | max_cached_workflows |",
+                  "|---|---|---|---|---|---|---|---|---|---|",
+                  f"| {m['completed']}/{m['inflight']} | {m['rss_idle_mb']} | {m['rss_inflight_mb']} | {m['rss_peak_mb']} | "
+                  f"{m['rss_per_1000_inflight_mb']} / {m['rss_delta_per_1000_inflight_mb']} | {m['start_s']} | "
+                  f"{m['all_polling_s']} | {m['drain_s']} | {m['temporal_rpcs_per_task']} | {m['max_cached_workflows']} |"]
+    t = res.get("targets") or []
+    if t:
+        lines += ["", "### Targets", "", "| target | value | met |", "|---|---|---|"]
+        for x in t:
+            lines.append(f"| {x['target']} | {x['value']} | {'yes' if x['met'] else '**NO**'} |")
+    lines += ["", f"Total wall time: {res['wall_s']:.1f} s"]
+    return "\n".join(lines)
+
+
+# --- main -----------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", type=int, default=None, help="tasks per design (default 200; quick 20)")
+    p.add_argument("--concurrency", type=int, default=None, help="tasks in flight per design (default 200; quick 20)")
+    p.add_argument("--duration", type=float, default=None, help="task duration s (default 5; quick 2)")
+    p.add_argument("--poll-ms", type=int, default=None, help="server pollIntervalMs (default 500)")
+    p.add_argument("--inflight", type=int, default=None, help="tasks held in flight on one worker (default 2000; quick 200)")
+    p.add_argument("--inflight-poll-ms", type=int, default=None, help="pollIntervalMs during the in-flight phase (default 5000)")
+    p.add_argument("--inflight-cache", type=int, default=0,
+                   help="experiment: max_cached_workflows for the in-flight worker (build_workers cannot set it)")
+    p.add_argument("--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)")
+    p.add_argument("--short-s", type=float, default=None, help="the short task of the history phase, s (default 5; quick 2)")
+    p.add_argument("--naive-fit-polls", type=int, default=60, help="polls of naive's second measured history point")
+    p.add_argument("--db", choices=["sqlite", "memory"], default="sqlite",
+                   help="dev server store: temp SQLite file (embedded default) or in memory")
+    for name in ("floor", "ours", "naive", "history", "inflight"):
+        p.add_argument(f"--skip-{name}", action="store_true")
+    p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
+    p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
+    args = p.parse_args(argv)
+    q = args.quick
+    defaults = {"tasks": 20 if q else 200, "concurrency": 20 if q else 200, "duration": 2.0 if q else 5.0,
+                "poll_ms": 500, "inflight": 200 if q else 2000, "inflight_poll_ms": 2000 if q else 5000,
+                "long_s": 600.0 if q else 3600.0, "short_s": 2.0 if q else 5.0}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if q:
+        args.naive_fit_polls = min(args.naive_fit_polls, 20)
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    env = Env(args)
+    import fastmcp
+    import subprocess
+
+    from worker.devserver import temporal_binary
+
+    cli = subprocess.run([temporal_binary(), "--version"], capture_output=True, text=True).stdout.strip()
+    res: dict[str, Any] = {
+        "config": {"tasks": args.tasks, "concurrency": args.concurrency, "duration_s": args.duration,
+                   "poll_ms": args.poll_ms, "inflight": args.inflight, "inflight_poll_ms": args.inflight_poll_ms,
+                   "db": "SQLite temp file" if args.db == "sqlite" else "in-memory", "quick": args.quick,
+                   "temporal_cli": cli.replace("temporal version ", ""), "fastmcp": fastmcp.__version__,
+                   "cpus": os.cpu_count(), "python": platform.python_version(),
+                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "designs": {},
+    }
+    try:
+        await env.start()
+        for design in ("floor", "ours", "naive"):
+            if getattr(args, f"skip_{design}"):
+                continue
+            res["designs"][design] = await phase_design(env, design, n=args.tasks, concurrency=args.concurrency,
+                                                        duration=args.duration, poll_ms=args.poll_ms)
+        d = res["designs"]
+        ratios: dict[str, float | None] = {}
+        if "ours" in d and "naive" in d and d["naive"]["throughput_per_s"]:
+            ratios["throughput ours/naive"] = round(d["ours"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2)
+        if "ours" in d and "floor" in d:
+            of, ff = d["ours"]["latency_ms"], d["floor"]["latency_ms"]
+            for p in ("p50", "p95"):
+                if of[p] is not None and ff[p]:
+                    ratios[f"latency {p} ours/floor"] = round(of[p] / ff[p], 2)
+                    ratios[f"latency {p} ours−floor ms"] = round(of[p] - ff[p], 1)
+        if "naive" in d and "floor" in d:
+            nf, ff = d["naive"]["latency_ms"], d["floor"]["latency_ms"]
+            if nf["p50"] is not None and ff["p50"] is not None:
+                ratios["latency p50 naive−floor ms"] = round(nf["p50"] - ff["p50"], 1)
+        res["ratios"] = ratios
+        if not args.skip_history:
+            res["history"] = await phase_history(env, short_s=args.short_s, long_s=args.long_s, poll_ms=args.poll_ms,
+                                                 naive_points=args.naive_fit_polls)
+        if not args.skip_inflight:
+            res["inflight"] = await phase_inflight(env, inflight=args.inflight, poll_ms=args.inflight_poll_ms,
+                                                   cache=args.inflight_cache, timeout_s=240)
+    finally:
+        env.stop()
+    res["targets"] = targets(res)
+    res["wall_s"] = round(time.monotonic() - t_start, 1)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    res = asyncio.run(main_async(args))
+    table = render(res)
+    res["table_markdown"] = table
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=str))
+    print(table)
+    print(f"\nJSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Bench MCP server: the real fastmcp 2026-07-28 tasks runtime, instrumented for the benchmark.
+
+It is the same stack as ``worker.demo_server`` (``fastmcp[tasks]==4.1.4``, SEP-2663 extension, Docket on
+``memory://``), with three differences that matter for a benchmark:
+
+* **Docket worker concurrency** is raised from the fastmcp default of 10 (``DocketSettings.concurrency``)
+  to ``--concurrency`` (default 10,000). With 10, 200 concurrent 5 s tasks run 10 at a time and every
+  design measures the server, not itself. The demo server keeps the default: it cannot sustain the load.
+* **No progress reports.** The demo's ``slow_echo`` writes progress every 0.25 s into Docket; the bench
+  tool sleeps quietly so server CPU goes to answering ``tasks/get``.
+* **Instrumentation**, read over plain HTTP (not MCP) at ``GET /bench/state``:
+
+  - ``terminal[taskId]``: server wall clock (``time.time()``) right after Docket committed the terminal
+    state (``Execution._mark_as_terminal`` returned: from then on ``tasks/get`` answers ``completed``);
+  - ``gets[taskId]``: ``tasks/get`` requests received for the task (counted from the ``Mcp-Method`` and
+    ``Mcp-Name`` headers, before MCP handling);
+  - ``calls``: ``tools/call`` requests received.
+
+  ``POST /bench/reset`` clears it.
+
+Tool ``bench_task {seconds=5, polls=0, gate=""}`` [task mode optional; pollIntervalMs = ``--poll-interval-ms``]:
+sleeps ``seconds`` then completes with ``{"ok": true}``. With ``polls > 0`` it ignores ``seconds`` and
+completes right after the task's ``polls``-th ``tasks/get`` was received, so the client sees it terminal
+on its ``polls + 1``-th poll: a task that costs exactly the polls of a long task, in less wall time.
+With ``gate`` it completes when ``POST /bench/open?gate=<gate>`` is called (to hold many tasks in flight).
+
+Run: ``python -m bench.server --port 0 --poll-interval-ms 500``; prints ``LISTENING http://...`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import mcp_types
+from docket.execution import Execution
+from fastmcp import FastMCP
+from fastmcp.tools.base import ToolResult
+from fastmcp.utilities.tasks import TaskConfig
+from fastmcp_tasks import TasksExtension
+from fastmcp_tasks.context import get_task_context
+from fastmcp_tasks.keys import base_task_key, parse_task_key
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+MCP_PATH = "/mcp"
+TOOL = "bench_task"
+
+
+class Recorder:
+    """Per-task server-side facts; single process, single event loop."""
+
+    def __init__(self) -> None:
+        self.terminal: dict[str, float] = {}
+        self.gets: dict[str, int] = {}
+        self.calls = 0
+        self.waiters: dict[str, tuple[int, asyncio.Event]] = {}
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self.gates.setdefault(name, asyncio.Event())
+
+    def reset(self) -> None:
+        self.terminal.clear()
+        self.gets.clear()
+        self.calls = 0
+
+    def on_get(self, task_id: str) -> None:
+        n = self.gets.get(task_id, 0) + 1
+        self.gets[task_id] = n
+        waiter = self.waiters.get(task_id)
+        if waiter is not None and n >= waiter[0]:
+            waiter[1].set()
+
+
+REC = Recorder()
+
+
+def _install_terminal_hook() -> None:
+    """Record when Docket has committed a task's terminal state (completed/failed/cancelled)."""
+    original = Execution._mark_as_terminal
+    if getattr(original, "_bench_hooked", False):
+        return
+
+    async def _mark_as_terminal(self: Execution, state: Any, **kwargs: Any) -> None:
+        await original(self, state, **kwargs)
+        now = time.time()
+        try:
+            task_id = parse_task_key(base_task_key(self.key))["client_task_id"]
+        except (ValueError, KeyError):
+            return
+        REC.terminal.setdefault(task_id, now)
+
+    _mark_as_terminal._bench_hooked = True  # type: ignore[attr-defined]
+    Execution._mark_as_terminal = _mark_as_terminal  # type: ignore[method-assign]
+
+
+class _BenchTasksExtension(TasksExtension):
+    """TasksExtension with a TTL long enough for a benchmark (Docket default 15 min is fine too)."""
+
+    def __init__(self, *, task_ttl_s: int = 3600, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._task_ttl_s = task_ttl_s
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncGenerator[None, None]:
+        async with super().lifespan():
+            docket = getattr(self.server, "_docket", None)
+            if docket is not None:
+                docket.execution_ttl = timedelta(seconds=self._task_ttl_s)
+            yield
+
+
+def build_server(poll_interval_ms: int, concurrency: int = 10_000) -> FastMCP:
+    _install_terminal_hook()
+    mcp = FastMCP("mcp-temporal-tasks-bench")
+    mcp.add_extension(_BenchTasksExtension(url=f"memory://bench-{uuid.uuid4().hex}", concurrency=concurrency,
+                                           minimum_check_interval=timedelta(milliseconds=10)))
+    task = TaskConfig(mode="optional", poll_interval=timedelta(milliseconds=max(1, poll_interval_ms)))
+
+    @mcp.tool(name=TOOL, task=task, output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                                   "required": ["ok"]})
+    async def bench_task(seconds: float = 5.0, polls: int = 0, gate: str = "") -> ToolResult:
+        """Completes after `seconds` (or right after its `polls`-th tasks/get when polls > 0, or when `gate` opens)."""
+        info = get_task_context()
+        if gate:
+            await REC.gate(gate).wait()
+        elif polls > 0 and info is not None:
+            event = asyncio.Event()
+            REC.waiters[info.task_id] = (polls, event)
+            try:
+                if REC.gets.get(info.task_id, 0) < polls:
+                    await event.wait()
+            finally:
+                REC.waiters.pop(info.task_id, None)
+        else:
+            await asyncio.sleep(max(0.0, seconds))
+        return ToolResult(content=[mcp_types.TextContent(type="text", text="ok")], structured_content={"ok": True})
+
+    @mcp.custom_route("/bench/state", methods=["GET"])
+    async def state(_request: Request) -> Response:
+        return JSONResponse({"terminal": REC.terminal, "gets": REC.gets, "calls": REC.calls, "now": time.time()})
+
+    @mcp.custom_route("/bench/open", methods=["POST"])
+    async def open_gate(request: Request) -> Response:
+        REC.gate(request.query_params.get("gate", "")).set()
+        return JSONResponse({"ok": True})
+
+    @mcp.custom_route("/bench/reset", methods=["POST"])
+    async def reset(_request: Request) -> Response:
+        REC.reset()
+        return JSONResponse({"ok": True})
+
+    return mcp
+
+
+class CountingMiddleware:
+    """ASGI wrapper: counts tools/call and tasks/get from the routing headers (no body parsing)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("method") == "POST":
+            method = name = None
+            for key, value in scope.get("headers") or ():
+                if key == b"mcp-method":
+                    method = value
+                elif key == b"mcp-name":
+                    name = value
+            if method == b"tasks/get" and name is not None:
+                REC.on_get(name.decode("latin-1"))
+            elif method == b"tools/call":
+                REC.calls += 1
+        await self.app(scope, receive, send)
+
+
+async def serve(host: str, port: int, poll_interval_ms: int, concurrency: int) -> None:
+    import uvicorn
+
+    mcp = build_server(poll_interval_ms, concurrency)
+    app = CountingMiddleware(mcp.http_app(path=MCP_PATH, transport="http", json_response=True))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    config = uvicorn.Config(app, log_level="critical", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=1, ws="none", backlog=2048,
+                            limit_concurrency=None, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task
+            raise SystemExit(1)
+        await asyncio.sleep(0.01)
+    print(f"LISTENING http://{host}:{sock.getsockname()[1]}{MCP_PATH}", file=sys.stderr, flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--poll-interval-ms", type=int, default=500)
+    p.add_argument("--concurrency", type=int, default=10_000, help="Docket worker concurrency (fastmcp default 10)")
+    args = p.parse_args(argv)
+    for name in ("fastmcp", "fastmcp_tasks", "docket", "mcp", "uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        asyncio.run(serve(args.host, args.port, args.poll_interval_ms, args.concurrency))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""A worker process for the benchmark, so its resident memory is measured alone.
+
+``--design ours``: exactly the project's worker: ``worker.runner.build_workers`` with
+``worker.runner.make_activities(WorkerConfig())`` (shared queue + per-process queue), connected with
+``worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` is *not* something
+``build_workers`` can pass: when given, the bench rebuilds the shared worker with the same arguments plus
+that cache size, to show what the parameter would change (reported as an experiment, not as "ours").
+
+``--design naive``: ``bench.naive`` workflow and activities, same limits as ours.
+
+Prints ``READY <pid>`` on stdout once polling; SIGTERM shuts down gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+from temporalio.worker import Worker
+
+from worker.config import WorkerConfig
+from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wait_until_polling
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    client = await connect(args.address, "default")
+    closers: list[Any] = []
+    if args.design == "ours":
+        acts = make_activities(WorkerConfig())
+        workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities)
+        if args.max_cached_workflows:
+            # Experiment only: the same shared worker, with a cache size build_workers cannot set today.
+            workers[0] = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
+                                max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
+                                graceful_shutdown_timeout=timedelta(seconds=5),
+                                max_cached_workflows=args.max_cached_workflows)
+        closers.append(acts.pool.aclose)
+    else:
+        from bench.naive import NaiveActivities, NaivePollWorkflow
+
+        acts_n = NaiveActivities()
+        kw: dict[str, Any] = {}
+        if args.max_cached_workflows:
+            kw["max_cached_workflows"] = args.max_cached_workflows
+        workers = [Worker(client, task_queue=args.task_queue, workflows=[NaivePollWorkflow], activities=acts_n.all(),
+                          max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
+                          graceful_shutdown_timeout=timedelta(seconds=5), **kw)]
+        closers.append(acts_n.aclose)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    if not await wait_until_polling(client, args.task_queue, client.identity, timeout_s=30):
+        print("NOT-POLLING", flush=True)
+    print(f"READY {os.getpid()}", flush=True)
+    await stop.wait()
+    await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+    for t in tasks:
+        t.cancel()
+    for close in closers:
+        await close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--design", choices=["ours", "naive"], required=True)
+    p.add_argument("--address", required=True)
+    p.add_argument("--task-queue", required=True)
+    p.add_argument("--max-activities", type=int, default=4000)
+    p.add_argument("--max-cached-workflows", type=int, default=0)
+    p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            asyncio.run(main_async(args))
+        finally:
+            prof.disable()
+            prof.dump_stats(args.profile)
+    else:
+        asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

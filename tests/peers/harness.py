@@ -1,0 +1,291 @@
+"""Real MCP peers as subprocesses, for the wire-layer tests.
+
+* TypeScript SDK 1.32.2 task runtime (2025-11-25): ``tests/peers/ts/server.mjs``, over stdio, stateful
+  streamable HTTP and stateless streamable HTTP;
+* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m worker.demo_server``.
+
+Every peer gets a fresh ``PEER_LOG`` file (one JSON line per incoming JSON-RPC request) that tests read
+with :meth:`Peer.log` / :func:`read_peer_log`. HTTP peers bind 127.0.0.1 on a free port (``--port 0``;
+the peer prints the port it got on its ``LISTENING`` line) and are killed when the context ends.
+
+The TS stdio peer is not started here: the wire layer spawns it itself from an :class:`Endpoint`. The
+endpoint's ``env_refs`` maps the child's ``PEER_LOG`` to a variable of *this* process
+(``env_refs`` names worker environment variables, never values), which :func:`ts_stdio_peer` sets.
+
+A missing ``node`` or a missing ``tests/peers/ts/node_modules`` is a test *failure* with the fix in the
+message, never a skip: these peers are the only evidence that the client speaks real servers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities.wire import Endpoint
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TS_DIR = REPO_ROOT / "tests" / "peers" / "ts"
+TS_SERVER = TS_DIR / "server.mjs"
+START_TIMEOUT_S = 30.0
+
+
+def require_ts_peer() -> str:
+    """Path of ``node``; fails the test (never skips) when the TS peer cannot run."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node (>= 20) is not on PATH: the TS peer cannot run. Install Node 20+, then run npm ci in tests/peers/ts",
+                    pytrace=False)
+    if not (TS_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        pytest.fail(f"{TS_DIR}/node_modules is missing: run npm ci in tests/peers/ts", pytrace=False)
+    return node
+
+
+def read_peer_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every line of a PEER_LOG file as a dict (an absent file is an empty log)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@dataclass
+class Peer:
+    """A running peer. ``endpoint`` is what the wire layer connects to."""
+
+    name: str
+    endpoint: Endpoint
+    log_path: Path
+    #: ``"legacy"`` (TS) or ``"extension"`` (fastmcp).
+    flavour: str
+    transport: str  # "stdio" | "http"
+    stateful: bool = True
+    proc: subprocess.Popen[bytes] | None = None
+    stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str | None:
+        return self.endpoint.url
+
+    def log(self, **match: Any) -> list[dict[str, Any]]:
+        """PEER_LOG lines, optionally only those whose fields equal ``match``."""
+        lines = read_peer_log(self.log_path)
+        return [line for line in lines if all(line.get(k) == v for k, v in match.items())]
+
+    def log_mark(self) -> int:
+        return len(read_peer_log(self.log_path))
+
+    def log_since(self, mark: int) -> list[dict[str, Any]]:
+        return read_peer_log(self.log_path)[mark:]
+
+    def __repr__(self) -> str:  # shows up in parametrized test ids and failure messages
+        return f"Peer({self.name})"
+
+
+def _fresh_log(directory: Path, name: str) -> Path:
+    path = directory / f"{name}.jsonl"
+    path.write_text("")
+    return path
+
+
+@contextlib.contextmanager
+def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, stateful: bool,
+               cwd: Path, extra_env: dict[str, str] | None = None) -> Iterator[Peer]:
+    env = {**os.environ, "PEER_LOG": str(log_path), **(extra_env or {})}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    lines: list[str] = []
+    listening: list[str] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        # Keeps reading stderr for the peer's whole life so a chatty peer never blocks on a full pipe.
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            lines.append(line)
+            if line.startswith("LISTENING ") and not listening:
+                listening.append(line.split(" ", 1)[1].strip())
+                ready.set()
+        ready.set()
+
+    thread = threading.Thread(target=drain, name=f"peer-stderr-{name}", daemon=True)
+    thread.start()
+    try:
+        ready.wait(START_TIMEOUT_S)
+        if not listening:
+            proc.kill()
+            proc.wait(5)
+            pytest.fail(f"peer {name} did not print LISTENING within {START_TIMEOUT_S}s "
+                        f"(exit {proc.poll()}); stderr:\n" + "\n".join(lines[-40:]), pytrace=False)
+        url = listening[0]
+        assert url.startswith("http://127.0.0.1:"), url
+        yield Peer(name=name, endpoint=Endpoint(url=url), log_path=log_path, flavour=flavour, transport="http",
+                   stateful=stateful, proc=proc, stderr_lines=lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None) -> Iterator[Peer]:
+    """TS peer over streamable HTTP (stateful, or ``stateless``)."""
+    node = require_ts_peer()
+    name = "ts-http-stateless" if stateless else "ts-http-stateful"
+    cmd = [node, str(TS_SERVER), "--transport", "http", "--port", "0"] + (["--stateless"] if stateless else [])
+    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else None
+    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="legacy",
+                    stateful=not stateless, cwd=TS_DIR, extra_env=extra) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
+def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO") -> Iterator[Peer]:
+    """TS peer over stdio: an Endpoint only; each client that connects spawns its own child.
+
+    All children of this endpoint append to the same PEER_LOG (each line carries its ``pid``).
+    """
+    node = require_ts_peer()
+    log_path = _fresh_log(log_dir, "ts-stdio")
+    previous = os.environ.get(env_var)
+    os.environ[env_var] = str(log_path)
+    try:
+        endpoint = Endpoint(command=[node, str(TS_SERVER), "--transport", "stdio"], env_refs={"PEER_LOG": env_var})
+        yield Peer(name="ts-stdio", endpoint=endpoint, log_path=log_path, flavour="legacy", transport="stdio",
+                   stateful=True)
+    finally:
+        if previous is None:
+            os.environ.pop(env_var, None)
+        else:
+            os.environ[env_var] = previous
+
+
+@contextlib.contextmanager
+def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval_ms: int = 100,
+                 name: str | None = None) -> Iterator[Peer]:
+    """The fastmcp 2026-07-28 tasks-extension demo server over streamable HTTP."""
+    name = name or ("fastmcp" if task_ttl_ms is None else f"fastmcp-ttl{task_ttl_ms}")
+    cmd = [sys.executable, "-m", "worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+           "--poll-interval-ms", str(poll_interval_ms)]
+    if task_ttl_ms is not None:
+        cmd += ["--task-ttl-ms", str(task_ttl_ms)]
+    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
+                    cwd=REPO_ROOT, extra_env=extra) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
+def peer_log_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="mcp-peer-logs-") as tmp:
+        yield Path(tmp)
+
+
+def wait_until(predicate: Any, *, timeout_s: float = 10.0, interval_s: float = 0.05) -> Any:
+    """Poll a synchronous predicate until it returns something truthy (returned) or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+async def poll_until_terminal(client: Any, task_id: str, *, timeout_s: float = 15.0,
+                              stop_on_input: bool = False) -> Any:
+    """``tasks/get`` until the task is terminal (or ``input_required`` if ``stop_on_input``), honouring the
+    server's ``pollInterval``. Returns the last :class:`TaskState`; fails the test on timeout."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = await client.get(task_id)
+        if state.terminal or (stop_on_input and state.status == "input_required"):
+            return state
+        if time.monotonic() > deadline:
+            pytest.fail(f"task {task_id} still {state.status!r} after {timeout_s}s")
+        await asyncio.sleep(max(0.05, (state.poll_interval_ms or 100) / 1000))
+
+
+def stdio_child_pid(peer: Peer, mark: int) -> int:
+    """The pid of the stdio child that connected since ``mark`` (the TS peer logs its pid on every line)."""
+    pids = {line["pid"] for line in peer.log_since(mark) if line.get("method") == "initialize"}
+    assert len(pids) == 1, f"expected exactly one new stdio child since mark {mark}, got pids {pids}"
+    return pids.pop()
+
+
+# --- pytest fixtures (re-exported by tests/conftest.py) ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def peer_logs() -> Iterator[Path]:
+    with peer_log_dir() as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def ts_stdio(peer_logs: Path) -> Iterator[Peer]:
+    with ts_stdio_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
+def ts_http_stateful(peer_logs: Path) -> Iterator[Peer]:
+    with ts_http_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
+def ts_http_stateless(peer_logs: Path) -> Iterator[Peer]:
+    with ts_http_peer(peer_logs, stateless=True) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session", params=["ts-stdio", "ts-http-stateful", "ts-http-stateless"])
+def ts_peer(request: pytest.FixtureRequest) -> Peer:
+    """The TS peer on each of its three transports."""
+    fixture = {"ts-stdio": "ts_stdio", "ts-http-stateful": "ts_http_stateful",
+               "ts-http-stateless": "ts_http_stateless"}[request.param]
+    return request.getfixturevalue(fixture)
+
+
+@pytest.fixture(scope="session")
+def fastmcp_server(peer_logs: Path) -> Iterator[Peer]:
+    with fastmcp_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
+def fastmcp_short_ttl(peer_logs: Path) -> Iterator[Peer]:
+    """fastmcp with ``--task-ttl-ms 1000``: tasks are purged about a second after they end."""
+    with fastmcp_peer(peer_logs, task_ttl_ms=1000) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
+def all_peers(ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer, fastmcp_server: Peer) -> list[Peer]:
+    return [ts_stdio, ts_http_stateful, ts_http_stateless, fastmcp_server]
+
+
+__all__ = [
+    "Peer", "REPO_ROOT", "TS_DIR", "TS_SERVER", "fastmcp_peer", "peer_log_dir", "read_peer_log",
+    "require_ts_peer", "ts_http_peer", "ts_stdio_peer", "wait_until", "poll_until_terminal", "stdio_child_pid",
+    # fixtures
+    "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
+    "fastmcp_short_ttl", "all_peers",
+]

