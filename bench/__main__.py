@@ -190,20 +190,30 @@ class RssSampler:
 # --- running one design --------------------------------------------------------------------------------
 
 
+def durations(n: int, duration: float, poll_ms: int) -> list[float]:
+    """Task i lasts ``duration + poll * frac(i * golden)``: the same set for every design, spread evenly over one
+    poll interval so that where a task ends relative to a design's poll grid is uniform, not an artefact of
+    every task starting together and lasting exactly ``duration``."""
+    golden = 0.6180339887498949
+    return [round(duration + (poll_ms / 1000.0) * ((i * golden) % 1.0), 4) for i in range(n)]
+
+
 def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1) -> McpTaskRequest:
     return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2026-07-28",
                           idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s))
 
 
-async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, concurrency: int, args: dict[str, Any],
-                       poll_ms: int, prefix: str, poll_floor_s: float = 0.1) -> tuple[list[TaskRecord], float, float]:
+async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, concurrency: int,
+                       args: dict[str, Any] | list[dict[str, Any]], poll_ms: int, prefix: str,
+                       poll_floor_s: float = 0.1) -> tuple[list[TaskRecord], float, float]:
     """Closed loop of ``n`` workflows, at most ``concurrency`` at once; delivery = ``handle.result()`` returned."""
     assert env.client is not None
     client = env.client
     sem = asyncio.Semaphore(concurrency)
     records = [TaskRecord(key=f"{prefix}-{env.run_id}-{i}") for i in range(n)]
+    per_task = args if isinstance(args, list) else [args] * n
 
-    async def one(rec: TaskRecord) -> None:
+    async def one(rec: TaskRecord, args: dict[str, Any]) -> None:
         async with sem:
             rec.submitted = time.time()
             try:
@@ -229,7 +239,7 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
                 rec.error = f"{type(exc).__name__}: {exc}"
 
     t0 = time.time()
-    await asyncio.gather(*(one(r) for r in records))
+    await asyncio.gather(*(one(r, a) for r, a in zip(records, per_task)))
     return records, t0, time.time()
 
 
@@ -268,9 +278,12 @@ async def history_stats(client: Client, workflow_ids: list[str], *, limit: int =
 
 def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
               cpu: dict[str, float], rpcs: Counter[str] | None) -> dict[str, Any]:
-    terminal = state.get("terminal", {})
+    terminal, observed = state.get("terminal", {}), state.get("observed", {})
     ok = [r for r in records if r.ok and r.delivered is not None]
     lat = [(r.delivered - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal]
+    wait = [(observed[r.task_id] - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal and r.task_id in observed]
+    after = [(r.delivered - observed[r.task_id]) * 1000 for r in ok if r.task_id in observed]
+    start = [(terminal[r.task_id] - r.submitted) for r in ok if r.task_id in terminal]
     e2e = [(r.delivered - r.submitted) for r in ok]
     gets = [state.get("gets", {}).get(r.task_id, 0) for r in ok if r.task_id]
     n = len(records)
@@ -284,7 +297,12 @@ def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, stat
         "throughput_per_s": round(len(ok) / (last - t0), 3) if ok else 0.0,
         "latency_ms": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)), "max": _r(max(lat) if lat else None),
                        "min": _r(min(lat) if lat else None), "n": len(lat)},
+        "latency_split_ms": {
+            "poll_wait_p50": _r(percentile(wait, 50)), "poll_wait_p95": _r(percentile(wait, 95)),
+            "after_poll_p50": _r(percentile(after, 50)), "after_poll_p95": _r(percentile(after, 95)),
+            "_": "poll_wait = first tasks/get reply showing terminal - terminal; after_poll = delivered - that reply"},
         "end_to_end_s": {"p50": _r(percentile(e2e, 50), 3), "p95": _r(percentile(e2e, 95), 3)},
+        "submit_to_terminal_s": {"p50": _r(percentile(start, 50), 3), "p95": _r(percentile(start, 95), 3)},
         "mcp_tasks_get_per_task": round(sum(gets) / len(gets), 2) if gets else None,
         "cpu_s": cpu,
     }
@@ -302,13 +320,14 @@ def _r(v: float | None, nd: int = 1) -> float | None:
 async def phase_design(env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int) -> dict[str, Any]:
     child, url = env.server(poll_ms)
     http_json(base_url(url) + "/bench/reset", method="POST")
-    args = {"seconds": duration}
+    args = [{"seconds": s} for s in durations(n, duration, poll_ms)]
     pids = {"mcp_server": child.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0, "bench_client": os.getpid()}
     worker = None
     if design != "floor":
         tq = f"bench-{design}-{env.run_id}"
         worker = env.worker(design, tq)
         pids["worker"] = worker.pid
+        spy = None
         # Warm-up: a handful of tasks so imports and connections are not billed to the measured run.
         await run_temporal(env, design, tq, url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, poll_ms=poll_ms,
                            prefix=f"warm-{design}")
@@ -318,6 +337,8 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         http_json(base_url(url) + "/bench/reset", method="POST")
     log(f"{design}: {n} tasks of {duration:g}s, concurrency {concurrency}, pollInterval {poll_ms} ms")
     rpc0 = env.metrics()
+    if worker is not None and env.args.profile_dir:
+        spy = start_py_spy(worker.pid, Path(env.args.profile_dir) / f"{design}-worker.txt")
     meter = CpuMeter(pids)
     if design == "floor":
         records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix="floor")
@@ -325,6 +346,8 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         records, t0, t1 = await run_temporal(env, design, tq, url, n=n, concurrency=concurrency, args=args,
                                              poll_ms=poll_ms, prefix=design)
     cpu = meter.done()
+    if worker is not None and spy is not None:
+        stop_py_spy(spy)
     rpcs = None if design == "floor" else env.metrics() - rpc0
     state = http_json(base_url(url) + "/bench/state")
     out = summarize(design, records, t0, t1, state, cpu, rpcs)
@@ -336,6 +359,30 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     log(f"{design}: {out['completed']}/{n} completed in {out['wall_s']}s, {out['throughput_per_s']}/s, "
         f"latency p50 {out['latency_ms']['p50']} ms, cpu {cpu}")
     return out
+
+
+def start_py_spy(pid: int, out: Path) -> Any:
+    """py-spy (``pip install py-spy``) sampling every thread of ``pid``, collapsed stacks; None if unavailable."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        log("py-spy not installed: no profile")
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--threads",
+                             "--idle", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_py_spy(proc: Any) -> None:
+    import signal as _signal
+
+    proc.send_signal(_signal.SIGINT)
+    try:
+        proc.wait(20)
+    except Exception:  # noqa: BLE001
+        proc.kill()
 
 
 # --- history: 5 s vs 1 h -------------------------------------------------------------------------------
@@ -524,10 +571,10 @@ def render(res: dict[str, Any]) -> str:
              ""]
     d = res.get("designs", {})
     if d:
-        lines += ["| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | tasks/get per task | "
-                  "history events/task | activity tasks/task | workflow tasks/task | Temporal RPCs/task | "
-                  "CPU s (worker / temporal / mcp / client) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | = poll wait p50 | + after poll p50 | "
+                  "tasks/get per task | history events/task | activity tasks/task | workflow tasks/task | "
+                  "Temporal RPCs/task | CPU s (worker / temporal / mcp / client) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name in ("ours", "naive", "floor"):
             r = d.get(name)
             if not r:
@@ -536,7 +583,9 @@ def render(res: dict[str, Any]) -> str:
             cpu = r["cpu_s"]
             lines.append(
                 f"| {name} | {r['completed']}/{r['tasks']} | {_fmt(r['wall_s'], 2)} | {_fmt(r['throughput_per_s'], 2)} | "
-                f"{_fmt(r['latency_ms']['p50'])} | {_fmt(r['latency_ms']['p95'])} | {_fmt(r['mcp_tasks_get_per_task'])} | "
+                f"{_fmt(r['latency_ms']['p50'])} | {_fmt(r['latency_ms']['p95'])} | "
+                f"{_fmt(r['latency_split_ms']['poll_wait_p50'])} | {_fmt(r['latency_split_ms']['after_poll_p50'])} | "
+                f"{_fmt(r['mcp_tasks_get_per_task'])} | "
                 f"{_fmt((h.get('events') or {}).get('mean'))} | {_fmt((h.get('activity_tasks') or {}).get('mean'))} | "
                 f"{_fmt((h.get('workflow_tasks') or {}).get('mean'))} | {_fmt(r.get('temporal_rpcs_per_task'))} | "
                 f"{_fmt(cpu.get('worker'))} / {_fmt(cpu.get('temporal_server'))} / {_fmt(cpu.get('mcp_server'))} / "
@@ -602,6 +651,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="dev server store: temp SQLite file (embedded default) or in memory")
     for name in ("floor", "ours", "naive", "history", "inflight"):
         p.add_argument(f"--skip-{name}", action="store_true")
+    p.add_argument("--profile-dir", default="", help="py-spy each design's worker during its run (collapsed stacks)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
     args = p.parse_args(argv)

@@ -35,20 +35,21 @@ async def _one(client: McpTaskClient, rec: TaskRecord, args: dict, poll_s: float
         rec.error = f"{type(exc).__name__}: {exc}"
 
 
-async def run_floor(url: str, *, n: int, concurrency: int, args: dict, poll_s: float | None = None,
+async def run_floor(url: str, *, n: int, concurrency: int, args: dict | list[dict], poll_s: float | None = None,
                     prefix: str = "floor") -> tuple[list[TaskRecord], float, float]:
     """Closed loop: at most ``concurrency`` tasks in flight until ``n`` are done. Returns (records, t0, t1)."""
     client = await McpTaskClient.connect(Endpoint(url=url), era="2026-07-28")
     sem = asyncio.Semaphore(concurrency)
     records = [TaskRecord(key=f"{prefix}-{i}") for i in range(n)]
+    per_task = args if isinstance(args, list) else [args] * n
 
-    async def guarded(rec: TaskRecord) -> None:
+    async def guarded(rec: TaskRecord, a: dict) -> None:
         async with sem:
-            await _one(client, rec, args, poll_s)
+            await _one(client, rec, a, poll_s)
 
     t0 = time.time()
     try:
-        await asyncio.gather(*(guarded(r) for r in records))
+        await asyncio.gather(*(guarded(r, a) for r, a in zip(records, per_task)))
     finally:
         await client.aclose()
     return records, t0, time.time()

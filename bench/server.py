@@ -14,6 +14,9 @@ It is the same stack as ``worker.demo_server`` (``fastmcp[tasks]==4.1.4``, SEP-2
     state (``Execution._mark_as_terminal`` returned: from then on ``tasks/get`` answers ``completed``);
   - ``gets[taskId]``: ``tasks/get`` requests received for the task (counted from the ``Mcp-Method`` and
     ``Mcp-Name`` headers, before MCP handling);
+  - ``observed[taskId]``: when the first ``tasks/get`` reply showing a terminal status was handed to the
+    transport (so ``observed - terminal`` is the poll-phase wait, ``delivered - observed`` the design's own
+    overhead after its poll found the end);
   - ``calls``: ``tools/call`` requests received.
 
   ``POST /bench/reset`` clears it.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import socket
 import sys
 import time
@@ -61,6 +65,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.terminal: dict[str, float] = {}
+        self.observed: dict[str, float] = {}
         self.gets: dict[str, int] = {}
         self.calls = 0
         self.waiters: dict[str, tuple[int, asyncio.Event]] = {}
@@ -71,6 +76,7 @@ class Recorder:
 
     def reset(self) -> None:
         self.terminal.clear()
+        self.observed.clear()
         self.gets.clear()
         self.calls = 0
 
@@ -148,7 +154,8 @@ def build_server(poll_interval_ms: int, concurrency: int = 10_000) -> FastMCP:
 
     @mcp.custom_route("/bench/state", methods=["GET"])
     async def state(_request: Request) -> Response:
-        return JSONResponse({"terminal": REC.terminal, "gets": REC.gets, "calls": REC.calls, "now": time.time()})
+        return JSONResponse({"terminal": REC.terminal, "observed": REC.observed, "gets": REC.gets, "calls": REC.calls,
+                             "now": time.time()})
 
     @mcp.custom_route("/bench/open", methods=["POST"])
     async def open_gate(request: Request) -> Response:
@@ -163,8 +170,12 @@ def build_server(poll_interval_ms: int, concurrency: int = 10_000) -> FastMCP:
     return mcp
 
 
+_TERMINAL_RE = re.compile(rb'"status"\s*:\s*"(completed|failed|cancelled)"')
+
+
 class CountingMiddleware:
-    """ASGI wrapper: counts tools/call and tasks/get from the routing headers (no body parsing)."""
+    """ASGI wrapper: counts tools/call and tasks/get from the routing headers (no request body parsing), and
+    notes when a ``tasks/get`` reply first carried a terminal status (``observed``: the poll that found it)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -178,10 +189,26 @@ class CountingMiddleware:
                 elif key == b"mcp-name":
                     name = value
             if method == b"tasks/get" and name is not None:
-                REC.on_get(name.decode("latin-1"))
+                task_id = name.decode("latin-1")
+                REC.on_get(task_id)
+                if task_id not in REC.observed:
+                    await self.app(scope, receive, self._watch(task_id, send))
+                    return
             elif method == b"tools/call":
                 REC.calls += 1
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _watch(task_id: str, send: Any) -> Any:
+        async def watched(message: Any) -> None:
+            if message.get("type") == "http.response.body" and task_id not in REC.observed:
+                if _TERMINAL_RE.search(message.get("body") or b""):
+                    await send(message)
+                    REC.observed[task_id] = time.time()  # the reply has been handed to the transport
+                    return
+            await send(message)
+
+        return watched
 
 
 async def serve(host: str, port: int, poll_interval_ms: int, concurrency: int) -> None:

@@ -346,12 +346,19 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 async def _update(args: argparse.Namespace, name: str, *update_args: Any) -> Any:
     from temporalio.client import WorkflowUpdateFailedError
 
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
     async with temporal(args) as (client, _):
-        handle, _ = await _handle(client, args.id)
+        handle, desc = await _handle(client, args.id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise CliError(f"{name} refused: {args.id} has already ended ({desc.status.name})", EXIT_ENDED)
         try:
             return await asyncio.wait_for(handle.execute_update(name, *update_args), timeout=30)
         except WorkflowUpdateFailedError as exc:
             raise CliError(f"{name} refused: {exc.cause.message if exc.cause else exc}", EXIT_ENDED) from None
+        except RPCError as exc:
+            raise CliError(f"{name} refused: {exc.message}", EXIT_ENDED) from None
         except asyncio.TimeoutError:
             raise CliError(f"{name}: no worker processed the update within 30 s", EXIT_UNREACHABLE) from None
 

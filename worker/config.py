@@ -127,8 +127,14 @@ def _server(name: str, raw: Any) -> ServerConfig:
     tools = raw.get("tools", {})
     if not isinstance(tools, dict):
         raise ConfigError(f"{where}.tools: must be a table")
+    policies = {}
+    for tool, policy in tools.items():
+        try:
+            policies[tool] = ToolPolicy.model_validate(policy)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, f"{where}.tools.{tool}")) from None
+    raw["tools"] = policies
     try:
-        raw["tools"] = {t: ToolPolicy.model_validate(p) for t, p in tools.items()}
         cfg = ServerConfig.model_validate(raw)
         cfg.endpoint()
     except ValidationError as exc:

@@ -9,10 +9,11 @@ Classification rules for a ``tool_error`` / ``failed`` / ``rejected`` payload, f
    "permission denied", "invalid/expired token", "authentication".
 3. **retryable**: transient: timeouts, "temporarily", "unavailable", ``502/503/504``, connection
    reset/refused, "try again".
-4. **input_correctable**: JSON-RPC ``-32602``; "invalid", "validation", "must be", "missing
-   required", "not found", ``400``/``422``.
-5. **permanent**: JSON-RPC ``-32601``/``-32600``, missing capability, "not supported", "unsupported".
-6. **unknown**: anything else.
+4. **input_correctable**: JSON-RPC ``-32602``.
+5. **permanent**: JSON-RPC ``-32601``/``-32600``/``-32021``, or text naming them, "method not found",
+   "not supported", "unknown tool", "requires task augmentation".
+6. **input_correctable**: "invalid", "validation", "must be", "missing required", "not found", ``400``/``422``.
+7. **unknown**: anything else.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ _TRANSIENT = re.compile(
     r"overloaded|econnreset|transient", re.I)
 _INPUT = re.compile(r"invalid|validation|must be|missing required|required (field|parameter|argument)|"
                     r"not found|\b40[04]\b|\b422\b|malformed", re.I)
-_PERMANENT = re.compile(r"not supported|unsupported|not implemented|method not found|no such tool|unknown tool", re.I)
+_PERMANENT = re.compile(r"not supported|unsupported|not implemented|method not found|no such tool|unknown tool|"
+                        r"-3260[01]\b|requires task augmentation", re.I)
 
 _UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "m": 60.0, "min": 60.0, "minute": 60.0,
            "minutes": 60.0}
@@ -94,10 +96,13 @@ def classify_failure(
         return Classification.AUTHORIZATION_REQUIRED, None
     if _TRANSIENT.search(text):
         return Classification.RETRYABLE, retry_after
-    if code == -32602 or _INPUT.search(text):
+    if code == -32602:
         return Classification.INPUT_CORRECTABLE, None
+    # Explicit protocol refusals first: "method not found" is not a correctable "not found".
     if code in (-32601, -32600, -32021, -32003) or _PERMANENT.search(text):
         return Classification.PERMANENT, None
+    if _INPUT.search(text):
+        return Classification.INPUT_CORRECTABLE, None
     return Classification.UNKNOWN, retry_after
 
 

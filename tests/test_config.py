@@ -1,0 +1,89 @@
+"""Worker configuration: what is accepted, what is refused (with the key named), and the deploy file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker.config import ConfigError, load_config
+
+DEPLOY_TOML = Path(__file__).resolve().parent.parent / "deploy" / "worker.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "w.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_config(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, """
+[temporal]
+address = "temporal:7233"
+namespace = "agents"
+[worker]
+metrics_port = 9464
+[servers.billing]
+url = "https://billing.example.com/mcp?x=1"
+principal = "svc"
+era = "2025-11-25"
+trust_annotations = true
+[servers.billing.headers]
+Authorization = { env = "BILLING_TOKEN" }
+[servers.billing.tools.charge_card]
+idempotent = false
+replay = "with_approval"
+max_replays = 2
+output_schema = { type = "object", required = ["receipt"] }
+[servers.local]
+command = ["node", "server.mjs"]
+[servers.local.env]
+API_KEY = { env = "LOCAL_API_KEY" }
+"""), env={})
+    assert cfg.temporal.address == "temporal:7233" and cfg.temporal.namespace == "agents"
+    billing = cfg.servers["billing"]
+    assert billing.headers == {"Authorization": "BILLING_TOKEN"}
+    assert billing.tools["charge_card"].replay == "with_approval" and billing.tools["charge_card"].max_replays == 2
+    assert billing.endpoint().identity() == "https://billing.example.com/mcp"  # query string never shown
+    assert cfg.servers["local"].endpoint().env_refs == {"API_KEY": "LOCAL_API_KEY"}
+
+
+def test_env_overrides(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, '[temporal]\naddress = "a:1"\n'),
+                      env={"TEMPORAL_ADDRESS": "b:2", "MCP_TASKS_TASK_QUEUE": "q2", "MCP_TASKS_METRICS_PORT": "9000"})
+    assert (cfg.temporal.address, cfg.temporal.task_queue, cfg.worker.metrics_port) == ("b:2", "q2", 9000)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('colour = 1', "unknown top-level key(s): colour"),
+    ('[temporal]\nadress = "x:1"', "temporal.adress: unknown key"),
+    ('[temporal]\naddress = "nohostport"', "temporal.address"),
+    ('[worker]\nmetrics_port = 70000', "worker.metrics_port"),
+    ('[servers.a]\nurl = "http://h/mcp"\ncommand = ["x"]', "servers.a: needs exactly one of 'url' or 'command'"),
+    ('[servers.a]\ncommand = "node server.mjs"', "servers.a.command: must be a list"),
+    ('[servers.a]\nurl = "http://h/mcp"\nera = "2024-01-01"', "servers.a.era"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nreplay = "sometimes"', "servers.a.tools.t.replay"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotnt = true', "servers.a.tools.t.idempotnt: unknown key"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.headers]\nX-Key = "literal"', "servers.a.headers.X-Key"),
+    ('[servers.a]\nurl = "ftp://h/mcp"', "servers.a"),
+    ('[[servers]]\nurl = 1', "servers: must be a table"),
+    ('not toml ===', "is not valid TOML"),
+])
+def test_bad_config_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text), env={})
+    assert message in str(exc.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "absent.toml", env={})
+
+
+def test_deploy_worker_toml_loads_with_the_worker_loader() -> None:
+    """The file docker-compose mounts into the workers is valid for the real loader."""
+    cfg = load_config(DEPLOY_TOML, env={})
+    assert cfg.temporal.address == "temporal:7233"
+    assert cfg.servers["demo"].url == "http://demo-mcp:8000/mcp"
+    assert cfg.servers["demo"].tools["charge_card"].replay == "with_approval"

@@ -1,0 +1,33 @@
+"""Committed workflow histories must replay under the current code: a non-deterministic change fails here.
+
+Refresh them deliberately (and review the diff) with:
+    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_workflow.py -k "completed or tool_error or cancel_via or killed"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.fanout import McpFanOutWorkflow
+from workflows.mcp_task import McpTaskWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_committed() -> None:
+    names = {p.stem for p in HISTORIES}
+    assert {"completed_legacy", "completed_extension", "tool_error_legacy", "cancelled_legacy",
+            "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent"} <= names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+async def test_replays_deterministically(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[McpTaskWorkflow, McpFanOutWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
