@@ -27,6 +27,7 @@ them across deployments. Failure semantics, per activity:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -40,7 +41,10 @@ from activities.models import (
     AwaitOutput,
     CancelInput,
     CancelOutput,
+    LegacyInputRequest,
     PayloadOutcome,
+    RelayInput,
+    RelayOutput,
     ResolveInput,
     RetrieveInput,
     RetrieveOutput,
@@ -53,6 +57,7 @@ from activities.models import (
 )
 from activities.result_store import ResultStore
 from activities.wire import (
+    JsonRpcError,
     McpTaskClient,
     McpWireError,
     RateLimited,
@@ -77,6 +82,20 @@ AWAIT_TASK = "mcp-tasks.await_task.v1"
 RETRIEVE_RESULT = "mcp-tasks.retrieve_result.v1"
 CANCEL_TASK = "mcp-tasks.cancel_task.v1"
 PROVIDE_INPUT = "mcp-tasks.provide_input.v1"
+RELAY_INPUT = "mcp-tasks.relay_input.v1"
+
+# Workflow messages the relay uses (defined by McpTaskWorkflow).
+INPUT_REQUESTED_SIGNAL = "legacy_input_requested"
+INPUT_DELIVERED_SIGNAL = "legacy_input_delivered"
+RELAY_STATE_QUERY = "legacy_relay_state"
+
+
+def legacy_input_key(method: str, params: dict[str, Any]) -> str:
+    """Stable key of an input request: a re-sent identical question maps to the same key (asked once)."""
+    from activities.wire.contract import canonical_json
+
+    body = canonical_json({"method": method, "params": {k: v for k, v in params.items() if k != "_meta"}})
+    return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def to_application_error(exc: McpWireError) -> ApplicationError:
@@ -108,7 +127,7 @@ class McpActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.resolve, self.start_call, self.await_task, self.retrieve_result, self.cancel_task,
-                self.provide_input]
+                self.provide_input, self.relay_input]
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -294,5 +313,76 @@ class McpActivities:
         except McpWireError as exc:
             raise to_application_error(exc) from exc
 
+    @activity.defn(name=RELAY_INPUT)
+    async def relay_input(self, inp: RelayInput) -> RelayOutput:
+        """2025-11-25 input: hold ``tasks/result`` open and relay each input request through the workflow.
 
-__all__ = ["McpActivities", "to_application_error", "RAW_CAP"]
+        Each ``elicitation/create`` is handed to the workflow (signal), whose answer (given with the
+        ``provide_input`` update) is read back by query and sent on the wire. A request whose content
+        the workflow has already answered is answered from that record: a human is never asked twice.
+        An attempt that replaces a dead one first delivers answers still owed to the server's original
+        request ids (the server keeps those requests pending), then re-opens ``tasks/result``.
+        ``sampling/createMessage`` is refused with a JSON-RPC error: no sampling handler is configured.
+        """
+        info = activity.info()
+        wf = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        every = max(0.5, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3)
+        beat = {"taskId": inp.state.task_id, "status": "input_required", "relay": True}
+
+        async def answer_for(key: str) -> dict[str, Any]:
+            while True:
+                relay = await wf.query(RELAY_STATE_QUERY)
+                answer = (relay.get(key) or {}).get("answer")
+                if answer is not None:
+                    return answer
+                activity.heartbeat(beat)
+                await asyncio.sleep(0.5)
+
+        async def on_request(method: str, params: dict[str, Any], rpc_id: Any) -> dict[str, Any]:
+            if method != "elicitation/create":
+                raise McpWireError(f"{method} is not supported by this client (no handler configured)", code=-32601)
+            key = legacy_input_key(method, params)
+            await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method,
+                                                                       params=params))
+            answer = await answer_for(key)
+            await wf.signal(INPUT_DELIVERED_SIGNAL, key)
+            return answer
+
+        async def deliver_owed(client: McpTaskClient) -> None:
+            """Answers the workflow holds for requests an earlier attempt received but never answered."""
+            relay = await wf.query(RELAY_STATE_QUERY)
+            for key, rec in relay.items():
+                if rec.get("delivered"):
+                    continue
+                answer = rec.get("answer") or await answer_for(key)
+                await client.reply(rec["rpc_id"], answer)
+                await wf.signal(INPUT_DELIVERED_SIGNAL, key)
+
+        try:
+            client = await self.pool.for_task(inp.session, principal=inp.principal)
+            owed = asyncio.create_task(deliver_owed(client)) if info.attempt > 1 else None
+            try:
+                payload = await self._heartbeating(
+                    client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every)
+            except JsonRpcError:
+                # The stream ended with an error: the task's own stored error, or "gone". Its status says which.
+                payload = None
+            finally:
+                if owed is not None:
+                    owed.cancel()
+            state = await client.get(inp.state.task_id)
+            if payload is None:
+                if not state.terminal:
+                    raise TransportError("tasks/result ended with an error while the task is still running", sent=True)
+                payload = await client.result(state)
+        except TaskNotFound:
+            return RelayOutput(not_found=True)
+        except TaskUnreachable as exc:
+            return RelayOutput(unreachable=exc.message)
+        except McpWireError as exc:
+            raise to_application_error(exc) from exc
+        self.pool.track(client, inp.state.task_id, done=True)
+        return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema))
+
+
+__all__ = ["McpActivities", "to_application_error", "legacy_input_key", "RAW_CAP"]

@@ -152,6 +152,33 @@ class UpdateInput(_Model):
     responses: dict[str, Any]
 
 
-__all__ = ["InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
+class RelayInput(_Model):
+    """Hold a legacy ``tasks/result`` open on the task's session and relay its input requests."""
+
+    session: SessionRef
+    state: TaskState
+    principal: str | None = None
+    output_schema: dict[str, Any] | None = None
+    #: How long the stream may stay open (the human's answer time plus the task's).
+    hold_s: float = 24 * 3600.0
+
+
+class RelayOutput(_Model):
+    state: TaskState | None = None
+    payload: PayloadOutcome | None = None
+    not_found: bool = False
+    unreachable: str | None = None
+
+
+class LegacyInputRequest(_Model):
+    """A server→client request that arrived on a legacy ``tasks/result`` stream."""
+
+    key: str
+    rpc_id: Any
+    method: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+__all__ = ["RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
            "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
            "CancelInput", "CancelOutput", "UpdateInput"]

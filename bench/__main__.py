@@ -91,9 +91,21 @@ class Env:
         """The bench MCP server advertising ``poll_ms`` (started on first use)."""
         if poll_ms not in self.servers:
             child = Child([sys.executable, "-m", "bench.server", "--port", "0", "--poll-interval-ms", str(poll_ms)],
-                          ready_prefix="LISTENING", log=self.tmp / f"server-{poll_ms}.log")
+                          ready_prefix="LISTENING", env=self.child_env(), log=self.tmp / f"server-{poll_ms}.log")
             self.servers[poll_ms] = (child, child.ready_line.split()[1])
         return self.servers[poll_ms]
+
+    def child_env(self) -> dict[str, str]:
+        """Bytecode caching on (in a temp prefix, not in the repo) unless ``--no-bytecode``.
+
+        The workflow sandbox re-imports the workflow module for every new workflow instance; with
+        ``PYTHONDONTWRITEBYTECODE=1`` and no ``.pyc`` (a source checkout; this machine's environment) each
+        import recompiles ``workflows/mcp_task.py`` from source. A pip-installed package ships ``.pyc``
+        files, so bytecode-on is the production-like setting.
+        """
+        if self.args.no_bytecode:
+            return {"PYTHONDONTWRITEBYTECODE": "1"}
+        return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(self.tmp / "pycache")}
 
     def worker(self, design: str, task_queue: str, *, cache: int = 0, profile: str = "") -> Child:
         argv = [sys.executable, "-m", "bench.worker_proc", "--design", design, "--address", self.dev.address,
@@ -102,7 +114,8 @@ class Env:
             argv += ["--max-cached-workflows", str(cache)]
         if profile:
             argv += ["--profile", profile]
-        child = Child(argv, ready_prefix="READY", stream="stdout", timeout_s=90, log=self.tmp / f"worker-{task_queue}.log")
+        child = Child(argv, ready_prefix="READY", stream="stdout", timeout_s=90, env=self.child_env(),
+                      log=self.tmp / f"worker-{task_queue}.log")
         self.workers.append(child)
         return child
 
@@ -254,7 +267,10 @@ async def history_stats(client: Client, workflow_ids: list[str], *, limit: int =
 
     histories = await asyncio.gather(*(fetch(w) for w in ids))
     per: list[dict[str, int]] = []
+    spans: dict[str, list[float]] = {}
     for events in histories:
+        for k, v in time_split(events).items():
+            spans.setdefault(k, []).append(v)
         kinds = Counter(EventType.Name(e.event_type) for e in events)
         attempts = sum(e.activity_task_started_event_attributes.attempt for e in events
                        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
@@ -273,7 +289,50 @@ async def history_stats(client: Client, workflow_ids: list[str], *, limit: int =
     for key in per[0]:
         vals = [p[key] for p in per]
         out[key] = {"mean": round(sum(vals) / len(vals), 2), "min": min(vals), "max": max(vals)}
+    out["time_split_ms_p50"] = {k: _r(percentile(v, 50)) for k, v in spans.items()}
     return out
+
+
+def time_split(events: list[Any]) -> dict[str, float]:
+    """Where one workflow's wall time went, from its history timestamps (ms): time queued for a worker
+    (schedule-to-start) and time running, for workflow tasks and for each activity type."""
+    t = [e.event_time.ToMilliseconds() for e in events]
+    by_id = {e.event_id: (e, ts) for e, ts in zip(events, t)}
+    out: Counter[str] = Counter()
+    wft_sched: float | None = None
+    wft_start: float | None = None
+    act_sched: dict[int, tuple[str, float]] = {}
+    act_start: dict[int, float] = {}
+    for e, ts in zip(events, t):
+        et = e.event_type
+        if et == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            wft_sched = ts
+        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and wft_sched is not None:
+            out["wft_queued"] += ts - wft_sched
+            wft_start = ts
+        elif et in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) and wft_start is not None:
+            out["wft_running"] += ts - wft_start
+            wft_start = None
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            act_sched[e.event_id] = (e.activity_task_scheduled_event_attributes.activity_type.name, ts)
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            sid = e.activity_task_started_event_attributes.scheduled_event_id
+            if sid in act_sched:
+                name, sts = act_sched[sid]
+                out[f"{_short(name)}_queued"] += ts - sts
+                act_start[sid] = ts
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            sid = e.activity_task_completed_event_attributes.scheduled_event_id
+            if sid in act_sched and sid in act_start:
+                out[f"{_short(act_sched[sid][0])}_running"] += ts - act_start[sid]
+    out["total"] = t[-1] - t[0] if t else 0.0
+    del by_id
+    return dict(out)
+
+
+def _short(activity_type: str) -> str:
+    return activity_type.replace("mcp-tasks.", "").replace("bench-naive.", "naive_").replace(".v1", "")
 
 
 def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
@@ -651,6 +710,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="dev server store: temp SQLite file (embedded default) or in memory")
     for name in ("floor", "ours", "naive", "history", "inflight"):
         p.add_argument(f"--skip-{name}", action="store_true")
+    p.add_argument("--no-bytecode", action="store_true",
+                   help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
     p.add_argument("--profile-dir", default="", help="py-spy each design's worker during its run (collapsed stacks)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
@@ -680,6 +741,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"tasks": args.tasks, "concurrency": args.concurrency, "duration_s": args.duration,
                    "poll_ms": args.poll_ms, "inflight": args.inflight, "inflight_poll_ms": args.inflight_poll_ms,
                    "db": "SQLite temp file" if args.db == "sqlite" else "in-memory", "quick": args.quick,
+                   "bytecode": not args.no_bytecode,
                    "temporal_cli": cli.replace("temporal version ", ""), "fastmcp": fastmcp.__version__,
                    "cpus": os.cpu_count(), "python": platform.python_version(),
                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},

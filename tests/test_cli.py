@@ -160,3 +160,30 @@ async def test_worker_rejects_bad_config(tmp_path: Path) -> None:
     bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\n[servers.x.headers]\nAuthorization = "Bearer s3cr3t"\n')
     rc, _, err = await cli("worker", "--config", str(bad))
     assert rc == 2 and "servers.x.headers.Authorization" in err and "s3cr3t" not in err
+
+
+async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
+    address = address_of(temporal_env)
+    wid = unique("answer")
+    async with in_process_worker(client, task_queue=queue):
+        rc, _, err = await cli("run", "ask_user", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
+                               "--task-queue", queue, "--address", address)
+        assert rc == 0, err
+        for _ in range(100):
+            rc, out, _ = await cli("list", "--status", "input_required", "--json", "--address", address)
+            if any(r["workflow_id"] == wid for r in one_json(out)["workflows"]):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError("the waiting task never showed in `list --status input_required`")
+        rc, out, err = await cli("status", wid, "--address", address)
+        assert rc == 1 and "needs input" in out and f"mcp-tasks answer {wid}" in out
+        rc, _, err = await cli("answer", wid, "--json", '{"action": "accept", "content": {"approve": "nope"}}',
+                               "--address", address)
+        assert rc == 1 and "'nope' is not of type 'boolean'" in err
+        rc, out, err = await cli("answer", wid, "--json",
+                                 '{"action": "accept", "content": {"account": "acct-9", "approve": true}}',
+                                 "--address", address)
+        assert rc == 0, err
+        rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
+        assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-9"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from activities.wire import (
     EXTENSION,
     LEGACY,
     AuthorizationRequired,
+    CapabilityUnavailable,
     Endpoint,
     HeaderMismatch,
     InvalidParams,
@@ -356,6 +358,30 @@ async def test_sse_without_reply_is_transport_error(fake: _FakeServer) -> None:
     with pytest.raises(TransportError) as info:
         await _request(f"{fake.base}/sse-end")
     assert info.value.sent is True
+
+
+# --- stdio failure shapes ----------------------------------------------------------------------------
+
+
+async def test_stdio_command_that_cannot_start_is_transport_error_not_sent(tmp_path: Any) -> None:
+    with pytest.raises(TransportError) as info:
+        await McpTaskClient.connect(Endpoint(command=[str(tmp_path / "no-such-server")]))
+    assert info.value.sent is False and info.value.may_have_reached_server is False
+
+
+async def test_stdio_child_that_dies_fails_requests_instead_of_hanging() -> None:
+    # Prints a non-JSON line (logged and skipped), then exits without answering anything.
+    script = "import sys, time; print('garbage', flush=True); time.sleep(0.3)"
+    started = time.monotonic()
+    with pytest.raises(TaskUnreachable, match="is gone"):
+        await McpTaskClient.connect(Endpoint(command=[sys.executable, "-c", script]))
+    assert time.monotonic() - started < 10
+
+
+async def test_stdio_missing_env_ref_is_a_clear_error() -> None:
+    endpoint = Endpoint(command=[sys.executable, "-c", "pass"], env_refs={"TOKEN": "MCP_TEST_SURELY_UNSET_VAR"})
+    with pytest.raises(CapabilityUnavailable, match="MCP_TEST_SURELY_UNSET_VAR"):
+        await McpTaskClient.connect(endpoint)
 
 
 # --- what the client sends ---------------------------------------------------------------------------

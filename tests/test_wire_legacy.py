@@ -24,6 +24,7 @@ from activities.wire import (
     CapabilityUnavailable,
     JsonRpcError,
     McpTaskClient,
+    ProcessGone,
     ResultDecodeError,
     SessionGone,
     SessionPool,
@@ -443,8 +444,9 @@ async def test_pool_stdio_child_death(ts_stdio: Peer) -> None:
 
         os.kill(pid, signal.SIGKILL)
         await _wait_dead(client)
-        with pytest.raises(TaskUnreachable):
+        with pytest.raises(ProcessGone) as gone:  # never written: the child was already gone
             await client.get(started.task.task_id)
+        assert gone.value.may_have_reached_server is False
         with pytest.raises(TaskUnreachable):
             await pool.for_task(ref, principal=None)
 

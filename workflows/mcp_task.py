@@ -39,7 +39,11 @@ with workflow.unsafe.imports_passed_through():
     from activities.mcp_activities import (
         AWAIT_TASK,
         CANCEL_TASK,
+        INPUT_DELIVERED_SIGNAL,
+        INPUT_REQUESTED_SIGNAL,
         PROVIDE_INPUT,
+        RELAY_INPUT,
+        RELAY_STATE_QUERY,
         RESOLVE,
         RETRIEVE_RESULT,
         START_CALL,
@@ -49,7 +53,10 @@ with workflow.unsafe.imports_passed_through():
         AwaitOutput,
         CancelInput,
         CancelOutput,
+        LegacyInputRequest,
         PayloadOutcome,
+        RelayInput,
+        RelayOutput,
         ResolveInput,
         RetrieveInput,
         RetrieveOutput,
@@ -129,6 +136,8 @@ class McpTaskWorkflow:
         self.pending: dict[str, PendingInput] = {}
         self.answers: dict[str, dict[str, Any]] = {}
         self.answered_keys: list[str] = []
+        #: 2025-11-25 input requests relayed from a tasks/result stream: key -> {rpc_id, delivered}.
+        self.legacy_inputs: dict[str, dict[str, Any]] = {}
         self.cancel_reason: str | None = None
         self.approved = False
         self.output_schema: dict[str, Any] | None = None
@@ -178,6 +187,25 @@ class McpTaskWorkflow:
     def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
         self.answers.update(responses)
         return sorted(k for k in self.pending if k not in self.answers)
+
+    @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
+    def _legacy_input_requested(self, req: LegacyInputRequest) -> None:
+        # A re-sent request (same content) keeps its first record and, if answered, its answer.
+        self.legacy_inputs.setdefault(req.key, {"rpc_id": req.rpc_id, "delivered": False})
+        self.legacy_inputs[req.key]["rpc_id"] = req.rpc_id
+        self.legacy_inputs[req.key]["delivered"] = False
+        if req.key not in self.answers:
+            self.pending[req.key] = PendingInput(key=req.key, method=req.method, message=req.params.get("message"),
+                                                 requested_schema=req.params.get("requestedSchema"), params=req.params)
+
+    @workflow.signal(name=INPUT_DELIVERED_SIGNAL)
+    def _legacy_input_delivered(self, key: str) -> None:
+        if key in self.legacy_inputs:
+            self.legacy_inputs[key]["delivered"] = True
+
+    @workflow.query(name=RELAY_STATE_QUERY)
+    def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
+        return {k: {**v, "answer": self.answers.get(k)} for k, v in self.legacy_inputs.items()}
 
     @provide_input.validator
     def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
@@ -390,6 +418,8 @@ class McpTaskWorkflow:
                 payload = aw.payload if aw.payload is not None else await self._retrieve()
                 raise self._ended_from_payload(self.state.status, payload)
             if self.state.status == "input_required":
+                if self.state.era == "2025-11-25":
+                    await self._legacy_relay(task)  # ends the task: always raises _Ended
                 await self._input_required(task)
 
     def _after_wait(self, aw: AwaitOutput) -> None:
@@ -478,6 +508,61 @@ class McpTaskWorkflow:
             summary=f"tasks/update {task.task_id}", **self._task_queue_kw())
         self.answered_keys.extend(responses)
         self.pending = {}
+
+    def _unanswered(self) -> list[str]:
+        return [k for k in self.pending if k not in self.answers]
+
+    async def _legacy_relay(self, task: TaskState) -> None:
+        """2025-11-25 input: a relay activity holds tasks/result open until the task ends.
+
+        Input requests arrive by signal; the human answers through ``provide_input``; the relay reads the
+        answer by query and replies on the wire. Raises :class:`_Ended`.
+        """
+        assert self.state is not None and self.session is not None
+        timeout = self.req.input_timeout_s or self.req.timeouts.input_s
+        handle = workflow.start_activity(
+            RELAY_INPUT, RelayInput(session=self.session, state=self.state, output_schema=self.output_schema,
+                                    principal=self.profile.principal if self.profile else None,
+                                    hold_s=timeout + 3600),
+            result_type=RelayOutput, start_to_close_timeout=timedelta(seconds=timeout + 7200),
+            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=WAIT_RETRY,
+            summary=f"tasks/result {task.task_id} (relaying input)", **self._task_queue_kw())
+        while not handle.done():
+            await self._interruptible_wait(lambda: handle.done() or bool(self._unanswered()))
+            if self.cancel_reason is None and self._unanswered() and not handle.done():
+                self._enter(Phase.INPUT_REQUIRED, "input_required")
+                answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(),
+                                                          timeout_s=timeout)
+                if not answered and self.cancel_reason is None and self._unanswered():
+                    if self.req.on_input_timeout == "cancel":
+                        self.cancel_reason = f"no answer to input request within {timeout:g}s"
+                    else:
+                        for key in self._unanswered():
+                            self.answers[key] = {"action": "decline"}
+                self.pending = {k: v for k, v in self.pending.items() if k not in self.answers}
+                if self.cancel_reason is None:
+                    self._enter(Phase.WORKING, "working")
+            if self.cancel_reason is not None and not handle.done():
+                handle.cancel()
+                try:
+                    await handle
+                except (ActivityError, asyncio.CancelledError):
+                    pass
+                await self._cancel_and_settle(task)
+        try:
+            out: RelayOutput = await handle
+        except ActivityError as err:
+            kind, _, info = _failure_info(err)
+            if kind == "TimeoutSCHEDULE_TO_START":
+                raise _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
+            raise _Ended(Outcome.LOST, reason=f"input relay failed: {kind}: {info.get('message', '')}")
+        if out.not_found or out.unreachable or out.payload is None:
+            self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
+        assert out.payload is not None
+        if out.state is not None:
+            self.state = out.state
+        status = self.state.status if self.state.terminal else "completed"
+        raise self._ended_from_payload(status, out.payload)
 
     # --- cancellation ----------------------------------------------------------------------------
 

@@ -209,7 +209,8 @@ class McpTaskClient:
     async def _initialize(transport: Transport) -> dict[str, Any]:
         reply = await transport.request("initialize", {
             "protocolVersion": LEGACY,
-            "capabilities": {},  # input flows of this era are relayed by issue 4's activity, not here
+            # Input requests of this era (elicitation) are relayed to a human by the relay_input activity.
+            "capabilities": {"elicitation": {}},
             "clientInfo": sdk_compat.CLIENT_INFO,
         })
         version = reply.get("protocolVersion")
@@ -381,6 +382,10 @@ class McpTaskClient:
         if self.era == LEGACY:
             return parse_task(reply, self.era, raw=reply)
         return parse_task(reply, self.era, raw=reply) if "taskId" in reply else None
+
+    async def reply(self, request_id: Any, result: dict[str, Any]) -> None:
+        """Answer a server→client request by its id (legacy input after a relay restart)."""
+        await self.transport.respond(request_id, result)
 
     async def update(self, task_id: str, input_responses: dict[str, Any]) -> None:
         """Extension ``tasks/update``: answer input requests. Answering a key twice is ignored by servers."""

@@ -40,7 +40,8 @@ from .errors import (
 
 log = logging.getLogger(__name__)
 
-ServerRequestHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: (method, params, server request id) -> JSON-RPC result. Raise McpWireError to answer with an error.
+ServerRequestHandler = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, Any]]]
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -204,15 +205,22 @@ class HttpTransport:
         raise TransportError(f"{method}: SSE stream ended without a reply", sent=True)
 
     async def _answer_server_request(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
-        reply = await _server_reply(message, handler)
-        headers = self._base_headers(None)
+        await self._post_reply(await _server_reply(message, handler), f"reply to {message.get('method')}")
+
+    async def respond(self, request_id: Any, result: dict[str, Any]) -> None:
+        """Answer a server request by id, outside the stream that carried it (a late answer after a restart)."""
+        await self._post_reply({"jsonrpc": "2.0", "id": request_id, "result": result}, "late reply")
+
+    async def _post_reply(self, reply: dict[str, Any], what: str) -> None:
         try:
-            resp = await self._client.post(self.url, json=reply, headers=headers)
+            resp = await self._client.post(self.url, json=reply, headers=self._base_headers(None))
             await resp.aclose()
         except httpx2.HTTPError as exc:
-            raise TransportError(f"reply to server request {message.get('method')}: {exc}", sent=True) from exc
+            raise TransportError(f"{what}: {exc}", sent=True) from exc
+        if resp.status_code == 404 and self.session_id:
+            raise SessionGone(f"{what}: session {self.session_id} is gone (HTTP 404)")
         if resp.status_code >= 400:
-            raise ProtocolViolation(f"server refused our reply to {message.get('method')}: HTTP {resp.status_code}")
+            raise ProtocolViolation(f"server refused our {what}: HTTP {resp.status_code}")
 
     async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -243,7 +251,7 @@ async def _server_reply(message: dict[str, Any], handler: ServerRequestHandler |
         return {"jsonrpc": "2.0", "id": message["id"],
                 "error": {"code": -32601, "message": f"client has no handler for {method}"}}
     try:
-        result = await handler(method, message.get("params") or {})
+        result = await handler(method, message.get("params") or {}, message["id"])
         return {"jsonrpc": "2.0", "id": message["id"], "result": result}
     except McpWireError as exc:
         return {"jsonrpc": "2.0", "id": message["id"],
@@ -367,6 +375,9 @@ class StdioTransport:
             self._pending.pop(msg_id, None)
             self._handlers.pop(msg_id, None)
         return _result_of(message, method=method)
+
+    async def respond(self, request_id: Any, result: dict[str, Any]) -> None:
+        await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
     async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}

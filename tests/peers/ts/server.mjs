@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { ElicitResultSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { CreateMessageResultSchema, ElicitResultSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { InMemoryTaskStore, InMemoryTaskMessageQueue, isTerminal } from '@modelcontextprotocol/sdk/experimental/tasks';
 
 const { values: opts } = parseArgs({
@@ -185,6 +185,24 @@ function buildServer() {
       return ['completed', text(`approved account=${answer.content.account}`)];
     }
     return ['completed', text('declined')];
+  });
+
+  // Asks the client's model through sampling/createMessage related to the task; reports what came back.
+  taskTool(server, 'ask_model', {
+    description: 'Requests sampling/createMessage related to the task and reports the answer or refusal.',
+    inputSchema: { prompt: z.string().default('Summarise the build log') },
+    taskSupport: 'required'
+  }, async (a, taskId, extra) => {
+    try {
+      const res = await extra.sendRequest({
+        method: 'sampling/createMessage',
+        params: { messages: [{ role: 'user', content: { type: 'text', text: a.prompt } }], maxTokens: 50 }
+      }, CreateMessageResultSchema, { relatedTask: { taskId }, timeout: ELICIT_TIMEOUT_MS });
+      if (!stillRunning(taskId)) return;
+      return ['completed', text(`model said: ${res.content?.text ?? ''}`)];
+    } catch (err) {
+      return stillRunning(taskId) && ['completed', text(`sampling refused: ${err.message}`)];
+    }
   });
 
   server.registerTool('forbidden_tool', { description: 'Plain synchronous tool.', inputSchema: {} },
