@@ -42,7 +42,7 @@ from worker.runner import connect
 from workflows.client import start_mcp_task
 from workflows.models import McpTaskRequest, Timeouts
 
-from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, percentile, rss_mb
+from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
 from .floor import run_floor
 from .naive import NaivePollWorkflow, NaiveRequest
 
@@ -157,6 +157,7 @@ class CpuMeter:
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self.start = {k: self._cpu(p) for k, p in pids.items()}
+        self.machine0 = machine_cpu_seconds()
         self.t0 = time.monotonic()
 
     @staticmethod
@@ -172,7 +173,13 @@ class CpuMeter:
     def done(self) -> dict[str, float]:
         wall = time.monotonic() - self.t0
         out = {k: round(self._cpu(p) - self.start[k], 2) for k, p in self.pids.items()}
+        machine = machine_cpu_seconds() - self.machine0
+        ours = sum(out.values())
+        out["machine_busy"] = round(machine, 2)
+        # Everything else on the machine (other processes; the bench cannot control them): a noisy-neighbour gauge.
+        out["other_processes"] = round(max(0.0, machine - ours), 2)
         out["wall_s"] = round(wall, 2)
+        out["capacity"] = round(wall * (os.cpu_count() or 1), 2)
         return out
 
 
@@ -430,8 +437,8 @@ def start_py_spy(pid: int, out: Path) -> Any:
         log("py-spy not installed: no profile")
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--threads",
-                             "--idle", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--threads",
+                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def stop_py_spy(proc: Any) -> None:

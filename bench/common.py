@@ -128,3 +128,12 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def python() -> str:
     return sys.executable
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine (all cores) since boot, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        parts = fh.readline().split()[1:]
+    vals = [int(x) for x in parts]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return (sum(vals[:8]) - idle) / os.sysconf("SC_CLK_TCK")

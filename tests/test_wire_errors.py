@@ -82,11 +82,14 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         self.server.requests.append({"verb": "POST", "path": self.path, "headers": self.headers.items(), "body": body})
-        if isinstance(body, dict) and "method" not in body:  # our answer to a server->client request
-            return self._reply(202, b"", ctype=None)
-        msg_id = body.get("id") if isinstance(body, dict) else None
         parts = self.path.strip("/").split("/")
         route = parts[0]
+        if isinstance(body, dict) and "method" not in body:  # our answer to a server->client request
+            if route == "404-session":
+                return self._reply(404, json.dumps({"jsonrpc": "2.0", "id": None,
+                                                    "error": {"code": -32001, "message": "Session not found"}}))
+            return self._reply(202, b"", ctype=None)
+        msg_id = body.get("id") if isinstance(body, dict) else None
 
         def rpc_error(code: int, message: str = "refused", data: Any = None) -> str:
             err: dict[str, Any] = {"code": code, "message": message}
@@ -335,17 +338,31 @@ async def test_sse_skips_priming_and_notifications_and_refuses_server_requests(f
 
 
 async def test_sse_server_request_goes_to_handler(fake: _FakeServer) -> None:
-    seen: list[tuple[str, dict[str, Any]]] = []
+    seen: list[tuple[str, dict[str, Any], Any]] = []
 
-    async def handler(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        seen.append((method, params))
+    async def handler(method: str, params: dict[str, Any], request_id: Any) -> dict[str, Any]:
+        seen.append((method, params, request_id))
         return {"action": "decline"}
 
     before = len(fake.requests)
     await _request(f"{fake.base}/sse", on_server_request=handler)
-    assert seen == [("elicitation/create", {"message": "?"})]
+    assert seen == [("elicitation/create", {"message": "?"}, "srv-1")]
     answers = [r["body"] for r in fake.requests[before:] if r["body"] and "method" not in r["body"]]
     assert answers == [{"jsonrpc": "2.0", "id": "srv-1", "result": {"action": "decline"}}]
+
+
+async def test_late_reply_to_a_server_request(fake: _FakeServer) -> None:
+    transport = HttpTransport(f"{fake.base}/ok", session_id="sess-3", protocol_version=LEGACY)
+    before = len(fake.requests)
+    await transport.respond("srv-7", {"action": "accept", "content": {"approve": True}})
+    sent = fake.requests[before]
+    assert sent["body"] == {"jsonrpc": "2.0", "id": "srv-7", "result": {"action": "accept", "content": {"approve": True}}}
+    assert _header_values(sent, "mcp-session-id") == ["sess-3"]
+    await transport.aclose()
+    gone = HttpTransport(f"{fake.base}/404-session", session_id="sess-3", protocol_version=LEGACY)
+    with pytest.raises(SessionGone):
+        await gone.respond("srv-7", {"action": "decline"})
+    await gone.aclose()
 
 
 async def test_sse_malformed_event_is_protocol_violation(fake: _FakeServer) -> None:

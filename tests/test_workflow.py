@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from activities.result_store import ResultStore
 from activities.wire.contract import canonical_json
@@ -141,6 +141,9 @@ async def test_cancel_via_workflow_cancellation(request: pytest.FixtureRequest, 
     handle = await start_mcp_task(client, req(peer, "cancellable", {"seconds": 60}), workflow_id=unique("cx"),
                                   task_queue=queue)
     view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(McpTaskWorkflow.approve_replay)  # the validator refuses; nothing in history
+    assert "nothing to approve: the task is WORKING" in str(refused.value.cause)
     await handle.cancel()
     out = await asyncio.wait_for(handle.result(), 60)
     assert out.outcome == Outcome.CANCELLED and out.task_status == "cancelled"

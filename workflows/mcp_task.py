@@ -622,8 +622,9 @@ class McpTaskWorkflow:
     async def _interruptible_wait(self, ready: Any, *, timeout_s: float | None = None) -> bool:
         """Wait for ``ready()``; False on cancellation or timeout. Workflow cancellation is remembered."""
         try:
+            # No timeout means no timer: a timer would cost two history events per wait.
             await workflow.wait_condition(lambda: ready() or self.cancel_reason is not None,
-                                          timeout=timedelta(seconds=timeout_s) if timeout_s else LONG_WAIT)
+                                          timeout=timedelta(seconds=timeout_s) if timeout_s else None)
         except asyncio.TimeoutError:
             return False
         except asyncio.CancelledError:

