@@ -158,6 +158,18 @@ class McpActivities:
                 task.cancel()
 
     @staticmethod
+    async def _on_task(out_type: type[T], fn: Callable[[], Awaitable[T]]) -> T:
+        """Run a step on an existing task: -32602 and unreachable sessions are answers, not failures."""
+        try:
+            return await fn()
+        except TaskNotFound:
+            return out_type(not_found=True)  # type: ignore[call-arg]
+        except TaskUnreachable as exc:
+            return out_type(unreachable=exc.message)  # type: ignore[call-arg]
+        except McpWireError as exc:
+            raise to_application_error(exc) from exc
+
+    @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
         try:
             activity.metric_meter().create_counter(name, description).add(1, attrs)
@@ -279,31 +291,27 @@ class McpActivities:
 
     @activity.defn(name=RETRIEVE_RESULT)
     async def retrieve_result(self, inp: RetrieveInput) -> RetrieveOutput:
-        try:
+        async def retrieve() -> RetrieveOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
             payload = await client.result(inp.state)
-        except TaskNotFound:
-            return RetrieveOutput(not_found=True)
-        except TaskUnreachable as exc:
-            return RetrieveOutput(unreachable=exc.message)
-        except McpWireError as exc:
+            return RetrieveOutput(payload=self._decode(payload, inp.output_schema))
+
+        try:
+            out = await self._on_task(RetrieveOutput, retrieve)
+        except ApplicationError:
             self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
-            raise to_application_error(exc) from exc
-        self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="ok")
-        return RetrieveOutput(payload=self._decode(payload, inp.output_schema))
+            raise
+        if out.payload is not None:
+            self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="ok")
+        return out
 
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, inp: CancelInput) -> CancelOutput:
-        try:
+        async def cancel() -> CancelOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
-            state = await client.cancel(inp.task_id)
-        except TaskNotFound:
-            return CancelOutput(not_found=True)
-        except TaskUnreachable as exc:
-            return CancelOutput(unreachable=exc.message)
-        except McpWireError as exc:
-            raise to_application_error(exc) from exc
-        return CancelOutput(state=state)
+            return CancelOutput(state=await client.cancel(inp.task_id))
+
+        return await self._on_task(CancelOutput, cancel)
 
     @activity.defn(name=PROVIDE_INPUT)
     async def provide_input(self, inp: UpdateInput) -> None:
@@ -358,7 +366,7 @@ class McpActivities:
                 await client.reply(rec["rpc_id"], answer)
                 await wf.signal(INPUT_DELIVERED_SIGNAL, key)
 
-        try:
+        async def relay() -> RelayOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
             owed = asyncio.create_task(deliver_owed(client)) if info.attempt > 1 else None
             try:
@@ -375,14 +383,10 @@ class McpActivities:
                 if not state.terminal:
                     raise TransportError("tasks/result ended with an error while the task is still running", sent=True)
                 payload = await client.result(state)
-        except TaskNotFound:
-            return RelayOutput(not_found=True)
-        except TaskUnreachable as exc:
-            return RelayOutput(unreachable=exc.message)
-        except McpWireError as exc:
-            raise to_application_error(exc) from exc
-        self.pool.track(client, inp.state.task_id, done=True)
-        return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema))
+            self.pool.track(client, inp.state.task_id, done=True)
+            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema))
+
+        return await self._on_task(RelayOutput, relay)
 
 
 __all__ = ["McpActivities", "to_application_error", "legacy_input_key", "RAW_CAP"]

@@ -216,7 +216,11 @@ async def serve(host: str, port: int, poll_interval_ms: int, concurrency: int) -
 
     mcp = build_server(poll_interval_ms, concurrency)
     app = CountingMiddleware(mcp.http_app(path=MCP_PATH, transport="http", json_response=True))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when sock.proto is
+    # IPPROTO_TCP, and a socket made with proto 0 hands that 0 to every accepted connection. Without
+    # NODELAY each keep-alive reply (headers and body written separately) waits ~40 ms for the client's
+    # delayed ACK (Nagle). worker/demo_server.py creates its socket with proto 0 and has this stall.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)

@@ -29,7 +29,14 @@ from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wa
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    client = await connect(args.address, "default")
+    if args.experiment == "no-upserts":
+        # Experiment: price search-attribute and memo upserts (visibility writes) by turning them into no-ops.
+        # temporalio.workflow is passed through the sandbox, so the patch reaches the sandboxed workflow.
+        import temporalio.workflow as wf
+
+        wf.upsert_search_attributes = lambda *a, **k: None  # type: ignore[assignment]
+        wf.upsert_memo = lambda *a, **k: None  # type: ignore[assignment]
+    client = await connect(args.address, "default", metrics_port=args.metrics_port)
     closers: list[Any] = []
     if args.design == "ours":
         acts = make_activities(WorkerConfig())
@@ -75,6 +82,8 @@ def main() -> None:
     p.add_argument("--task-queue", required=True)
     p.add_argument("--max-activities", type=int, default=4000)
     p.add_argument("--max-cached-workflows", type=int, default=0)
+    p.add_argument("--metrics-port", type=int, default=0, help="serve the SDK's Prometheus metrics here")
+    p.add_argument("--experiment", default="", help="no-upserts: an experiment, not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -543,19 +543,12 @@ class McpTaskWorkflow:
                 if self.cancel_reason is None:
                     self._enter(Phase.WORKING, "working")
             if self.cancel_reason is not None and not handle.done():
-                handle.cancel()
-                try:
-                    await handle
-                except (ActivityError, asyncio.CancelledError):
-                    pass
+                await self._abandon(handle)
                 await self._cancel_and_settle(task)
         try:
             out: RelayOutput = await handle
         except ActivityError as err:
-            kind, _, info = _failure_info(err)
-            if kind == "TimeoutSCHEDULE_TO_START":
-                raise _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
-            raise _Ended(Outcome.LOST, reason=f"input relay failed: {kind}: {info.get('message', '')}")
+            raise self._lost(err, "input relay failed")
         if out.not_found or out.unreachable or out.payload is None:
             self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
         assert out.payload is not None
@@ -643,22 +636,32 @@ class McpTaskWorkflow:
             summary=summary, **self._task_queue_kw())
         await self._interruptible_wait(lambda: handle.done())
         if self.cancel_reason is not None and not handle.done():
-            handle.cancel()
-            try:
-                await handle
-            except (ActivityError, asyncio.CancelledError):
-                pass
+            await self._abandon(handle)
             return None
         try:
             return await handle
         except ActivityError as err:
-            kind, _, info = _failure_info(err)
+            kind, _, _ = _failure_info(err)
             if kind.startswith("Timeout") and deadline and workflow.now() >= deadline:
                 self.cancel_reason = "deadline exceeded"
                 return None
-            if kind == "TimeoutSCHEDULE_TO_START":
-                raise _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
-            raise _Ended(Outcome.LOST, reason=f"could not follow the task: {kind}: {info.get('message', '')}")
+            raise self._lost(err, "could not follow the task")
+
+    @staticmethod
+    async def _abandon(handle: Any) -> None:
+        """Cancel a waiting activity and let it go: its late completion has nothing we still need."""
+        handle.cancel()
+        try:
+            await handle
+        except (ActivityError, asyncio.CancelledError):
+            pass
+
+    @staticmethod
+    def _lost(err: ActivityError, what: str) -> _Ended:
+        kind, _, info = _failure_info(err)
+        if kind == "TimeoutSCHEDULE_TO_START":  # nobody serves the owner's queue: its process is gone
+            return _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
+        return _Ended(Outcome.LOST, reason=f"{what}: {kind}: {info.get('message', '')}")
 
     # --- the end ---------------------------------------------------------------------------------
 
