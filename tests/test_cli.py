@@ -187,3 +187,70 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
         assert rc == 0, err
         rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
         assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-9"
+
+
+async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
+    from worker.devserver import free_port, port_open
+
+    port, ui = free_port(), free_port()
+    db = tmp_path / "state.db"
+    for round_ in range(2):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "worker.cli", "dev-server", "--db", str(db), "--port", str(port), "--ui-port", str(ui),
+            cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        assert proc.stderr is not None
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        assert f"127.0.0.1:{port}" in line and str(db) in line
+        assert port_open("127.0.0.1", port)
+        for _ in range(100):  # the UI comes up a moment after the frontend
+            if port_open("127.0.0.1", ui):
+                break
+            await asyncio.sleep(0.1)
+        assert port_open("127.0.0.1", ui), "the UI never listened"
+        c = await Client.connect(f"127.0.0.1:{port}")
+        if round_ == 0:
+            await c.start_workflow("Anything", id="survives-restart", task_queue="nobody")
+        else:
+            desc = await c.get_workflow_handle("survives-restart").describe()
+            assert desc.id == "survives-restart"  # SQLite state outlived the first server
+        proc.send_signal(2)
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: Path) -> None:
+    from worker.devserver import port_open
+
+    if port_open("127.0.0.1", 7233):
+        pytest.fail("something already listens on localhost:7233; this test needs it free to check the embedded default")
+    env = {"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": ""}
+    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.2}',
+                             "--json", env=env)
+    assert rc == 0, err
+    assert "started the embedded Temporal at localhost:7233" in err and (tmp_path / "temporal.db").exists()
+    assert McpTaskOutcome.model_validate(one_json(out)).outcome.value == "completed"
+    assert not port_open("127.0.0.1", 7233)  # stopped on exit, since we started it
+
+
+async def test_answer_prompts_for_each_field(client: Client, temporal_env: Any, fastmcp_server: Peer,
+                                             queue: str) -> None:
+    address = address_of(temporal_env)
+    wid = unique("prompt")
+    async with in_process_worker(client, task_queue=queue):
+        rc, _, err = await cli("run", "ask_user", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
+                               "--task-queue", queue, "--address", address)
+        assert rc == 0, err
+        for _ in range(100):
+            rc, out, _ = await cli("status", wid, "--address", address)
+            if "needs input" in out:
+                break
+            await asyncio.sleep(0.2)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "worker.cli", "answer", wid, "--address", address, cwd=REPO_ROOT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        out_b, err_b = await asyncio.wait_for(proc.communicate(b"accept\nacct-3\nyes\n"), 60)
+        assert proc.returncode == 0, err_b.decode()
+        assert "Approve payment of 10 EUR?" in err_b.decode() and "answered" in out_b.decode()
+        rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
+        assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-3"

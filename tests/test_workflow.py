@@ -345,3 +345,22 @@ async def wait_for_view(handle: WorkflowHandle[Any, Any], pred: Any, timeout_s: 
         await asyncio.sleep(0.1)
     raise AssertionError("workflow never reached the expected state")
 
+
+
+async def test_decode_failed_keeps_the_raw_payload(fastmcp_server: Peer, client: Client) -> None:
+    """The work finished; its payload breaks the pinned contract: decode_failed, raw kept, never re-run."""
+    from activities.models import ServerConfig, ToolPolicy
+
+    queue = unique("contract")
+    pinned = ToolPolicy(output_schema={"type": "object", "required": ["receipt"]}, replay="always")
+    servers = {"strict": ServerConfig(url=fastmcp_server.url, tools={"slow_echo": pinned})}
+    mark = fastmcp_server.log_mark()
+    async with in_process_worker(client, task_queue=queue, servers=servers):
+        out = await run_to_end(client, McpTaskRequest(server="strict", tool="slow_echo",
+                                                      arguments={"seconds": 0.2, "text": "paid"}, timeouts=FAST),
+                               queue=queue)
+    assert out.outcome == Outcome.DECODE_FAILED and out.task_status == "completed"
+    assert out.reason and "'receipt' is a required property" in out.reason
+    assert out.raw_payload["structuredContent"] == {"echo": "paid"}
+    assert out.ledger.result_contract["outputSchema"]["required"] == ["receipt"]
+    assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 1  # even with replay=always
