@@ -402,7 +402,10 @@ def _r(v: float | None, nd: int = 1) -> float | None:
     return None if v is None else round(v, nd)
 
 
-async def phase_design(env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int) -> dict[str, Any]:
+async def phase_design(env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int,
+                       label: str = "") -> dict[str, Any]:
+    """One design, ``n`` tasks, closed loop at ``concurrency``. ``label`` keeps workflow ids of repeated runs apart."""
+    prefix = f"{design}{label}"
     child, url = env.server(poll_ms)
     http_json(base_url(url) + "/bench/reset", method="POST")
     args = [{"seconds": s} for s in durations(n, duration, poll_ms)]
@@ -414,7 +417,7 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         pids["worker"] = worker.pid
         # Warm-up: a handful of tasks so imports and connections are not billed to the measured run.
         await run_temporal(env, design, tq, url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, poll_ms=poll_ms,
-                           prefix=f"warm-{design}")
+                           prefix=f"warm-{prefix}")
         http_json(base_url(url) + "/bench/reset", method="POST")
     else:
         await run_floor(url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, prefix="warm-floor")
@@ -425,10 +428,10 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         spy = start_py_spy(worker.pid, Path(env.args.profile_dir) / f"{design}-worker.txt")
     meter = CpuMeter(pids)
     if design == "floor":
-        records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix="floor")
+        records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix=prefix)
     else:
         records, t0, t1 = await run_temporal(env, design, tq, url, n=n, concurrency=concurrency, args=args,
-                                             poll_ms=poll_ms, prefix=design)
+                                             poll_ms=poll_ms, prefix=prefix)
     cpu = meter.done()
     if worker is not None and spy is not None:
         stop_py_spy(spy)
@@ -594,7 +597,14 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
         out["rss_inflight_mb"] = round(rss_mb(w.pid)[0], 1)
         http_json(base_url(url) + f"/bench/open?gate={gate}", method="POST")
         t1 = time.monotonic()
-        results = await asyncio.gather(*(h.result() for h in handles), return_exceptions=True)
+        # Bounded: every result() is a long poll, and the dev server caps concurrent pollers per namespace.
+        rsem = asyncio.Semaphore(200)
+
+        async def result(h: Any) -> Any:
+            async with rsem:
+                return await h.result()
+
+        results = await asyncio.gather(*(result(h) for h in handles), return_exceptions=True)
         out["drain_s"] = round(time.monotonic() - t1, 2)
         out["completed"] = sum(1 for r in results if not isinstance(r, BaseException) and r.outcome.value == "completed")
         out["errors"] = sorted({f"{type(r).__name__}: {r}"[:200] for r in results if isinstance(r, BaseException)})[:5]
@@ -845,7 +855,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 res["light"][design] = await phase_design(env, design, n=args.light_tasks,
                                                           concurrency=args.light_concurrency,
-                                                          duration=args.duration, poll_ms=args.poll_ms)
+                                                          duration=args.duration, poll_ms=args.poll_ms, label="-light")
             lo, lf = res["light"].get("ours"), res["light"].get("floor")
             if lo and lf and lo["latency_ms"]["p50"] is not None and lf["latency_ms"]["p50"] is not None:
                 ratios["light: latency p50 ours−floor ms"] = round(lo["latency_ms"]["p50"] - lf["latency_ms"]["p50"], 1)

@@ -68,8 +68,13 @@ async def test_answer_accepted(request: pytest.FixtureRequest, peer_name: str, c
     (pending,) = view.pending_inputs
     assert pending.method == "elicitation/create" and pending.message == "Approve payment of 10 EUR?"
     assert pending.requested_schema["required"] == ["approve"]
-    desc = await handle.describe()
-    assert {k.name: v for k, v in desc.typed_search_attributes}["McpTaskStatus"] == "input_required"
+    for _ in range(50):  # the upsert lands with the workflow task that entered INPUT_REQUIRED
+        desc = await handle.describe()
+        status = {k.name: v for k, v in desc.typed_search_attributes}.get("McpTaskStatus")
+        if status == "input_required":
+            break
+        await asyncio.sleep(0.1)
+    assert status == "input_required"
     remaining = await handle.execute_update(McpTaskWorkflow.provide_input, {pending.key: APPROVE})
     assert remaining == []
     out = await asyncio.wait_for(handle.result(), 60)

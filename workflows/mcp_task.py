@@ -245,11 +245,14 @@ class McpTaskWorkflow:
                 raise AssertionError("an operation always ends")  # pragma: no cover
             except _Ended as end:
                 ending = end
+            except asyncio.CancelledError:
+                # Cancelled mid-step (retrieving, answering input): settle the task, keep its true end.
+                ending = await self._settle_after_cancel()
             replay = self._replay_reason(ending)
             if replay is None or self.cancel_reason is not None:
                 return self._finish(ending.outcome, **ending.fields)
             decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
-                                               replays_used=len(self.attempts) - 1, max_replays=self.req.max_replays)
+                                               replays_used=len(self.attempts) - 1, max_replays=self._max_replays())
             if decision == "stop":
                 return self._finish(ending.outcome, **ending.fields)
             if decision == "await_approval":
@@ -259,10 +262,32 @@ class McpTaskWorkflow:
                                                            "reason": f"replay not approved: {self.cancel_reason}"})
                 self.approved = False
             self._enter(Phase.REPLAYING)
-            delay = ending.fields.get("retry_after_s")
-            if delay:
-                await workflow.sleep(timedelta(seconds=delay), summary=f"Retry-After {delay:g}s before replay")
+            delay = ending.fields.get("retry_after_s") or 0.0
+            if self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline:
+                return self._finish(ending.outcome, **{**ending.fields,
+                                                       "reason": "no replay: Retry-After reaches past the deadline"})
+            # A durable timer that a cancel interrupts: the last attempt's outcome then stands.
+            if delay and not await self._interruptible_wait(lambda: False, timeout_s=delay) \
+                    and self.cancel_reason is not None:
+                return self._finish(ending.outcome, **{**ending.fields,
+                                                       "reason": f"replay cancelled: {self.cancel_reason}"})
             reason = replay
+
+    async def _settle_after_cancel(self) -> _Ended:
+        self.cancel_reason = self.cancel_reason or "workflow cancelled"
+        if self.state is None or self.session is None:
+            return _Ended(Outcome.CANCELLED, reason=self.cancel_reason)
+        try:
+            await self._cancel_and_settle(self.state)
+        except _Ended as end:
+            return end
+        raise AssertionError("_cancel_and_settle always ends")  # pragma: no cover
+
+    def _max_replays(self) -> int:
+        if self.req.max_replays is not None:
+            return self.req.max_replays
+        configured = self.profile.policy.max_replays if self.profile else None
+        return configured if configured is not None else 1
 
     def _replay_reason(self, end: _Ended) -> str | None:
         return decisions.replay_reason(end.outcome, end.fields.get("classification"))
@@ -288,7 +313,7 @@ class McpTaskWorkflow:
         self.ledger.server_identity = self.profile.identity
         self.ledger.principal = self.profile.principal
         self.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
-                                       max_replays=self.req.max_replays)
+                                       max_replays=self._max_replays())
         self._set_contract()
         workflow.upsert_search_attributes([SA_SERVER.value_set(self.profile.name), SA_TOOL.value_set(self.req.tool),
                                            SA_STATUS.value_set("submitting")])

@@ -96,7 +96,8 @@ class McpTaskRequest(_Model):
     deadline: datetime | None = None
     idempotency_key: str | None = Field(None, max_length=200)
     replay: ReplayPolicy | None = None
-    max_replays: int = Field(1, ge=0, le=10)
+    #: None: the configured per-tool value, else 1.
+    max_replays: int | None = Field(None, ge=0, le=10)
     idempotent: bool | None = None
     principal: str | None = None
     timeouts: Timeouts = Field(default_factory=Timeouts)

@@ -1,0 +1,68 @@
+"""Smoke test of the benchmark: ``python -m bench --quick`` runs end to end (< 60 s on 2 cores) and reports
+every figure for every design, with every task completed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_quick(tmp_path: Path) -> None:
+    out = tmp_path / "latest.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = proc.stdout
+
+    # The markdown table: every design row, the ratios, history, in-flight memory and targets.
+    for needle in ("| design |", "| ours |", "| naive |", "| floor |", "throughput ours/naive",
+                   "latency p50 ours/floor", "latency p50 ours−floor ms", "### History events per task",
+                   "tasks in flight on one worker process", "### Targets", "Total wall time"):
+        assert needle in table, f"{needle!r} missing from the table:\n{table}"
+
+    res = json.loads(out.read_text())
+    assert res["table_markdown"].strip() == table.split("\nJSON:")[0].strip()
+    designs = res["designs"]
+    assert set(designs) == {"ours", "naive", "floor"}
+    for name, d in designs.items():
+        assert d["completed"] == d["tasks"] > 0, (name, d["errors"])
+        assert d["throughput_per_s"] > 0
+        for p in ("p50", "p95"):
+            assert d["latency_ms"][p] is not None, (name, p)
+        assert d["mcp_tasks_get_per_task"] is not None
+        if name != "floor":
+            assert d["temporal_rpcs_per_task"] > 0
+            assert d["history"]["events"]["mean"] > 0
+            assert d["history"]["activity_tasks"]["mean"] >= 1
+    for light in res["light"].values():
+        assert light["completed"] == light["tasks"] > 0
+    ratios = res["ratios"]
+    for key in ("throughput ours/naive", "latency p50 ours/floor", "latency p50 ours−floor ms",
+                "latency p95 ours/floor", "latency p95 ours−floor ms"):
+        assert ratios.get(key) is not None, key
+
+    hist = res["history"]
+    assert hist["ours"]["short"]["events"] > 0 and hist["ours"]["long"]["events"] > 0
+    assert hist["ours"]["long"]["tasks_get_observed"] >= hist["long_polls"] - 1
+    assert hist["naive"]["long"]["events"] > hist["naive"]["short"]["events"]
+    assert hist["naive"]["events_per_poll"] > 0
+
+    mem = res["inflight"]
+    assert mem["completed"] == mem["inflight"] > 0, mem.get("errors")
+    for key in ("rss_idle_mb", "rss_inflight_mb", "rss_peak_mb", "rss_per_1000_inflight_mb",
+                "temporal_rpcs_per_task"):
+        assert mem[key] is not None and mem[key] > 0, key
+
+    assert {t["target"].split(" (")[0] for t in res["targets"]} >= {
+        "throughput ≥ 2× naive", "latency p50 ≤ floor + 150 ms"}
+    assert res["wall_s"] < 120
