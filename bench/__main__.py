@@ -699,6 +699,8 @@ def render(res: dict[str, Any]) -> str:
              f"127.0.0.1, {cfg['cpus']} CPUs, Python {cfg['python']}. Latency = caller has the outcome − server "
              "marked the task terminal (same clock).",
              ""]
+    if cfg.get("experiment"):
+        lines += [f"**EXPERIMENT — `ours` is NOT the shipped worker here: patched with `{cfg['experiment']}`.**", ""]
     d = res.get("designs", {})
     if d:
         lines += ["| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | = poll wait p50 | + after poll p50 | "
@@ -787,8 +789,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument(f"--skip-{name}", action="store_true")
     p.add_argument("--no-bytecode", action="store_true",
                    help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
-    p.add_argument("--experiment", default="", choices=["", "no-upserts"],
-                   help="NOT ours as shipped: run our worker with a patch, to price one cost (reported as such)")
+    p.add_argument("--experiment", default="",
+                   help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
+                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200); reported in the config")
     p.add_argument("--profile-dir", default="", help="py-spy each design's worker during its run (collapsed stacks)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")

@@ -29,7 +29,8 @@ from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wa
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    if args.experiment == "no-upserts":
+    experiments = dict(e.partition("=")[::2] for e in args.experiment.split(",") if e)
+    if "no-upserts" in experiments:
         # Experiment: price search-attribute and memo upserts (visibility writes) by turning them into no-ops.
         # temporalio.workflow is passed through the sandbox, so the patch reaches the sandboxed workflow.
         import temporalio.workflow as wf
@@ -41,12 +42,15 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.design == "ours":
         acts = make_activities(WorkerConfig())
         workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities)
-        if args.max_cached_workflows:
-            # Experiment only: the same shared worker, with a cache size build_workers cannot set today.
+        slots = int(experiments.get("wft-slots") or 0)
+        if args.max_cached_workflows or slots:
+            # Experiment only: the same shared worker with settings build_workers cannot take today.
+            kw: dict[str, Any] = {}
+            if args.max_cached_workflows:
+                kw["max_cached_workflows"] = args.max_cached_workflows
             workers[0] = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
-                                max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
-                                graceful_shutdown_timeout=timedelta(seconds=5),
-                                max_cached_workflows=args.max_cached_workflows)
+                                max_concurrent_workflow_tasks=slots or 200, max_concurrent_activities=args.max_activities,
+                                graceful_shutdown_timeout=timedelta(seconds=5), **kw)
         closers.append(acts.pool.aclose)
     else:
         from bench.naive import NaiveActivities, NaivePollWorkflow
@@ -83,7 +87,8 @@ def main() -> None:
     p.add_argument("--max-activities", type=int, default=4000)
     p.add_argument("--max-cached-workflows", type=int, default=0)
     p.add_argument("--metrics-port", type=int, default=0, help="serve the SDK's Prometheus metrics here")
-    p.add_argument("--experiment", default="", help="no-upserts: an experiment, not ours as shipped")
+    p.add_argument("--experiment", default="",
+                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -142,6 +142,7 @@ class McpTaskWorkflow:
         self.approved = False
         self.output_schema: dict[str, Any] | None = None
         self.outcome: McpTaskOutcome | None = None
+        self._sa_status: str | None = None
         self.ledger = Ledger(
             server=request.server_label(), tool=request.tool, principal=request.principal,
             request_digest=digest(request.arguments), created_at=workflow.now(),
@@ -317,6 +318,7 @@ class McpTaskWorkflow:
         self._set_contract()
         workflow.upsert_search_attributes([SA_SERVER.value_set(self.profile.name), SA_TOOL.value_set(self.req.tool),
                                            SA_STATUS.value_set("submitting")])
+        self._sa_status = "submitting"
         workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
 
     def _set_contract(self) -> None:
@@ -324,10 +326,16 @@ class McpTaskWorkflow:
         self.ledger.result_contract = contract
         self.ledger.result_contract_digest = digest(contract)
 
-    def _enter(self, phase: Phase, status: str | None = None) -> None:
+    def _enter(self, phase: Phase, status: str | None = None, *extra: Any) -> None:
+        """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
         self.phase = phase
         shown = status or (self.state.status if self.state else phase.value.lower())
-        workflow.upsert_search_attributes([SA_STATUS.value_set(shown)])
+        updates = list(extra)
+        if shown != self._sa_status:
+            updates.append(SA_STATUS.value_set(shown))
+            self._sa_status = shown
+        if updates:
+            workflow.upsert_search_attributes(updates)
         msg = self.state.status_message if self.state and self.state.status_message else ""
         workflow.set_current_details(f"**{self.req.tool}** — {phase.value}" + (f": {msg}" if msg else ""))
 
@@ -351,7 +359,7 @@ class McpTaskWorkflow:
         self.state = task
         attempt.task_id = task.task_id
         self.ledger.task_ids.append(task.task_id)
-        workflow.upsert_search_attributes([SA_TASK_ID.value_set(task.task_id)])
+        self._enter(Phase.WORKING, None, SA_TASK_ID.value_set(task.task_id))
         try:
             await self._follow(task)
         except _Ended as end:
@@ -449,9 +457,7 @@ class McpTaskWorkflow:
 
     def _after_wait(self, aw: AwaitOutput) -> None:
         if aw.state is not None:
-            self.state = aw.state
-            if aw.state.status != "working":
-                workflow.upsert_search_attributes([SA_STATUS.value_set(aw.state.status)])
+            self.state = aw.state  # the next _enter or _finish shows the new status
             return
         last = self.state
         if aw.not_found:
