@@ -197,8 +197,9 @@ class McpActivities:
             raise ApplicationError("inline endpoints are disabled on this worker; name a configured server",
                                    type="InlineEndpointRefused", non_retryable=True)
         endpoint = inp.server
-        return ServerProfile(name="inline", endpoint=endpoint, identity=endpoint.identity(), principal=inp.principal,
-                             era=inp.era)
+        # Named by its (redacted) identity, as start_mcp_task labels it: the same McpServer everywhere.
+        return ServerProfile(name=endpoint.identity(), endpoint=endpoint, identity=endpoint.identity(),
+                             principal=inp.principal, era=inp.era)
 
     @activity.defn(name=START_CALL)
     async def start_call(self, inp: StartCallInput) -> StartCallOutput:

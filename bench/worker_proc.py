@@ -25,6 +25,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from worker.config import WorkerConfig
+from activities.wire import PROCESS_ID
 from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wait_until_polling
 
 
@@ -41,16 +42,28 @@ async def main_async(args: argparse.Namespace) -> None:
     closers: list[Any] = []
     if args.design == "ours":
         acts = make_activities(WorkerConfig())
-        workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities)
         slots = int(experiments.get("wft-slots") or 0)
-        if args.max_cached_workflows or slots:
-            # Experiment only: the same shared worker with settings build_workers cannot take today.
-            kw: dict[str, Any] = {}
-            if args.max_cached_workflows:
-                kw["max_cached_workflows"] = args.max_cached_workflows
-            workers[0] = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
-                                max_concurrent_workflow_tasks=slots or 200, max_concurrent_activities=args.max_activities,
-                                graceful_shutdown_timeout=timedelta(seconds=5), **kw)
+        runner_kw: dict[str, Any] = {}
+        if "unsandboxed" in experiments:
+            from temporalio.worker import UnsandboxedWorkflowRunner
+
+            runner_kw["workflow_runner"] = UnsandboxedWorkflowRunner()
+        elif "passthrough-wf" in experiments:
+            from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+            runner_kw["workflow_runner"] = SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+        if not (args.max_cached_workflows or slots or runner_kw):
+            workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities)
+        else:
+            # Experiment only: build_workers' two workers, rebuilt with settings it cannot take today (a Worker
+            # registers itself on construction, so build_workers cannot be called and then patched).
+            kw: dict[str, Any] = {"max_cached_workflows": args.max_cached_workflows} if args.max_cached_workflows else {}
+            common: dict[str, Any] = dict(max_concurrent_activities=args.max_activities,
+                                          graceful_shutdown_timeout=timedelta(seconds=5))
+            workers = [Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
+                              max_concurrent_workflow_tasks=slots or 200, **common, **kw, **runner_kw),
+                       Worker(client, task_queue=acts.owner_queue or PROCESS_ID, activities=acts.all(), **common)]
         closers.append(acts.pool.aclose)
     else:
         from bench.naive import NaiveActivities, NaivePollWorkflow
@@ -88,7 +101,8 @@ def main() -> None:
     p.add_argument("--max-cached-workflows", type=int, default=0)
     p.add_argument("--metrics-port", type=int, default=0, help="serve the SDK's Prometheus metrics here")
     p.add_argument("--experiment", default="",
-                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks). Not ours as shipped")
+                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), unsandboxed, "
+                        "passthrough-wf (workflow modules passed through the sandbox). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -316,10 +316,14 @@ class McpTaskWorkflow:
         self.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
                                        max_replays=self._max_replays())
         self._set_contract()
-        workflow.upsert_search_attributes([SA_SERVER.value_set(self.profile.name), SA_TOOL.value_set(self.req.tool),
-                                           SA_STATUS.value_set("submitting")])
+        # Upsert only what the starter did not already set (each upsert is a history event and a
+        # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
+        current = workflow.info().typed_search_attributes
+        wanted = {SA_SERVER: self.profile.name, SA_TOOL: self.req.tool, SA_STATUS: "submitting"}
+        changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
         self._sa_status = "submitting"
-        workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
 
     def _set_contract(self) -> None:
         contract = contract_of(self.output_schema)
