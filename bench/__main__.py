@@ -583,7 +583,7 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
     metrics_port = free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=metrics_port)
     out: dict[str, Any] = {"inflight": inflight, "poll_ms": poll_ms,
-                           "max_cached_workflows": cache or "SDK default (1000): build_workers does not set it"}
+                           "max_cached_workflows": cache or "build_workers default (2500)"}
     try:
         _, warm_url = env.server(env.args.poll_ms)
         await run_temporal(env, "ours", tq, warm_url, n=8, concurrency=8, args={"seconds": 0.2}, poll_ms=env.args.poll_ms,
@@ -826,15 +826,15 @@ def render(res: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", type=int, default=None, help="tasks per design (default 200; quick 20)")
-    p.add_argument("--concurrency", type=int, default=None, help="tasks in flight per design (default 200; quick 20)")
+    p.add_argument("--tasks", type=int, default=None, help="tasks per design (default 200; quick 12)")
+    p.add_argument("--concurrency", type=int, default=None, help="tasks in flight per design (default 200; quick 12)")
     p.add_argument("--duration", type=float, default=None, help="task duration s (default 5; quick 2)")
     p.add_argument("--poll-ms", type=int, default=None, help="server pollIntervalMs (default 500)")
     p.add_argument("--inflight", type=int, default=None,
                    help="tasks held in flight on one worker (default 1000: 2000 takes 3-6 min alone here; quick 200)")
     p.add_argument("--inflight-poll-ms", type=int, default=None, help="pollIntervalMs during the in-flight phase (default 20000: 2,000 tasks then cost 100 polls/s)")
     p.add_argument("--inflight-cache", type=int, default=0,
-                   help="experiment: max_cached_workflows for the in-flight worker (build_workers cannot set it)")
+                   help="max_cached_workflows for the in-flight worker (default: build_workers' 2500)")
     p.add_argument("--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)")
     p.add_argument("--short-s", type=float, default=None, help="the short task of the history phase, s (default 5; quick 2)")
     p.add_argument("--naive-fit-polls", type=int, default=60, help="polls of naive's second measured history point")
@@ -856,14 +856,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
     args = p.parse_args(argv)
     q = args.quick
-    defaults = {"light_tasks": 5 if q else 10, "tasks": 20 if q else 200, "concurrency": 20 if q else 200,
+    defaults = {"light_tasks": 4 if q else 10, "tasks": 12 if q else 200, "concurrency": 12 if q else 200,
                 "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 1000,
-                "inflight_poll_ms": 2000 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0}
+                "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if q:
-        args.naive_fit_polls = min(args.naive_fit_polls, 12)
+        args.naive_fit_polls = min(args.naive_fit_polls, 10)
         args.light_concurrency = min(args.light_concurrency, args.light_tasks)
     return args
 

@@ -53,8 +53,10 @@ async def main_async(args: argparse.Namespace) -> None:
 
             runner_kw["workflow_runner"] = SandboxedWorkflowRunner(
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
-        if not (args.max_cached_workflows or slots or runner_kw):
-            workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities)
+        if not (slots or runner_kw):
+            cache_kw = {"max_cached_workflows": args.max_cached_workflows} if args.max_cached_workflows else {}
+            workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities,
+                                    **cache_kw)
         else:
             # Experiment only: build_workers' two workers, rebuilt with settings it cannot take today (a Worker
             # registers itself on construction, so build_workers cannot be called and then patched).

@@ -13,6 +13,8 @@ metrics_port = 9464             # env MCP_TASKS_METRICS_PORT; 0 = off
 state_dir = "/var/lib/mcp-tasks"  # env MCP_TASKS_STATE_DIR (large-result store)
 allow_inline_endpoints = true   # may requests name a URL/command instead of a configured server?
 max_concurrent_activities = 4000
+max_cached_workflows = 2500       # keep above the tasks in flight
+max_concurrent_workflow_tasks = 200
 idle_session_s = 300
 
 [servers.NAME]
@@ -73,6 +75,9 @@ class WorkerSettings(_Strict):
     state_dir: str | None = None
     allow_inline_endpoints: bool = True
     max_concurrent_activities: int = Field(4000, ge=1)
+    #: Keep above the tasks in flight (~1.25x): evicted workflows are replayed from history.
+    max_cached_workflows: int = Field(2500, ge=0)
+    max_concurrent_workflow_tasks: int = Field(200, ge=1)
     idle_session_s: float = Field(300.0, gt=0)
 
 

@@ -28,6 +28,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.mcp_activities import McpActivities
 from activities.result_store import ResultStore
@@ -102,13 +103,32 @@ async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
     return missing
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox, with our own packages passed through.
+
+    By default the sandbox re-executes ``workflows/mcp_task.py`` for every workflow run (~220 KB and
+    several ms of CPU each, measured in ``bench/``). Our workflow packages hold no mutable module state
+    (constants, pydantic models, pure functions), so sharing them is safe; determinism is still guarded
+    by the replay tests over committed histories.
+    """
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "activities"))
+
+
 def build_workers(client: Client, task_queue: str, activities: McpActivities, *,
-                  max_concurrent_activities: int = 4000) -> list[Worker]:
+                  max_concurrent_activities: int = 4000, max_cached_workflows: int = 2500,
+                  max_concurrent_workflow_tasks: int = 200) -> list[Worker]:
+    """The shared worker (workflows + activities) and this process's owner-queue worker (activities).
+
+    ``max_cached_workflows`` should exceed the tasks in flight (about 1.25x): an evicted workflow is
+    replayed from its history on its next workflow task.
+    """
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
-    common = dict(max_concurrent_activities=max_concurrent_activities,
-                  graceful_shutdown_timeout=timedelta(seconds=5))
+    common: dict[str, Any] = dict(max_concurrent_activities=max_concurrent_activities,
+                                  graceful_shutdown_timeout=timedelta(seconds=5))
     shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
-                    max_concurrent_workflow_tasks=200, **common)
+                    max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+                    max_cached_workflows=max_cached_workflows, workflow_runner=workflow_runner(), **common)
     owner = Worker(client, task_queue=activities.owner_queue or PROCESS_ID, activities=activities.all(), **common)
     return [shared, owner]
 
@@ -144,7 +164,9 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
     """Run until ``stop`` is set (or SIGTERM/SIGINT), then shut down gracefully and close MCP sessions."""
     activities = activities or make_activities(cfg)
     workers = build_workers(client, cfg.temporal.task_queue, activities,
-                            max_concurrent_activities=cfg.worker.max_concurrent_activities)
+                            max_concurrent_activities=cfg.worker.max_concurrent_activities,
+                            max_cached_workflows=cfg.worker.max_cached_workflows,
+                            max_concurrent_workflow_tasks=cfg.worker.max_concurrent_workflow_tasks)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
