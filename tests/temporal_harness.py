@@ -52,6 +52,19 @@ def address_of(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
 
 
+@pytest.fixture(scope="module")
+def queue() -> str:
+    """A task queue of the test module's own, so modules never pick up each other's tasks."""
+    return unique("q")
+
+
+@pytest.fixture
+async def worker(client: Client, queue: str) -> AsyncIterator[WorkerConfig]:
+    """An in-process worker (shared and owner queues) on ``queue`` for the duration of a test."""
+    async with in_process_worker(client, task_queue=queue) as cfg:
+        yield cfg
+
+
 @contextlib.asynccontextmanager
 async def in_process_worker(client: Client, *, task_queue: str,
                             servers: dict[str, ServerConfig] | None = None) -> AsyncIterator[WorkerConfig]:

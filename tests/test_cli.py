@@ -24,6 +24,7 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     address_of,
     client,
     in_process_worker,
+    queue,
     temporal_env,
     unique,
 )
@@ -47,11 +48,6 @@ def one_json(stdout: str) -> Any:
     assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
     assert isinstance(obj, dict)
     return obj
-
-
-@pytest.fixture(scope="module")
-def queue() -> str:
-    return unique("cli")
 
 
 async def test_help_on_every_command() -> None:

@@ -25,8 +25,10 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     address_of,
     client,
     in_process_worker,
+    queue,
     temporal_env,
     unique,
+    worker,
     worker_process,
     write_config,
 )
@@ -37,17 +39,6 @@ from workflows.models import McpTaskRequest, Outcome, Phase
 
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 PEERS = ["fastmcp_server", "ts_http_stateful", "ts_stdio"]
-
-
-@pytest.fixture(scope="module")
-def queue() -> str:
-    return unique("input")
-
-
-@pytest.fixture
-async def worker(client: Client, queue: str) -> Any:
-    async with in_process_worker(client, task_queue=queue) as cfg:
-        yield cfg
 
 
 async def start_ask(client: Client, peer: Peer, queue: str, **kw: Any) -> Any:

@@ -20,8 +20,10 @@ from tests.temporal_harness import (
     address_of,
     client,  # noqa: F401  (fixture)
     in_process_worker,
+    queue,
     temporal_env,  # noqa: F401  (fixture)
     unique,
+    worker,
     worker_process,
     write_config,
 )
@@ -57,17 +59,6 @@ async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
 
 def tool_calls(peer: Peer, mark: int, tool: str) -> list[dict[str, Any]]:
     return [line for line in peer.log_since(mark) if line.get("method") == "tools/call" and line.get("tool") == tool]
-
-
-@pytest.fixture(scope="module")
-def queue() -> str:
-    return unique("q")
-
-
-@pytest.fixture
-async def worker(client: Client, queue: str) -> Any:
-    async with in_process_worker(client, task_queue=queue) as cfg:
-        yield cfg
 
 
 # --- outcomes ------------------------------------------------------------------------------------
