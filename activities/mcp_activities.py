@@ -140,6 +140,8 @@ class McpActivities:
             return PayloadOutcome(decode_error=exc.message, raw=_cap(payload.result))
         inline, ref = self.store.maybe_offload(decoded)
         if ref is not None:
+            # The workflow never sees the offloaded body: it must still know a tool error from a success.
+            ref["is_error"] = bool(decoded.get("isError"))
             activity.logger.warning("result of %s bytes kept outside history at %s", ref["size"], ref["uri"])
         return PayloadOutcome(result=inline, result_ref=ref)
 

@@ -501,7 +501,7 @@ class McpTaskWorkflow:
         self.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
         outcome, error = decisions.terminal_outcome(
             status, result=payload.result if payload.result is not None else (
-                {"content": [], "isError": False} if payload.result_ref else None),
+                {"content": [], "isError": bool(payload.result_ref.get("is_error"))} if payload.result_ref else None),
             error=payload.error, empty=payload.empty, decode_error=payload.decode_error,
             status_message=self.state.status_message if self.state else None)
         fields: dict[str, Any] = {"result": payload.result, "error": error}

@@ -163,6 +163,8 @@ class ResultRef(_Model):
     digest: str
     size: int
     uri: str
+    #: The stored result's ``isError``: the outcome is ``tool_error`` or ``completed`` without reading it back.
+    is_error: bool = False
 
 
 class McpTaskOutcome(_Model):
