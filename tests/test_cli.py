@@ -50,6 +50,13 @@ def one_json(stdout: str) -> Any:
     return obj
 
 
+async def start_detached(tool: str, peer: Peer, wid: str, queue: str, address: str) -> None:
+    """`run --detach`: exits 0 as soon as the workflow is started."""
+    rc, _, err = await cli("run", tool, "--url", peer.url or "", "--id", wid, "--detach", "--task-queue", queue,
+                           "--address", address)
+    assert rc == 0, err
+
+
 async def test_help_on_every_command() -> None:
     code, out, _ = await cli("--help")
     assert code == 0 and all(c in out for c in COMMANDS)
@@ -136,9 +143,7 @@ async def test_cancel_command(client: Client, temporal_env: Any, fastmcp_server:
     address = address_of(temporal_env)
     wid = unique("cancel")
     async with in_process_worker(client, task_queue=queue):
-        rc, _, err = await cli("run", "cancellable", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
-                               "--task-queue", queue, "--address", address)
-        assert rc == 0, err
+        await start_detached("cancellable", fastmcp_server, wid, queue, address)
         await asyncio.sleep(1.5)
         rc, out, err = await cli("cancel", wid, "--json", "--address", address)
         assert rc == 0 and one_json(out) == {"workflow_id": wid, "cancel_requested": True}, err
@@ -162,9 +167,7 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
     address = address_of(temporal_env)
     wid = unique("answer")
     async with in_process_worker(client, task_queue=queue):
-        rc, _, err = await cli("run", "ask_user", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
-                               "--task-queue", queue, "--address", address)
-        assert rc == 0, err
+        await start_detached("ask_user", fastmcp_server, wid, queue, address)
         for _ in range(100):
             rc, out, _ = await cli("list", "--status", "input_required", "--json", "--address", address)
             if any(r["workflow_id"] == wid for r in one_json(out)["workflows"]):
@@ -233,9 +236,7 @@ async def test_answer_prompts_for_each_field(client: Client, temporal_env: Any, 
     address = address_of(temporal_env)
     wid = unique("prompt")
     async with in_process_worker(client, task_queue=queue):
-        rc, _, err = await cli("run", "ask_user", "--url", fastmcp_server.url or "", "--id", wid, "--detach",
-                               "--task-queue", queue, "--address", address)
-        assert rc == 0, err
+        await start_detached("ask_user", fastmcp_server, wid, queue, address)
         for _ in range(100):
             rc, out, _ = await cli("status", wid, "--address", address)
             if "needs input" in out:
