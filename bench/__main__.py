@@ -44,6 +44,7 @@ from workflows.models import McpTaskRequest, Timeouts
 
 from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
 from .floor import run_floor
+from .minimal import MinimalRequest, MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -78,7 +79,7 @@ class Env:
         self.servers: dict[int, tuple[Child, str]] = {}
         self.workers: list[Child] = []
         #: One long-lived worker per design (throughput and history phases); the in-flight phase starts its own.
-        self.design_workers: dict[str, tuple[Child, str]] = {}
+        self.design_workers: dict[str, tuple[Child, str, int]] = {}
         self.client: Client | None = None
         self.run_id = uuid.uuid4().hex[:8]
 
@@ -123,10 +124,11 @@ class Env:
         self.workers.append(child)
         return child
 
-    def design_worker(self, design: str) -> tuple[Child, str]:
+    def design_worker(self, design: str) -> tuple[Child, str, int]:
+        """(worker process, task queue, its SDK metrics port) of ``design``, started on first use."""
         if design not in self.design_workers:
-            tq = f"bench-{design}-{self.run_id}"
-            self.design_workers[design] = (self.worker(design, tq), tq)
+            tq, port = f"bench-{design}-{self.run_id}", free_port()
+            self.design_workers[design] = (self.worker(design, tq, metrics_port=port), tq, port)
         return self.design_workers[design]
 
     def stop_worker(self, child: Child) -> None:
@@ -256,6 +258,16 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
                     rec.task_id, rec.ok = out.task_id, out.outcome.value == "completed" and out.result is not None
                     if not rec.ok:
                         rec.error = f"{out.outcome.value}: {out.reason or out.error}"
+                elif design == "minimal":
+                    handle = await client.start_workflow(
+                        MinimalWorkflow.run, MinimalRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
+                        id=rec.key, task_queue=tq)
+                    rec.extra["start_rpc_s"] = time.time() - rec.submitted
+                    out = await handle.result()
+                    rec.delivered = time.time()
+                    rec.task_id, rec.ok = out.task_id, out.status == "completed" and out.result is not None
+                    if not rec.ok:
+                        rec.error = out.status
                 else:
                     handle = await client.start_workflow(
                         NaivePollWorkflow.run, NaiveRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
@@ -355,7 +367,7 @@ def time_split(events: list[Any]) -> dict[str, float]:
 
 
 def _short(activity_type: str) -> str:
-    return activity_type.replace("mcp-tasks.", "").replace("bench-naive.", "naive_").replace(".v1", "")
+    return activity_type.replace("mcp-tasks.", "").replace("bench-naive.", "naive_").replace("bench-minimal.", "minimal_").replace(".v1", "")
 
 
 def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
@@ -413,7 +425,7 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     worker = None
     spy = None
     if design != "floor":
-        worker, tq = env.design_worker(design)
+        worker, tq, sdk_port = env.design_worker(design)
         pids["worker"] = worker.pid
         # Warm-up: a handful of tasks so imports and connections are not billed to the measured run.
         await run_temporal(env, design, tq, url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, poll_ms=poll_ms,
@@ -424,8 +436,11 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         http_json(base_url(url) + "/bench/reset", method="POST")
     log(f"{design}: {n} tasks of {duration:g}s, concurrency {concurrency}, pollInterval {poll_ms} ms")
     rpc0 = env.metrics()
+    sdk0 = worker_metrics(sdk_port) if worker is not None else {}
+    perf = None
     if worker is not None and env.args.profile_dir:
         spy = start_py_spy(worker.pid, Path(env.args.profile_dir) / f"{design}-worker.txt")
+        perf = start_perf(pids["temporal_server"], Path(env.args.profile_dir) / f"{design}-temporal.perf")
     meter = CpuMeter(pids)
     if design == "floor":
         records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix=prefix)
@@ -435,10 +450,14 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     cpu = meter.done()
     if worker is not None and spy is not None:
         stop_py_spy(spy)
+    if perf is not None:
+        stop_py_spy(perf)  # same protocol: SIGINT, then wait
     rpcs = None if design == "floor" else env.metrics() - rpc0
     state = http_json(base_url(url) + "/bench/state")
     out = summarize(design, records, t0, t1, state, cpu, rpcs, concurrency)
     if worker is not None:
+        sdk = worker_metrics(sdk_port)
+        out["worker_sdk_metrics"] = {k: round(v - sdk0.get(k, 0.0), 2) for k, v in sdk.items()}
         out["worker_rss_mb_after"] = round(rss_mb(worker.pid)[0], 1)
         assert env.client is not None
         out["history"] = await history_stats(env.client, [r.key for r in records if r.ok])
@@ -459,6 +478,23 @@ def start_py_spy(pid: int, out: Path) -> Any:
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--threads",
                              "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_perf(pid: int, out: Path) -> Any:
+    """Linux ``perf record`` of the Temporal server (a Go binary with symbols); None if perf is unavailable.
+
+    Read it with ``perf report -i FILE --no-children --sort symbol --stdio``; ``bench/profile_summary.py``
+    folds it into Temporal subsystems."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("perf")
+    if not exe or not pid:
+        log("perf not installed: no Temporal server profile")
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([exe, "record", "-F", "199", "-g", "-p", str(pid), "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def stop_py_spy(proc: Any) -> None:
@@ -496,7 +532,7 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
                                       f"measured runs, extrapolated (not run)")}
 
     async def one(design: str, target: str, args: dict[str, Any], prefix: str, **kw: Any) -> tuple[TaskRecord, dict]:
-        _, tq = env.design_worker(design)
+        _, tq, _ = env.design_worker(design)
         recs, _, _ = await run_temporal(env, design, tq, target, n=1, concurrency=1, args=args, prefix=prefix, **kw)
         stats = await history_stats(env.client, [recs[0].key]) if recs[0].ok else {}
         recs[0].extra["gets"] = http_json(base_url(target) + "/bench/state")["gets"].get(recs[0].task_id or "", 0)
@@ -689,13 +725,19 @@ def _fmt(v: Any, nd: int = 1) -> str:
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     d, out = res.get("designs", {}), []
     ours, naive, floor = d.get("ours"), d.get("naive"), d.get("floor")
+    minimal = d.get("minimal")
     if ours and naive and naive["throughput_per_s"]:
         r = ours["throughput_per_s"] / naive["throughput_per_s"]
-        out.append({"target": "throughput ≥ 2× naive", "value": f"{r:.2f}×", "met": r >= 2.0})
+        ceiling = (f"; the cheapest durable design (minimal): {minimal['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
+                   f", the non-durable floor: {floor['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
+                   if minimal and floor else "")
+        out.append({"target": "throughput ≥ 2× naive", "value": f"{r:.2f}×{ceiling}", "met": r >= 2.0})
     if ours and floor and ours["latency_ms"]["p50"] is not None and floor["latency_ms"]["p50"] is not None:
         diff = ours["latency_ms"]["p50"] - floor["latency_ms"]["p50"]
+        ceiling = (f"; minimal: +{minimal['latency_ms']['p50'] - floor['latency_ms']['p50']:.0f} ms"
+                   if minimal and minimal["latency_ms"]["p50"] is not None else "")
         out.append({"target": f"latency p50 ≤ floor + 150 ms (at concurrency {ours['concurrency']})",
-                    "value": f"+{diff:.0f} ms", "met": diff <= 150})
+                    "value": f"+{diff:.0f} ms{ceiling}", "met": diff <= 150})
     light = res.get("light") or {}
     lo, lf = light.get("ours"), light.get("floor")
     if lo and lf and lo["latency_ms"]["p50"] is not None and lf["latency_ms"]["p50"] is not None:
@@ -748,6 +790,7 @@ def render(res: dict[str, Any]) -> str:
                   "Temporal RPCs/task | CPU s (worker / temporal / mcp / client) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         rows = [(n, d.get(n)) for n in ("ours", "naive", "floor")]
+        rows += [("minimal durable (lower bound, unsafe: bench/minimal.py)", d.get("minimal"))]
         rows += [(f"{n} (light load: {r['tasks']} tasks, concurrency {r['concurrency']})", r)
                  for n, r in (res.get("light") or {}).items()]
         for name, r in rows:
@@ -831,25 +874,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None, help="task duration s (default 5; quick 2)")
     p.add_argument("--poll-ms", type=int, default=None, help="server pollIntervalMs (default 500)")
     p.add_argument("--inflight", type=int, default=None,
-                   help="tasks held in flight on one worker (default 1000: 2000 takes 3-6 min alone here; quick 200)")
+                   help="tasks held in flight on one worker (default 2000, the target; quick 100)")
     p.add_argument("--inflight-poll-ms", type=int, default=None, help="pollIntervalMs during the in-flight phase (default 20000: 2,000 tasks then cost 100 polls/s)")
     p.add_argument("--inflight-cache", type=int, default=0,
                    help="max_cached_workflows for the in-flight worker (default: build_workers' 2500)")
     p.add_argument("--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)")
     p.add_argument("--short-s", type=float, default=None, help="the short task of the history phase, s (default 5; quick 2)")
-    p.add_argument("--naive-fit-polls", type=int, default=60, help="polls of naive's second measured history point")
+    p.add_argument("--naive-fit-polls", type=int, default=30, help="polls of naive's second measured history point")
     p.add_argument("--db", choices=["sqlite", "memory"], default="memory",
                    help="dev server store: in memory (default: keeps the default run under 5 min on 2 cores) or a "
                         "temp SQLite file (what the embedded `mcp-tasks dev-server` uses; ~1.5x the Temporal CPU per task)")
     p.add_argument("--light-tasks", type=int, default=None, help="light-load latency probe: tasks (default 10; 0 = off)")
     p.add_argument("--light-concurrency", type=int, default=10, help="light-load latency probe: concurrency")
-    for name in ("floor", "ours", "naive", "light", "history", "inflight"):
+    for name in ("floor", "ours", "naive", "minimal", "light", "history", "inflight"):
         p.add_argument(f"--skip-{name}", action="store_true")
     p.add_argument("--no-bytecode", action="store_true",
                    help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
     p.add_argument("--experiment", default="",
                    help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
-                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), unsandboxed (UnsandboxedWorkflowRunner), "
+                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S (sticky_queue_schedule_to_start_timeout, s), wft-threads=N (WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), unsandboxed (UnsandboxedWorkflowRunner), "
                         "passthrough-wf (workflows.* passed through the sandbox); reported in the config")
     p.add_argument("--profile-dir", default="", help="py-spy each design's worker during its run (collapsed stacks)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
@@ -857,7 +900,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     q = args.quick
     defaults = {"light_tasks": 4 if q else 10, "tasks": 12 if q else 200, "concurrency": 12 if q else 200,
-                "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 1000,
+                "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 2000,
                 "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0}
     for k, v in defaults.items():
         if getattr(args, k) is None:
@@ -890,7 +933,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         await env.start()
-        for design in ("floor", "ours", "naive"):
+        for design in ("floor", "ours", "naive", "minimal"):
             if getattr(args, f"skip_{design}"):
                 continue
             res["designs"][design] = await phase_design(env, design, n=args.tasks, concurrency=args.concurrency,
@@ -899,6 +942,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ratios: dict[str, float | None] = {}
         if "ours" in d and "naive" in d and d["naive"]["throughput_per_s"]:
             ratios["throughput ours/naive"] = round(d["ours"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2)
+        if "minimal" in d and "naive" in d and d["naive"]["throughput_per_s"]:
+            ratios["throughput minimal/naive (best any durable design reaches here)"] = round(
+                d["minimal"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2)
         if "ours" in d and "floor" in d:
             of, ff = d["ours"]["latency_ms"], d["floor"]["latency_ms"]
             for p in ("p50", "p95"):

@@ -7,6 +7,7 @@
 that cache size, to show what the parameter would change (reported as an experiment, not as "ours").
 
 ``--design naive``: ``bench.naive`` workflow and activities, same limits as ours.
+``--design minimal``: ``bench.minimal`` (the lower bound: one workflow, one activity), same limits.
 
 Prints ``READY <pid>`` on stdout once polling; SIGTERM shuts down gracefully.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import logging
 import os
 import signal
@@ -24,9 +26,9 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from worker.config import WorkerConfig
+from worker.config import WorkerConfig, WorkerSettings
 from activities.wire import PROCESS_ID
-from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wait_until_polling
+from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wait_until_polling, workflow_runner
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -53,20 +55,40 @@ async def main_async(args: argparse.Namespace) -> None:
 
             runner_kw["workflow_runner"] = SandboxedWorkflowRunner(
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
-        if not (slots or runner_kw):
-            cache_kw = {"max_cached_workflows": args.max_cached_workflows} if args.max_cached_workflows else {}
-            workers = build_workers(client, args.task_queue, acts, max_concurrent_activities=args.max_activities,
-                                    **cache_kw)
+        settings = WorkerSettings(max_concurrent_activities=args.max_activities)
+        if args.max_cached_workflows:
+            settings.max_cached_workflows = args.max_cached_workflows
+        if experiments.get("wft-threads"):
+            settings.workflow_threads = int(experiments["wft-threads"])
+        if "sdk-threads" in experiments:  # the SDK's default pool: one thread per workflow-task slot
+            runner_kw["workflow_task_executor"] = None
+        if experiments.get("sticky"):
+            runner_kw["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=float(experiments["sticky"]))
+        if slots:
+            settings.max_concurrent_workflow_tasks = slots
+        if not runner_kw:
+            workers = build_workers(client, args.task_queue, acts, settings)
         else:
             # Experiment only: build_workers' two workers, rebuilt with settings it cannot take today (a Worker
             # registers itself on construction, so build_workers cannot be called and then patched).
-            kw: dict[str, Any] = {"max_cached_workflows": args.max_cached_workflows} if args.max_cached_workflows else {}
             common: dict[str, Any] = dict(max_concurrent_activities=args.max_activities,
                                           graceful_shutdown_timeout=timedelta(seconds=5))
             workers = [Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
-                              max_concurrent_workflow_tasks=slots or 200, **common, **kw, **runner_kw),
+                              max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+                              max_cached_workflows=settings.max_cached_workflows,
+                              **common, **{"workflow_runner": workflow_runner(),
+                                           "workflow_task_executor": concurrent.futures.ThreadPoolExecutor(
+                                               settings.workflow_threads), **runner_kw}),
                        Worker(client, task_queue=acts.owner_queue or PROCESS_ID, activities=acts.all(), **common)]
         closers.append(acts.pool.aclose)
+    elif args.design == "minimal":
+        from bench.minimal import MinimalActivities, MinimalWorkflow
+
+        acts_m = MinimalActivities()
+        workers = [Worker(client, task_queue=args.task_queue, workflows=[MinimalWorkflow], activities=acts_m.all(),
+                          max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
+                          graceful_shutdown_timeout=timedelta(seconds=5))]
+        closers.append(acts_m.aclose)
     else:
         from bench.naive import NaiveActivities, NaivePollWorkflow
 
@@ -96,14 +118,16 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--design", choices=["ours", "naive"], required=True)
+    p.add_argument("--design", choices=["ours", "naive", "minimal"], required=True)
     p.add_argument("--address", required=True)
     p.add_argument("--task-queue", required=True)
     p.add_argument("--max-activities", type=int, default=4000)
     p.add_argument("--max-cached-workflows", type=int, default=0)
     p.add_argument("--metrics-port", type=int, default=0, help="serve the SDK's Prometheus metrics here")
     p.add_argument("--experiment", default="",
-                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), unsandboxed, "
+                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
+                        "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
+                        "sdk-threads (the SDK's pool: a thread per slot), unsandboxed, "
                         "passthrough-wf (workflow modules passed through the sandbox). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()

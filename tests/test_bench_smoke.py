@@ -25,7 +25,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     table = proc.stdout
 
     # The markdown table: every design row, the ratios, history, in-flight memory and targets.
-    for needle in ("| design |", "| ours |", "| naive |", "| floor |", "throughput ours/naive",
+    for needle in ("| design |", "| ours |", "| naive |", "| floor |", "| minimal durable", "throughput ours/naive",
                    "latency p50 ours/floor", "latency p50 ours−floor ms", "### History events per task",
                    "tasks in flight on one worker process", "### Targets", "Total wall time"):
         assert needle in table, f"{needle!r} missing from the table:\n{table}"
@@ -33,7 +33,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     res = json.loads(out.read_text())
     assert res["table_markdown"].strip() == table.split("\nJSON:")[0].strip()
     designs = res["designs"]
-    assert set(designs) == {"ours", "naive", "floor"}
+    assert set(designs) == {"ours", "naive", "floor", "minimal"}
     for name, d in designs.items():
         assert d["completed"] == d["tasks"] > 0, (name, d["errors"])
         assert d["throughput_per_s"] > 0
@@ -46,6 +46,8 @@ def test_bench_quick(tmp_path: Path) -> None:
             assert d["history"]["activity_tasks"]["mean"] >= 1
     for light in res["light"].values():
         assert light["completed"] == light["tasks"] > 0
+    assert designs["minimal"]["history"]["activity_tasks"]["mean"] == 1  # the lower bound: one activity
+    assert designs["minimal"]["history"]["events"]["mean"] < designs["ours"]["history"]["events"]["mean"]
     ratios = res["ratios"]
     for key in ("throughput ours/naive", "latency p50 ours/floor", "latency p50 ours−floor ms",
                 "latency p95 ours/floor", "latency p95 ours−floor ms"):
@@ -66,3 +68,20 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert {t["target"].split(" (")[0] for t in res["targets"]} >= {
         "throughput ≥ 2× naive", "latency p50 ≤ floor + 150 ms"}
     assert res["wall_s"] < 120
+
+
+def test_go_symbols_of_the_pinned_temporal_binary() -> None:
+    """The profile summary names Temporal's functions from the stripped binary's own Go symbol table."""
+    import struct
+
+    from bench.profile_summary import GoSymbols
+    from worker.devserver import temporal_binary
+
+    binary = temporal_binary()
+    syms = GoSymbols(binary)
+    assert len(syms.names) > 10_000
+    with open(binary, "rb") as f:
+        entry = struct.unpack_from("<Q", f.read(64), 0x18)[0]  # ELF e_entry: Go's amd64 Linux entry point
+    assert syms.name(entry - syms.load_bias) == "_rt0_amd64_linux"
+    assert any(n.startswith("go.temporal.io/server/service/history.") for n in syms.names)
+    assert syms.name(syms.end + 1 - syms.load_bias).startswith("[outside Go text")

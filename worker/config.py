@@ -15,6 +15,7 @@ allow_inline_endpoints = true   # may requests name a URL/command instead of a c
 max_concurrent_activities = 4000
 max_cached_workflows = 2500       # keep above the tasks in flight
 max_concurrent_workflow_tasks = 200
+workflow_threads = 2              # threads running workflow code (GIL-bound: more only contend)
 idle_session_s = 300
 
 [servers.NAME]
@@ -78,6 +79,10 @@ class WorkerSettings(_Strict):
     #: Keep above the tasks in flight (~1.25x): evicted workflows are replayed from history.
     max_cached_workflows: int = Field(2500, ge=0)
     max_concurrent_workflow_tasks: int = Field(200, ge=1)
+    #: Threads that run workflow activations. They are pure Python under the GIL, so more threads than this
+    #: only contend with each other and with the event loop that runs the polling activities (the SDK's
+    #: default is one per workflow-task slot, up to 200); measured in bench/ (`--experiment wft-threads=N`).
+    workflow_threads: int = Field(2, ge=1, le=64)
     idle_session_s: float = Field(300.0, gt=0)
 
 

@@ -11,6 +11,7 @@ Two workers share one process:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import signal
@@ -33,7 +34,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.mcp_activities import McpActivities
 from activities.result_store import ResultStore
 from activities.wire import PROCESS_ID, SessionPool
-from worker.config import WorkerConfig
+from worker.config import WorkerConfig, WorkerSettings
 from workflows.fanout import McpFanOutWorkflow
 from workflows.mcp_task import McpTaskWorkflow
 
@@ -115,20 +116,23 @@ def workflow_runner() -> SandboxedWorkflowRunner:
         restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "activities"))
 
 
-def build_workers(client: Client, task_queue: str, activities: McpActivities, *,
-                  max_concurrent_activities: int = 4000, max_cached_workflows: int = 2500,
-                  max_concurrent_workflow_tasks: int = 200) -> list[Worker]:
+def build_workers(client: Client, task_queue: str, activities: McpActivities,
+                  settings: WorkerSettings | None = None) -> list[Worker]:
     """The shared worker (workflows + activities) and this process's owner-queue worker (activities).
 
     ``max_cached_workflows`` should exceed the tasks in flight (about 1.25x): an evicted workflow is
     replayed from its history on its next workflow task.
     """
+    s = settings or WorkerSettings()
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
-    common: dict[str, Any] = dict(max_concurrent_activities=max_concurrent_activities,
+    common: dict[str, Any] = dict(max_concurrent_activities=s.max_concurrent_activities,
                                   graceful_shutdown_timeout=timedelta(seconds=5))
     shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
-                    max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-                    max_cached_workflows=max_cached_workflows, workflow_runner=workflow_runner(), **common)
+                    max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks,
+                    max_cached_workflows=s.max_cached_workflows,
+                    workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
+                        s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
+                    workflow_runner=workflow_runner(), **common)
     owner = Worker(client, task_queue=activities.owner_queue or PROCESS_ID, activities=activities.all(), **common)
     return [shared, owner]
 
@@ -163,10 +167,7 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
                       on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None) -> None:
     """Run until ``stop`` is set (or SIGTERM/SIGINT), then shut down gracefully and close MCP sessions."""
     activities = activities or make_activities(cfg)
-    workers = build_workers(client, cfg.temporal.task_queue, activities,
-                            max_concurrent_activities=cfg.worker.max_concurrent_activities,
-                            max_cached_workflows=cfg.worker.max_cached_workflows,
-                            max_concurrent_workflow_tasks=cfg.worker.max_concurrent_workflow_tasks)
+    workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
