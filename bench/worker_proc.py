@@ -105,6 +105,15 @@ async def main_async(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    if experiments.get("gc"):
+        import gc
+
+        async def collect(every_s: float) -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                gc.collect()
+
+        tasks.append(asyncio.create_task(collect(float(experiments["gc"]))))
     if not await wait_until_polling(client, args.task_queue, client.identity, timeout_s=30):
         print("NOT-POLLING", flush=True)
     print(f"READY {os.getpid()}", flush=True)

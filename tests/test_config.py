@@ -42,6 +42,8 @@ command = ["node", "server.mjs"]
 API_KEY = { env = "LOCAL_API_KEY" }
 """), env={})
     assert cfg.temporal.address == "temporal:7233" and cfg.temporal.namespace == "agents"
+    # Worker defaults the benchmark sized: memory bounded by the cache, activations on a small thread pool.
+    assert (cfg.worker.max_cached_workflows, cfg.worker.workflow_threads) == (1000, 2)
     billing = cfg.servers["billing"]
     assert billing.headers == {"Authorization": "BILLING_TOKEN"}
     assert billing.tools["charge_card"].replay == "with_approval" and billing.tools["charge_card"].max_replays == 2
@@ -60,6 +62,7 @@ def test_env_overrides(tmp_path: Path) -> None:
     ('[temporal]\nadress = "x:1"', "temporal.adress: unknown key"),
     ('[temporal]\naddress = "nohostport"', "temporal.address"),
     ('[worker]\nmetrics_port = 70000', "worker.metrics_port"),
+    ('[worker]\nworkflow_threads = 0', "worker.workflow_threads"),
     ('[servers.a]\nurl = "http://h/mcp"\ncommand = ["x"]', "servers.a: needs exactly one of 'url' or 'command'"),
     ('[servers.a]\ncommand = "node server.mjs"', "servers.a.command: must be a list"),
     ('[servers.a]\nurl = "http://h/mcp"\nera = "2024-01-01"', "servers.a.era"),

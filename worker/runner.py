@@ -120,8 +120,7 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
                   settings: WorkerSettings | None = None) -> list[Worker]:
     """The shared worker (workflows + activities) and this process's owner-queue worker (activities).
 
-    ``max_cached_workflows`` should exceed the tasks in flight (about 1.25x): an evicted workflow is
-    replayed from its history on its next workflow task.
+    Memory is bounded by ``max_cached_workflows`` rather than by the tasks in flight (see WorkerSettings).
     """
     s = settings or WorkerSettings()
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
