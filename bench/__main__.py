@@ -47,7 +47,7 @@ from workflows.models import McpTaskRequest, Timeouts
 
 from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
 from .floor import run_floor
-from .minimal import MinimalRequest, MinimalWorkflow
+from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -261,19 +261,10 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
                     rec.task_id, rec.ok = out.task_id, out.outcome.value == "completed" and out.result is not None
                     if not rec.ok:
                         rec.error = f"{out.outcome.value}: {out.reason or out.error}"
-                elif design == "minimal":
-                    handle = await client.start_workflow(
-                        MinimalWorkflow.run, MinimalRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
-                        id=rec.key, task_queue=tq)
-                    rec.extra["start_rpc_s"] = time.time() - rec.submitted
-                    out = await handle.result()
-                    rec.delivered = time.time()
-                    rec.task_id, rec.ok = out.task_id, out.status == "completed" and out.result is not None
-                    if not rec.ok:
-                        rec.error = out.status
                 else:
                     handle = await client.start_workflow(
-                        NaivePollWorkflow.run, NaiveRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
+                        MinimalWorkflow.run if design == "minimal" else NaivePollWorkflow.run,
+                        NaiveRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
                         id=rec.key, task_queue=tq)
                     rec.extra["start_rpc_s"] = time.time() - rec.submitted
                     out = await handle.result()

@@ -14,7 +14,6 @@ So: ours − minimal = what those features cost; minimal vs naive = what Tempora
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -22,47 +21,21 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import Endpoint, McpTaskClient
-    from activities.wire.models import EXTENSION, TERMINAL_STATUSES
+    from activities.wire.models import TERMINAL_STATUSES
+    from bench.naive import NaiveActivities, NaiveOutcome, NaiveRequest
 
 CALL_AND_WAIT = "bench-minimal.call-and-wait.v1"
 
 
-@dataclass
-class MinimalRequest:
-    url: str
-    tool: str
-    arguments: dict[str, Any]
-    default_poll_ms: int = 500
-
-
-@dataclass
-class MinimalOutcome:
-    task_id: str | None
-    status: str
-    polls: int
-    result: dict[str, Any] | None = None
-
-
-class MinimalActivities:
-    def __init__(self) -> None:
-        self._clients: dict[str, McpTaskClient] = {}
-        self._lock = asyncio.Lock()
-
-    async def _client(self, url: str) -> McpTaskClient:
-        async with self._lock:
-            client = self._clients.get(url)
-            if client is None or not client.alive:
-                client = await McpTaskClient.connect(Endpoint(url=url), era=EXTENSION)
-                self._clients[url] = client
-            return client
+class MinimalActivities(NaiveActivities):
+    """Naive's per-URL session cache; one activity instead of naive's two."""
 
     @activity.defn(name=CALL_AND_WAIT)
-    async def call_and_wait(self, req: MinimalRequest) -> MinimalOutcome:
+    async def call_and_wait(self, req: NaiveRequest) -> NaiveOutcome:
         client = await self._client(req.url)
         out = await client.start(req.tool, req.arguments)
         if out.task is None:
-            return MinimalOutcome(task_id=None, status="completed", polls=0, result=out.result)
+            return NaiveOutcome(task_id=None, status="completed", polls=0, result=out.result)
         task, polls = out.task, 0
         activity.heartbeat(task.task_id)
         while task.status not in TERMINAL_STATUSES:
@@ -70,20 +43,17 @@ class MinimalActivities:
             task = await client.get(task.task_id)
             polls += 1
             activity.heartbeat(task.task_id)
-        return MinimalOutcome(task_id=task.task_id, status=task.status, polls=polls, result=task.result)
+        return NaiveOutcome(task_id=task.task_id, status=task.status, polls=polls, result=task.result,
+                            error=task.error.model_dump() if task.error else None)
 
     def all(self) -> list[Any]:
         return [self.call_and_wait]
-
-    async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
 
 
 @workflow.defn(name="BenchMinimalWorkflow")
 class MinimalWorkflow:
     @workflow.run
-    async def run(self, req: MinimalRequest) -> MinimalOutcome:
+    async def run(self, req: NaiveRequest) -> NaiveOutcome:
         return await workflow.execute_activity(
-            CALL_AND_WAIT, req, result_type=MinimalOutcome, start_to_close_timeout=timedelta(hours=2),
+            CALL_AND_WAIT, req, result_type=NaiveOutcome, start_to_close_timeout=timedelta(hours=2),
             heartbeat_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=1))
