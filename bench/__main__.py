@@ -142,12 +142,7 @@ class Env:
     def metrics(self) -> Counter[str]:
         """Frontend RPCs served by the Temporal server so far, by operation."""
         out: Counter[str] = Counter()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
-                text = resp.read().decode()
-        except OSError:
-            return out
-        for m in re.finditer(r'^service_requests\{([^}]*)\} (\S+)$', text, re.M):
+        for m in re.finditer(r'^service_requests\{([^}]*)\} (\S+)$', scrape(self.metrics_port), re.M):
             labels = m.group(1)
             if 'service_name="frontend"' in labels and 'namespace="default"' in labels:
                 op = re.search(r'operation="([^"]+)"', labels)
@@ -443,9 +438,9 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
                                              poll_ms=poll_ms, prefix=prefix)
     cpu = meter.done()
     if worker is not None and spy is not None:
-        stop_py_spy(spy)
+        stop_profiler(spy)
     if perf is not None:
-        stop_py_spy(perf)  # same protocol: SIGINT, then wait
+        stop_profiler(perf)
     rpcs = None if design == "floor" else env.metrics() - rpc0
     state = http_json(base_url(url) + "/bench/state")
     out = summarize(design, records, t0, t1, state, cpu, rpcs, concurrency)
@@ -475,10 +470,10 @@ def start_py_spy(pid: int, out: Path) -> Any:
 
 
 def start_perf(pid: int, out: Path) -> Any:
-    """Linux ``perf record`` of the Temporal server (a Go binary with symbols); None if perf is unavailable.
+    """Linux ``perf record -g`` of the Temporal server; None if perf is unavailable.
 
-    Read it with ``perf report -i FILE --no-children --sort symbol --stdio``; ``bench/profile_summary.py``
-    folds it into Temporal subsystems."""
+    The binary is stripped, so ``perf report`` shows bare addresses: ``python -m bench.profile_summary FILE``
+    names them from Go's own symbol table and folds them into Temporal subsystems."""
     import shutil
     import subprocess
 
@@ -491,7 +486,7 @@ def start_perf(pid: int, out: Path) -> Any:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_py_spy(proc: Any) -> None:
+def stop_profiler(proc: Any) -> None:
     import signal as _signal
 
     proc.send_signal(_signal.SIGINT)
@@ -694,6 +689,15 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
     return out
 
 
+def scrape(port: int) -> str:
+    """A Prometheus endpoint's text on 127.0.0.1 ("" when it does not answer: the figures are then left out)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            return resp.read().decode()
+    except OSError:
+        return ""
+
+
 def worker_metrics(port: int) -> dict[str, float]:
     """A few counters of the worker's SDK Prometheus endpoint (sticky cache, workflow task replays, polls)."""
     wanted = ("temporal_sticky_cache_total_forced_eviction", "temporal_sticky_cache_size",
@@ -702,12 +706,7 @@ def worker_metrics(port: int) -> dict[str, float]:
               "temporal_activity_execution_latency_count", "temporal_request_failure",
               "temporal_workflow_task_execution_failed")
     out: dict[str, float] = {}
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return out
-    for line in text.splitlines():
+    for line in scrape(port).splitlines():
         if line.startswith("#") or not line.strip():
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
@@ -914,7 +913,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
                         "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S (sticky_queue_schedule_to_start_timeout, s), wft-threads=N (WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), unsandboxed (UnsandboxedWorkflowRunner), "
                         "passthrough-wf (workflows.* passed through the sandbox); reported in the config")
-    p.add_argument("--profile-dir", default="", help="py-spy each design's worker during its run (collapsed stacks)")
+    p.add_argument("--profile-dir", default="", help="py-spy each design's worker and perf the Temporal server during "
+                                                     "its run (read them with python -m bench.profile_summary)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
     args = p.parse_args(argv)

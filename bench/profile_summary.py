@@ -20,6 +20,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+GC = "Go runtime: GC + allocation"
+GC_PREFIXES = ("runtime.gc", "runtime.mallocgc", "runtime.scanobject", "runtime.greyobject", "runtime.markroot",
+               "runtime.(*mspan)", "runtime.(*mheap)", "runtime.(*mcache)", "runtime.memclr", "runtime.heapBits",
+               "runtime.findObject", "runtime.wbBuf", "runtime.bgsweep", "runtime.sweepone", "runtime.(*gcWork)")
 #: Inclusive buckets, first match wins (checked leaf → root so the innermost subsystem is billed).
 SUBSYSTEMS: list[tuple[str, tuple[str, ...]]] = [
     ("SQLite engine (modernc.org/sqlite, pure Go)", ("modernc.org/",)),
@@ -33,10 +37,7 @@ SUBSYSTEMS: list[tuple[str, tuple[str, ...]]] = [
     ("metrics + logging", ("go.temporal.io/server/common/metrics", "go.temporal.io/server/common/log",
                            "github.com/prometheus", "go.opentelemetry.io", "go.uber.org/zap")),
     ("other Temporal common code", ("go.temporal.io/server/common",)),
-    ("Go runtime: GC + allocation", ("runtime.gc", "runtime.mallocgc", "runtime.scanobject", "runtime.greyobject",
-                                      "runtime.markroot", "runtime.(*mspan)", "runtime.(*mheap)", "runtime.(*mcache)",
-                                      "runtime.memclr", "runtime.heapBits", "runtime.findObject", "runtime.wbBuf",
-                                      "runtime.bgsweep", "runtime.sweepone", "runtime.(*gcWork)")),
+    (GC, GC_PREFIXES),
     ("Go runtime: scheduler + syscalls", ("runtime.", "syscall.", "internal/poll", "internal/runtime")),
 ]
 
@@ -140,8 +141,9 @@ def summarize(perf_file: str, binary: str, top: int = 25) -> str:
         leaf[go_frames[0] if go_frames else "[kernel]"] += 1
         # The subsystem of the innermost *Temporal or library* frame; runtime frames only when nothing else is there.
         non_runtime = [f for f in go_frames if not f.startswith(("runtime.", "syscall.", "internal/"))]
-        gc = go_frames and any(f.startswith(p) for p in SUBSYSTEMS[-2][1] for f in go_frames[:3])
-        bucket["Go runtime: GC + allocation" if gc else subsystem(non_runtime or go_frames)] += 1
+        # Allocation is billed to GC even when called from Temporal code: it is the runtime's cost, not the caller's.
+        in_gc = any(f.startswith(GC_PREFIXES) for f in go_frames[:3])
+        bucket[GC if in_gc else subsystem(non_runtime or go_frames)] += 1
     n = max(1, len(samples))
     lines = [f"{len(samples)} samples", "", "| subsystem (innermost frame) | share |", "|---|---|"]
     lines += [f"| {k} | {100 * v / n:.1f}% |" for k, v in bucket.most_common()]

@@ -2,9 +2,9 @@
 
 ``--design ours``: exactly the project's worker: ``worker.runner.build_workers`` with
 ``worker.runner.make_activities(WorkerConfig())`` (shared queue + per-process queue), connected with
-``worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` is *not* something
-``build_workers`` can pass: when given, the bench rebuilds the shared worker with the same arguments plus
-that cache size, to show what the parameter would change (reported as an experiment, not as "ours").
+``worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and ``--experiment`` change one
+setting of it (WorkerSettings, or a Worker option passed through ``build_workers``) to price one cost; the
+report then says the worker is not ours as shipped.
 
 ``--design naive``: ``bench.naive`` workflow and activities, same limits as ours.
 ``--design minimal``: ``bench.minimal`` (the lower bound: one workflow, one activity), same limits.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import logging
 import os
 import signal
@@ -27,8 +26,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from worker.config import WorkerConfig, WorkerSettings
-from activities.wire import PROCESS_ID
-from worker.runner import WORKFLOWS, build_workers, connect, make_activities, wait_until_polling, workflow_runner
+from worker.runner import build_workers, connect, make_activities, shutdown_executors, wait_until_polling
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -44,62 +42,42 @@ async def main_async(args: argparse.Namespace) -> None:
     closers: list[Any] = []
     if args.design == "ours":
         acts = make_activities(WorkerConfig())
-        slots = int(experiments.get("wft-slots") or 0)
-        runner_kw: dict[str, Any] = {}
-        if "unsandboxed" in experiments:
-            from temporalio.worker import UnsandboxedWorkflowRunner
-
-            runner_kw["workflow_runner"] = UnsandboxedWorkflowRunner()
-        elif "passthrough-wf" in experiments:
-            from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-
-            runner_kw["workflow_runner"] = SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
         settings = WorkerSettings(max_concurrent_activities=args.max_activities)
+        overrides: dict[str, Any] = {}  # Worker options of the shared worker that WorkerSettings does not have
         if args.max_cached_workflows:
             settings.max_cached_workflows = args.max_cached_workflows
+        if experiments.get("wft-slots"):
+            settings.max_concurrent_workflow_tasks = int(experiments["wft-slots"])
         if experiments.get("wft-threads"):
             settings.workflow_threads = int(experiments["wft-threads"])
         if "sdk-threads" in experiments:  # the SDK's default pool: one thread per workflow-task slot
-            runner_kw["workflow_task_executor"] = None
+            overrides["workflow_task_executor"] = None
         if experiments.get("sticky"):
-            runner_kw["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=float(experiments["sticky"]))
-        if slots:
-            settings.max_concurrent_workflow_tasks = slots
-        if not runner_kw:
-            workers = build_workers(client, args.task_queue, acts, settings)
-        else:
-            # Experiment only: build_workers' two workers, rebuilt with settings it cannot take today (a Worker
-            # registers itself on construction, so build_workers cannot be called and then patched).
-            common: dict[str, Any] = dict(max_concurrent_activities=args.max_activities,
-                                          graceful_shutdown_timeout=timedelta(seconds=5))
-            workers = [Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=acts.all(),
-                              max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
-                              max_cached_workflows=settings.max_cached_workflows,
-                              **common, **{"workflow_runner": workflow_runner(),
-                                           "workflow_task_executor": concurrent.futures.ThreadPoolExecutor(
-                                               settings.workflow_threads), **runner_kw}),
-                       Worker(client, task_queue=acts.owner_queue or PROCESS_ID, activities=acts.all(), **common)]
-        closers.append(acts.pool.aclose)
-    elif args.design == "minimal":
-        from bench.minimal import MinimalActivities, MinimalWorkflow
+            overrides["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=float(experiments["sticky"]))
+        if "unsandboxed" in experiments:
+            from temporalio.worker import UnsandboxedWorkflowRunner
 
-        acts_m = MinimalActivities()
-        workers = [Worker(client, task_queue=args.task_queue, workflows=[MinimalWorkflow], activities=acts_m.all(),
-                          max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
-                          graceful_shutdown_timeout=timedelta(seconds=5))]
-        closers.append(acts_m.aclose)
-    else:
+            overrides["workflow_runner"] = UnsandboxedWorkflowRunner()
+        elif "passthrough-wf" in experiments:
+            from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+            overrides["workflow_runner"] = SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+        workers = build_workers(client, args.task_queue, acts, settings, **overrides)
+        closers.append(acts.pool.aclose)
+    else:  # the comparison designs: one Worker, same limits as ours
+        from bench.minimal import MinimalActivities, MinimalWorkflow
         from bench.naive import NaiveActivities, NaivePollWorkflow
 
-        acts_n = NaiveActivities()
+        acts_c, wf = (MinimalActivities(), MinimalWorkflow) if args.design == "minimal" else \
+            (NaiveActivities(), NaivePollWorkflow)
         kw: dict[str, Any] = {}
         if args.max_cached_workflows:
             kw["max_cached_workflows"] = args.max_cached_workflows
-        workers = [Worker(client, task_queue=args.task_queue, workflows=[NaivePollWorkflow], activities=acts_n.all(),
+        workers = [Worker(client, task_queue=args.task_queue, workflows=[wf], activities=acts_c.all(),
                           max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
                           graceful_shutdown_timeout=timedelta(seconds=5), **kw)]
-        closers.append(acts_n.aclose)
+        closers.append(acts_c.aclose)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,6 +97,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"READY {os.getpid()}", flush=True)
     await stop.wait()
     await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+    shutdown_executors(workers)
     for t in tasks:
         t.cancel()
     for close in closers:
@@ -136,7 +115,7 @@ def main() -> None:
     p.add_argument("--experiment", default="",
                    help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
                         "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
-                        "sdk-threads (the SDK's pool: a thread per slot), unsandboxed, "
+                        "sdk-threads (the SDK's pool: a thread per slot), gc=S (gc.collect() every S s), unsandboxed, "
                         "passthrough-wf (workflow modules passed through the sandbox). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()

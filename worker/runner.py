@@ -117,23 +117,33 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def build_workers(client: Client, task_queue: str, activities: McpActivities,
-                  settings: WorkerSettings | None = None) -> list[Worker]:
+                  settings: WorkerSettings | None = None, **shared_overrides: Any) -> list[Worker]:
     """The shared worker (workflows + activities) and this process's owner-queue worker (activities).
 
     Memory is bounded by ``max_cached_workflows`` rather than by the tasks in flight (see WorkerSettings).
+    ``shared_overrides`` replace Worker options of the shared worker (the benchmark's experiments use it).
     """
     s = settings or WorkerSettings()
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
     common: dict[str, Any] = dict(max_concurrent_activities=s.max_concurrent_activities,
                                   graceful_shutdown_timeout=timedelta(seconds=5))
+    shared_options: dict[str, Any] = dict(
+        max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks, max_cached_workflows=s.max_cached_workflows,
+        workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
+            s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
+        workflow_runner=workflow_runner(), **common)
     shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
-                    max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks,
-                    max_cached_workflows=s.max_cached_workflows,
-                    workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
-                        s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
-                    workflow_runner=workflow_runner(), **common)
+                    **{**shared_options, **shared_overrides})
     owner = Worker(client, task_queue=activities.owner_queue or PROCESS_ID, activities=activities.all(), **common)
     return [shared, owner]
+
+
+def shutdown_executors(workers: list[Worker]) -> None:
+    """Stop the workflow thread pool build_workers gave the shared worker (the SDK stops only its own pools)."""
+    for w in workers:
+        executor = w.config().get("workflow_task_executor")
+        if executor is not None:
+            executor.shutdown(wait=False)
 
 
 def make_activities(cfg: WorkerConfig) -> McpActivities:
@@ -189,6 +199,7 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
         stopper.cancel()
     finally:
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        shutdown_executors(workers)
         await activities.pool.aclose()
         for sig in installed:
             loop.remove_signal_handler(sig)
