@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 EXIT_OK, EXIT_ENDED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_ADDRESS = "localhost:7233"
+WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
 
 
 class CliError(Exception):
@@ -85,7 +86,10 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) ->
         err(f"started the embedded Temporal at {address} (state: {server.db}; UI {server.ui_url})")
     try:
         try:
-            client = await asyncio.wait_for(connect(address, namespace), timeout=15)
+            # A server we just started, or one that listens but may still be starting, gets time to become
+            # healthy; nothing listening at all is reported at once.
+            wait_s = 30.0 if server else (5.0 if port_open(host, int(port)) else 0.0)
+            client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
         yield client, (server.ui_url if server and server.ui_url else _ui_base(address))
@@ -469,8 +473,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
     try:
+        # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so it waits.
         client = await asyncio.wait_for(connect(cfg.temporal.address, cfg.temporal.namespace, cfg=cfg,
-                                                metrics_port=cfg.worker.metrics_port), timeout=15)
+                                                metrics_port=cfg.worker.metrics_port, wait_s=WORKER_CONNECT_WAIT_S),
+                                        timeout=WORKER_CONNECT_WAIT_S + 15)
     except Exception as exc:
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}: {exc}", EXIT_UNREACHABLE) from None
     added = await ensure_search_attributes(client, cfg.temporal.namespace)

@@ -87,14 +87,30 @@ class DevServer:
         out = None if foreground else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground)
         deadline = time.monotonic() + timeout_s
-        while not port_open(self.ip, self.port):
+        while not self._ready():
             if self.proc.poll() is not None:
                 raise DevServerError(f"temporal dev server exited with code {self.proc.returncode}: {' '.join(self.command())}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise DevServerError(f"temporal dev server did not listen on {self.address} within {timeout_s:.0f}s")
+                raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
             time.sleep(0.1)
         return self
+
+    def _ready(self) -> bool:
+        """The frontend serves the default namespace.
+
+        An open port is not enough: for a moment after it opens, the frontend answers every call with
+        UNAVAILABLE ("Frontend is not healthy yet"), and a client connecting then fails.
+        """
+        if not port_open(self.ip, self.port):
+            return False
+        try:
+            probe = subprocess.run([temporal_binary(), "operator", "namespace", "describe", "--address", self.address,
+                                    "--namespace", "default", "--output", "json"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+        except subprocess.TimeoutExpired:
+            return False
+        return probe.returncode == 0
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

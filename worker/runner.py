@@ -83,14 +83,41 @@ def runtime(metrics_port: int = 0) -> Runtime:
     return _runtime
 
 
-async def connect(address: str, namespace: str, *, cfg: WorkerConfig | None = None, metrics_port: int = 0) -> Client:
+# A server that is starting (or restarting) refuses connections, then answers UNAVAILABLE ("Frontend is not
+# healthy yet") for a moment after its port opens. Those are worth waiting out; TLS, auth and DNS errors are not.
+_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset")
+
+
+def transient_connect_error(exc: BaseException) -> bool:
+    """True when a failed Client.connect means "not up yet" rather than "misconfigured"."""
+    if isinstance(exc, RPCError):
+        return exc.status == RPCStatusCode.UNAVAILABLE
+    return isinstance(exc, RuntimeError) and any(marker in str(exc) for marker in _TRANSIENT_CONNECT)
+
+
+async def connect(address: str, namespace: str, *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
+                  wait_s: float = 0.0) -> Client:
+    """Connect to Temporal; with ``wait_s``, keep retrying for that long while the server is not up yet.
+
+    The last error is raised unchanged once the wait is over, and at once when it is not transient.
+    """
     kwargs: dict[str, Any] = {}
     if cfg is not None:
         kwargs["tls"] = cfg.tls_config()
         if cfg.api_key():
             kwargs["api_key"] = cfg.api_key()
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter,
-                                runtime=runtime(metrics_port), **kwargs)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    delay = 0.1
+    while True:
+        try:
+            return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter,
+                                        runtime=runtime(metrics_port), **kwargs)
+        except Exception as exc:
+            if not transient_connect_error(exc) or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:

@@ -1,0 +1,85 @@
+"""Start-up races: a Temporal server that is not up yet, or up but not yet healthy.
+
+CI once failed because the embedded dev server's port was open while its frontend still answered
+UNAVAILABLE ("Frontend is not healthy yet"); these tests pin down the fix on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.service import RPCError, RPCStatusCode
+
+from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
+from tests.temporal_harness import WorkerProcess, unique, write_config
+from worker.devserver import DevServer, free_port
+from worker.runner import connect, transient_connect_error
+
+
+@pytest.mark.parametrize(("exc", "transient"), [
+    (RuntimeError('Failed client connect: `get_system_info` call error after connection: Status { code: Unavailable, '
+                  'message: "Frontend is not healthy yet" }'), True),
+    (RuntimeError('Failed client connect: Server connection error: tonic::transport::Error(Transport, '
+                  'ConnectError("tcp connect error", 127.0.0.1:1, Os { code: 111, kind: ConnectionRefused })'), True),
+    (RPCError("unavailable", RPCStatusCode.UNAVAILABLE, b""), True),
+    (RPCError("bad api key", RPCStatusCode.UNAUTHENTICATED, b""), False),
+    (RuntimeError("Failed client connect: invalid peer certificate: UnknownIssuer"), False),
+    (ValueError("Unavailable"), False),
+])
+def test_only_not_up_yet_errors_are_waited_out(exc: BaseException, transient: bool) -> None:
+    assert transient_connect_error(exc) is transient
+
+
+async def test_connect_waits_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
+    port = free_port()
+    server = DevServer(db=tmp_path / "late.db", port=port, ui_port=None)
+    # Start the server only after the client has begun trying: connect must ride out the refused
+    # connections and the unhealthy window, whatever moment the retries land in.
+    starter = threading.Timer(1.0, server.start)
+    starter.start()
+    began = time.monotonic()
+    try:
+        client = await connect(f"127.0.0.1:{port}", "default", wait_s=45)
+        assert time.monotonic() - began >= 1.0  # it did wait for the late server
+        assert await client.service_client.check_health()
+    finally:
+        starter.join()
+        server.stop()
+
+
+async def test_connect_without_a_wait_fails_at_once() -> None:
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="Connection refused|tcp connect error"):
+        await connect(f"127.0.0.1:{free_port()}", "default")
+    assert time.monotonic() - began < 5
+
+
+async def test_dev_server_start_returns_only_when_it_serves(tmp_path: Path) -> None:
+    # No retries on our side: the first call right after start() must succeed.
+    from temporalio.client import Client
+
+    for round_ in range(3):
+        with DevServer(db=tmp_path / f"ready-{round_}.db", port=free_port(), ui_port=None) as server:
+            client = await Client.connect(server.address)
+            handle = await client.start_workflow("Anything", id=unique("ready"), task_queue="nobody")
+            assert (await handle.describe()).id == handle.id
+
+
+async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer, tmp_path: Path) -> None:
+    # The compose / Kubernetes order: the worker process comes up first and waits for Temporal.
+    port = free_port()
+    cfg = write_config(tmp_path / "w.toml", {"demo": {"url": fastmcp_server.url}})
+    proc = WorkerProcess(f"127.0.0.1:{port}", unique("early"), cfg)
+    server = DevServer(db=tmp_path / "early.db", port=port, ui_port=None)
+    try:
+        await asyncio.sleep(2.0)
+        assert proc.proc.poll() is None, "the worker gave up before Temporal started:\n" + "\n".join(proc.lines)
+        server.start()
+        proc.wait_ready(60)
+    finally:
+        proc.stop()
+        server.stop()
