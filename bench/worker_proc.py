@@ -38,7 +38,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
         wf.upsert_search_attributes = lambda *a, **k: None  # type: ignore[assignment]
         wf.upsert_memo = lambda *a, **k: None  # type: ignore[assignment]
-    client = await connect(args.address, "default", metrics_port=args.metrics_port, wait_s=30)
+    client = await connect(args.address, "default", metrics_port=args.metrics_port)
     closers: list[Any] = []
     if args.design == "ours":
         acts = make_activities(WorkerConfig())

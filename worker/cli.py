@@ -86,9 +86,9 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) ->
         err(f"started the embedded Temporal at {address} (state: {server.db}; UI {server.ui_url})")
     try:
         try:
-            # A server we just started, or one that listens but may still be starting, gets time to become
-            # healthy; nothing listening at all is reported at once.
-            wait_s = 30.0 if server else (5.0 if port_open(host, int(port)) else 0.0)
+            # An embedded server we started already serves (DevServer.start waits for that). Another that
+            # listens may still be starting: it gets time to become healthy; nothing listening fails at once.
+            wait_s = 5.0 if server is None and port_open(host, int(port)) else 0.0
             client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None

@@ -47,7 +47,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     mcp_proc, url = start_demo_server()
     err(f"▶ demo MCP server (fastmcp, tasks extension 2026-07-28) at {url}")
     try:
-        client = await connect(server.address, "default", wait_s=30)
+        client = await connect(server.address, "default")
         await ensure_search_attributes(client, "default")
         cfg = WorkerConfig(servers={"demo": ServerConfig(url=url, principal="demo", tools={
             "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
