@@ -5,6 +5,8 @@ them across deployments. Failure semantics, per activity:
 
 ``resolve`` (local)
     Configuration only, no network. Unknown server name → ``ApplicationError(type="UnknownServer")``.
+    An inline endpoint this worker's configuration does not allow (command, credential references or URL,
+    each by its own ``[worker]`` key) → ``ApplicationError(type="InlineEndpointRefused")``; nothing runs.
 ``start_call``
     Sends ``tools/call`` once. It never retries itself, and its retry policy is one attempt: whether a
     failed send may be repeated is the workflow's decision (``decisions.after_submit_failure``).
@@ -29,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -68,8 +71,9 @@ from activities.wire import (
     TransportError,
     decode_result,
 )
-from activities.wire.errors import RAW_CAP, _cap
-from activities.wire.models import TaskPayload
+from activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
+from activities.wire.limits import cap_text
+from activities.wire.models import Endpoint, StartResult, TaskPayload, TaskState
 from activities.wire.sdk_compat import installed_sdk_version
 from workflows.decisions import next_poll_delay
 
@@ -98,12 +102,32 @@ def legacy_input_key(method: str, params: dict[str, Any]) -> str:
     return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def to_application_error(exc: McpWireError) -> ApplicationError:
-    """The one mapping from wire failures to Temporal failures: type = error kind, details = info."""
+def to_application_error(exc: McpWireError, *, read: bool = False, sent: bool | None = None) -> ApplicationError:
+    """The one mapping from wire failures to Temporal failures: type = error kind, details = info.
+
+    ``read``: the request was an idempotent read, so a garbled reply is retryable like a transport fault.
+    ``sent=False``: the failure happened before ``tools/call`` left (discovery, ``tools/list``, connect),
+    whatever the failing request itself may have reached: the tool surely did not run.
+    """
     delay = timedelta(seconds=exc.retry_after_s) if isinstance(exc, RateLimited) and exc.retry_after_s else None
     info = exc.info()
-    info["may_have_reached_server"] = exc.may_have_reached_server
-    return ApplicationError(exc.message, info, type=exc.kind, non_retryable=not exc.retryable, next_retry_delay=delay)
+    reached = exc.may_have_reached_server if sent is None else sent
+    info["may_have_reached_server"] = reached
+    message = exc.message
+    if sent is False:
+        message = f"tools/call was never sent: {message}"
+        info["message"] = message
+    retryable = exc.retryable or (read and is_transient_read_error(exc))
+    return ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
+
+
+def _beat_every(info: activity.Info) -> float:
+    """Heartbeat period: a third of the heartbeat timeout, so one lost beat never times an activity out."""
+    return max(0.2, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3)
+
+
+def _short(task_id: str, n: int = 64) -> str:
+    return task_id if len(task_id) <= n else f"{task_id[:n]}…"
 
 
 class McpActivities:
@@ -115,13 +139,21 @@ class McpActivities:
         servers: Mapping[str, ServerConfig] | None = None,
         pool: SessionPool | None = None,
         store: ResultStore | None = None,
-        allow_inline_endpoints: bool = True,
+        allow_inline_endpoints: bool = False,
+        allow_inline_commands: bool = False,
+        allow_inline_credentials: bool = False,
+        inline_allowlist: Iterable[Endpoint] = (),
         owner_queue: str | None = None,
     ) -> None:
         self.servers = dict(servers or {})
         self.pool = pool or SessionPool()
         self.store = store or ResultStore()
+        #: What a request may name instead of a configured server (``[worker]`` keys of the same names).
         self.allow_inline_endpoints = allow_inline_endpoints
+        self.allow_inline_commands = allow_inline_commands
+        self.allow_inline_credentials = allow_inline_credentials
+        #: Inline endpoints allowed as they are, whatever the rules say (the CLI's: the one its user typed).
+        self.inline_allowlist = [e.model_dump(mode="json") for e in inline_allowlist]
         #: Task queue served by this process only; stdio tasks are pinned to it.
         self.owner_queue = owner_queue
 
@@ -132,6 +164,8 @@ class McpActivities:
     # --- helpers ---------------------------------------------------------------------------------
 
     def _decode(self, payload: TaskPayload, output_schema: dict[str, Any] | None) -> PayloadOutcome:
+        """The payload as the workflow may carry it: decoded, or decode_failed with the raw kept (capped),
+        and over the store's inline limit only as a reference. Every activity returning a payload uses it."""
         if payload.result is None:
             return PayloadOutcome(error=payload.error, empty=payload.empty)
         try:
@@ -146,12 +180,14 @@ class McpActivities:
         return PayloadOutcome(result=inline, result_ref=ref)
 
     @staticmethod
-    async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float = 5.0) -> T:
+    async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None) -> T:
         """Await ``coro`` while heartbeating, so a dead worker is noticed and cancellation gets through."""
+        every = every_s or _beat_every(activity.info())
         task = asyncio.ensure_future(coro)
         try:
+            activity.heartbeat(details())
             while True:
-                done, _ = await asyncio.wait({task}, timeout=every_s)
+                done, _ = await asyncio.wait({task}, timeout=every)
                 if done:
                     return task.result()
                 activity.heartbeat(details())
@@ -159,17 +195,18 @@ class McpActivities:
             if not task.done():
                 task.cancel()
 
-    @staticmethod
-    async def _on_task(out_type: type[T], fn: Callable[[], Awaitable[T]]) -> T:
-        """Run a step on an existing task: -32602 and unreachable sessions are answers, not failures."""
+    @classmethod
+    async def _on_task(cls, out_type: type[T], fn: Callable[[], Awaitable[T]], beat: dict[str, Any]) -> T:
+        """Run an idempotent step on an existing task, heartbeating: -32602 and unreachable sessions are
+        answers, not failures; garbled replies and transport faults are retried by the activity's policy."""
         try:
-            return await fn()
+            return await cls._heartbeating(fn(), lambda: beat)
         except TaskNotFound:
             return out_type(not_found=True)  # type: ignore[call-arg]
         except TaskUnreachable as exc:
             return out_type(unreachable=exc.message)  # type: ignore[call-arg]
         except McpWireError as exc:
-            raise to_application_error(exc) from exc
+            raise to_application_error(exc, read=True) from exc
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -179,6 +216,26 @@ class McpActivities:
             pass
 
     # --- activities ------------------------------------------------------------------------------
+
+    def _inline_refusal(self, endpoint: Endpoint) -> str | None:
+        """Why this worker refuses an endpoint given by a request (None: allowed).
+
+        Workflow inputs are not trusted beyond this: a command runs on the worker, a credential reference
+        sends one of its secrets, a URL makes it connect anywhere. Each needs its own ``[worker]`` key.
+        """
+        if endpoint.model_dump(mode="json") in self.inline_allowlist:
+            return None
+        refused = []
+        if endpoint.command is not None and not self.allow_inline_commands:
+            refused.append("inline stdio commands are not run by this worker "
+                           "(set [worker] allow_inline_commands = true to allow them)")
+        if endpoint.url is not None and not self.allow_inline_endpoints:
+            refused.append("inline URLs are not reached by this worker "
+                           "(set [worker] allow_inline_endpoints = true to allow them)")
+        if (endpoint.header_refs or endpoint.env_refs) and not self.allow_inline_credentials:
+            refused.append("inline credential references (header_refs/env_refs) are not resolved by this worker "
+                           "(set [worker] allow_inline_credentials = true to allow them)")
+        return "; ".join(refused) or None
 
     @activity.defn(name=RESOLVE)
     async def resolve(self, inp: ResolveInput) -> ServerProfile:
@@ -195,27 +252,47 @@ class McpActivities:
                 principal=inp.principal or cfg.principal, era=inp.era or cfg.era,
                 trust_annotations=cfg.trust_annotations, policy=cfg.tools.get(inp.tool, ToolPolicy()),
             )
-        if not self.allow_inline_endpoints:
-            raise ApplicationError("inline endpoints are disabled on this worker; name a configured server",
-                                   type="InlineEndpointRefused", non_retryable=True)
         endpoint = inp.server
+        refusal = self._inline_refusal(endpoint)
+        if refusal is not None:
+            raise ApplicationError(f"inline endpoint {endpoint.identity()!r} refused: {refusal}; "
+                                   "or name a server configured in [servers.NAME]",
+                                   type="InlineEndpointRefused", non_retryable=True)
         # Named by its (redacted) identity, as start_mcp_task labels it: the same McpServer everywhere.
         return ServerProfile(name=endpoint.identity(), endpoint=endpoint, identity=endpoint.identity(),
                              principal=inp.principal, era=inp.era)
 
     @activity.defn(name=START_CALL)
     async def start_call(self, inp: StartCallInput) -> StartCallOutput:
+        """Send ``tools/call`` once. Everything before its bytes leave (connect, discovery, ``initialize``,
+        ``tools/list``) fails as "tools/call was never sent" (``may_have_reached_server`` False), however the
+        failing request itself ended. A lost reply on a 2025-11-25 session is reconciled with ``tasks/list``
+        where that is sound (:meth:`McpTaskClient.reconcile_lost_call`); otherwise it may have reached the
+        server. Heartbeats run for the whole activity, so only a dead worker times it out."""
         profile = inp.profile
-        info = activity.info()
-        progress = {"step": "tools/call sent", "tool": inp.tool}
+        beat: dict[str, Any] = {"step": "connecting", "tool": inp.tool}
+        sent = False
 
         async def call(client: McpTaskClient) -> StartCallOutput:
+            nonlocal sent
+            beat["step"] = "reading tools/list"
             tools = await client.list_tools() if (client.era == "2025-11-25" or profile.trust_annotations
                                                    or profile.policy.output_schema is None) else {}
-            start = await self._heartbeating(
-                client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms, input_responses=inp.input_responses,
-                             request_state=inp.request_state),
-                lambda: progress, every_s=max(1.0, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3))
+            beat["step"] = "tools/call sent"
+            sent = True
+            reconciled = None
+            try:
+                start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
+                                           input_responses=inp.input_responses, request_state=inp.request_state)
+            except McpWireError as exc:
+                if not exc.may_have_reached_server:
+                    raise
+                task = await client.reconcile_lost_call(exc)
+                if task is None:
+                    raise
+                reconciled = f"the reply to tools/call was lost ({exc.kind}); tasks/list showed its one new task"
+                activity.logger.warning("tools/call %s: %s: %s", inp.tool, reconciled, _short(task.task_id))
+                start = StartResult(era=client.era, session=client.session_ref(), task=task, task_requested=True)
             tool = tools.get(inp.tool)
             payload = None
             if start.result is not None:
@@ -224,57 +301,70 @@ class McpActivities:
             if start.task is not None:
                 self.pool.track(client, start.task.task_id)
             return StartCallOutput(start=start, tool=tool, payload=payload, sdk_version=installed_sdk_version(),
-                                   owner_queue=self.owner_queue if profile.endpoint.command else None)
+                                   owner_queue=self.owner_queue if profile.endpoint.command else None,
+                                   reconciled=reconciled)
 
         try:
-            out = await self.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call)
+            out = await self._heartbeating(
+                self.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call),
+                lambda: beat)
         except McpWireError as exc:
-            raise to_application_error(exc) from exc
+            raise to_application_error(exc, sent=None if sent else False) from exc
         self._counter("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
         return out
 
     @activity.defn(name=AWAIT_TASK)
     async def await_task(self, inp: AwaitInput) -> AwaitOutput:
+        """Poll ``tasks/get`` until the task is terminal or needs input, heartbeating throughout.
+
+        Transport faults and garbled replies are retried here (``tasks/get`` is idempotent), with backoff
+        and ``Retry-After``, until the server has given no usable answer for ``unreachable_s``; that clock
+        survives a worker's death (it travels in the heartbeat details). A terminal task's payload is read
+        here too: on 2026-07-28 it is inline, and is dropped from the returned state once decoded (a large
+        one goes to the result store, never into history).
+        """
         info = activity.info()
-        hb_every = max(0.5, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3)
+        hb_every = _beat_every(info)
+        previous = info.heartbeat_details[0] if info.heartbeat_details else None
+        failing_since: float | None = previous.get("failingSince") if isinstance(previous, dict) else None
         polls = 0
         delay: float | None = None
         transient = 0
+        details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
         while True:
             try:
                 client = await self.pool.for_task(inp.session, principal=inp.principal)
                 state = await client.get(inp.task_id)
-                transient = 0
+                transient, failing_since = 0, None
             except TaskNotFound:
                 return AwaitOutput(not_found=True, polls=polls)
             except TaskUnreachable as exc:
                 return AwaitOutput(unreachable=exc.message, polls=polls)
-            except (TransportError, ) as exc:
-                # tasks/get is idempotent: keep trying while heartbeats keep the activity alive.
-                transient += 1
-                wait = exc.retry_after_s if isinstance(exc, RateLimited) and exc.retry_after_s else min(30.0, 0.5 * 2 ** min(transient, 6))
-                activity.heartbeat({"taskId": inp.task_id, "transportError": exc.message, "polls": polls})
-                await asyncio.sleep(wait)
-                continue
             except McpWireError as exc:
-                raise to_application_error(exc) from exc
+                if not is_transient_read_error(exc):
+                    raise to_application_error(exc, read=True) from exc
+                now = time.time()
+                failing_since = failing_since or now
+                if now - failing_since >= inp.unreachable_s:
+                    return AwaitOutput(no_answer=f"no usable answer from the server for {now - failing_since:.0f}s "
+                                                 f"(last: {exc.kind}: {exc.message})", polls=polls)
+                transient += 1
+                backoff = min(30.0, 0.5 * 2 ** min(transient, 6))
+                wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
+                wait = min(wait, max(0.1, failing_since + inp.unreachable_s - now))
+                details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since)
+                activity.heartbeat(details)
+                await self._sleep_beating(wait, hb_every, details)
+                continue
             polls += 1
             self._counter("mcp_tasks_polls", "tasks/get polls")
             # The SDK throttles heartbeats itself; the details are what `mcp-tasks run` shows live.
-            details = {"taskId": state.task_id, "status": state.status, "statusMessage": state.status_message,
-                       "polls": polls}
+            details = {"taskId": _short(state.task_id), "status": state.status,
+                       "statusMessage": state.status_message, "polls": polls}
             activity.heartbeat(details)
             if state.terminal:
-                out = AwaitOutput(state=state, polls=polls)
-                if state.era == "2026-07-28":
-                    out.payload = self._decode(await client.result(state), inp.output_schema)
-                else:
-                    try:
-                        out.payload = self._decode(await client.result(state), inp.output_schema)
-                        self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="ok")
-                    except McpWireError as exc:  # the workflow retries retrieval on its own
-                        out.retrieval_error = f"{exc.kind}: {exc.message}"
-                        self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
+                out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
+                out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
                 self.pool.track(client, state.task_id, done=True)
                 return out
             if state.status == "input_required":
@@ -284,23 +374,51 @@ class McpActivities:
                     return AwaitOutput(state=state, polls=polls)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay)
-            remaining = delay
-            while remaining > 0:  # a long poll interval must not outlast the heartbeat timeout
-                step = min(remaining, hb_every)
-                await asyncio.sleep(step)
-                remaining -= step
-                if remaining > 0:
-                    activity.heartbeat(details)
+            await self._sleep_beating(delay, hb_every, details)
+
+    @staticmethod
+    async def _sleep_beating(seconds: float, every: float, details: dict[str, Any]) -> None:
+        """Sleep without outlasting the heartbeat timeout."""
+        remaining = seconds
+        while remaining > 0:
+            step = min(remaining, every)
+            await asyncio.sleep(step)
+            remaining -= step
+            if remaining > 0:
+                activity.heartbeat(details)
+
+    async def _read_payload(self, client: McpTaskClient, state: TaskState, output_schema: dict[str, Any] | None,
+                            beat: dict[str, Any]) -> tuple[PayloadOutcome | None, str | None]:
+        """(payload, None), or (None, why) when a transient fault kept it from being read: the workflow then
+        retries the retrieval alone. A payload that cannot be carried is decode_failed, not a fault."""
+        try:
+            payload = self._decode(await self._heartbeating(client.result(state), lambda: beat), output_schema)
+        except PayloadUnusable as exc:
+            payload = PayloadOutcome(decode_error=exc.message, raw=exc.raw)
+        except McpWireError as exc:
+            self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
+            return None, cap_text(f"{exc.kind}: {exc.message}", 1024)
+        self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="ok")
+        return payload, None
 
     @activity.defn(name=RETRIEVE_RESULT)
     async def retrieve_result(self, inp: RetrieveInput) -> RetrieveOutput:
+        """The payload of a terminal task, again. Idempotent, heartbeating; never re-calls the tool.
+
+        Transport faults and garbled replies raise retryable errors (the workflow bounds the retries by the
+        task's TTL or the deadline); a payload that cannot be carried comes back as decode_failed.
+        """
         async def retrieve() -> RetrieveOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
-            payload = await client.result(inp.state)
-            return RetrieveOutput(payload=self._decode(payload, inp.output_schema))
+            try:
+                payload = self._decode(await client.result(inp.state), inp.output_schema)
+            except PayloadUnusable as exc:
+                payload = PayloadOutcome(decode_error=exc.message, raw=exc.raw)
+            return RetrieveOutput(payload=payload)
 
+        beat = {"taskId": _short(inp.state.task_id), "step": "retrieving", "status": inp.state.status}
         try:
-            out = await self._on_task(RetrieveOutput, retrieve)
+            out = await self._on_task(RetrieveOutput, retrieve, beat)
         except ApplicationError:
             self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
             raise
@@ -312,17 +430,19 @@ class McpActivities:
     async def cancel_task(self, inp: CancelInput) -> CancelOutput:
         async def cancel() -> CancelOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
-            return CancelOutput(state=await client.cancel(inp.task_id))
+            state = await client.cancel(inp.task_id)
+            return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 
-        return await self._on_task(CancelOutput, cancel)
+        return await self._on_task(CancelOutput, cancel, {"taskId": _short(inp.task_id), "step": "cancelling"})
 
     @activity.defn(name=PROVIDE_INPUT)
     async def provide_input(self, inp: UpdateInput) -> None:
         try:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
-            await client.update(inp.task_id, inp.responses)
+            await self._heartbeating(client.update(inp.task_id, inp.responses),
+                                     lambda: {"taskId": _short(inp.task_id), "step": "answering input"})
         except McpWireError as exc:
-            raise to_application_error(exc) from exc
+            raise to_application_error(exc, read=True) from exc
 
     @activity.defn(name=RELAY_INPUT)
     async def relay_input(self, inp: RelayInput) -> RelayOutput:
@@ -389,7 +509,7 @@ class McpActivities:
             self.pool.track(client, inp.state.task_id, done=True)
             return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema))
 
-        return await self._on_task(RelayOutput, relay)
+        return await self._on_task(RelayOutput, relay, beat)
 
 
 __all__ = ["McpActivities", "to_application_error", "legacy_input_key", "RAW_CAP"]

@@ -93,6 +93,8 @@ class StartCallOutput(_Model):
     #: Task queue that must run every later activity of this task (stdio: the owning process).
     owner_queue: str | None = None
     sdk_version: str
+    #: The reply to tools/call was lost and the task was found with tasks/list instead (why, in words).
+    reconciled: str | None = None
 
 
 class AwaitInput(_Model):
@@ -105,6 +107,8 @@ class AwaitInput(_Model):
     #: Return as soon as the status differs from these (input_required also ends a wait).
     #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily).
     answered_keys: list[str] = Field(default_factory=list)
+    #: How long the server may stay unreachable (refused, reset, garbled, 5xx) before the wait gives up.
+    unreachable_s: float = 600.0
 
 
 class AwaitOutput(_Model):
@@ -113,6 +117,8 @@ class AwaitOutput(_Model):
     not_found: bool = False
     #: The session cannot be reached any more (stdio child died, HTTP session gone).
     unreachable: str | None = None
+    #: No usable answer for ``unreachable_s``: the task may still exist, we cannot reach it.
+    no_answer: str | None = None
     #: Filled when the task ended and its payload could be read in the same activity.
     payload: PayloadOutcome | None = None
     #: Why the payload could not be read yet (the workflow then retries retrieval alone).

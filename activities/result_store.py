@@ -27,6 +27,13 @@ class ResultStore:
         self.root = Path(root) if root else default_root()
         self.inline_limit = inline_limit
 
+    def ensure_writable(self) -> None:
+        """Raise ``OSError`` unless a result can be written here (checked at worker start, not per result)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=self.root, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+
     def put(self, value: Any) -> dict[str, Any]:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
         digest = hashlib.sha256(data).hexdigest()

@@ -14,6 +14,9 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
 (cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
+# The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
+"$PYTHON" -m venv tests/peers/py1/.venv
+tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
 
 # -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).
 exec .venv/bin/python -m pytest -p tests.strict_skips -q -rfEs "$@"

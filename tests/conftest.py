@@ -6,3 +6,6 @@ Peers (real MCP servers as subprocesses, fresh PEER_LOG each): ``tests/peers/har
 """
 
 from tests.peers.harness import *  # noqa: F401,F403  (fixtures are exported through harness.__all__)
+
+# Temporal (dev server, client, queue, worker): registered once for the whole run.
+pytest_plugins = ["tests.temporal_harness"]

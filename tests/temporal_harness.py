@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.models import ServerConfig
-from worker.config import WorkerConfig
+from worker.config import WorkerConfig, WorkerSettings
 from worker.devserver import SEARCH_ATTRIBUTES, temporal_binary
 from worker.runner import run_workers
 
@@ -65,10 +65,16 @@ async def worker(client: Client, queue: str) -> AsyncIterator[WorkerConfig]:
         yield cfg
 
 
+#: The tests are trusted callers: their workers take inline endpoints (peers by URL or command, with the
+#: peers' env references). A worker as shipped refuses them (tests/test_security.py).
+TRUSTED = WorkerSettings(allow_inline_endpoints=True, allow_inline_commands=True, allow_inline_credentials=True)
+
+
 @contextlib.asynccontextmanager
-async def in_process_worker(client: Client, *, task_queue: str,
-                            servers: dict[str, ServerConfig] | None = None) -> AsyncIterator[WorkerConfig]:
-    cfg = WorkerConfig(servers=servers or {})
+async def in_process_worker(client: Client, *, task_queue: str, servers: dict[str, ServerConfig] | None = None,
+                            settings: WorkerSettings | None = None) -> AsyncIterator[WorkerConfig]:
+    """``settings``: the ``[worker]`` table (default :data:`TRUSTED`)."""
+    cfg = WorkerConfig(servers=servers or {}, worker=(settings or TRUSTED).model_copy())
     cfg.temporal.task_queue = task_queue
     stop = asyncio.Event()
     ready = asyncio.Event()

@@ -45,7 +45,7 @@ from activities.wire import (
     parse_task,
 )
 from activities.wire.client import payload_from_error
-from activities.wire.errors import RAW_CAP, error_from_rpc, parse_retry_after
+from activities.wire.errors import RAW_CAP, HttpRefusal, error_from_rpc, parse_retry_after
 from activities.wire.models import UNLIMITED
 from activities.wire.transport import HttpTransport
 
@@ -279,10 +279,17 @@ async def test_malformed_json_is_protocol_violation_with_raw(fake: _FakeServer) 
     assert not info.value.retryable
 
 
-@pytest.mark.parametrize("route", ["not-jsonrpc", "no-result", "202", "html", "404-text"])
+@pytest.mark.parametrize("route", ["not-jsonrpc", "no-result", "202", "html"])
 async def test_other_bad_shapes_are_protocol_violations(fake: _FakeServer, route: str) -> None:
     with pytest.raises(ProtocolViolation):
         await _request(f"{fake.base}/{route}")
+
+
+async def test_4xx_without_jsonrpc_body_is_a_refusal_not_a_garbled_reply(fake: _FakeServer) -> None:
+    # The server answered (it refused the request): a JSON-RPC-level error, not a transport fault to retry.
+    with pytest.raises(HttpRefusal) as info:
+        await _request(f"{fake.base}/404-text")
+    assert isinstance(info.value, JsonRpcError) and not info.value.retryable
 
 
 async def test_404_with_session_is_session_gone(fake: _FakeServer) -> None:
@@ -560,7 +567,7 @@ def test_decode_result() -> None:
 def test_raw_payloads_are_capped() -> None:
     huge = "x" * (RAW_CAP * 2)
     exc = ProtocolViolation("big", raw=huge)
-    assert len(exc.raw) < RAW_CAP + 20 and exc.raw.endswith("[truncated]")
+    assert len(exc.raw) < RAW_CAP + 40 and exc.raw.endswith(f"[truncated {RAW_CAP} chars]")
     big_dict = {"k": huge}
     assert isinstance(ProtocolViolation("big", raw=big_dict).raw, str)  # too big to keep as an object
     small = {"k": "v"}

@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from worker.printable import printable
+
 EXIT_OK, EXIT_ENDED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_ADDRESS = "localhost:7233"
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
@@ -103,7 +105,7 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) ->
 
 def _request(args: argparse.Namespace) -> Any:
     from activities.wire.models import Endpoint
-    from workflows.models import McpTaskRequest
+    from workflows.models import McpTaskRequest, RequestTooLarge, check_request_size
 
     try:
         arguments = json.loads(args.args) if args.args else {}
@@ -118,9 +120,13 @@ def _request(args: argparse.Namespace) -> Any:
             server = Endpoint(url=args.url)
         else:
             server = Endpoint(command=shlex.split(args.command))
-        return McpTaskRequest(server=server, tool=args.tool, arguments=arguments, era=args.era,
-                              ttl_s=args.ttl, replay=args.replay, idempotent=True if args.idempotent else None,
-                              idempotency_key=args.idempotency_key, principal=args.principal)
+        request = McpTaskRequest(server=server, tool=args.tool, arguments=arguments, era=args.era,
+                                 ttl_s=args.ttl, replay=args.replay, idempotent=True if args.idempotent else None,
+                                 idempotency_key=args.idempotency_key, principal=args.principal)
+        check_request_size(request.arguments)  # refused here, before any workflow starts
+        return request
+    except RequestTooLarge as exc:
+        raise CliError(f"--args: {exc}", EXIT_USAGE) from None
     except (ValidationError, ValueError) as exc:
         raise CliError(f"invalid request: {_plain_errors(exc)}", EXIT_USAGE) from None
 
@@ -146,7 +152,7 @@ async def _preflight(request: Any, cfg: Any) -> None:
     except (TransportError, asyncio.TimeoutError) as exc:
         raise CliError(f"MCP server unreachable at {endpoint.identity()}: {exc}", EXIT_UNREACHABLE) from None
     except Exception as exc:  # it answered: the workflow will report precisely what is wrong
-        err(f"note: MCP server at {endpoint.identity()} answered the handshake with: {exc}")
+        err(f"note: MCP server at {endpoint.identity()} answered the handshake with: {printable(exc)}")
 
 
 async def follow(handle: Any, *, ui: str, quiet: bool = False) -> Any:
@@ -183,34 +189,38 @@ async def _progress_line(handle: Any, wf: Any) -> str:
         pass
     status = (live or {}).get("status") or view.task_status
     message = (live or {}).get("statusMessage") or view.status_message
+    # Server text: shown escaped (control and bidi characters), one line per field.
     if status:
-        parts.append(status)
+        parts.append(printable(status))
     if message:
-        parts.append(f"“{message}”")
+        parts.append(f"“{printable(message)}”")
     if view.task_id:
-        parts.append(f"task {view.task_id}")
+        parts.append(f"task {printable(view.task_id)}")
     for p in view.pending_inputs:
-        parts.append(f"\n    needs input [{p.key}]: {p.message or p.method}\n"
-                     f"    answer with: mcp-tasks answer {handle.id} --key '{p.key}'")
+        key = printable(p.key)
+        parts.append(f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
+                     f"    answer with: mcp-tasks answer {printable(handle.id)} --key '{key}'")
     return " · ".join(parts)
 
 
 def outcome_summary(o: Any) -> str:
-    lines = [f"{o.outcome.value}: {o.ledger.tool} on {o.ledger.server} (workflow {o.workflow_id})"]
+    """The human view of an outcome. Every server-originated string goes through ``printable``."""
+    p = printable
+    lines = [f"{o.outcome.value}: {p(o.ledger.tool)} on {p(o.ledger.server)} (workflow {p(o.workflow_id)})"]
     if o.task_id:
-        lines.append(f"  task {o.task_id} · last status {o.task_status} · era {o.era}")
+        lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}")
     if o.result is not None:
-        texts = [b.get("text", "") for b in o.result.get("content", []) if b.get("type") == "text"]
+        texts = [p(b.get("text", ""), multiline=True) for b in o.result.get("content", []) if b.get("type") == "text"]
         lines.append("  result: " + (" | ".join(texts) if texts else json.dumps(o.result)[:500]))
     if o.result_ref is not None:
         lines.append(f"  result stored outside history ({o.result_ref.size} bytes): {o.result_ref.uri}")
     if o.error is not None:
-        lines.append(f"  error {o.error.code}: {o.error.message}")
+        lines.append(f"  error {o.error.code}: {p(o.error.message)}")
     if o.classification is not None:
         lines.append(f"  classification: {o.classification.value}"
                      + (f" · retry after {o.retry_after_s:g}s" if o.retry_after_s is not None else ""))
     if o.reason:
-        lines.append(f"  reason: {o.reason}")
+        lines.append(f"  reason: {p(o.reason)}")
     lines.append(f"  tools/call sent: {len(o.operation_attempts)}")
     return "\n".join(lines)
 
@@ -229,8 +239,9 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from activities.wire.models import Endpoint
     from workflows.client import default_workflow_id, start_mcp_task
-    from worker.runner import run_workers
+    from worker.runner import make_activities, run_workers
 
     request = _request(args)
     cfg = _load_config(args)
@@ -248,7 +259,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
             await ensure_search_attributes(client, client.namespace)
             cfg.temporal.task_queue = args.task_queue
-            worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop))
+            # The in-process worker may reach the one endpoint its user typed (--url/--command), and nothing
+            # else inline beyond what the configuration allows. --no-worker: the running workers decide.
+            typed = [request.server] if isinstance(request.server, Endpoint) else []
+            worker_task = asyncio.create_task(run_workers(
+                client, cfg, stop=stop, activities=make_activities(cfg, inline_allowlist=typed)))
         try:
             handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=args.task_queue)
             link = ui_link(ui_base, client.namespace, wid)
@@ -304,7 +319,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 outcome = await handle.result()
             except Exception as exc:
                 emit(args, {"workflow_id": args.id, "workflow_status": desc.status.name, "error": str(exc)},
-                     f"{args.id}: workflow {desc.status.name}: {exc}")
+                     f"{printable(args.id)}: workflow {desc.status.name}: {printable(exc)}")
                 return EXIT_ENDED
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
@@ -313,7 +328,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         except Exception as exc:
             raise CliError(f"{args.id} is running but no worker answered the status query: {exc}", EXIT_UNREACHABLE) from None
         line = await _progress_line(handle, McpTaskWorkflow)
-        emit(args, view.model_dump(mode="json"), f"{args.id}: {line}")
+        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {line}")
         return EXIT_ENDED
 
 
@@ -400,13 +415,14 @@ async def cmd_answer(args: argparse.Namespace) -> int:
             responses[key] = prompt_elicitation(pending[key])
     accepted = await _update(args, "provide_input", responses)
     emit(args, {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
-         f"answered {', '.join(sorted(responses))}" + (f"; still outstanding: {accepted}" if accepted else ""))
+         f"answered {printable(', '.join(sorted(responses)))}"
+         + (f"; still outstanding: {printable(accepted)}" if accepted else ""))
     return EXIT_OK
 
 
 def prompt_elicitation(p: Any) -> dict[str, Any]:
     """Ask a human on the terminal for each field of the requested schema."""
-    err(f"\n{p.message or p.method}")
+    err(f"\n{printable(p.message or p.method, multiline=True)}")
     action = input("accept / decline / cancel [accept]: ").strip() or "accept"
     if action not in ("accept", "decline", "cancel"):
         raise CliError(f"unknown action {action!r}", EXIT_USAGE)
@@ -416,9 +432,9 @@ def prompt_elicitation(p: Any) -> dict[str, Any]:
     required = set(schema.get("required", []))
     content: dict[str, Any] = {}
     for name, prop in (schema.get("properties") or {}).items():
-        label = prop.get("title") or name
+        label = printable(prop.get("title") or name)
         kind = prop.get("type", "string")
-        raw = input(f"{label} ({kind}{', required' if name in required else ''}): ").strip()
+        raw = input(f"{label} ({printable(kind)}{', required' if name in required else ''}): ").strip()
         if not raw and name not in required:
             continue
         if kind == "boolean":
@@ -449,8 +465,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
                          "server": sa.get("McpServer"), "tool": sa.get("McpTool"), "task_id": sa.get("McpTaskId"),
                          "task_status": sa.get("McpTaskStatus"), "outcome": sa.get("McpOutcome"),
                          "started": wf.start_time.isoformat() if wf.start_time else None})
-    human = "\n".join(f"{r['workflow_id']:<48} {r['workflow_status'] or '':<10} {r['tool'] or '':<16} "
-                      f"{r['task_status'] or '':<15} {r['outcome'] or ''}" for r in rows) or "(none)"
+    p = printable
+    human = "\n".join(f"{p(r['workflow_id']):<48} {p(r['workflow_status']):<10} {p(r['tool']):<16} "
+                      f"{p(r['task_status']):<15} {p(r['outcome'])}" for r in rows) or "(none)"
     emit(args, {"query": query, "workflows": rows}, human)
     return EXIT_OK
 
@@ -472,6 +489,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         cfg.temporal.namespace = args.namespace
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
+    from worker.config import ConfigError
+    from worker.runner import make_activities
+
+    try:
+        activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
     try:
         # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so it waits.
         client = await asyncio.wait_for(connect(cfg.temporal.address, cfg.temporal.namespace, cfg=cfg,
@@ -486,7 +510,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         log.info("search attributes already registered in namespace %s", cfg.temporal.namespace)
     if cfg.worker.metrics_port:
         log.info("Prometheus metrics on :%d/metrics", cfg.worker.metrics_port)
-    await run_workers(client, cfg, on_ready=lambda: log.info(
+    await run_workers(client, cfg, activities=activities, on_ready=lambda: log.info(
         "ready: polling task queue %s on %s (namespace %s; servers: %s)", cfg.temporal.task_queue,
         cfg.temporal.address, cfg.temporal.namespace, ", ".join(sorted(cfg.servers)) or "none",
         extra={"event": "ready", "task_queue": cfg.temporal.task_queue}))
@@ -620,14 +644,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from activities.wire.redact import install_log_redaction
+
     args = build_parser().parse_args(argv)
+    install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)
     try:
         if asyncio.iscoroutinefunction(args.func):
             code = asyncio.run(args.func(args))
         else:
             code = args.func(args)
     except CliError as exc:
-        err(f"mcp-tasks: {exc}")
+        err(f"mcp-tasks: {printable(exc)}")  # may quote server text
         code = exc.code
     except KeyboardInterrupt:
         code = 130

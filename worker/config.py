@@ -11,7 +11,10 @@ tls = false                     # true, or implied by TEMPORAL_TLS_CERT / TEMPOR
 [worker]
 metrics_port = 9464             # env MCP_TASKS_METRICS_PORT; 0 = off
 state_dir = "/var/lib/mcp-tasks"  # env MCP_TASKS_STATE_DIR (large-result store)
-allow_inline_endpoints = true   # may requests name a URL/command instead of a configured server?
+# Requests are not trusted beyond these (default false): what may a request give instead of a configured name?
+allow_inline_endpoints = false    # an inline URL (without credential references)
+allow_inline_commands = false     # an inline stdio command: it runs on this worker
+allow_inline_credentials = false  # inline header_refs/env_refs: sends this worker's secrets where the request says
 max_concurrent_activities = 4000
 max_cached_workflows = 1000       # bounds memory (~130 KB each); evicted waits replay ≤ 21 events
 max_concurrent_workflow_tasks = 200
@@ -74,7 +77,16 @@ class TemporalSettings(_Strict):
 class WorkerSettings(_Strict):
     metrics_port: int = Field(0, ge=0, le=65535)
     state_dir: str | None = None
-    allow_inline_endpoints: bool = True
+    #: Results larger than this (bytes of JSON) go to the result store under ``state_dir`` and travel by
+    #: reference: Temporal warns at 512 KiB per payload and fails at 2 MiB.
+    inline_result_bytes: int = Field(256 * 1024, ge=1024, le=1024 * 1024)
+    #: Trust model: configuration is trusted, workflow inputs are not. A request may name a configured server;
+    #: an inline endpoint needs these: a URL ``allow_inline_endpoints``, a stdio command (runs on this
+    #: worker) ``allow_inline_commands``, credential references (send this worker's secrets to wherever the
+    #: request points) ``allow_inline_credentials``. All off by default.
+    allow_inline_endpoints: bool = False
+    allow_inline_commands: bool = False
+    allow_inline_credentials: bool = False
     max_concurrent_activities: int = Field(4000, ge=1)
     #: Memory is bounded by this, not by the tasks in flight: a cached workflow costs ~130 KB, an in-flight task
     #: that is not cached ~30 KB (its waiting activity). A workflow waiting on its poll activity has nothing to

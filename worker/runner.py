@@ -16,7 +16,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -33,8 +33,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.mcp_activities import McpActivities
 from activities.result_store import ResultStore
-from activities.wire import PROCESS_ID, SessionPool
-from worker.config import WorkerConfig, WorkerSettings
+from activities.wire import PROCESS_ID, Endpoint, SessionPool
+from activities.wire.redact import install_log_redaction
+from worker.config import ConfigError, WorkerConfig, WorkerSettings
 from workflows.fanout import McpFanOutWorkflow
 from workflows.mcp_task import McpTaskWorkflow
 
@@ -46,7 +47,10 @@ _runtime: Runtime | None = None
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: what log shippers expect. Never logs arguments or headers."""
+    """One JSON object per line: what log shippers expect. Never logs arguments or headers.
+
+    Exception text is the record's ``exc_text`` when set: the redacting filter leaves it scrubbed there.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
@@ -54,14 +58,16 @@ class JsonFormatter(logging.Formatter):
         for key in ("workflow_id", "task_queue", "event"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            out["exc"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(out, default=str)
 
 
 def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    # Resolved secret values (credential references) never reach a log line, whatever echoed them.
+    install_log_redaction(handler)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -173,10 +179,21 @@ def shutdown_executors(workers: list[Worker]) -> None:
             executor.shutdown(wait=False)
 
 
-def make_activities(cfg: WorkerConfig) -> McpActivities:
-    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=cfg.worker.idle_session_s),
-                         store=ResultStore(f"{cfg.worker.state_dir}/results" if cfg.worker.state_dir else None),
-                         allow_inline_endpoints=cfg.worker.allow_inline_endpoints, owner_queue=PROCESS_ID)
+def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = ()) -> McpActivities:
+    """The activities of ``cfg``. ``inline_allowlist``: inline endpoints allowed whatever ``[worker]`` says
+    (the CLI's in-process worker allows the one endpoint its user typed, nothing else)."""
+    w = cfg.worker
+    store = ResultStore(f"{w.state_dir}/results" if w.state_dir else None, inline_limit=w.inline_result_bytes)
+    try:
+        store.ensure_writable()
+    except OSError as exc:
+        raise ConfigError(f"worker.state_dir: the result store {store.root} is not writable "
+                          f"({type(exc).__name__}: {exc.strerror or exc}); set [worker] state_dir or "
+                          "MCP_TASKS_STATE_DIR to a writable directory") from None
+    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s), store=store,
+                         allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
+                         allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
+                         owner_queue=PROCESS_ID)
 
 
 async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0) -> bool:

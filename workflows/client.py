@@ -14,7 +14,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.wire.contract import canonical_json
 from workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
-from workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest
+from workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
 
 
 def default_workflow_id(request: McpTaskRequest) -> str:
@@ -36,7 +36,11 @@ async def start_mcp_task(
 
     A running workflow with this id is reused (``USE_EXISTING``); a finished one is never re-run
     (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome.
+
+    Raises :class:`~workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
+    arguments are too large to carry through Temporal.
     """
+    check_request_size(request.arguments)
     wid = workflow_id or default_workflow_id(request)
     try:
         return await client.start_workflow(

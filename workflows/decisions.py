@@ -149,6 +149,21 @@ def not_found_outcome(created_at: str | None, ttl_ms: int | str | None, now: dat
     return Outcome.EXPIRED if now >= created + timedelta(milliseconds=ttl_ms) - timedelta(seconds=2) else Outcome.LOST
 
 
+def unretrieved_outcome(status: str, status_message: str | None) -> tuple[Outcome, RpcErrorInfo | None]:
+    """A task the server reported ``status`` (terminal) whose payload could not be read within the budget.
+
+    The operation is done, so this is never ``lost`` and never a reason to replay: a cancelled task is
+    ``cancelled``, a failed one ``failed`` with the server's ``statusMessage``, a completed one
+    ``result_unavailable``.
+    """
+    if status == "cancelled":
+        return Outcome.CANCELLED, None
+    if status == "failed":
+        return Outcome.FAILED, RpcErrorInfo(code=-32603, message=status_message or "task failed; its stored payload "
+                                                                                   "could not be read")
+    return Outcome.RESULT_UNAVAILABLE, None
+
+
 Decision = Literal["replay", "await_approval", "stop"]
 
 
@@ -181,7 +196,7 @@ SubmitFailure = Literal["resend", "rejected", "unknown_outcome", "unreachable"]
 def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3) -> SubmitFailure:
     """What a failed ``tools/call`` attempt means. Only a request that surely never arrived is resent."""
     if kind in {"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
-                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError"}:
+                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal"}:
         return "rejected"
     if not may_have_reached_server:
         return "resend" if resends < max_resends else "unreachable"

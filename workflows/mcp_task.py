@@ -35,6 +35,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema
+    from pydantic import ValidationError
 
     from activities.mcp_activities import (
         AWAIT_TASK,
@@ -65,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
         StartCallOutput,
         UpdateInput,
     )
-    from activities.wire.contract import contract_of, digest
+    from activities.wire.contract import canonical_json, contract_of, digest
     from activities.wire.models import RpcErrorInfo, SessionRef, TaskState
     from workflows import decisions
     from workflows.models import (
@@ -78,8 +79,11 @@ with workflow.unsafe.imports_passed_through():
         PendingInput,
         Phase,
         ReplayPolicy,
+        RequestTooLarge,
         ResultRef,
         TaskView,
+        check_request_size,
+        search_attribute_value,
     )
 
 SA_SERVER = SearchAttributeKey.for_keyword("McpServer")
@@ -89,22 +93,57 @@ SA_STATUS = SearchAttributeKey.for_keyword("McpTaskStatus")
 SA_OUTCOME = SearchAttributeKey.for_keyword("McpOutcome")
 SEARCH_ATTRIBUTES = (SA_SERVER, SA_TOOL, SA_TASK_ID, SA_STATUS, SA_OUTCOME)
 
-#: Errors on which retrying the same activity is pointless.
-NON_RETRYABLE = ["AuthorizationRequired", "ProtocolViolation", "HeaderMismatch", "MissingCapability",
+#: Errors on which retrying the same activity is pointless. A garbled reply (ProtocolViolation) is not one:
+#: for the idempotent reads these policies govern it is a transport fault (the activity marks it retryable).
+NON_RETRYABLE = ["AuthorizationRequired", "HeaderMismatch", "MissingCapability",
                  "MethodNotFound", "InvalidParams", "UnsupportedProtocolVersion", "CapabilityUnavailable"]
 WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
                          non_retryable_error_types=NON_RETRYABLE)
 RETRIEVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                              maximum_interval=timedelta(seconds=60), non_retryable_error_types=NON_RETRYABLE)
 LONG_WAIT = timedelta(days=7)
+#: Longest Retry-After honoured before a resend of a tools/call that never reached the tool; a longer one
+#: ends the task (``rejected``, ``retryable``, with ``retry_after_s``) so the caller decides when to come back.
+MAX_RESEND_DELAY_S = 300.0
+#: Guards the rule "a retrieval failure never leads to a replay": histories recorded before it replayed.
+RETRIEVAL_NEVER_REPLAYS = "retrieval-failures-never-replay"
+LEDGER_CONTRACT_CAP = 16 * 1024
 
 
 class _Ended(Exception):
-    """Internal: one operation reached an outcome (carried in ``ending``)."""
+    """Internal: one operation reached an outcome (carried in ``ending``).
 
-    def __init__(self, outcome: Outcome, **fields: Any) -> None:
+    ``replayable=False``: whatever the outcome, it never justifies a new tools/call (the server reported the
+    task, and only reading it failed).
+    """
+
+    def __init__(self, outcome: Outcome, *, replayable: bool = True, **fields: Any) -> None:
         self.outcome = outcome
+        self.replayable = replayable
         self.fields = fields
+
+
+def _short(task_id: str, n: int = 64) -> str:
+    """A task id as labels show it (activity summaries): bounded, whatever the server sent."""
+    return task_id if len(task_id) <= n else f"{task_id[:n]}…"
+
+
+def _explain(exc: ValidationError | RequestTooLarge) -> str:
+    if isinstance(exc, RequestTooLarge):
+        return str(exc)
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(p) for p in err["loc"]) or "<input>"
+        parts.append(f"{loc}: {'unknown field' if err['type'] == 'extra_forbidden' else err['msg']}")
+    return "; ".join(parts)
+
+
+def _placeholder_request(raw: Any) -> McpTaskRequest:
+    """A valid stand-in for a request that did not validate, so the rejection has a ledger and labels."""
+    raw = raw if isinstance(raw, dict) else {}
+    tool = raw.get("tool") if isinstance(raw.get("tool"), str) and raw.get("tool") else "?"
+    server = raw.get("server") if isinstance(raw.get("server"), str) and raw.get("server", "").strip() else "?"
+    return McpTaskRequest(server=server[:256], tool=tool[:256])
 
 
 def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dict[str, Any]]:
@@ -125,7 +164,17 @@ def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dic
 @workflow.defn(name="McpTaskWorkflow")
 class McpTaskWorkflow:
     @workflow.init
-    def __init__(self, request: McpTaskRequest) -> None:
+    def __init__(self, request: Any) -> None:
+        # The input is decoded here, not by the data converter: a request that does not validate (a typo'd
+        # field from another SDK, arguments too large) must end the task as `rejected`, not fail its
+        # workflow task forever.
+        self.invalid: str | None = None
+        try:
+            request = request if isinstance(request, McpTaskRequest) else McpTaskRequest.model_validate(request)
+            check_request_size(request.arguments)
+        except (ValidationError, RequestTooLarge) as exc:
+            self.invalid = _explain(exc)
+            request = _placeholder_request(request)
         self.req = request
         self.phase = Phase.SUBMITTING
         self.profile: ServerProfile | None = None
@@ -223,7 +272,12 @@ class McpTaskWorkflow:
     # --- the machine ---------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, request: McpTaskRequest) -> McpTaskOutcome:
+    async def run(self, request: Any) -> McpTaskOutcome:
+        request = self.req
+        if self.invalid is not None:
+            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(
+                code=-32602, message=f"invalid McpTaskRequest: {self.invalid}"),
+                classification=Classification.INPUT_CORRECTABLE, reason=f"invalid request: {self.invalid}")
         try:
             self.profile = await workflow.execute_local_activity(
                 RESOLVE, ResolveInput(server=request.server, tool=request.tool, principal=request.principal,
@@ -249,7 +303,7 @@ class McpTaskWorkflow:
             except asyncio.CancelledError:
                 # Cancelled mid-step (retrieving, answering input): settle the task, keep its true end.
                 ending = await self._settle_after_cancel()
-            replay = self._replay_reason(ending)
+            replay = self._replay_reason(ending) if ending.replayable else None
             if replay is None or self.cancel_reason is not None:
                 return self._finish(ending.outcome, **ending.fields)
             decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
@@ -319,7 +373,8 @@ class McpTaskWorkflow:
         # Upsert only what the starter did not already set (each upsert is a history event and a
         # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
         current = workflow.info().typed_search_attributes
-        wanted = {SA_SERVER: self.profile.name, SA_TOOL: self.req.tool, SA_STATUS: "submitting"}
+        wanted = {SA_SERVER: search_attribute_value(self.profile.name), SA_TOOL: search_attribute_value(self.req.tool),
+                  SA_STATUS: "submitting"}
         changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
@@ -327,8 +382,11 @@ class McpTaskWorkflow:
 
     def _set_contract(self) -> None:
         contract = contract_of(self.output_schema)
-        self.ledger.result_contract = contract
         self.ledger.result_contract_digest = digest(contract)
+        # The ledger is the memo and part of every outcome: a server's huge outputSchema stays out of it.
+        if len(canonical_json(contract)) > LEDGER_CONTRACT_CAP:
+            contract = {**contract, "outputSchema": f"[omitted: over {LEDGER_CONTRACT_CAP} bytes; see the digest]"}
+        self.ledger.result_contract = contract
 
     def _enter(self, phase: Phase, status: str | None = None, *extra: Any) -> None:
         """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
@@ -363,7 +421,8 @@ class McpTaskWorkflow:
         self.state = task
         attempt.task_id = task.task_id
         self.ledger.task_ids.append(task.task_id)
-        self._enter(Phase.WORKING, None, SA_TASK_ID.value_set(task.task_id))
+        attempt.reconciled = start.reconciled
+        self._enter(Phase.WORKING, None, SA_TASK_ID.value_set(search_attribute_value(task.task_id)))
         try:
             await self._follow(task)
         except _Ended as end:
@@ -390,10 +449,18 @@ class McpTaskWorkflow:
             except ActivityError as err:
                 kind, reached, info = _failure_info(err)
                 verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
-                if verdict == "resend":
+                retry_after = float(info.get("retry_after_s") or 0.0)
+                if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
                     resends += 1
-                    await workflow.sleep(timedelta(seconds=2 ** resends), summary="server unreachable; resend")
-                    continue
+                    # tools/call never reached the tool: resending is safe, after the server's Retry-After.
+                    delay = max(2.0 ** resends, retry_after)
+                    if not (self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline):
+                        await workflow.sleep(timedelta(seconds=delay),
+                                             summary="rate limited; resend" if retry_after else "server unreachable; resend")
+                        continue
+                    verdict = "unreachable"
+                elif verdict == "resend":
+                    verdict = "unreachable"
                 error = RpcErrorInfo(code=info.get("code") or -32000, message=info.get("message") or str(err.cause),
                                      data={"kind": kind})
                 if verdict == "rejected":
@@ -404,6 +471,7 @@ class McpTaskWorkflow:
                     raise _Ended(Outcome.REJECTED, error=error, classification=cls)
                 if verdict == "unreachable":
                     raise _Ended(Outcome.REJECTED, error=error, classification=Classification.RETRYABLE,
+                                 retry_after_s=retry_after or None,
                                  reason="server unreachable; tools/call was never sent")
                 self._record(reason, ended=Outcome.UNKNOWN_OUTCOME.value)
                 raise _Ended(Outcome.UNKNOWN_OUTCOME, error=error,
@@ -444,8 +512,9 @@ class McpTaskWorkflow:
             aw = await self._await(AWAIT_TASK, AwaitInput(
                 session=self.session, task_id=task.task_id, principal=self.profile.principal if self.profile else None,
                 poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
-                output_schema=self.output_schema, answered_keys=self.answered_keys),
-                AwaitOutput, summary=f"poll {task.task_id} until terminal")
+                output_schema=self.output_schema, answered_keys=self.answered_keys,
+                unreachable_s=self.req.timeouts.unreachable_s),
+                AwaitOutput, summary=f"poll {_short(task.task_id)} until terminal")
             if aw is None:
                 await self._cancel_and_settle(task)
             assert aw is not None
@@ -469,6 +538,10 @@ class McpTaskWorkflow:
                                                   workflow.now())
             raise _Ended(outcome, reason="tasks/get answered -32602: the task is gone"
                          + (" after its TTL" if outcome == Outcome.EXPIRED else ""))
+        if aw.no_answer is not None:
+            # The server may still hold the task: we lost sight of it, it is not known to be gone.
+            raise _Ended(Outcome.LOST, replayable=False, reason=f"{aw.no_answer}; not replayed: the task may still "
+                                                                 "exist on the server")
         raise _Ended(Outcome.LOST, reason=aw.unreachable or "task unreachable")
 
     async def _retrieve(self) -> PayloadOutcome:
@@ -483,18 +556,27 @@ class McpTaskWorkflow:
                                                principal=self.profile.principal if self.profile else None,
                                                output_schema=self.output_schema),
                 result_type=RetrieveOutput, schedule_to_close_timeout=timedelta(seconds=budget),
-                start_to_close_timeout=timedelta(minutes=5), retry_policy=RETRIEVE_RETRY,
-                summary=f"tasks/result {self.state.task_id}", **self._task_queue_kw())
+                start_to_close_timeout=timedelta(minutes=5),
+                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=RETRIEVE_RETRY,
+                summary=f"tasks/result {_short(self.state.task_id)}", **self._task_queue_kw())
         except ActivityError as err:
-            kind, _, _ = _failure_info(err)
+            kind, _, info = _failure_info(err)
             self.ledger.last_retrieval = f"gave up: {kind}"
+            why = f"its payload could not be retrieved within {budget:.0f}s ({kind}: {info.get('message', '')})"
+            if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
+                outcome, error = decisions.unretrieved_outcome(self.state.status, self.state.status_message)
+                raise _Ended(outcome, replayable=False, error=error,
+                             reason=f"the server reported the task {self.state.status}, but {why}; not replayed")
             raise _Ended(Outcome.LOST, reason=f"the task ended {self.state.status} but its payload could not be "
                                               f"retrieved ({kind}) within {budget:.0f}s")
         if out.payload is None:
             self.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
             outcome = (decisions.not_found_outcome(self.state.created_at, self.state.ttl_ms, workflow.now())
                        if out.not_found else Outcome.LOST)
-            raise _Ended(outcome, reason=out.unreachable or "payload purged before it was read")
+            # The operation is done whatever became of its payload: never a reason for a second tools/call.
+            replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
+            raise _Ended(outcome, replayable=replayable, reason=(out.unreachable or "payload purged before it was read")
+                         + f" (the server had reported the task {self.state.status})")
         return out.payload
 
     def _ended_from_payload(self, status: str, payload: PayloadOutcome) -> _Ended:
@@ -540,7 +622,8 @@ class McpTaskWorkflow:
             PROVIDE_INPUT, UpdateInput(session=self.session, task_id=task.task_id, responses=responses,
                                        principal=self.profile.principal if self.profile else None),
             start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT_RETRY,
-            summary=f"tasks/update {task.task_id}", **self._task_queue_kw())
+            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
+            summary=f"tasks/update {_short(task.task_id)}", **self._task_queue_kw())
         self.answered_keys.extend(responses)
         self.pending = {}
 
@@ -561,7 +644,7 @@ class McpTaskWorkflow:
                                     hold_s=timeout + 3600),
             result_type=RelayOutput, start_to_close_timeout=timedelta(seconds=timeout + 7200),
             heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=WAIT_RETRY,
-            summary=f"tasks/result {task.task_id} (relaying input)", **self._task_queue_kw())
+            summary=f"tasks/result {_short(task.task_id)} (relaying input)", **self._task_queue_kw())
         while not handle.done():
             await self._interruptible_wait(lambda: handle.done() or bool(self._unanswered()))
             if self.cancel_reason is None and self._unanswered() and not handle.done():
@@ -604,7 +687,8 @@ class McpTaskWorkflow:
                 CANCEL_TASK, CancelInput(session=self.session, task_id=task.task_id, principal=principal),
                 result_type=CancelOutput, start_to_close_timeout=timedelta(seconds=60),
                 schedule_to_close_timeout=timedelta(minutes=5), retry_policy=WAIT_RETRY,
-                summary=f"tasks/cancel {task.task_id}", **self._task_queue_kw())
+                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
+                summary=f"tasks/cancel {_short(task.task_id)}", **self._task_queue_kw())
         except ActivityError as err:
             raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; tasks/cancel failed: {_failure_info(err)[0]}")
         if out.not_found or out.unreachable:
@@ -614,11 +698,12 @@ class McpTaskWorkflow:
             aw = await workflow.execute_activity(
                 AWAIT_TASK, AwaitInput(session=self.session, task_id=task.task_id, principal=principal,
                                        poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
-                                       output_schema=self.output_schema, answered_keys=list(self.pending)),
+                                       output_schema=self.output_schema, answered_keys=list(self.pending),
+                                       unreachable_s=min(60.0, self.req.timeouts.unreachable_s)),
                 result_type=AwaitOutput, start_to_close_timeout=timedelta(minutes=2),
                 heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
                 schedule_to_close_timeout=timedelta(minutes=3), retry_policy=WAIT_RETRY,
-                summary=f"settle {task.task_id} after cancel", **self._task_queue_kw())
+                summary=f"settle {_short(task.task_id)} after cancel", **self._task_queue_kw())
         except ActivityError:
             raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; final state unknown")
         if aw.state is not None and aw.state.terminal:
@@ -696,7 +781,9 @@ class McpTaskWorkflow:
         kind, _, info = _failure_info(err)
         if kind == "TimeoutSCHEDULE_TO_START":  # nobody serves the owner's queue: its process is gone
             return _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
-        return _Ended(Outcome.LOST, reason=f"{what}: {kind}: {info.get('message', '')}")
+        # We could not follow a task the server accepted; it is not known to be gone: never a replay.
+        replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
+        return _Ended(Outcome.LOST, replayable=replayable, reason=f"{what}: {kind}: {info.get('message', '')}")
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -751,6 +838,6 @@ def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> 
 
 def initial_search_attributes(request: McpTaskRequest) -> TypedSearchAttributes:
     """Set at start so a workflow is findable before its first task runs."""
-    return TypedSearchAttributes([SearchAttributePair(SA_SERVER, request.server_label()),
-                                  SearchAttributePair(SA_TOOL, request.tool),
+    return TypedSearchAttributes([SearchAttributePair(SA_SERVER, search_attribute_value(request.server_label())),
+                                  SearchAttributePair(SA_TOOL, search_attribute_value(request.tool)),
                                   SearchAttributePair(SA_STATUS, "submitting")])

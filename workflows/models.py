@@ -6,7 +6,9 @@ inline with credentials *by reference* (names of environment variables of the wo
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import hashlib
+import json
+from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
@@ -16,6 +18,32 @@ from activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, Ta
 
 WORKFLOW_TYPE = "McpTaskWorkflow"
 DEFAULT_TASK_QUEUE = "mcp-tasks"
+#: Arguments are carried in the workflow input and in the tools/call activity's input: each must stay well
+#: under Temporal's 2 MiB payload limit (and its 512 KiB warning).
+MAX_ARGUMENTS_BYTES = 512 * 1024
+MAX_TOOL_NAME = 256
+#: Temporal refuses a Keyword search attribute over 2,048 bytes (and terminates the workflow that upserts it).
+MAX_SEARCH_ATTRIBUTE_BYTES = 256
+
+
+class RequestTooLarge(ValueError):
+    """A request whose arguments are over :data:`MAX_ARGUMENTS_BYTES`: refused before any workflow starts."""
+
+
+def check_request_size(arguments: dict[str, Any]) -> None:
+    """Raise :class:`RequestTooLarge` naming the limit. Pure: the workflow runs it too."""
+    size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "replace"))
+    if size > MAX_ARGUMENTS_BYTES:
+        raise RequestTooLarge(f"arguments are {size} bytes of JSON, over the {MAX_ARGUMENTS_BYTES}-byte limit: "
+                              "pass large inputs by reference (a URL or a file name the tool can read)")
+
+
+def search_attribute_value(value: str) -> str:
+    """``value`` as a Keyword search attribute: itself when short, else a stable digest (Temporal refuses
+    values over 2,048 bytes by terminating the workflow)."""
+    if len(value.encode("utf-8", "replace")) <= MAX_SEARCH_ATTRIBUTE_BYTES:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
 
 
 class ReplayPolicy(str, Enum):
@@ -37,6 +65,9 @@ class Outcome(str, Enum):
     UNKNOWN_OUTCOME = "unknown_outcome"
     DECODE_FAILED = "decode_failed"
     REJECTED = "rejected"
+    #: The server reported the task terminal (``task_status``) but its payload could not be read within the
+    #: retrieval budget. The operation is done: never replayed.
+    RESULT_UNAVAILABLE = "result_unavailable"
 
 
 class Classification(str, Enum):
@@ -76,8 +107,11 @@ class Timeouts(_Model):
     #: Poll-interval floor and ceiling of our own, whatever the server suggests.
     poll_floor_s: float = Field(0.1, gt=0)
     poll_ceiling_s: float = Field(30.0, gt=0)
-    #: Default human-answer timeout for input requests (issue 4).
+    #: Default human-answer timeout for input requests.
     input_s: float = Field(24 * 3600.0, gt=0)
+    #: How long a task's server may give no usable answer (refused, reset, garbled, 5xx) before the task
+    #: counts as ``lost``. Such a task may still exist on the server, so this ``lost`` is never replayed.
+    unreachable_s: float = Field(600.0, gt=0)
 
 
 class McpTaskRequest(_Model):
@@ -89,7 +123,7 @@ class McpTaskRequest(_Model):
     """
 
     server: str | Endpoint
-    tool: str = Field(min_length=1)
+    tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME)
     arguments: dict[str, Any] = Field(default_factory=dict)
     era: Era | None = None
     ttl_s: float | None = Field(None, gt=0)
@@ -134,6 +168,8 @@ class OperationAttempt(_Model):
     at: datetime
     task_id: str | None = None
     ended: str | None = None  # how it ended: an Outcome value, or "in_flight"
+    #: Set when the reply to this tools/call was lost and its task was identified with tasks/list.
+    reconciled: str | None = None
 
 
 class Ledger(_Model):
@@ -219,6 +255,3 @@ class TaskView(_Model):
     outcome: Outcome | None = None
     ledger: Ledger
 
-
-def clamp_timedelta(seconds: float) -> timedelta:
-    return timedelta(seconds=max(0.0, seconds))

@@ -5,11 +5,13 @@ Failure semantics of each call are in the package docstring (:mod:`activities.wi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import sdk_compat
+from . import redact, sdk_compat
 from .errors import (
     INTERNAL_ERROR,
     CapabilityUnavailable,
@@ -21,6 +23,7 @@ from .errors import (
     TaskUnreachable,
     TransportError,
 )
+from .limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text, carry_problem, safe_raw
 from .models import (
     EXTENSION,
     LEGACY,
@@ -41,16 +44,22 @@ from .transport import HttpTransport, ServerRequestHandler, StdioTransport, Tran
 log = logging.getLogger(__name__)
 
 _STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
+_INPUT_PARAMS_CAP = 64 * 1024
+_MAX_INPUT_REQUESTS = 32
 
 
 def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
-    """Read referenced values from this process's environment. Missing ones are a clear error."""
+    """Read referenced values from this process's environment. Missing ones are a clear error.
+
+    Every value read is a secret from then on: it is registered for scrubbing from logs (:mod:`.redact`).
+    """
     out: dict[str, str] = {}
     for name, var in refs.items():
         value = os.environ.get(var)
         if value is None:
             raise CapabilityUnavailable(f"{what} {name!r} refers to environment variable {var!r}, which is not set")
         out[name] = value
+    redact.register(out.values())
     return out
 
 
@@ -61,6 +70,9 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
     task_id, status = obj.get("taskId"), obj.get("status")
     if not isinstance(task_id, str) or not task_id or status not in _STATUSES:
         raise ProtocolViolation(f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj)
+    if len(task_id) > MAX_TASK_ID or carry_problem(task_id) is not None:
+        raise ProtocolViolation(f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8",
+                                raw=task_id[:200])
 
     def ttl(key: str) -> int | str | None:
         if key not in obj:
@@ -83,9 +95,10 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
         task_id=task_id,
         status=status,
         era=era,
-        status_message=obj.get("statusMessage") if isinstance(obj.get("statusMessage"), str) else None,
-        created_at=obj.get("createdAt") if isinstance(obj.get("createdAt"), str) else None,
-        last_updated_at=obj.get("lastUpdatedAt") if isinstance(obj.get("lastUpdatedAt"), str) else None,
+        status_message=(cap_text(obj["statusMessage"], STATUS_MESSAGE_CAP)
+                        if isinstance(obj.get("statusMessage"), str) else None),
+        created_at=cap_text(obj["createdAt"], 64) if isinstance(obj.get("createdAt"), str) else None,
+        last_updated_at=cap_text(obj["lastUpdatedAt"], 64) if isinstance(obj.get("lastUpdatedAt"), str) else None,
         ttl_ms=ttl("ttlMs") if "ttlMs" in obj else ttl("ttl"),
         poll_interval_ms=number("pollIntervalMs", "pollInterval"),
         result=obj.get("result") if isinstance(obj.get("result"), dict) else None,
@@ -98,23 +111,52 @@ def _rpc_error_info(error: dict[str, Any]) -> RpcErrorInfo:
     code = error.get("code")
     return RpcErrorInfo(
         code=code if isinstance(code, int) else INTERNAL_ERROR,
-        message=str(error.get("message", "")),
-        data=error.get("data"),
+        message=cap_text(str(error.get("message", "")), TEXT_CAP),
+        data=safe_raw(error.get("data")),
     )
 
 
 def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
+    if len(obj) > _MAX_INPUT_REQUESTS:
+        raise ProtocolViolation(f"{len(obj)} input requests at once (at most {_MAX_INPUT_REQUESTS} are accepted)",
+                                raw=list(obj)[:10])
     out = {}
     for key, req in obj.items():
         if not isinstance(req, dict) or not isinstance(req.get("method"), str):
             raise ProtocolViolation(f"input request {key!r} has no method", raw=obj)
-        out[key] = InputRequest(method=req["method"], params=req.get("params") or {})
+        params = req.get("params") or {}
+        # Shown in queries and the CLI, and kept in workflow state: bounded like any other server value.
+        if len(key) > 256 or not isinstance(params, dict) or safe_raw(params, _INPUT_PARAMS_CAP) is not params:
+            raise ProtocolViolation(f"input request {key[:64]!r} is too large, too deep or not UTF-8", raw=obj)
+        out[key] = InputRequest(method=req["method"][:128], params=params)
     return out
 
 
 def payload_from_error(exc: JsonRpcError) -> TaskPayload:
+    # exc.message and exc.data are already bounded by McpWireError.
     return TaskPayload(error=RpcErrorInfo(code=exc.code if exc.code is not None else INTERNAL_ERROR,
                                           message=exc.message.split(": ", 1)[-1], data=exc.data))
+
+
+class _LostCall:
+    """Where one ``tools/call`` stood on its session, kept on the error if its reply is lost."""
+
+    __slots__ = ("seq", "alone", "sent_at")
+
+    def __init__(self, *, seq: int, alone: bool, sent_at: datetime) -> None:
+        self.seq, self.alone, self.sent_at = seq, alone, sent_at
+
+
+def _created_after(task: TaskState, sent_at: datetime, slack_s: float = 5.0) -> bool:
+    if task.created_at is None:
+        return True
+    try:
+        created = datetime.fromisoformat(task.created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
+    return created >= sent_at - timedelta(seconds=slack_s)
 
 
 class McpTaskClient:
@@ -139,6 +181,13 @@ class McpTaskClient:
         self.tasks_offered = tasks_offered
         self.owner = owner
         self._tools: dict[str, ToolInfo] | None = None
+        # What reconcile_lost_call needs to know to be sound: every task a tools/call of this session made,
+        # and whether calls overlapped. Sessions are never shared across processes for tools/call.
+        self._known_tasks: set[str] = set()
+        self._calls_in_flight = 0
+        self._call_seq = 0
+        #: A reply was lost and its task (if any) never identified: tasks/list can no longer tell ours apart.
+        self._tainted = False
 
     # --- connecting ----------------------------------------------------------------------------
 
@@ -149,8 +198,10 @@ class McpTaskClient:
             headers = resolve_refs(endpoint.header_refs, what="header")
             return HttpTransport(endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version)
         env = dict(sdk_compat.default_stdio_environment())
-        env.update(resolve_refs(endpoint.env_refs, what="environment variable"))
-        transport = StdioTransport(list(endpoint.command or []), cwd=endpoint.cwd, env=env)
+        referenced = resolve_refs(endpoint.env_refs, what="environment variable")
+        env.update(referenced)
+        transport = StdioTransport(list(endpoint.command or []), cwd=endpoint.cwd, env=env,
+                                   secrets=referenced.values())
         await transport.start()
         return transport
 
@@ -185,9 +236,9 @@ class McpTaskClient:
                 "server/discover", {"_meta": sdk_compat.extension_meta()},
                 headers=sdk_compat.extension_headers("server/discover", None) if isinstance(transport, HttpTransport) else None,
             )
-        except (TransportError, TaskUnreachable):
-            raise
-        except McpWireError as exc:
+        except JsonRpcError as exc:
+            # The server answered (e.g. -32601, HTTP 4xx): it does not speak 2026-07-28. A garbled or
+            # lost reply is *not* an answer: it propagates, so a transport fault never downgrades the era.
             if required:
                 raise CapabilityUnavailable(f"era 2026-07-28 pinned but server/discover failed: {exc.message}",
                                             code=exc.code, data=exc.data) from exc
@@ -295,8 +346,52 @@ class McpTaskClient:
                 params["requestState"] = request_state
             # No TTL request here: on the extension the server alone decides a task's lifetime.
             task_requested = True
-        reply = await self._request("tools/call", params, name=tool)
-        return self._start_result(reply, task_requested=task_requested)
+        self._call_seq += 1
+        call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(timezone.utc))
+        self._calls_in_flight += 1
+        try:
+            reply = await self._request("tools/call", params, name=tool)
+            out = self._start_result(reply, task_requested=task_requested)
+        except McpWireError as exc:
+            exc.lost_call = call  # type: ignore[attr-defined]
+            raise
+        finally:
+            self._calls_in_flight -= 1
+        if out.task is not None:
+            self._known_tasks.add(out.task.task_id)
+        return out
+
+    async def reconcile_lost_call(self, exc: McpWireError, *, settle_s: float = 1.0) -> TaskState | None:
+        """The task a ``tools/call`` created although its reply was lost, where that can be known for sure.
+
+        Sound only on 2025-11-25 with ``tasks/list`` offered, on a session that is ours alone (stateful HTTP
+        with a session id, or a stdio child), when no other ``tools/call`` overlapped this one and every
+        earlier call's task is known: then the one unknown task on the session is this call's. Otherwise
+        (the 2026-07-28 era has no ``tasks/list``; a stateless server lists everyone's tasks) returns None
+        and the caller keeps ``unknown_outcome``.
+        """
+        call: _LostCall | None = getattr(exc, "lost_call", None)
+        listable = bool((self.capabilities.get("tasks") or {}).get("list") is not None)
+        if (call is None or not exc.may_have_reached_server or self.era != LEGACY or not listable
+                or self.transport.session_id is None or self._tainted or not call.alone
+                or self._call_seq != call.seq):
+            self._tainted = True
+            return None
+        unknown: list[TaskState] = []
+        for attempt in range(3):  # the server may still be creating the task when the reply was cut
+            try:
+                listed = await self.list_tasks()
+            except McpWireError:
+                break
+            unknown = [t for t in listed if t.task_id not in self._known_tasks and _created_after(t, call.sent_at)]
+            if unknown or attempt == 2:
+                break
+            await asyncio.sleep(settle_s)
+        if len(unknown) == 1:
+            self._known_tasks.add(unknown[0].task_id)
+            return unknown[0]
+        self._tainted = True
+        return None
 
     def _start_result(self, reply: dict[str, Any], *, task_requested: bool) -> StartResult:
         ref = self.session_ref()
@@ -336,6 +431,8 @@ class McpTaskClient:
         if not state.terminal and not (on_server_request and state.status == "input_required"):
             raise ValueError(f"result() needs a terminal status, task {state.task_id} is {state.status!r}")
         if state.era == EXTENSION:
+            if state.result is None and state.error is None and state.status != "cancelled":
+                state = await self.get(state.task_id)  # a state whose inline payload was dropped once stored
             if state.result is not None:
                 return TaskPayload(result=state.result)
             if state.error is not None:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from . import sdk_compat
 from .errors import ResultDecodeError
+from .limits import carry_problem
 
 
 def canonical_json(value: Any) -> str:
@@ -37,6 +38,9 @@ def contract_of(output_schema: dict[str, Any] | None) -> dict[str, Any]:
 
 def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate ``raw`` and return it in canonical wire form (camelCase, unknown fields dropped)."""
+    problem = carry_problem(raw)
+    if problem is not None:  # checked first: pydantic and the payload converter would recurse or fail to encode
+        raise ResultDecodeError(f"result cannot be carried: {problem}", raw=raw)
     try:
         model = sdk_compat.validate_call_tool_result(raw)
     except ValidationError as exc:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
+
 # JSON-RPC / MCP error codes this project reacts to (see mcp-tasks-wire.md, section 3).
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
@@ -25,16 +27,7 @@ MISSING_CAPABILITY_OLD = -32003
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 #: Raw payloads kept on errors are capped so a huge bad reply cannot blow up a workflow history.
-RAW_CAP = 16 * 1024
-
-
-def _cap(raw: Any) -> Any:
-    if raw is None:
-        return None
-    text = raw if isinstance(raw, str) else repr(raw)
-    if isinstance(raw, (dict, list)) and len(text) <= RAW_CAP:
-        return raw
-    return text[:RAW_CAP] + ("…[truncated]" if len(text) > RAW_CAP else "")
+_cap = safe_raw
 
 
 class McpWireError(Exception):
@@ -44,11 +37,13 @@ class McpWireError(Exception):
     retryable = False
 
     def __init__(self, message: str, *, code: int | None = None, data: Any = None, raw: Any = None) -> None:
+        # Server text is hostile: bounded here, once, for every error above this layer.
+        message = cap_text(message)
         super().__init__(message)
         self.message = message
         self.code = code
-        self.data = data
-        self.raw = _cap(raw)
+        self.data = safe_raw(data)
+        self.raw = safe_raw(raw)
 
     @property
     def may_have_reached_server(self) -> bool:
@@ -170,9 +165,28 @@ class AuthorizationRequired(McpWireError):
 
 
 class ProtocolViolation(McpWireError):
-    """Malformed JSON or a reply shape the protocol does not allow. ``raw`` keeps what arrived."""
+    """Malformed JSON or a reply shape the protocol does not allow. ``raw`` keeps what arrived.
+
+    Not retryable as a *call* (``tools/call`` is never resent for it), but a garbled reply to an idempotent
+    read is a transport fault: the activities retry reads on it (:func:`is_transient_read_error`).
+    """
 
     kind = "ProtocolViolation"
+
+
+class HttpRefusal(JsonRpcError):
+    """An HTTP 4xx without a JSON-RPC error body (not 401/403/404-session/429): the server refused the request."""
+
+    kind = "HttpRefusal"
+
+
+class PayloadUnusable(McpWireError):
+    """The server answered, but what it sent cannot be carried (over :data:`~.limits.MAX_REPLY_BYTES`).
+
+    Final: asking again gets the same answer. For a task's payload this is ``decode_failed``, never "lost".
+    """
+
+    kind = "PayloadUnusable"
 
 
 class TaskUnreachable(McpWireError):
@@ -229,8 +243,14 @@ ERROR_TYPES: dict[str, type[McpWireError]] = {
         McpWireError, JsonRpcError, TaskNotFound, InvalidParams, MethodNotFound, MissingCapability,
         HeaderMismatch, UnsupportedProtocolVersion, TransportError, RateLimited, AuthorizationRequired,
         ProtocolViolation, TaskUnreachable, SessionGone, ProcessGone, ResultDecodeError, CapabilityUnavailable,
+        HttpRefusal, PayloadUnusable,
     )
 }
+
+
+def is_transient_read_error(exc: McpWireError) -> bool:
+    """Worth retrying for an *idempotent* request: transport faults and garbled replies (never tools/call)."""
+    return isinstance(exc, (TransportError, ProtocolViolation))
 
 
 def error_from_rpc(error: Any, *, method: str, raw: Any = None) -> McpWireError:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .client import McpTaskClient
-from .errors import TaskUnreachable, TransportError
+from .errors import RateLimited, TaskUnreachable, TransportError
 from .models import Endpoint, Era, SessionRef
 from .transport import StdioTransport
 
@@ -123,7 +123,8 @@ class SessionPool:
         try:
             return await fn(client)
         except (TaskUnreachable, TransportError) as exc:
-            if exc.may_have_reached_server:
+            # A 429 did not reach the tool either, but its Retry-After is the workflow's to honour.
+            if exc.may_have_reached_server or isinstance(exc, RateLimited):
                 raise
             await self.discard(client)
             client = await self.for_new_call(endpoint, principal=principal, era=era)

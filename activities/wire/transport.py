@@ -14,6 +14,7 @@ with ``-32601`` so the server is never left waiting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -21,13 +22,15 @@ import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 
 from .errors import (
     AuthorizationRequired,
+    HttpRefusal,
     McpWireError,
+    PayloadUnusable,
     ProtocolViolation,
     RateLimited,
     ProcessGone,
@@ -37,8 +40,26 @@ from .errors import (
     error_from_rpc,
     parse_retry_after,
 )
+from .limits import MAX_REPLY_BYTES, loads_bounded
+
+from .redact import register as register_secrets, scrub_error
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _scrubbed(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Every wire error leaving a transport method is scrubbed of the secret values this transport resolved."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> T:
+        try:
+            return await fn(self, *args, **kwargs)
+        except McpWireError as exc:
+            raise scrub_error(exc, self.secrets)
+
+    return wrapper
+
 
 #: (method, params, server request id) -> JSON-RPC result. Raise McpWireError to answer with an error.
 ServerRequestHandler = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, Any]]]
@@ -88,6 +109,8 @@ class HttpTransport:
         self.session_id = session_id
         self.protocol_version = protocol_version
         self._headers = dict(headers or {})
+        #: Header values are resolved credentials (references only ever name secrets): never in an error text.
+        self.secrets = register_secrets(self._headers.values())
         self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0))
         self.closed = False
 
@@ -102,6 +125,7 @@ class HttpTransport:
         headers.update(extra or {})
         return headers
 
+    @_scrubbed
     async def request(
         self,
         method: str,
@@ -127,6 +151,10 @@ class HttpTransport:
             raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
         try:
             return await self._read_reply(response, method, msg_id, on_server_request)
+        except httpx2.SSEError as exc:
+            if "exceeded" in str(exc):
+                raise PayloadUnusable(f"{method}: a reply event exceeds {MAX_REPLY_BYTES} bytes", raw=str(exc)) from exc
+            raise TransportError(f"{method}: reply interrupted: {exc}", sent=True) from exc
         except httpx2.HTTPError as exc:
             raise TransportError(f"{method}: reply interrupted: {type(exc).__name__}: {exc}", sent=True) from exc
         finally:
@@ -144,7 +172,7 @@ class HttpTransport:
         if method == "initialize" and response.headers.get("mcp-session-id"):
             self.session_id = response.headers["mcp-session-id"]
         if status >= 400:
-            raw = (await response.aread()).decode("utf-8", "replace")
+            raw = (await _read_bounded(response, method, limit=64 * 1024, truncate=True)).decode("utf-8", "replace")
             if status == 429:
                 raise RateLimited(
                     f"{method}: HTTP 429 from {self.url}",
@@ -167,13 +195,13 @@ class HttpTransport:
                 raise TransportError(f"{method}: HTTP {status} from {self.url}", sent=True, status=status, raw=raw)
             if rpc_error is not None:
                 raise error_from_rpc(rpc_error, method=method, raw=raw)
-            raise ProtocolViolation(f"{method}: HTTP {status} without a JSON-RPC error", raw=raw)
+            raise HttpRefusal(f"{method}: HTTP {status} without a JSON-RPC error", code=None, raw=raw)
         if status == 202:
             raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
         if ctype.startswith("application/json"):
-            raw_bytes = await response.aread()
+            raw_bytes = await _read_bounded(response, method)
             try:
-                message = json.loads(raw_bytes)
+                message = loads_bounded(raw_bytes)
             except ValueError as exc:
                 raise ProtocolViolation(f"{method}: malformed JSON reply", raw=raw_bytes.decode("utf-8", "replace")) from exc
             message = _message_from_body(message, method=method)
@@ -182,7 +210,8 @@ class HttpTransport:
             return _result_of(message, method=method)
         if ctype.startswith("text/event-stream"):
             return await self._read_sse(response, method, msg_id, on_server_request)
-        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=(await response.aread())[:2048].decode("utf-8", "replace"))
+        raw_text = (await _read_bounded(response, method, limit=2048, truncate=True)).decode("utf-8", "replace")
+        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
 
     async def _read_sse(
         self,
@@ -191,11 +220,11 @@ class HttpTransport:
         msg_id: str,
         on_server_request: ServerRequestHandler | None,
     ) -> dict[str, Any]:
-        async for event in httpx2.EventSource(response):
+        async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
             if not event.data or not event.data.strip():
                 continue  # priming events carry no data
             try:
-                message = json.loads(event.data)
+                message = loads_bounded(event.data)
             except ValueError as exc:
                 raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=event.data) from exc
             message = _message_from_body(message, method=method)
@@ -210,6 +239,7 @@ class HttpTransport:
     async def _answer_server_request(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
         await self._post_reply(await _server_reply(message, handler), f"reply to {message.get('method')}")
 
+    @_scrubbed
     async def respond(self, request_id: Any, result: dict[str, Any]) -> None:
         """Answer a server request by id, outside the stream that carried it (a late answer after a restart)."""
         await self._post_reply({"jsonrpc": "2.0", "id": request_id, "result": result}, "late reply")
@@ -225,6 +255,7 @@ class HttpTransport:
         if resp.status_code >= 400:
             raise ProtocolViolation(f"server refused our {what}: HTTP {resp.status_code}")
 
+    @_scrubbed
     async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
@@ -248,6 +279,22 @@ class HttpTransport:
         await self._client.aclose()
 
 
+async def _read_bounded(response: httpx2.Response, method: str, *, limit: int = MAX_REPLY_BYTES,
+                        truncate: bool = False) -> bytes:
+    """The body, never more than ``limit`` bytes: beyond it, cut (error bodies) or refused (replies)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            if truncate:
+                chunks.append(chunk[: limit - (size - len(chunk))])
+                break
+            raise PayloadUnusable(f"{method}: reply exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _server_reply(message: dict[str, Any], handler: ServerRequestHandler | None) -> dict[str, Any]:
     method = message["method"]
     if handler is None:
@@ -268,10 +315,13 @@ class StdioTransport:
     request fails with :class:`TaskUnreachable`, never hangs.
     """
 
-    def __init__(self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+                 secrets: Any = None) -> None:
         self.command = command
         self.cwd = cwd
         self.env = env
+        #: The child's referenced (credential) environment values: never in an error text.
+        self.secrets = register_secrets(secrets or ())
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: dict[str, ServerRequestHandler | None] = {}
         self._write: Any = None
@@ -288,6 +338,7 @@ class StdioTransport:
     def alive(self) -> bool:
         return self._death is None and not self.closed
 
+    @_scrubbed
     async def start(self) -> None:
         self._runner = asyncio.create_task(self._run(), name=f"mcp-stdio:{self.command[0]}")
         await self._ready.wait()
@@ -347,6 +398,7 @@ class StdioTransport:
         message = jsonrpc_message_adapter.validate_python(body, by_name=False)
         await self._write.send(self._session_message(message))
 
+    @_scrubbed
     async def request(
         self,
         method: str,
@@ -379,9 +431,11 @@ class StdioTransport:
             self._handlers.pop(msg_id, None)
         return _result_of(message, method=method)
 
+    @_scrubbed
     async def respond(self, request_id: Any, result: dict[str, Any]) -> None:
         await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
+    @_scrubbed
     async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:

@@ -2,7 +2,9 @@
 
 * TypeScript SDK 1.32.2 task runtime (2025-11-25): ``tests/peers/ts/server.mjs``, over stdio, stateful
   streamable HTTP and stateless streamable HTTP;
-* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m worker.demo_server``.
+* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m worker.demo_server``;
+* official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
+  stateful streamable HTTP, run by its own venv ``tests/peers/py1/.venv`` (the project pins mcp 2.x).
 
 Every peer gets a fresh ``PEER_LOG`` file (one JSON line per incoming JSON-RPC request) that tests read
 with :meth:`Peer.log` / :func:`read_peer_log`. HTTP peers bind 127.0.0.1 on a free port (``--port 0``;
@@ -39,6 +41,9 @@ from activities.wire import Endpoint
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TS_DIR = REPO_ROOT / "tests" / "peers" / "ts"
 TS_SERVER = TS_DIR / "server.mjs"
+PY1_DIR = REPO_ROOT / "tests" / "peers" / "py1"
+PY1_SERVER = PY1_DIR / "server.py"
+PY1_PYTHON = PY1_DIR / ".venv" / "bin" / "python"
 START_TIMEOUT_S = 30.0
 
 
@@ -51,6 +56,20 @@ def require_ts_peer() -> str:
     if not (TS_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
         pytest.fail(f"{TS_DIR}/node_modules is missing: run npm ci in tests/peers/ts", pytrace=False)
     return node
+
+
+def require_py1_peer() -> Path:
+    """Python of the mcp 1.30.0 peer venv; fails the test (never skips) when that venv is missing."""
+    fix = (f"create it: python3 -m venv {PY1_DIR}/.venv && {PY1_DIR}/.venv/bin/pip install -r "
+           f"{PY1_DIR}/requirements.txt (scripts/test.sh does this)")
+    if not PY1_PYTHON.exists():
+        pytest.fail(f"{PY1_PYTHON} is missing: the mcp 1.30.0 peer cannot run; {fix}", pytrace=False)
+    probe = subprocess.run([str(PY1_PYTHON), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0 or probe.stdout.strip() != "1.30.0":
+        pytest.fail(f"{PY1_PYTHON} does not have mcp==1.30.0 (got {probe.stdout.strip() or probe.stderr.strip()!r}); "
+                    f"{fix}", pytrace=False)
+    return PY1_PYTHON
 
 
 def read_peer_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -191,6 +210,16 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
 
 
 @contextlib.contextmanager
+def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http") -> Iterator[Peer]:
+    """The official Python SDK 1.30.0 task server (2025-11-25) over stateful streamable HTTP."""
+    python = require_py1_peer()
+    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else None
+    with _http_peer([str(python), str(PY1_SERVER), "--port", "0"], name=name, log_path=_fresh_log(log_dir, name),
+                    flavour="legacy", stateful=True, cwd=PY1_DIR, extra_env=extra) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
 def peer_log_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="mcp-peer-logs-") as tmp:
         yield Path(tmp)
@@ -278,6 +307,13 @@ def fastmcp_short_ttl(peer_logs: Path) -> Iterator[Peer]:
 
 
 @pytest.fixture(scope="session")
+def py1_http(peer_logs: Path) -> Iterator[Peer]:
+    """The mcp 1.30.0 (official Python SDK) task server over stateful streamable HTTP."""
+    with py1_http_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
 def all_peers(ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer, fastmcp_server: Peer) -> list[Peer]:
     return [ts_stdio, ts_http_stateful, ts_http_stateless, fastmcp_server]
 
@@ -288,4 +324,5 @@ __all__ = [
     # fixtures
     "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
     "fastmcp_short_ttl", "all_peers",
+    "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http",
 ]

@@ -1,0 +1,78 @@
+"""A lost reply to tools/call, reconciled with tasks/list where that is sound (2025-11-25 only).
+
+Real peers of two SDKs (TypeScript 1.32.2 and the official Python SDK mcp==1.30.0), reached through the fault
+proxy, which forwards tools/call to the server and then resets the connection instead of replying: the server
+ran the call and made a task, the client never heard of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from activities.wire import Endpoint
+from tests.faults import FaultProxy, ResetAfterSend
+from tests.peers.harness import Peer
+from tests.temporal_harness import unique
+from workflows.client import start_mcp_task
+from workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
+
+FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, submit_s=60)
+
+
+def tool_calls(peer: Peer, mark: int, tool: str = "slow_echo") -> int:
+    return len([x for x in peer.log_since(mark) if x.get("method") == "tools/call" and x.get("tool") == tool])
+
+
+async def run_through(proxy: FaultProxy, client: Client, queue: str, **kw: Any) -> Any:
+    request = McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo",
+                             arguments={"seconds": 0.5, "text": "reconciled"}, timeouts=FAST, **kw)
+    handle = await start_mcp_task(client, request, workflow_id=unique("rec"), task_queue=queue)
+    return await asyncio.wait_for(handle.result(), 60)
+
+
+@pytest.mark.parametrize("peer_name", ["ts_http_stateful", "py1_http"])
+async def test_lost_tools_call_reply_is_reconciled_on_a_session_of_our_own(
+        request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any) -> None:
+    peer: Peer = request.getfixturevalue(peer_name)
+    mark = peer.log_mark()
+    with FaultProxy(peer.url or "") as proxy:  # a fresh URL: the worker opens a session that carried no call
+        proxy.add("tools/call", ResetAfterSend())
+        started = time.monotonic()
+        # replay=always: were the lost reply taken for unknown_outcome, a second tools/call would go out.
+        out = await run_through(proxy, client, queue, replay=ReplayPolicy.ALWAYS, idempotent=True)
+        elapsed = time.monotonic() - started
+        assert proxy.forwarded("tools/call") == 1 and proxy.seen("tasks/list") >= 1
+    assert out.outcome == Outcome.COMPLETED, out.reason
+    assert out.result is not None and out.result["structuredContent"] == {"echo": "reconciled"}
+    assert tool_calls(peer, mark) == 1
+    assert len(out.operation_attempts) == 1 and out.operation_attempts[0].reconciled
+    assert out.operation_attempts[0].task_id == out.task_id
+    assert elapsed < 30
+
+
+async def test_stateless_server_is_not_reconciled(ts_http_stateless: Peer, client: Client, queue: str,
+                                                  worker: Any) -> None:
+    """Without a session, tasks/list shows every client's tasks: adopting one would not be sound."""
+    mark = ts_http_stateless.log_mark()
+    with FaultProxy(ts_http_stateless.url or "") as proxy:
+        proxy.add("tools/call", ResetAfterSend())
+        out = await run_through(proxy, client, queue)
+    assert out.outcome == Outcome.UNKNOWN_OUTCOME
+    assert "may have reached the server" in (out.reason or "")
+    assert tool_calls(ts_http_stateless, mark) == 1
+
+
+async def test_extension_era_has_no_reconciliation(fastmcp_server: Peer, client: Client, queue: str,
+                                                   worker: Any) -> None:
+    mark = fastmcp_server.log_mark()
+    with FaultProxy(fastmcp_server.url or "") as proxy:
+        proxy.add("tools/call", ResetAfterSend())
+        out = await run_through(proxy, client, queue)
+        assert proxy.seen("tasks/list") == 0
+    assert out.outcome == Outcome.UNKNOWN_OUTCOME
+    assert tool_calls(fastmcp_server, mark) == 1
