@@ -1,0 +1,328 @@
+"""The fault matrix: McpTaskWorkflow on a real Temporal dev server, talking to the real peers through a
+:class:`~tests.faults.FaultProxy` that injects one fault, once, on the first request of one method.
+
+faults × methods, on the TS SDK stateful HTTP peer (2025-11-25, "legacy") and the fastmcp peer (2026-07-28,
+"extension"). Per cell: the outcome, the number of ``tools/call`` the *server* received, and the time to the
+outcome (bounded). Retrieval cells and every cell before ``tools/call`` also run with ``replay=always,
+idempotent=True``: a resend of a lost read must never become a second ``tools/call``.
+
+Each cell's measurements go to ``tests/faults/last_matrix.json``; ``python -m tests.faults.table`` prints them
+as markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from activities.wire import Endpoint
+from tests.faults import (
+    Fault,
+    FaultProxy,
+    Malformed,
+    RateLimit,
+    Refuse,
+    ResetAfterSend,
+    Rewrite,
+    Stall,
+    Status,
+    Truncated,
+)
+from tests.peers.harness import Peer, fastmcp_server, peer_logs, ts_http_stateful  # noqa: F401  (fixtures)
+from tests.temporal_harness import client, queue, temporal_env, unique, worker  # noqa: F401  (fixtures)
+from tests.test_workflow import wait_for_view
+from workflows.client import start_mcp_task
+from workflows.mcp_task import McpTaskWorkflow
+from workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
+
+# --- the expectations ------------------------------------------------------------------------------
+
+C, U, X = "completed", "unknown_outcome", "cancelled"
+LEG_C_EXT_U = "completed|unknown_outcome"  # legacy|extension
+
+#: method -> fault -> expected outcome ("legacy|extension" where the eras differ). Exactly 1 tools/call, except NO_CALL below.
+EXPECTED: dict[str, dict[str, str]] = {
+    #                 Refuse  ResetAfterSend  Stall  Malformed    Truncated    Status500    RateLimit
+    "initialize":      dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "server/discover": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tools/list":      dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tools/call":      dict(Refuse=U, ResetAfterSend=LEG_C_EXT_U, Stall=C, Malformed=LEG_C_EXT_U,
+                            Truncated=LEG_C_EXT_U, Status500=LEG_C_EXT_U, RateLimit=C),
+    "tasks/get":       dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/result":    dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/update":    dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/cancel":    dict(Refuse=X, ResetAfterSend=X, Stall=X, Malformed=X, Truncated=X, Status500=X, RateLimit=X),
+}
+
+#: Which methods each era's client sends (the client sends server/discover first to every server, but the
+#: TS peer refuses it with HTTP 400: it is an extension-only cell).
+METHODS = {
+    "legacy": ["initialize", "tools/list", "tools/call", "tasks/get", "tasks/result", "tasks/cancel"],
+    "extension": ["server/discover", "tools/list", "tools/call", "tasks/get", "tasks/update", "tasks/cancel"],
+}
+PRE_CALL = {"initialize", "server/discover", "tools/list"}
+#: Cells also run with replay=always, idempotent=True (must still count exactly one tools/call).
+REPLAY_METHODS = PRE_CALL | {"tasks/get", "tasks/result", "tasks/update", "tasks/cancel"}
+
+HEARTBEAT_S = 2.0
+STALL_S = HEARTBEAT_S + 1.5
+REFUSE_S = 2.0
+RETRY_AFTER_S = 2
+UNREACHABLE_S = 10.0
+SLACK_S = 15.0
+
+FAULTS: dict[str, tuple[Callable[[], Fault], float]] = {  # name -> (factory, how long the fault itself lasts)
+    "Refuse": (lambda: Refuse(seconds=REFUSE_S), REFUSE_S),
+    "ResetAfterSend": (ResetAfterSend, 0.0),
+    "Stall": (lambda: Stall(STALL_S), STALL_S),
+    "Malformed": (Malformed, 0.0),
+    "Truncated": (Truncated, 0.0),
+    "Status500": (lambda: Status(500), 0.0),
+    "RateLimit": (lambda: RateLimit(retry_after_s=RETRY_AFTER_S), float(RETRY_AFTER_S)),
+}
+
+TIMEOUTS = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60,
+                    unreachable_s=UNREACHABLE_S)
+PEER_OF = {"legacy": "ts_http_stateful", "extension": "fastmcp_server"}
+APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
+MATRIX_FILE = Path(__file__).parent / "faults" / "last_matrix.json"
+
+
+#: Cells whose server sees no tools/call at all. Refuse drops the connection *after* the client wrote tools/call
+#: and never forwards it: to the client that is a disconnect after sending (it cannot know the request went
+#: nowhere), so the honest outcome is unknown_outcome; on 2025-11-25, tasks/list on the session shows no new task
+#: either, which still does not prove the call will never arrive, so it is not resent.
+NO_CALL = {("tools/call", "Refuse")}
+
+
+def expected_calls(method: str, fault: str) -> int:
+    return 0 if (method, fault) in NO_CALL else 1
+
+
+def expected(method: str, fault: str, era: str) -> str:
+    value = EXPECTED[method][fault]
+    if "|" in value:
+        legacy, extension = value.split("|")
+        return legacy if era == "legacy" else extension
+    return value
+
+
+def bound_s(fault: str) -> float:
+    """Heartbeat timeout + the fault's own duration + generous slack."""
+    return HEARTBEAT_S + FAULTS[fault][1] + SLACK_S
+
+
+def min_elapsed_s(method: str, fault: str) -> float:
+    """RateLimit before the task exists must honour Retry-After."""
+    if fault == "RateLimit" and (method in PRE_CALL or method == "tools/call"):
+        return float(RETRY_AFTER_S)
+    return 0.0
+
+
+def cells() -> Iterator[Any]:
+    for era, methods in METHODS.items():
+        for method in methods:
+            for fault in FAULTS:
+                for replay in ([False, True] if method in REPLAY_METHODS else [False]):
+                    yield pytest.param(era, method, fault, replay,
+                                       id=f"{era}-{method}-{fault}{'-replay' if replay else ''}")
+
+
+# --- recording -----------------------------------------------------------------------------------
+
+
+def record(cell: dict[str, Any]) -> None:
+    """Merge one cell's measurements into tests/faults/last_matrix.json (the latest run of each cell wins)."""
+    try:
+        data = json.loads(MATRIX_FILE.read_text())
+    except (FileNotFoundError, ValueError):
+        data = {"cells": {}}
+    key = f"{cell['era']}|{cell['method']}|{cell['fault']}|{'replay' if cell['replay'] else 'never'}"
+    data["cells"][key] = cell
+    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    MATRIX_FILE.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def tool_calls(peer: Peer, mark: int, tool: str) -> int:
+    return len([x for x in peer.log_since(mark) if x.get("method") == "tools/call" and x.get("tool") == tool])
+
+
+# --- one cell ------------------------------------------------------------------------------------
+
+
+async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, replay: bool,
+                hard_cap_s: float) -> tuple[str, McpTaskOutcome | None, str, Any]:
+    """Run one workflow through the proxy; (outcome or failure, outcome object, tool, handle)."""
+    tool, args = "slow_echo", {"seconds": 1, "text": unique("fault")}
+    if method == "tasks/update":
+        tool, args = "ask_user", {}
+    elif method == "tasks/cancel":
+        tool, args = "cancellable", {"seconds": 60}
+    extra: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": True} if replay else {}
+    request = McpTaskRequest(server=Endpoint(url=proxy.url), tool=tool, arguments=args, timeouts=TIMEOUTS, **extra)
+    handle = await start_mcp_task(client, request, workflow_id=unique("fault"), task_queue=queue)
+
+    async def steer() -> None:
+        if method == "tasks/update":
+            view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs,
+                                       timeout_s=hard_cap_s)
+            await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
+        elif method == "tasks/cancel":
+            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=hard_cap_s)
+            await handle.cancel()
+
+    try:
+        await asyncio.wait_for(steer(), hard_cap_s)
+        out = await asyncio.wait_for(handle.result(), hard_cap_s)
+        return out.outcome.value, out, tool, handle
+    except WorkflowFailureError as exc:
+        return f"workflow_failed: {exc.cause}", None, tool, handle
+    except (asyncio.TimeoutError, AssertionError) as exc:
+        try:
+            await handle.terminate("fault matrix: no outcome in time")
+        except Exception:  # noqa: BLE001
+            pass
+        return f"no_outcome ({type(exc).__name__})", None, tool, handle
+
+
+@pytest.mark.parametrize("era, method, fault, replay", list(cells()))
+async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str, fault: str, replay: bool,
+                          client: Client, queue: str, worker: Any) -> None:
+    peer: Peer = request.getfixturevalue(PEER_OF[era])
+    want = expected(method, fault, era)
+    bound = bound_s(fault)
+    with FaultProxy(peer.url or "") as proxy:
+        rule = proxy.add(method, FAULTS[fault][0]())
+        mark = peer.log_mark()
+        t0 = time.monotonic()
+        got, out, tool, _ = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
+        elapsed = time.monotonic() - t0
+        await asyncio.sleep(0.5)  # a late tools/call would show up by now
+        calls = tool_calls(peer, mark, tool)
+        fired = rule.fired
+    floor = min_elapsed_s(method, fault)
+    checks = {
+        "outcome": got == want,
+        "one_call": calls == expected_calls(method, fault),
+        "bounded": elapsed < bound,
+        "fault_fired": fired == 1,
+        "retry_after": elapsed >= floor,
+    }
+    record({"era": era, "method": method, "fault": fault, "replay": replay, "expected": want, "outcome": got,
+            "tools_call": calls, "seconds": round(elapsed, 2), "bound_s": bound, "passed": all(checks.values()),
+            "failed_checks": [k for k, ok in checks.items() if not ok],
+            "reason": out.reason if out else None,
+            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+    assert fired == 1, f"the fault never fired on {method} (requests seen: {proxy.seen(method)})"
+    assert got == want, f"outcome {got!r}, expected {want!r}; reason: {out.reason if out else '-'}"
+    assert calls == expected_calls(method, fault), f"the server received {calls} tools/call"
+    assert elapsed < bound, f"took {elapsed:.1f}s, bound {bound:.1f}s"
+    assert elapsed >= floor, f"took {elapsed:.1f}s: Retry-After {floor:g}s not honoured"
+
+
+# --- hostile payloads (Rewrite) ----------------------------------------------------------------------
+
+MB = 1024 * 1024
+DEEP = 5000
+HISTORY_EVENT_CAP = 1 * MB
+#: kind -> (expected outcome, which reply is rewritten: "payload" = legacy tasks/result / extension terminal
+#: tasks/get, "status" = every tasks/get)
+HOSTILE: dict[str, tuple[str, str]] = {
+    "result_3MB": (C, "payload"),
+    "result_10MB": (C, "payload"),
+    "statusMessage_1MiB": (C, "status"),
+    "nested_5000": ("decode_failed", "payload"),
+    "lone_surrogate": ("decode_failed", "payload"),
+}
+
+
+def _payload_of(message: dict[str, Any], era: str) -> dict[str, Any] | None:
+    """The CallToolResult inside a reply: legacy tasks/result's result; extension's completed tasks/get."""
+    res = message.get("result")
+    if not isinstance(res, dict):
+        return None
+    if era == "legacy":
+        return res if "content" in res else None
+    inner = res.get("result")
+    return inner if res.get("status") == "completed" and isinstance(inner, dict) else None
+
+
+def hostile_rewrite(kind: str, era: str) -> Callable[[dict[str, Any]], dict[str, Any] | str]:
+    def fn(message: dict[str, Any]) -> dict[str, Any] | str:
+        if kind == "statusMessage_1MiB":
+            res = message.get("result")
+            if isinstance(res, dict) and "status" in res:
+                res["statusMessage"] = "s" * MB
+            return message
+        payload = _payload_of(message, era)
+        if payload is None:
+            return message
+        if kind.startswith("result_"):
+            size = int(kind.split("_")[1].removesuffix("MB")) * MB
+            payload["content"] = [{"type": "text", "text": "x" * size}]
+            return message
+        placeholder = "__FAULT_PROXY_PLACEHOLDER__"
+        if kind == "nested_5000":
+            payload.setdefault("structuredContent", {})["deep"] = placeholder
+            return json.dumps(message).replace(f'"{placeholder}"', "[" * DEEP + "]" * DEEP)
+        payload["content"] = [{"type": "text", "text": placeholder}]
+        # A lone high surrogate, as a JSON escape: valid JSON text, not encodable as UTF-8 once decoded.
+        return json.dumps(message).replace(placeholder, "bad \\ud800 text")
+    return fn
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("era", ["legacy", "extension"])
+async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: str, client: Client, queue: str,
+                               worker: Any) -> None:
+    peer: Peer = request.getfixturevalue(PEER_OF[era])
+    want, target = HOSTILE[kind]
+    method = "tasks/get" if (target == "status" or era == "extension") else "tasks/result"
+    bound = 30.0
+    with FaultProxy(peer.url or "") as proxy:
+        proxy.add(method, Rewrite(hostile_rewrite(kind, era)), times=10_000)
+        mark = peer.log_mark()
+        t0 = time.monotonic()
+        req = McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo",
+                             arguments={"seconds": 0.5, "text": unique("hostile")}, timeouts=TIMEOUTS)
+        handle = await start_mcp_task(client, req, workflow_id=unique("hostile"), task_queue=queue)
+        out: McpTaskOutcome | None = None
+        try:
+            out = await asyncio.wait_for(handle.result(), bound + 30)
+            got = out.outcome.value
+        except WorkflowFailureError as exc:
+            got = f"workflow_failed: {exc.cause}"
+        except asyncio.TimeoutError:
+            got = "no_outcome"
+            await handle.terminate("hostile payload: no outcome in time")
+        elapsed = time.monotonic() - t0
+        await asyncio.sleep(0.5)
+        calls = tool_calls(peer, mark, "slow_echo")
+    history = await handle.fetch_history()
+    biggest = max(e.ByteSize() for e in history.events)
+    checks: dict[str, bool] = {"outcome": got == want, "one_call": calls == 1, "bounded": elapsed < bound,
+                               "history_events_under_1MB": biggest < HISTORY_EVENT_CAP}
+    if out is not None and kind.startswith("result_"):
+        checks["result_ref"] = out.result_ref is not None and out.result is None \
+            and out.result_ref.size > int(kind.split("_")[1].removesuffix("MB")) * MB
+    if out is not None and kind == "statusMessage_1MiB":
+        checks["status_message_capped"] = bool(out.status_message) and len(out.status_message or "") <= 8 * 1024 \
+            and "truncated" in (out.status_message or "")
+    if want == "decode_failed":
+        raw = json.dumps(out.raw_payload, ensure_ascii=True) if out is not None and out.raw_payload else ""
+        checks["raw_payload_kept_and_capped"] = 0 < len(raw) <= 20 * 1024
+    record({"era": era, "method": method, "fault": f"Rewrite:{kind}", "replay": False, "expected": want,
+            "outcome": got, "tools_call": calls, "seconds": round(elapsed, 2), "bound_s": bound,
+            "passed": all(checks.values()), "failed_checks": [k for k, ok in checks.items() if not ok],
+            "reason": out.reason if out else None, "biggest_history_event": biggest,
+            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+    failed = [k for k, ok in checks.items() if not ok]
+    assert not failed, (f"{failed}: outcome {got!r} (expected {want!r}), {calls} tools/call, {elapsed:.1f}s, "
+                        f"biggest history event {biggest} B; reason: {out.reason if out else '-'}")
