@@ -99,6 +99,8 @@ class WorkerSettings(_Strict):
     #: default is one per workflow-task slot, up to 200); measured in bench/ (`--experiment wft-threads=N`).
     workflow_threads: int = Field(2, ge=1, le=64)
     idle_session_s: float = Field(300.0, gt=0)
+    #: How long a workflow task may wait for the worker that has the workflow cached before another takes it.
+    sticky_schedule_to_start_s: float = Field(3.0, gt=0, le=60)
 
 
 class WorkerConfig(_Strict):

@@ -164,6 +164,9 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
         max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks, max_cached_workflows=s.max_cached_workflows,
         workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
             s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
+        # A workflow task waits this long on a dead worker's sticky queue before any worker may take it: with the
+        # SDK's 10 s default, recovery from a killed worker took heartbeat + 10 s (tests/test_fault_recovery.py).
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.sticky_schedule_to_start_s),
         workflow_runner=workflow_runner(), **common)
     shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
                     **{**shared_options, **shared_overrides})

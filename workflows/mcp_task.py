@@ -557,7 +557,11 @@ class McpTaskWorkflow:
                                                output_schema=self.output_schema),
                 result_type=RetrieveOutput, schedule_to_close_timeout=timedelta(seconds=budget),
                 start_to_close_timeout=timedelta(minutes=5),
-                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=RETRIEVE_RETRY,
+                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
+                # Backoff stays within a fifth of the budget, so the last tries are not forfeited to it.
+                retry_policy=RetryPolicy(initial_interval=RETRIEVE_RETRY.initial_interval, backoff_coefficient=2.0,
+                                         maximum_interval=timedelta(seconds=max(1.0, min(60.0, budget / 5))),
+                                         non_retryable_error_types=NON_RETRYABLE),
                 summary=f"tasks/result {_short(self.state.task_id)}", **self._task_queue_kw())
         except ActivityError as err:
             kind, _, info = _failure_info(err)

@@ -22,6 +22,7 @@ from .errors import (
     TaskNotFound,
     TaskUnreachable,
     TransportError,
+    is_transient_read_error,
 )
 from .limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text, carry_problem, safe_raw
 from .models import (
@@ -378,13 +379,18 @@ class McpTaskClient:
             self._tainted = True
             return None
         unknown: list[TaskState] = []
-        for attempt in range(3):  # the server may still be creating the task when the reply was cut
+        # Bounded: a few seconds for a server that is briefly unreachable (the fault that cut the reply often
+        # lasts a moment) or still creating the task when the reply was cut.
+        for attempt in range(4):
             try:
                 listed = await self.list_tasks()
-            except McpWireError:
-                break
+            except McpWireError as err:
+                if not is_transient_read_error(err) or attempt == 3:
+                    break
+                await asyncio.sleep(settle_s * 2)
+                continue
             unknown = [t for t in listed if t.task_id not in self._known_tasks and _created_after(t, call.sent_at)]
-            if unknown or attempt == 2:
+            if unknown or attempt == 3:
                 break
             await asyncio.sleep(settle_s)
         if len(unknown) == 1:
