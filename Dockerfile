@@ -19,9 +19,11 @@ RUN groupadd --system --gid 10001 mcp \
 
 # Install the package only (no dev/test extras); the source tree is not kept.
 # .dockerignore keeps .git, tests and deploy/ out of the build context.
+# EXTRAS: empty for a worker image; "demo" for the image that runs the bundled demo MCP server.
+ARG EXTRAS=""
 WORKDIR /tmp/src
 COPY . .
-RUN pip install . \
+RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
  && rm -rf /tmp/src
 
 # Large results are written here; docker-compose.yml mounts a named volume on

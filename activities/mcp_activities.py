@@ -37,14 +37,17 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.models import (
+from mcp_temporal_tasks.activities.models import (
     AwaitInput,
     AwaitOutput,
     CancelInput,
     CancelOutput,
+    FetchOutcomeInput,
     LegacyInputRequest,
+    ListToolsInput,
     PayloadOutcome,
     RelayInput,
     RelayOutput,
@@ -58,8 +61,10 @@ from activities.models import (
     ToolPolicy,
     UpdateInput,
 )
-from activities.result_store import ResultStore
-from activities.wire import (
+from mcp_temporal_tasks.activities.result_store import ResultStore
+from mcp_temporal_tasks.workflows.errors import McpTaskError
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
     McpTaskClient,
     McpWireError,
@@ -71,13 +76,14 @@ from activities.wire import (
     TransportError,
     decode_result,
 )
-from activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
-from activities.wire.limits import cap_text
-from activities.wire.models import Endpoint, StartResult, TaskPayload, TaskState
-from activities.wire.sdk_compat import installed_sdk_version
-from workflows.decisions import next_poll_delay
+from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
+from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
+from mcp_temporal_tasks.activities.wire.models import Endpoint, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
+from mcp_temporal_tasks.workflows.decisions import next_poll_delay
 
 log = logging.getLogger(__name__)
+MAX_TOOLS_LIST_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 RESOLVE = "mcp-tasks.resolve.v1"
@@ -87,6 +93,8 @@ RETRIEVE_RESULT = "mcp-tasks.retrieve_result.v1"
 CANCEL_TASK = "mcp-tasks.cancel_task.v1"
 PROVIDE_INPUT = "mcp-tasks.provide_input.v1"
 RELAY_INPUT = "mcp-tasks.relay_input.v1"
+LIST_TOOLS = "mcp-tasks.list_tools.v1"
+FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
 
 # Workflow messages the relay uses (defined by McpTaskWorkflow).
 INPUT_REQUESTED_SIGNAL = "legacy_input_requested"
@@ -96,7 +104,7 @@ RELAY_STATE_QUERY = "legacy_relay_state"
 
 def legacy_input_key(method: str, params: dict[str, Any]) -> str:
     """Stable key of an input request: a re-sent identical question maps to the same key (asked once)."""
-    from activities.wire.contract import canonical_json
+    from mcp_temporal_tasks.activities.wire.contract import canonical_json
 
     body = canonical_json({"method": method, "params": {k: v for k, v in params.items() if k != "_meta"}})
     return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -159,7 +167,7 @@ class McpActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.resolve, self.start_call, self.await_task, self.retrieve_result, self.cancel_task,
-                self.provide_input, self.relay_input]
+                self.provide_input, self.relay_input, self.list_tools, self.fetch_outcome]
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -443,6 +451,38 @@ class McpActivities:
                                      lambda: {"taskId": _short(inp.task_id), "step": "answering input"})
         except McpWireError as exc:
             raise to_application_error(exc, read=True) from exc
+
+    @activity.defn(name=LIST_TOOLS)
+    async def list_tools(self, inp: ListToolsInput) -> dict[str, Any]:
+        """``tools/list`` (every page) as a ``ListToolsResult`` in wire form, for the workflow-side client.
+
+        The server is resolved exactly as for a task (configured name, or an inline endpoint this worker
+        allows). The answer is bounded (:data:`MAX_TOOLS_LIST_BYTES`): a larger one is refused, not carried.
+        """
+        profile = await self.resolve(ResolveInput(server=inp.server, tool="-", principal=inp.principal, era=inp.era))
+        try:
+            client = await self.pool.for_new_call(profile.endpoint, principal=profile.principal, era=profile.era)
+            await self._heartbeating(client.list_tools(refresh=True), lambda: {"step": "tools/list"})
+        except McpWireError as exc:
+            raise to_application_error(exc, read=True) from exc
+        value = {"tools": client.raw_tools}
+        if safe_raw(value, MAX_TOOLS_LIST_BYTES) is not value:
+            raise ApplicationError(f"tools/list of {profile.identity} is over {MAX_TOOLS_LIST_BYTES} bytes or not "
+                                   "carriable", type="PayloadUnusable", non_retryable=True)
+        return value
+
+    @activity.defn(name=FETCH_OUTCOME)
+    async def fetch_outcome(self, inp: FetchOutcomeInput) -> McpTaskOutcome:
+        """The outcome of an existing ``McpTaskWorkflow``: how a reset parent re-attaches to its child."""
+        handle = activity.client().get_workflow_handle(inp.workflow_id)
+        try:
+            value = await self._heartbeating(handle.result(), lambda: {"waiting_for": inp.workflow_id})
+        except WorkflowFailureError as err:
+            outcome = McpTaskError.outcome_of(err)
+            if outcome is None:
+                raise
+            return outcome
+        return value if isinstance(value, McpTaskOutcome) else McpTaskOutcome.model_validate(value)
 
     @activity.defn(name=RELAY_INPUT)
     async def relay_input(self, inp: RelayInput) -> RelayOutput:

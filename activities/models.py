@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, SessionRef, StartResult, TaskState, ToolInfo
+from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, SessionRef, StartResult, TaskState, ToolInfo
 
 ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
 
@@ -176,6 +176,16 @@ class RelayOutput(_Model):
     unreachable: str | None = None
 
 
+class ListToolsInput(_Model):
+    server: str | Endpoint
+    principal: str | None = None
+    era: Era | None = None
+
+
+class FetchOutcomeInput(_Model):
+    workflow_id: str
+
+
 class LegacyInputRequest(_Model):
     """A server→client request that arrived on a legacy ``tasks/result`` stream."""
 
@@ -185,6 +195,6 @@ class LegacyInputRequest(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-__all__ = ["RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
+__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
            "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
            "CancelInput", "CancelOutput", "UpdateInput"]

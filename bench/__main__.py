@@ -2,7 +2,7 @@
 
 One command, everything local (2-core budget: < 5 min with defaults, ``--quick`` < 60 s):
 
-* a Temporal dev server (``worker.devserver.DevServer``, headless, free port, state in a temp SQLite file
+* a Temporal dev server (``mcp_temporal_tasks.worker.devserver.DevServer``, headless, free port, state in a temp SQLite file
   like the embedded default; ``--db memory`` for the in-memory store), with its Prometheus endpoint on;
 * the bench MCP server (``bench.server``: fastmcp 4.1.4 tasks extension, instrumented) over HTTP on
   127.0.0.1, one instance per pollInterval used;
@@ -38,12 +38,12 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.wire import Endpoint
-from worker.config import WorkerSettings
-from worker.devserver import DevServer, free_port
-from worker.runner import connect
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest, Timeouts
+from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.worker.config import WorkerSettings
+from mcp_temporal_tasks.worker.devserver import DevServer, free_port
+from mcp_temporal_tasks.worker.runner import connect
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
 
 from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
 from .floor import run_floor
@@ -251,7 +251,7 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
                     handle = await start_mcp_task(client, ours_request(url, args, rec.key, poll_floor_s=poll_floor_s),
                                                   workflow_id=rec.key, task_queue=tq)
                     rec.extra["start_rpc_s"] = time.time() - rec.submitted
-                    out = await handle.result()
+                    out = await outcome_of(handle)
                     rec.delivered = time.time()
                     rec.task_id, rec.ok = out.task_id, out.outcome.value == "completed" and out.result is not None
                     if not rec.ok:
@@ -661,7 +661,7 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
 
         async def result(h: Any) -> Any:
             async with rsem:
-                return await h.result()
+                return await outcome_of(h)
 
         results = await asyncio.gather(*(result(h) for h in handles), return_exceptions=True)
         out["drain_s"] = round(time.monotonic() - t1, 2)
@@ -939,7 +939,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     import fastmcp
     import subprocess
 
-    from worker.devserver import temporal_binary
+    from mcp_temporal_tasks.worker.devserver import temporal_binary
 
     cli = subprocess.run([temporal_binary(), "--version"], capture_output=True, text=True).stdout.strip()
     res: dict[str, Any] = {

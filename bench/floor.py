@@ -1,4 +1,4 @@
-"""The floor: a non-durable asyncio client (``activities.wire.McpTaskClient``) that calls, polls at the
+"""The floor: a non-durable asyncio client (``mcp_temporal_tasks.activities.wire.McpTaskClient``) that calls, polls at the
 server's pollInterval and reads the inline result. No Temporal, no retries beyond what the loop does."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from activities.wire import Endpoint, McpTaskClient, TaskState
+from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, TaskState
 
 from .common import TaskRecord
 

@@ -21,7 +21,7 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire.models import TERMINAL_STATUSES
+    from mcp_temporal_tasks.activities.wire.models import TERMINAL_STATUSES
     from bench.naive import NaiveActivities, NaiveOutcome, NaiveRequest
 
 CALL_AND_WAIT = "bench-minimal.call-and-wait.v1"

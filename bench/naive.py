@@ -2,7 +2,7 @@
 
 One short activity per ``tasks/get`` and a durable timer (``workflow.sleep(pollInterval)``) between polls,
 after a start activity that sends ``tools/call``. It speaks the same wire client
-(``activities.wire.McpTaskClient``) to the same server as our worker, so the only difference measured is
+(``mcp_temporal_tasks.activities.wire.McpTaskClient``) to the same server as our worker, so the only difference measured is
 where the poll loop lives: in workflow history (here) or inside one heartbeating activity (ours).
 
 On the 2026-07-28 extension the result is inline in the terminal ``tasks/get``, so the design returns it
@@ -24,8 +24,8 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import Endpoint, McpTaskClient, TransportError
-    from activities.wire.models import EXTENSION, TERMINAL_STATUSES
+    from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, TransportError
+    from mcp_temporal_tasks.activities.wire.models import EXTENSION, TERMINAL_STATUSES
 
 START = "bench-naive.start.v1"
 GET = "bench-naive.get.v1"

@@ -194,14 +194,14 @@ def summarize_py_spy(path: str, top: int = 25) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("perf_file", help="a .perf file (Temporal server) or a py-spy .txt (worker)")
-    p.add_argument("--binary", default="", help="the temporal binary (default: the one worker.devserver uses)")
+    p.add_argument("--binary", default="", help="the temporal binary (default: the one mcp_temporal_tasks.worker.devserver uses)")
     p.add_argument("--top", type=int, default=25)
     a = p.parse_args(argv)
     if a.perf_file.endswith(".txt"):
         print(summarize_py_spy(a.perf_file, a.top))
         return 0
     if not a.binary:
-        from worker.devserver import temporal_binary
+        from mcp_temporal_tasks.worker.devserver import temporal_binary
 
         a.binary = temporal_binary()
     print(summarize(a.perf_file, a.binary, a.top))

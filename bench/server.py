@@ -1,6 +1,6 @@
 """Bench MCP server: the real fastmcp 2026-07-28 tasks runtime, instrumented for the benchmark.
 
-It is the same stack as ``worker.demo_server`` (``fastmcp[tasks]==4.1.4``, SEP-2663 extension, Docket on
+It is the same stack as ``mcp_temporal_tasks.worker.demo_server`` (``fastmcp[tasks]==4.1.4``, SEP-2663 extension, Docket on
 ``memory://``), with three differences that matter for a benchmark:
 
 * **Docket worker concurrency** is raised from the fastmcp default of 10 (``DocketSettings.concurrency``)

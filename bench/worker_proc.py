@@ -1,8 +1,8 @@
 """A worker process for the benchmark, so its resident memory is measured alone.
 
-``--design ours``: exactly the project's worker: ``worker.runner.build_workers`` with
-``worker.runner.make_activities(WorkerConfig())`` (shared queue + per-process queue), connected with
-``worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and ``--experiment`` change one
+``--design ours``: exactly the project's worker: ``mcp_temporal_tasks.worker.runner.build_workers`` with
+``mcp_temporal_tasks.worker.runner.make_activities(WorkerConfig())`` (shared queue + per-process queue), connected with
+``mcp_temporal_tasks.worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and ``--experiment`` change one
 setting of it (WorkerSettings, or a Worker option passed through ``build_workers``) to price one cost; the
 report then says the worker is not ours as shipped.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from worker.config import WorkerConfig, WorkerSettings
-from worker.runner import build_workers, connect, make_activities, shutdown_executors, wait_until_polling
+from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.worker.runner import build_workers, connect, make_activities, shutdown_executors, wait_until_polling
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -63,7 +63,7 @@ async def main_async(args: argparse.Namespace) -> None:
             from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
             overrides["workflow_runner"] = SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("mcp_temporal_tasks"))
         workers = build_workers(client, args.task_queue, acts, settings, **overrides)
         closers.append(acts.pool.aclose)
     else:  # the comparison designs: one Worker, same limits as ours

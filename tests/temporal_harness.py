@@ -21,10 +21,10 @@ from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.models import ServerConfig
-from worker.config import WorkerConfig, WorkerSettings
-from worker.devserver import SEARCH_ATTRIBUTES, temporal_binary
-from worker.runner import run_workers
+from mcp_temporal_tasks.activities.models import ServerConfig
+from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES, temporal_binary
+from mcp_temporal_tasks.worker.runner import run_workers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ class WorkerProcess:
     """``mcp-tasks worker`` in its own process, ready once it logged that it polls its queue."""
 
     def __init__(self, address: str, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
-        cmd = [sys.executable, "-m", "worker.cli", "worker", "--address", address, "--task-queue", task_queue,
+        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address, "--task-queue", task_queue,
                "--config", str(config), "--plain-logs"]
         self.lines: list[str] = []
         self._ready = threading.Event()

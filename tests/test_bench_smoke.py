@@ -75,7 +75,7 @@ def test_go_symbols_of_the_pinned_temporal_binary() -> None:
     import struct
 
     from bench.profile_summary import GoSymbols
-    from worker.devserver import temporal_binary
+    from mcp_temporal_tasks.worker.devserver import temporal_binary
 
     binary = temporal_binary()
     syms = GoSymbols(binary)

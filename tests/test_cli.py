@@ -28,7 +28,7 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     temporal_env,
     unique,
 )
-from workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 
 COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
             "demo-server"]
@@ -36,7 +36,7 @@ COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "w
 
 async def cli(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "worker.cli", *args, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -189,13 +189,13 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
 
 
 async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
-    from worker.devserver import free_port, port_open
+    from mcp_temporal_tasks.worker.devserver import free_port, port_open
 
     port, ui = free_port(), free_port()
     db = tmp_path / "state.db"
     for round_ in range(2):
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "worker.cli", "dev-server", "--db", str(db), "--port", str(port), "--ui-port", str(ui),
+            sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "dev-server", "--db", str(db), "--port", str(port), "--ui-port", str(ui),
             cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         assert proc.stderr is not None
@@ -218,7 +218,7 @@ async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
 
 
 async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: Path) -> None:
-    from worker.devserver import port_open
+    from mcp_temporal_tasks.worker.devserver import port_open
 
     if port_open("127.0.0.1", 7233):
         pytest.fail("something already listens on localhost:7233; this test needs it free to check the embedded default")
@@ -243,7 +243,7 @@ async def test_answer_prompts_for_each_field(client: Client, temporal_env: Any, 
                 break
             await asyncio.sleep(0.2)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "worker.cli", "answer", wid, "--address", address, cwd=REPO_ROOT,
+            sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "answer", wid, "--address", address, cwd=REPO_ROOT,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         out_b, err_b = await asyncio.wait_for(proc.communicate(b"accept\nacct-3\nyes\n"), 60)

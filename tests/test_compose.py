@@ -657,12 +657,17 @@ def test_dockerfile_contract():
     last_run = max(i for i, (k, _) in enumerate(instructions) if k == "RUN")
     assert last_user > last_run, "USER must come after the last RUN"
 
-    # `pip install .` of the repo, without extras, editable mode or dev requirements.
+    # `pip install .` of the repo, not editable, no dev requirements; extras only from the EXTRAS build arg,
+    # empty by default (a worker image does not carry the demo server's dependencies).
     installs = [a for a in by_kind["RUN"] if "pip install" in a]
     assert len(installs) == 1
     (install,) = installs
     args = shlex.split(install.split("pip install", 1)[1].split("&&", 1)[0])
-    assert args == ["."], f"pip install {args}"
+    assert args == [".${EXTRAS:+[$EXTRAS]}"], f"pip install {args}"
+    assert 'EXTRAS=""' in by_kind["ARG"], by_kind.get("ARG")
+    compose = load_compose()
+    assert service(compose, DEMO)["build"].get("args", {}).get("EXTRAS") == "demo"
+    assert "EXTRAS" not in (service(compose, WORKER)["build"].get("args") or {})
 
     exposed = {p.split("/")[0] for a in by_kind.get("EXPOSE", []) for p in a.split()}
     worker_env = env_of(service(load_compose(), WORKER))
@@ -692,9 +697,12 @@ def test_dockerignore_keeps_what_pip_install_needs():
         readme = project.get("project", {}).get("readme")
         if isinstance(readme, str):
             needed.add(readme)
-        packages = project.get("tool", {}).get("setuptools", {}).get("packages", [])
+        setuptools = project.get("tool", {}).get("setuptools", {})
+        packages = setuptools.get("packages", [])
         if isinstance(packages, list):
             needed |= {pkg.split(".")[0] for pkg in packages}
+        # The folders the packages are mapped from (mcp_temporal_tasks.workflows -> workflows/, ...).
+        needed |= {folder.split("/")[0] for folder in (setuptools.get("package-dir") or {}).values()}
     for path in sorted(needed):
         assert not ignored(path), f".dockerignore drops {path}"
     for dropped in (".git", ".venv", "tests", ".env"):

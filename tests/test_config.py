@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.config import ConfigError, load_config
+from mcp_temporal_tasks.worker.config import ConfigError, load_config
 
 DEPLOY_TOML = Path(__file__).resolve().parent.parent / "deploy" / "worker.toml"
 

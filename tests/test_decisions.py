@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from activities.wire.models import RpcErrorInfo
-from workflows.decisions import (
+from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+from mcp_temporal_tasks.workflows.decisions import (
     after_submit_failure,
     classify_failure,
     decide_replay,
@@ -18,7 +18,7 @@ from workflows.decisions import (
     retrieval_budget_s,
     terminal_outcome,
 )
-from workflows.models import Classification, Outcome, ReplayPolicy
+from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy
 
 # Real payloads, as captured from the peers (tests/peers/ts, worker/demo_server.py).
 TS_429 = {"content": [{"type": "text", "text": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"}],

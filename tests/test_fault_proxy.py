@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from activities.wire import (
+from mcp_temporal_tasks.activities.wire import (
     Endpoint,
     McpTaskClient,
     ProtocolViolation,
@@ -52,7 +52,7 @@ def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
 
     log = peer_logs / "fastmcp-json.jsonl"
     log.write_text("")
-    cmd = [sys.executable, "-m", "worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", "100", "--json-response"]
     extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with _http_peer(cmd, name="fastmcp-json", log_path=log, flavour="extension", stateful=False, cwd=REPO_ROOT,

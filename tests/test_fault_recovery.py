@@ -26,7 +26,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.wire import Endpoint
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.wire import Endpoint
 from tests.faults import FaultProxy, Malformed, Rewrite, Stall, Status
 from tests.faults.proxy import wait_for
 from tests.peers.harness import (  # noqa: F401  (fixtures)
@@ -47,10 +48,10 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     write_config,
 )
 from tests.test_workflow import tool_calls, wait_for_view
-from worker.devserver import DevServer, free_port
-from workflows.client import start_mcp_task
-from workflows.mcp_task import McpTaskWorkflow
-from workflows.models import (
+from mcp_temporal_tasks.worker.devserver import DevServer, free_port
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import (
     MAX_ARGUMENTS_BYTES,
     McpTaskOutcome,
     McpTaskRequest,
@@ -154,7 +155,7 @@ async def test_worker_killed_while_retrieving(where: str, ts_http_stateful: Peer
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
-            out = await asyncio.wait_for(handle.result(), 90)
+            out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
         n = await settled_calls(peer, mark, "slow_echo")
         forwarded = proxy.forwarded("tools/call")
@@ -186,7 +187,7 @@ async def test_worker_killed_while_cancelling(ts_http_stateful: Peer, temporal_e
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
-            out = await asyncio.wait_for(handle.result(), 90)
+            out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
         n = await settled_calls(peer, mark, "cancellable")
     bound = HEARTBEAT_S + SLACK_S
@@ -218,7 +219,7 @@ async def test_worker_killed_while_submitting(ts_http_stateful: Peer, temporal_e
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
-            out = await asyncio.wait_for(handle.result(), 90)
+            out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
         n = await settled_calls(peer, mark, "slow_echo")
         forwarded = proxy.forwarded("tools/call")
@@ -246,7 +247,7 @@ async def test_worker_killed_while_relaying_input(ts_http_stateful: Peer, tempor
     with worker_process(address, queue, cfg):
         remaining = await asyncio.wait_for(
             handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE}), 60)
-        out = await asyncio.wait_for(handle.result(), 90)
+        out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - killed
     n = await settled_calls(peer, mark, "ask_user")
     bound = HEARTBEAT_S + SLACK_S
@@ -272,7 +273,7 @@ async def test_garbled_polls_end_lost_not_replayed(request: pytest.FixtureReques
         handle = await start_mcp_task(client, McpTaskRequest(
             server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 1}, timeouts=UNREACHABLE,
             **REPLAY_ALWAYS), workflow_id=unique("garbled"), task_queue=queue)
-        out = await asyncio.wait_for(handle.result(), 90)
+        out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo")
         forwarded = proxy.forwarded("tools/call")
@@ -300,7 +301,7 @@ async def test_unreadable_result_is_result_unavailable(replay: str, ts_http_stat
         handle = await start_mcp_task(client, McpTaskRequest(
             server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 0.5}, ttl_s=ttl_s,
             timeouts=UNREACHABLE, **extra), workflow_id=unique("unread"), task_queue=queue)
-        out = await asyncio.wait_for(handle.result(), 90)
+        out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo")
         forwarded = proxy.forwarded("tools/call")
@@ -329,7 +330,7 @@ async def test_server_down_mid_task_ends_lost_not_replayed(request: pytest.Fixtu
         await until(lambda: proxy.forwarded("tasks/get") >= 1, 20, "a first tasks/get")
         proxy.down(down_s)
         t0 = time.monotonic()
-        out = await asyncio.wait_for(handle.result(), 90)
+        out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo")
         forwarded = proxy.forwarded("tools/call")
@@ -353,7 +354,7 @@ async def test_raw_input_with_a_typo_is_rejected(fastmcp_server: Peer, client: C
     handle = await client.start_workflow(
         "McpTaskWorkflow", {"server": {"url": fastmcp_server.url}, "tool": "slow_echo", "argumnts": {}},
         id=unique("raw"), task_queue=queue, result_type=McpTaskOutcome)
-    out = await asyncio.wait_for(handle.result(), 30)
+    out = await asyncio.wait_for(outcome_of(handle), 30)
     elapsed = time.monotonic() - t0
     n = await settled_calls(fastmcp_server, mark, "slow_echo")
     bound = 10.0
@@ -447,7 +448,7 @@ async def test_ten_kilobyte_task_id(fastmcp_server: Peer, client: Client, queue:
         handle = await start_mcp_task(client, McpTaskRequest(
             server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 1, "text": text},
             timeouts=KILL), workflow_id=unique("longid"), task_queue=queue)
-        out = await asyncio.wait_for(handle.result(), 90)
+        out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo")
         mapped = proxy.mapped_requests
@@ -476,7 +477,7 @@ async def test_worker_refuses_unwritable_state_dir(temporal_env: Any, tmp_path: 
     blocker.write_text("not a directory\n")
     state_dir = blocker / "state"
     cfg = write_config(tmp_path / "w.toml", {})
-    cmd = [sys.executable, "-m", "worker.cli", "worker", "--address", address_of(temporal_env),
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address_of(temporal_env),
            "--task-queue", unique("unwritable"), "--config", str(cfg), "--plain-logs"]
     env = {**os.environ, "MCP_TASKS_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO_ROOT)}
     t0 = time.monotonic()
@@ -524,7 +525,7 @@ async def test_temporal_restart_mid_task(fastmcp_server: Peer, tmp_path: Path) -
             out = None
             for _ in range(60):
                 try:
-                    out = await asyncio.wait_for(handle.result(), 90)
+                    out = await asyncio.wait_for(outcome_of(handle), 90)
                     break
                 except RPCError:  # the client's connection is re-established lazily
                     await asyncio.sleep(1)

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.wire import Endpoint
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.wire import Endpoint
 from tests.faults import (
     Fault,
     FaultProxy,
@@ -38,9 +39,9 @@ from tests.faults import (
 from tests.peers.harness import Peer, fastmcp_server, peer_logs, ts_http_stateful  # noqa: F401  (fixtures)
 from tests.temporal_harness import client, queue, temporal_env, unique, worker  # noqa: F401  (fixtures)
 from tests.test_workflow import wait_for_view
-from workflows.client import start_mcp_task
-from workflows.mcp_task import McpTaskWorkflow
-from workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
 
 # --- the expectations ------------------------------------------------------------------------------
 
@@ -180,7 +181,7 @@ async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, repl
 
     try:
         await asyncio.wait_for(steer(), hard_cap_s)
-        out = await asyncio.wait_for(handle.result(), hard_cap_s)
+        out = await asyncio.wait_for(outcome_of(handle), hard_cap_s)
         return out.outcome.value, out, tool, handle
     except WorkflowFailureError as exc:
         return f"workflow_failed: {exc.cause}", None, tool, handle
@@ -295,7 +296,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
         handle = await start_mcp_task(client, req, workflow_id=unique("hostile"), task_queue=queue)
         out: McpTaskOutcome | None = None
         try:
-            out = await asyncio.wait_for(handle.result(), bound + 30)
+            out = await asyncio.wait_for(outcome_of(handle), bound + 30)
             got = out.outcome.value
         except WorkflowFailureError as exc:
             got = f"workflow_failed: {exc.cause}"

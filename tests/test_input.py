@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from mcp_temporal_tasks.workflows.client import outcome_of
 from tests.peers.harness import (  # noqa: F401  (fixtures)
     Peer,
     fastmcp_server,
@@ -33,9 +34,9 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     write_config,
 )
 from tests.test_workflow import FAST, wait_for_view
-from workflows.client import start_mcp_task
-from workflows.mcp_task import McpTaskWorkflow
-from workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
 
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 PEERS = ["fastmcp_server", "ts_http_stateful", "ts_stdio"]
@@ -68,7 +69,7 @@ async def test_answer_accepted(request: pytest.FixtureRequest, peer_name: str, c
     assert status == "input_required"
     remaining = await handle.execute_update(McpTaskWorkflow.provide_input, {pending.key: APPROVE})
     assert remaining == []
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and text_of(out) == "approved account=acct-7"
 
 
@@ -79,7 +80,7 @@ async def test_decline_gives_the_tools_own_outcome(request: pytest.FixtureReques
     handle = await start_ask(client, peer, queue)
     view = await wait_for_view(handle, lambda v: v.pending_inputs)
     await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: {"action": "decline"}})
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and text_of(out) == "declined"
 
 
@@ -93,7 +94,7 @@ async def test_no_answer_in_time(request: pytest.FixtureRequest, peer_name: str,
                                  client: Client, queue: str, worker: Any) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_ask(client, peer, queue, input_timeout_s=1.5, on_input_timeout=action)
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == expected, out.reason
     if expected == Outcome.COMPLETED:
         assert text_of(out) == "declined"
@@ -119,13 +120,13 @@ async def test_invalid_answers_are_rejected_before_history(fastmcp_server: Peer,
     history = [e async for e in handle.fetch_history_events()]
     assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in history)
     await handle.execute_update(McpTaskWorkflow.provide_input, {key: APPROVE})
-    assert (await handle.result()).outcome == Outcome.COMPLETED
+    assert (await outcome_of(handle)).outcome == Outcome.COMPLETED
 
 
 async def test_sampling_is_refused_cleanly(ts_http_stateful: Peer, client: Client, queue: str, worker: Any) -> None:
     handle = await start_mcp_task(client, McpTaskRequest(server=ts_http_stateful.endpoint, tool="ask_model",
                                                          timeouts=FAST), workflow_id=unique("samp"), task_queue=queue)
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED
     assert text_of(out).startswith("sampling refused:") and "not supported by this client" in text_of(out)
 
@@ -146,7 +147,7 @@ async def test_worker_killed_while_waiting_for_the_human(request: pytest.Fixture
         first.kill()
     with worker_process(address, queue, cfg):
         await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and text_of(out) == "approved account=acct-7"
     assert len([x for x in peer.log_since(mark) if x["method"] == "tools/call"]) == 1
     if peer.flavour == "extension":

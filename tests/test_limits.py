@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from activities.wire import ProtocolViolation, ResultDecodeError, decode_result, parse_task
-from activities.wire.limits import (
+from mcp_temporal_tasks.activities.wire import ProtocolViolation, ResultDecodeError, decode_result, parse_task
+from mcp_temporal_tasks.activities.wire.limits import (
     CUT_MARKER,
     MAX_TASK_ID,
     STATUS_MESSAGE_CAP,
@@ -16,8 +16,8 @@ from activities.wire.limits import (
     loads_bounded,
     safe_raw,
 )
-from workflows import decisions
-from workflows.models import (
+from mcp_temporal_tasks.workflows import decisions
+from mcp_temporal_tasks.workflows.models import (
     MAX_ARGUMENTS_BYTES,
     Outcome,
     RequestTooLarge,

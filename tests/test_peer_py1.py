@@ -9,12 +9,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.models import ServerConfig
-from activities.wire import LEGACY, Endpoint, McpTaskClient, SessionGone, TaskNotFound
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.models import ServerConfig
+from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, McpTaskClient, SessionGone, TaskNotFound
 from tests.peers.harness import Peer, peer_logs, poll_until_terminal, py1_http, py1_http_peer  # noqa: F401
 from tests.temporal_harness import client, in_process_worker, temporal_env, unique  # noqa: F401  (fixtures)
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 
 RATE_LIMIT_TEXT = "429 Too Many Requests; retry-after=30"
 
@@ -148,7 +149,7 @@ async def test_workflow_completed(py1_http: Peer, client: Client) -> None:
                              timeouts=Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60))
     async with in_process_worker(client, task_queue=queue, servers={"py1": ServerConfig(url=py1_http.url)}):
         handle = await start_mcp_task(client, request, workflow_id=unique("py1-ok"), task_queue=queue)
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and out.era == "2025-11-25"
     assert out.result is not None and out.result["structuredContent"] == {"echo": "wf-py1"}
     assert out.task_id and out.task_status == "completed"

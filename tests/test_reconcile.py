@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.wire import Endpoint
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.wire import Endpoint
 from tests.faults import FaultProxy, ResetAfterSend
 from tests.peers.harness import Peer
 from tests.temporal_harness import unique
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, submit_s=60)
 
@@ -32,7 +33,7 @@ async def run_through(proxy: FaultProxy, client: Client, queue: str, **kw: Any) 
     request = McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo",
                              arguments={"seconds": 0.5, "text": "reconciled"}, timeouts=FAST, **kw)
     handle = await start_mcp_task(client, request, workflow_id=unique("rec"), task_queue=queue)
-    return await asyncio.wait_for(handle.result(), 60)
+    return await asyncio.wait_for(outcome_of(handle), 60)
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "py1_http"])

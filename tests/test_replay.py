@@ -13,8 +13,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.fanout import McpFanOutWorkflow
-from workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

@@ -16,13 +16,14 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from mcp_temporal_tasks.workflows.client import outcome_of
 from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
 from tests.temporal_harness import in_process_worker, unique
 from tests.test_workflow import FAST, wait_for_view
-from worker.devserver import SEARCH_ATTRIBUTES
-from workflows.client import start_mcp_task
-from workflows.mcp_task import McpTaskWorkflow
-from workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
 
 
 def time_skipping_binary() -> str:
@@ -54,7 +55,7 @@ async def test_retry_after_is_a_durable_timer(skipping_env: WorkflowEnvironment,
             server=fastmcp_server.endpoint, tool="rate_limited", replay="always", max_replays=1, timeouts=FAST),
             workflow_id=unique("ra"), task_queue=queue)
         started = asyncio.get_running_loop().time()
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
         elapsed = asyncio.get_running_loop().time() - started
     assert out.outcome == Outcome.TOOL_ERROR and out.retry_after_s == 30
     assert [a.reason for a in out.operation_attempts] == ["initial", "replay_retryable"]
@@ -68,9 +69,9 @@ async def test_never_policy_does_not_replay(skipping_env: WorkflowEnvironment, f
     queue = unique("skip")
     mark = fastmcp_server.log_mark()
     async with in_process_worker(skipping_env.client, task_queue=queue):
-        out = await (await start_mcp_task(skipping_env.client, McpTaskRequest(
+        out = await outcome_of(await start_mcp_task(skipping_env.client, McpTaskRequest(
             server=fastmcp_server.endpoint, tool="rate_limited", timeouts=FAST), workflow_id=unique("nv"),
-            task_queue=queue)).result()
+            task_queue=queue))
     assert out.outcome == Outcome.TOOL_ERROR and len(out.operation_attempts) == 1 and calls(fastmcp_server, mark) == 1
 
 
@@ -85,6 +86,6 @@ async def test_with_approval_waits_for_an_operator(skipping_env: WorkflowEnviron
         assert len(view.operation_attempts) == 1 and calls(fastmcp_server, mark) == 1
         attempt = await handle.execute_update(McpTaskWorkflow.approve_replay)
         assert attempt == 2
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert [a.reason for a in out.operation_attempts] == ["initial", "replay_retryable"]
     assert calls(fastmcp_server, mark) == 2

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.mcp_activities import McpActivities
-from activities.result_store import ResultStore
-from activities.wire.models import TaskPayload
+from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+from mcp_temporal_tasks.activities.result_store import ResultStore
+from mcp_temporal_tasks.activities.wire.models import TaskPayload
 
 
 def big(is_error: bool) -> dict:

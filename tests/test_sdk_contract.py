@@ -15,8 +15,8 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.shared import inbound
 from pydantic import ValidationError
 
-from activities.wire import LEGACY, McpTaskClient, parse_task, sdk_compat
-from activities.wire.models import TASKS_EXTENSION
+from mcp_temporal_tasks.activities.wire import LEGACY, McpTaskClient, parse_task, sdk_compat
+from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
 from tests.peers.harness import Peer, poll_until_terminal
 
 WORKAROUND_GONE = "SDK now parses CreateTaskResult: remove the workaround in sdk_compat"

@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.mcp_activities import McpActivities
-from activities.models import ResolveInput, ServerConfig
-from activities.wire import AuthorizationRequired, Endpoint, JsonRpcError, McpTaskClient, McpWireError, TransportError
-from activities.wire import redact
-from activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+from mcp_temporal_tasks.activities.models import ResolveInput, ServerConfig
+from mcp_temporal_tasks.activities.wire import AuthorizationRequired, Endpoint, JsonRpcError, McpTaskClient, McpWireError, TransportError
+from mcp_temporal_tasks.activities.wire import redact
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer, fastmcp_server, peer_logs, ts_stdio  # noqa: F401  (fixtures)
 from tests.temporal_harness import (  # noqa: F401  (fixtures)
     address_of,
@@ -40,10 +41,10 @@ from tests.temporal_harness import (  # noqa: F401  (fixtures)
     unique,
 )
 from tests.test_cli import cli, one_json
-from worker.config import WorkerSettings, load_config
-from worker.printable import printable
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.worker.config import WorkerSettings, load_config
+from mcp_temporal_tasks.worker.printable import printable
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 #: A credential value no test output could contain by chance.
@@ -177,7 +178,7 @@ async def test_default_worker_refuses_inline_endpoints(client: Client, queue: st
         async with in_process_worker(client, task_queue=queue, settings=settings):
             handle = await start_mcp_task(client, McpTaskRequest(server=endpoint, tool="slow_echo", timeouts=FAST),
                                           workflow_id=unique("inline"), task_queue=queue)
-            out = await asyncio.wait_for(handle.result(), 60)
+            out = await asyncio.wait_for(outcome_of(handle), 60)
         assert out.outcome == Outcome.REJECTED and out.operation_attempts == [], out
         assert out.error is not None and f"[worker] {key} = true" in out.error.message
         assert out.error.data == {"kind": "InlineEndpointRefused"}
@@ -196,7 +197,7 @@ async def test_inline_endpoints_run_where_configured(client: Client, queue: str,
             handle = await start_mcp_task(client, McpTaskRequest(
                 server=endpoint, tool="slow_echo", arguments={"seconds": 0.2, "text": text}, timeouts=FAST),
                 workflow_id=unique("allowed"), task_queue=queue)
-            out = await asyncio.wait_for(handle.result(), 60)
+            out = await asyncio.wait_for(outcome_of(handle), 60)
         assert out.outcome == Outcome.COMPLETED, out
         assert out.result is not None and out.result["content"][0]["text"] == text
 
@@ -252,7 +253,7 @@ def test_scrub_forms_and_truncation() -> None:
 
 
 def test_log_filter_scrubs_registered_values() -> None:
-    from worker.runner import JsonFormatter
+    from mcp_temporal_tasks.worker.runner import JsonFormatter
 
     redact.register([f"Bearer {TOKEN}"])
     for formatter in (JsonFormatter(), logging.Formatter("%(levelname)s %(name)s: %(message)s")):
@@ -275,7 +276,7 @@ def test_log_filter_scrubs_registered_values() -> None:
 
 
 def test_setup_logging_installs_the_filter() -> None:
-    from worker.runner import setup_logging
+    from mcp_temporal_tasks.worker.runner import setup_logging
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level
@@ -316,7 +317,7 @@ async def test_echoed_token_never_reaches_history(client: Client, queue: str, ec
     async with in_process_worker(client, task_queue=queue, servers=servers, settings=WorkerSettings()):
         handle = await start_mcp_task(client, McpTaskRequest(server="echo", tool="slow_echo", timeouts=FAST),
                                       workflow_id=unique("echo"), task_queue=queue)
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome != Outcome.COMPLETED
     assert echo.requests[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the server did see it
     text = _history_text((await handle.fetch_history()).to_json())

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from activities.wire import (
+from mcp_temporal_tasks.activities.wire import (
     ERROR_TYPES,
     EXTENSION,
     LEGACY,
@@ -44,10 +44,10 @@ from activities.wire import (
     decode_result,
     parse_task,
 )
-from activities.wire.client import payload_from_error
-from activities.wire.errors import RAW_CAP, HttpRefusal, error_from_rpc, parse_retry_after
-from activities.wire.models import UNLIMITED
-from activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.client import payload_from_error
+from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, HttpRefusal, error_from_rpc, parse_retry_after
+from mcp_temporal_tasks.activities.wire.models import UNLIMITED
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
 # --- the fixture server ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.wire import (
+from mcp_temporal_tasks.activities.wire import (
     EXTENSION,
     LEGACY,
     CapabilityUnavailable,
@@ -27,9 +27,9 @@ from activities.wire import (
     UnsupportedProtocolVersion,
     decode_result,
 )
-from activities.wire import sdk_compat
-from activities.wire.models import TASKS_EXTENSION
-from activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.activities.wire import sdk_compat
+from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer, poll_until_terminal, read_peer_log
 
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.wire import (
+from mcp_temporal_tasks.activities.wire import (
     LEGACY,
     EXTENSION,
     CapabilityUnavailable,
@@ -284,7 +284,7 @@ async def test_reattach_from_another_process(ts_http_stateful: Peer) -> None:
     started = await client.start("cancellable", {"seconds": 60})
     snippet = (
         "import asyncio, json, os, sys\n"
-        "from activities.wire import McpTaskClient, SessionRef\n"
+        "from mcp_temporal_tasks.activities.wire import McpTaskClient, SessionRef\n"
         "async def main():\n"
         "    ref = SessionRef.model_validate_json(sys.stdin.read())\n"
         "    client = await McpTaskClient.attach(ref)\n"

@@ -12,11 +12,12 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from mcp_temporal_tasks.workflows.client import outcome_of
 from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
 from tests.temporal_harness import WorkerProcess, unique, write_config
-from worker.devserver import SEARCH_ATTRIBUTES, free_port, temporal_binary
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES, free_port, temporal_binary
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 
 
 async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) -> None:
@@ -42,7 +43,7 @@ async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) 
             handle = await start_mcp_task(env.client, McpTaskRequest(
                 server="demo", tool="slow_echo", arguments={"seconds": 0.3}, timeouts=Timeouts(heartbeat_s=5)),
                 workflow_id=unique("m"), task_queue=queue)
-            assert (await asyncio.wait_for(handle.result(), 60)).outcome == Outcome.COMPLETED
+            assert (await asyncio.wait_for(outcome_of(handle), 60)).outcome == Outcome.COMPLETED
 
             metrics = await asyncio.to_thread(_scrape, port)
             assert 'mcp_tasks_outcomes{' in metrics and 'outcome="completed"' in metrics

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from activities.result_store import ResultStore
-from activities.wire.contract import canonical_json
+from mcp_temporal_tasks.workflows.client import outcome_of
+from mcp_temporal_tasks.activities.result_store import ResultStore
+from mcp_temporal_tasks.activities.wire.contract import canonical_json
 from tests.peers.harness import (  # noqa: F401  (fixtures)
     Peer, fastmcp_server, peer_logs, ts_http_stateful, ts_http_stateless, ts_stdio, wait_until)
 from tests.temporal_harness import (
@@ -27,10 +28,10 @@ from tests.temporal_harness import (
     worker_process,
     write_config,
 )
-from workflows.client import get_outcome, start_mcp_task
-from workflows.fanout import FanOutRequest, FanOutResult, McpFanOutWorkflow
-from workflows.mcp_task import McpTaskWorkflow
-from workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
+from mcp_temporal_tasks.workflows.fanout import FanOutRequest, FanOutResult, McpFanOutWorkflow
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 HISTORIES = Path(__file__).parent / "histories"
@@ -42,7 +43,7 @@ def req(peer: Peer, tool: str, args: dict[str, Any] | None = None, **kw: Any) ->
 
 async def run_to_end(client: Client, request: McpTaskRequest, *, queue: str, wid: str | None = None) -> McpTaskOutcome:
     handle = await start_mcp_task(client, request, workflow_id=wid or unique("wf"), task_queue=queue)
-    return await asyncio.wait_for(handle.result(), 90)
+    return await asyncio.wait_for(outcome_of(handle), 90)
 
 
 async def history_len(handle: WorkflowHandle[Any, Any]) -> int:
@@ -70,7 +71,7 @@ async def test_completed(request: pytest.FixtureRequest, peer_name: str, client:
     mark = peer.log_mark()
     args = {"seconds": 0.5, "text": f"done-{peer_name}"}
     handle = await start_mcp_task(client, req(peer, "slow_echo", args), workflow_id=unique("ok"), task_queue=queue)
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED
     assert out.result is not None and out.result["content"][0]["text"] == f"done-{peer_name}"
     assert out.result["structuredContent"] == {"echo": f"done-{peer_name}"}
@@ -101,7 +102,7 @@ async def test_tool_error_429_recovered_and_classified(request: pytest.FixtureRe
                                                        client: Client, queue: str, worker: Any) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_mcp_task(client, req(peer, "rate_limited"), workflow_id=unique("429"), task_queue=queue)
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.TOOL_ERROR
     assert out.result is not None and out.result["isError"] is True
     assert out.result["content"][0]["text"] == "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
@@ -136,7 +137,7 @@ async def test_cancel_via_workflow_cancellation(request: pytest.FixtureRequest, 
         await handle.execute_update(McpTaskWorkflow.approve_replay)  # the validator refuses; nothing in history
     assert "nothing to approve: the task is WORKING" in str(refused.value.cause)
     await handle.cancel()
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.CANCELLED and out.task_status == "cancelled"
     cancels = [line for line in peer.log(method="tasks/cancel") if line.get("taskId") == view.task_id]
     assert len(cancels) == 1
@@ -153,7 +154,7 @@ async def test_cancel_after_task_finished_keeps_true_outcome(ts_http_stateful: P
     await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
     await asyncio.sleep(1.5)
     await handle.execute_update(McpTaskWorkflow.cancel, "operator changed their mind")
-    out = await asyncio.wait_for(handle.result(), 60)
+    out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED, out.reason
     assert out.result is not None and out.result["content"][0]["text"] == "kept"
     assert out.reason and "had already ended" in out.reason
@@ -201,7 +202,7 @@ async def test_worker_killed_while_polling(ts_http_stateful: Peer, temporal_env:
                                                      if line["method"] == "tasks/get"], timeout_s=10)
         first.kill()
     with worker_process(address, queue, cfg):
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and out.task_id == view.task_id
     assert out.result is not None and out.result["content"][0]["text"] == text
     assert len(tool_calls(ts_http_stateful, mark, "slow_echo")) == 1
@@ -229,7 +230,7 @@ async def test_worker_killed_after_sending_tools_call(ts_http_stateful: Peer, te
         await asyncio.to_thread(wait_until, lambda: tool_calls(ts_http_stateful, mark, "slow_sync"), timeout_s=15)
         first.kill()  # tools/call has reached the server; its reply never will reach anyone
     with worker_process(address, queue, cfg):
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == expected, out.reason
     assert len(out.operation_attempts) == calls
     assert out.operation_attempts[0].ended == "unknown_outcome"
@@ -253,7 +254,7 @@ async def test_stdio_owner_death_ends_lost(ts_stdio: Peer, temporal_env: Any, tm
         await wait_for_view(handle, lambda v: v.task_id and v.phase == Phase.WORKING)
         first.kill()
     with worker_process(address, queue, cfg):
-        out = await asyncio.wait_for(handle.result(), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.LOST, out
     assert out.reason and ("gone" in out.reason or "owns" in out.reason)
 
@@ -270,7 +271,7 @@ async def test_start_is_idempotent(fastmcp_server: Peer, client: Client, queue: 
     assert first.result_run_id == second.result_run_id
     out = await get_outcome(client, wid)
     third = await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)  # after completion
-    assert (await third.result()).task_id == out.task_id
+    assert (await outcome_of(third)).task_id == out.task_id
     assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 1
 
 
@@ -291,7 +292,7 @@ async def test_large_result_kept_outside_history(fastmcp_server: Peer, client: C
     text = "x" * (300 * 1024)
     handle = await start_mcp_task(client, req(fastmcp_server, "quick_sync", {"text": text}), workflow_id=unique("big"),
                                   task_queue=queue)
-    out = await handle.result()
+    out = await outcome_of(handle)
     assert out.outcome == Outcome.COMPLETED and out.result is None and out.result_ref is not None
     stored = ResultStore.get(out.result_ref.model_dump())
     assert stored["content"][0]["text"] == text
@@ -305,7 +306,7 @@ async def test_history_is_constant_in_task_duration(fastmcp_server: Peer, client
     for seconds in (0.5, 4.0):
         handle = await start_mcp_task(client, req(fastmcp_server, "slow_echo", {"seconds": seconds}),
                                       workflow_id=unique("len"), task_queue=queue)
-        assert (await handle.result()).outcome == Outcome.COMPLETED
+        assert (await outcome_of(handle)).outcome == Outcome.COMPLETED
         lengths.append(await history_len(handle))
     assert abs(lengths[0] - lengths[1]) <= 2, lengths
 
@@ -340,7 +341,7 @@ async def wait_for_view(handle: WorkflowHandle[Any, Any], pred: Any, timeout_s: 
 
 async def test_decode_failed_keeps_the_raw_payload(fastmcp_server: Peer, client: Client) -> None:
     """The work finished; its payload breaks the pinned contract: decode_failed, raw kept, never re-run."""
-    from activities.models import ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
 
     queue = unique("contract")
     pinned = ToolPolicy(output_schema={"type": "object", "required": ["receipt"]}, replay="always")

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from worker.printable import printable
+from mcp_temporal_tasks.worker.printable import printable
 
 EXIT_OK, EXIT_ENDED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_ADDRESS = "localhost:7233"
@@ -48,13 +48,17 @@ def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
 # --- Temporal connection -------------------------------------------------------------------------
 
 
-def _address(args: argparse.Namespace) -> tuple[str, bool]:
-    """(address, explicit): explicit when given by flag or TEMPORAL_ADDRESS."""
-    if args.address:
-        return args.address, True
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        return os.environ["TEMPORAL_ADDRESS"], True
-    return DEFAULT_ADDRESS, False
+def _address(args: argparse.Namespace) -> tuple[str, str, bool]:
+    """(address, namespace, explicit): explicit when given by flag, TEMPORAL_ADDRESS or a temporal.toml profile
+    (Temporal's environment configuration); otherwise the default, where the embedded Temporal may start."""
+    from mcp_temporal_tasks.worker.config import ConfigError
+    from mcp_temporal_tasks.worker.runner import connect_options
+
+    try:
+        options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None))
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return options["target_host"], options["namespace"], explicit
 
 
 def _ui_base(address: str) -> str:
@@ -73,11 +77,10 @@ def ui_link(base: str, namespace: str, workflow_id: str) -> str:
 @contextlib.asynccontextmanager
 async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) -> AsyncIterator[tuple[Any, str]]:
     """Yield (client, ui_base). Starts the embedded default when allowed and nothing listens at the default."""
-    from worker.devserver import DevServer, DevServerError, port_open
-    from worker.runner import connect
+    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, port_open
+    from mcp_temporal_tasks.worker.runner import connect
 
-    address, explicit = _address(args)
-    namespace = args.namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
+    address, namespace, explicit = _address(args)
     server = None
     host, port = address.rsplit(":", 1)
     if not explicit and allow_embedded and not port_open(host, int(port)):
@@ -104,8 +107,8 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) ->
 
 
 def _request(args: argparse.Namespace) -> Any:
-    from activities.wire.models import Endpoint
-    from workflows.models import McpTaskRequest, RequestTooLarge, check_request_size
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.workflows.models import McpTaskRequest, RequestTooLarge, check_request_size
 
     try:
         arguments = json.loads(args.args) if args.args else {}
@@ -139,8 +142,8 @@ def _plain_errors(exc: Exception) -> str:
 
 async def _preflight(request: Any, cfg: Any) -> None:
     """Fail fast (exit 3) when an HTTP MCP server is not even listening; never sends tools/call."""
-    from activities.wire import McpTaskClient, TransportError
-    from activities.wire.models import Endpoint
+    from mcp_temporal_tasks.activities.wire import McpTaskClient, TransportError
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
 
     endpoint = request.server if isinstance(request.server, Endpoint) else (
         cfg.servers[request.server].endpoint() if request.server in cfg.servers else None)
@@ -157,10 +160,12 @@ async def _preflight(request: Any, cfg: Any) -> None:
 
 async def follow(handle: Any, *, ui: str, quiet: bool = False) -> Any:
     """Print live progress to stderr until the workflow ends; return its outcome."""
-    from workflows.mcp_task import McpTaskWorkflow
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     start = time.monotonic()
-    result = asyncio.create_task(handle.result())
+    from mcp_temporal_tasks.workflows.client import outcome_of
+
+    result = asyncio.create_task(outcome_of(handle))
     last = ""
     if not quiet:
         err(f"following {handle.id}  ·  UI: {ui}")
@@ -230,7 +235,7 @@ def exit_code(outcome: Any) -> int:
 
 
 def _load_config(args: argparse.Namespace) -> Any:
-    from worker.config import ConfigError, load_config
+    from mcp_temporal_tasks.worker.config import ConfigError, load_config
 
     try:
         return load_config(getattr(args, "config", None))
@@ -239,9 +244,9 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from activities.wire.models import Endpoint
-    from workflows.client import default_workflow_id, start_mcp_task
-    from worker.runner import make_activities, run_workers
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.workflows.client import default_workflow_id, start_mcp_task
+    from mcp_temporal_tasks.worker.runner import make_activities, run_workers
 
     request = _request(args)
     cfg = _load_config(args)
@@ -255,7 +260,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         worker_task = None
         if not args.no_worker and not args.detach:
-            from worker.runner import ensure_search_attributes
+            from mcp_temporal_tasks.worker.runner import ensure_search_attributes
 
             await ensure_search_attributes(client, client.namespace)
             cfg.temporal.task_queue = args.task_queue
@@ -286,7 +291,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 async def _handle(client: Any, wid: str) -> tuple[Any, Any]:
     from temporalio.service import RPCError
 
-    from workflows.mcp_task import McpTaskWorkflow
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
     try:
@@ -298,7 +303,7 @@ async def _handle(client: Any, wid: str) -> tuple[Any, Any]:
 
 def _resolve_ref(outcome: Any) -> Any:
     if outcome.result is None and outcome.result_ref is not None:
-        from activities.result_store import ResultStore
+        from mcp_temporal_tasks.activities.result_store import ResultStore
 
         try:
             outcome.result = ResultStore.get(outcome.result_ref.model_dump())
@@ -310,13 +315,14 @@ def _resolve_ref(outcome: Any) -> Any:
 async def cmd_status(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowExecutionStatus
 
-    from workflows.mcp_task import McpTaskWorkflow
+    from mcp_temporal_tasks.workflows.client import outcome_of
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     async with temporal(args) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             try:
-                outcome = await handle.result()
+                outcome = await outcome_of(handle)
             except Exception as exc:
                 emit(args, {"workflow_id": args.id, "workflow_status": desc.status.name, "error": str(exc)},
                      f"{printable(args.id)}: workflow {desc.status.name}: {printable(exc)}")
@@ -390,7 +396,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 
 
 async def cmd_answer(args: argparse.Namespace) -> int:
-    from workflows.mcp_task import McpTaskWorkflow
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     async with temporal(args) as (client, _):
         handle, _ = await _handle(client, args.id)
@@ -478,7 +484,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
 async def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
-    from worker.runner import connect, ensure_search_attributes, run_workers, setup_logging
+    from mcp_temporal_tasks.worker.runner import connect, ensure_search_attributes, run_workers, setup_logging
 
     setup_logging(args.log_level, json_logs=not args.plain_logs)
     log = logging.getLogger("mcp_tasks.worker")
@@ -489,17 +495,25 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         cfg.temporal.namespace = args.namespace
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
-    from worker.config import ConfigError
-    from worker.runner import make_activities
+    from mcp_temporal_tasks.worker.config import ConfigError
+    from mcp_temporal_tasks.worker.runner import make_activities
 
     try:
         activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+    from mcp_temporal_tasks.worker.runner import connect_options
+
+    try:
+        options, _ = connect_options(cfg=cfg)
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+    # What the logs below name: the effective address and namespace, wherever they came from.
+    cfg.temporal.address, cfg.temporal.namespace = options["target_host"], options["namespace"]
     try:
         # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so it waits.
-        client = await asyncio.wait_for(connect(cfg.temporal.address, cfg.temporal.namespace, cfg=cfg,
-                                                metrics_port=cfg.worker.metrics_port, wait_s=WORKER_CONNECT_WAIT_S),
+        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port,
+                                                wait_s=WORKER_CONNECT_WAIT_S),
                                         timeout=WORKER_CONNECT_WAIT_S + 15)
     except Exception as exc:
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}: {exc}", EXIT_UNREACHABLE) from None
@@ -519,7 +533,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def cmd_dev_server(args: argparse.Namespace) -> int:
-    from worker.devserver import DevServer, DevServerError
+    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError
 
     server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip)
     try:
@@ -535,14 +549,25 @@ async def cmd_dev_server(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _require_demo_extra() -> None:
+    """The demo server's fastmcp is an extra: a worker image does not carry it."""
+    import importlib.util
+
+    if importlib.util.find_spec("fastmcp") is None:
+        raise CliError("the demo needs the [demo] extra: pip install 'mcp-temporal-tasks[demo]' "
+                       "(from a checkout: pip install '.[demo]')", EXIT_USAGE)
+
+
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from worker.demo import run_demo
+    _require_demo_extra()
+    from mcp_temporal_tasks.worker.demo import run_demo
 
     return await run_demo(args)
 
 
 def cmd_demo_server(args: argparse.Namespace) -> int:
-    from worker import demo_server
+    _require_demo_extra()
+    from mcp_temporal_tasks.worker import demo_server
 
     argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
     return demo_server.main(argv) or 0
@@ -644,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from activities.wire.redact import install_log_redaction
+    from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 
     args = build_parser().parse_args(argv)
     install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)

@@ -47,8 +47,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from activities.models import ServerConfig, ToolPolicy
-from workflows.models import DEFAULT_TASK_QUEUE
+from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE
 
 
 class ConfigError(ValueError):
@@ -136,6 +136,11 @@ def _refs(table: Any, where: str) -> dict[str, str]:
         else:
             raise ConfigError(f"{where}.{name}: values are given by reference only, as {{ env = \"VAR_NAME\" }}")
     return out
+
+
+def server_config(name: str, raw: Any) -> ServerConfig:
+    """One ``[servers.NAME]`` table (as parsed from TOML, or the same shape from Python), validated."""
+    return _server(name, raw)
 
 
 def _server(name: str, raw: Any) -> ServerConfig:

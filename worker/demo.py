@@ -17,19 +17,19 @@ import time
 import uuid
 from typing import Any
 
-from activities.models import ServerConfig, ToolPolicy
-from worker.cli import EXIT_ENDED, EXIT_OK, err, follow, ui_link
-from worker.config import WorkerConfig
-from worker.devserver import DevServer, free_port, port_open
-from worker.runner import connect, ensure_search_attributes, run_workers
-from workflows.client import start_mcp_task
-from workflows.models import McpTaskRequest
+from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.worker.cli import EXIT_ENDED, EXIT_OK, err, follow, ui_link
+from mcp_temporal_tasks.worker.config import WorkerConfig
+from mcp_temporal_tasks.worker.devserver import DevServer, free_port, port_open
+from mcp_temporal_tasks.worker.runner import connect, ensure_search_attributes, run_workers
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest
 
 EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled"}
 
 
 def start_demo_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
                              "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()

@@ -26,18 +26,19 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.mcp_activities import McpActivities
-from activities.result_store import ResultStore
-from activities.wire import PROCESS_ID, Endpoint, SessionPool
-from activities.wire.redact import install_log_redaction
-from worker.config import ConfigError, WorkerConfig, WorkerSettings
-from workflows.fanout import McpFanOutWorkflow
-from workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+from mcp_temporal_tasks.activities.result_store import ResultStore
+from mcp_temporal_tasks.activities.wire import PROCESS_ID, Endpoint, SessionPool
+from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
 log = logging.getLogger("mcp_tasks.worker")
 WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
@@ -101,24 +102,54 @@ def transient_connect_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(marker in str(exc) for marker in _TRANSIENT_CONNECT)
 
 
-async def connect(address: str, namespace: str, *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
-                  wait_s: float = 0.0) -> Client:
-    """Connect to Temporal; with ``wait_s``, keep retrying for that long while the server is not up yet.
+def connect_options(*, address: str | None = None, namespace: str | None = None,
+                    cfg: WorkerConfig | None = None) -> tuple[dict[str, Any], bool]:
+    """``Client.connect`` keyword arguments and whether an address was given (not defaulted).
 
-    The last error is raised unchanged once the wait is over, and at once when it is not transient.
+    Follows Temporal's own environment configuration (``temporalio.envconfig``: ``TEMPORAL_ADDRESS``,
+    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE`` and the profiles of
+    ``temporal.toml``), then the ``[temporal]`` table of our configuration where it sets a key, then the
+    explicit arguments (CLI flags).
     """
-    kwargs: dict[str, Any] = {}
+    try:
+        options: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
+    except Exception as exc:  # a malformed temporal.toml or TEMPORAL_* value
+        raise ConfigError(f"Temporal client configuration (temporal.toml / TEMPORAL_* variables): {exc}") from None
+    given = "target_host" in options
     if cfg is not None:
-        kwargs["tls"] = cfg.tls_config()
-        if cfg.api_key():
-            kwargs["api_key"] = cfg.api_key()
+        table = cfg.temporal
+        if "address" in table.model_fields_set:
+            options["target_host"], given = table.address, True
+        if "namespace" in table.model_fields_set:
+            options["namespace"] = table.namespace
+        legacy_tls = cfg.tls_config()  # TEMPORAL_TLS_CERT/KEY, tls = true: kept from earlier releases
+        if legacy_tls and not options.get("tls"):
+            options["tls"] = legacy_tls
+    if address:
+        options["target_host"], given = address, True
+    if namespace:
+        options["namespace"] = namespace
+    options.setdefault("target_host", "localhost:7233")
+    options.setdefault("namespace", "default")
+    if options.get("api_key") and "tls" not in options:
+        options["tls"] = True  # Temporal Cloud: an API key always travels over TLS
+    return options, given
+
+
+async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
+                  metrics_port: int = 0, wait_s: float = 0.0) -> Client:
+    """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
+    the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
+    not transient."""
+    options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
+    target = options.pop("target_host")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     delay = 0.1
     while True:
         try:
-            return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter,
-                                        runtime=runtime(metrics_port), **kwargs)
+            return await Client.connect(target, data_converter=pydantic_data_converter, runtime=runtime(metrics_port),
+                                        **options)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise
@@ -146,32 +177,32 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     by the replay tests over committed histories.
     """
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "activities"))
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("mcp_temporal_tasks"))
 
 
 def build_workers(client: Client, task_queue: str, activities: McpActivities,
                   settings: WorkerSettings | None = None, **shared_overrides: Any) -> list[Worker]:
-    """The shared worker (workflows + activities) and this process's owner-queue worker (activities).
+    """The worker of ``mcp-tasks worker``: a plain ``Worker`` with :class:`McpTasksPlugin`, which registers
+    the workflows and activities and runs this process's owner queue beside it (stdio tasks live here).
 
     Memory is bounded by ``max_cached_workflows`` rather than by the tasks in flight (see WorkerSettings).
-    ``shared_overrides`` replace Worker options of the shared worker (the benchmark's experiments use it).
+    ``shared_overrides`` replace Worker options (the benchmark's experiments use it).
     """
+    from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
+
     s = settings or WorkerSettings()
+    plugin = McpTasksPlugin(activities.servers, settings=s, activities=activities)
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
-    common: dict[str, Any] = dict(max_concurrent_activities=s.max_concurrent_activities,
-                                  graceful_shutdown_timeout=timedelta(seconds=5))
-    shared_options: dict[str, Any] = dict(
+    options: dict[str, Any] = dict(
+        max_concurrent_activities=s.max_concurrent_activities, graceful_shutdown_timeout=timedelta(seconds=5),
         max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks, max_cached_workflows=s.max_cached_workflows,
         workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
             s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
         # A workflow task waits this long on a dead worker's sticky queue before any worker may take it: with the
         # SDK's 10 s default, recovery from a killed worker took heartbeat + 10 s (tests/test_fault_recovery.py).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.sticky_schedule_to_start_s),
-        workflow_runner=workflow_runner(), **common)
-    shared = Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities.all(),
-                    **{**shared_options, **shared_overrides})
-    owner = Worker(client, task_queue=activities.owner_queue or PROCESS_ID, activities=activities.all(), **common)
-    return [shared, owner]
+        workflow_runner=workflow_runner())
+    return [Worker(client, task_queue=task_queue, plugins=[plugin], **{**options, **shared_overrides})]
 
 
 def shutdown_executors(workers: list[Worker]) -> None:

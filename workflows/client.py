@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from activities.wire.contract import canonical_json
-from workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
-from workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
+from mcp_temporal_tasks.activities.wire.contract import canonical_json
+from mcp_temporal_tasks.workflows.errors import McpTaskError
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
+from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
 
 
 def default_workflow_id(request: McpTaskRequest) -> str:
@@ -37,7 +40,7 @@ async def start_mcp_task(
     A running workflow with this id is reused (``USE_EXISTING``); a finished one is never re-run
     (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome.
 
-    Raises :class:`~workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
+    Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
     arguments are too large to carry through Temporal.
     """
     check_request_size(request.arguments)
@@ -57,9 +60,24 @@ async def start_mcp_task(
 
 
 async def get_outcome(client: Client, workflow_id: str) -> McpTaskOutcome:
-    """Wait for and return the outcome of an MCP task workflow."""
-    handle = client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id)
-    return await handle.result()
+    """Wait for and return the outcome of an MCP task workflow, whatever it is (see :func:`outcome_of`)."""
+    return await outcome_of(client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id))
+
+
+async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
+    """Wait for the task's end and return its outcome, whatever it is.
+
+    ``handle.result()`` returns the outcome of a ``completed`` task only: every other outcome fails the
+    workflow with :class:`~mcp_temporal_tasks.workflows.errors.McpTaskError` (so Temporal shows it as failed);
+    this unwraps it. A workflow that failed for another reason (terminated, timed out) still raises.
+    """
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        outcome = McpTaskError.outcome_of(err)
+        if outcome is None:
+            raise
+        return outcome
 
 
 async def is_running(client: Client, workflow_id: str) -> bool:

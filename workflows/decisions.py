@@ -23,7 +23,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from activities.wire.models import UNLIMITED, RpcErrorInfo
+from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
 
 from .models import Classification, Outcome, ReplayPolicy
 

@@ -14,8 +14,9 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.mcp_task import initial_search_attributes
-    from workflows.models import WORKFLOW_TYPE, McpTaskOutcome, McpTaskRequest, Outcome
+    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.mcp_task import initial_search_attributes
+    from mcp_temporal_tasks.workflows.models import WORKFLOW_TYPE, McpTaskOutcome, McpTaskRequest, Outcome
 
 
 class FanOutRequest(BaseModel):
@@ -43,7 +44,8 @@ class McpFanOutWorkflow:
                     search_attributes=initial_search_attributes(task),
                     static_summary=f"step {i}: MCP {task.tool}")
             except ChildWorkflowError as err:
-                return f"step {i}: {err.cause or err}"
+                # A task that did not complete fails its workflow with the outcome inside: unwrap it.
+                return McpTaskError.outcome_of(err) or f"step {i}: {err.cause or err}"
 
         results = await asyncio.gather(*(child(i, t) for i, t in enumerate(request.tasks)))
         outcomes = [r for r in results if isinstance(r, McpTaskOutcome)]

@@ -20,7 +20,7 @@
 * **Cancel** (workflow cancellation or the ``cancel`` update) sends ``tasks/cancel`` and then reads the
   task's true end: a task that had already finished keeps its real outcome.
 
-Decision logic lives in :mod:`workflows.decisions` (plain functions, unit tested without Temporal).
+Decision logic lives in :mod:`mcp_temporal_tasks.workflows.decisions` (plain functions, unit tested without Temporal).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
-    from activities.mcp_activities import (
+    from mcp_temporal_tasks.activities.mcp_activities import (
         AWAIT_TASK,
         CANCEL_TASK,
         INPUT_DELIVERED_SIGNAL,
@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RETRIEVE_RESULT,
         START_CALL,
     )
-    from activities.models import (
+    from mcp_temporal_tasks.activities.models import (
         AwaitInput,
         AwaitOutput,
         CancelInput,
@@ -66,10 +66,11 @@ with workflow.unsafe.imports_passed_through():
         StartCallOutput,
         UpdateInput,
     )
-    from activities.wire.contract import canonical_json, contract_of, digest
-    from activities.wire.models import RpcErrorInfo, SessionRef, TaskState
-    from workflows import decisions
-    from workflows.models import (
+    from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
+    from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo, SessionRef, TaskState
+    from mcp_temporal_tasks.workflows import decisions
+    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.models import (
         Classification,
         Ledger,
         McpTaskOutcome,
@@ -107,6 +108,7 @@ LONG_WAIT = timedelta(days=7)
 MAX_RESEND_DELAY_S = 300.0
 #: Guards the rule "a retrieval failure never leads to a replay": histories recorded before it replayed.
 RETRIEVAL_NEVER_REPLAYS = "retrieval-failures-never-replay"
+FAIL_UNLESS_COMPLETED = "fail-unless-completed"
 LEDGER_CONTRACT_CAP = 16 * 1024
 
 
@@ -273,6 +275,17 @@ class McpTaskWorkflow:
 
     @workflow.run
     async def run(self, request: Any) -> McpTaskOutcome:
+        """The outcome of a ``completed`` task; every other outcome fails the workflow with
+        :class:`~mcp_temporal_tasks.workflows.errors.McpTaskError` carrying the outcome (see that module)."""
+        outcome = await self._run()
+        # Operators must tell a task that did not complete from one that did (UI status, "Failed" filter, SDK
+        # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only
+        # for those outcomes, so a completed task's history does not grow.
+        if outcome.outcome != Outcome.COMPLETED and workflow.patched(FAIL_UNLESS_COMPLETED):
+            raise McpTaskError(outcome)
+        return outcome
+
+    async def _run(self) -> McpTaskOutcome:
         request = self.req
         if self.invalid is not None:
             return self._finish(Outcome.REJECTED, error=RpcErrorInfo(

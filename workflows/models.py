@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, TaskStatus
+from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, TaskStatus
 
 WORKFLOW_TYPE = "McpTaskWorkflow"
 DEFAULT_TASK_QUEUE = "mcp-tasks"

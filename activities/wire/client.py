@@ -1,6 +1,6 @@
 """One MCP session with one server, speaking tasks in either era. The only class that builds requests.
 
-Failure semantics of each call are in the package docstring (:mod:`activities.wire`).
+Failure semantics of each call are in the package docstring (:mod:`mcp_temporal_tasks.activities.wire`).
 """
 
 from __future__ import annotations
@@ -182,6 +182,8 @@ class McpTaskClient:
         self.tasks_offered = tasks_offered
         self.owner = owner
         self._tools: dict[str, ToolInfo] | None = None
+        #: The last tools/list as the server sent it (the workflow-side client hands it on).
+        self.raw_tools: list[Any] = []
         # What reconcile_lost_call needs to know to be sound: every task a tools/call of this session made,
         # and whether calls overlapped. Sessions are never shared across processes for tools/call.
         self._known_tasks: set[str] = set()
@@ -315,16 +317,19 @@ class McpTaskClient:
         if self._tools is not None and not refresh:
             return self._tools
         tools: dict[str, ToolInfo] = {}
+        raw_tools: list[Any] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever must not hang us
             reply = await self._request("tools/list", {"cursor": cursor} if cursor else {})
             for raw in reply.get("tools") or []:
                 info = sdk_compat.tool_info(raw)
                 tools[info.name] = info
+                raw_tools.append(raw)
             cursor = reply.get("nextCursor")
             if not cursor:
                 break
         self._tools = tools
+        self.raw_tools = raw_tools
         return tools
 
     async def start(self, tool: str, arguments: dict[str, Any], *, ttl_ms: int | None = None,

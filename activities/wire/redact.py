@@ -7,7 +7,7 @@ at connect time (``client.resolve_refs``). A server may still echo one back (a 4
 * every transport knows the values it resolved (its header values, its stdio child's referenced env) and
   scrubs each :class:`~.errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
 * every value ever resolved in this process is also kept in a process-wide registry, and
-  :class:`RedactingFilter` (installed on the log handlers by ``worker.runner.setup_logging``) scrubs log
+  :class:`RedactingFilter` (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs log
   records with it: message, arguments, exception and stack text.
 
 A value is replaced by ``[redacted]`` wherever it occurs. Values shorter than :data:`MIN_SECRET_LEN`

@@ -2,7 +2,7 @@
 
 * TypeScript SDK 1.32.2 task runtime (2025-11-25): ``tests/peers/ts/server.mjs``, over stdio, stateful
   streamable HTTP and stateless streamable HTTP;
-* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m worker.demo_server``;
+* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m mcp_temporal_tasks.worker.demo_server``;
 * official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
   stateful streamable HTTP, run by its own venv ``tests/peers/py1/.venv`` (the project pins mcp 2.x).
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from activities.wire import Endpoint
+from mcp_temporal_tasks.activities.wire import Endpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TS_DIR = REPO_ROOT / "tests" / "peers" / "ts"
@@ -199,7 +199,7 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
                  name: str | None = None) -> Iterator[Peer]:
     """The fastmcp 2026-07-28 tasks-extension demo server over streamable HTTP."""
     name = name or ("fastmcp" if task_ttl_ms is None else f"fastmcp-ttl{task_ttl_ms}")
-    cmd = [sys.executable, "-m", "worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", str(poll_interval_ms)]
     if task_ttl_ms is not None:
         cmd += ["--task-ttl-ms", str(task_ttl_ms)]

@@ -1,0 +1,58 @@
+"""mcp-temporal-tasks: every long-running MCP task as a durable Temporal workflow.
+
+Where data flows, by folder: a request (:class:`McpTaskRequest`) starts ``McpTaskWorkflow``
+(``mcp_temporal_tasks.workflows``), whose activities (``mcp_temporal_tasks.activities``, over
+``activities.wire``, the one place that speaks MCP on the wire) drive the MCP server to an
+:class:`McpTaskOutcome`; ``mcp_temporal_tasks.worker`` runs them (plugin, CLI, embedded Temporal).
+
+Public API, loaded lazily so that workflow code importing :class:`McpTasksClient` never imports worker-side
+modules (network clients, the CLI):
+
+* worker side: :class:`McpTasksPlugin` (a ``temporalio.plugin.SimplePlugin``);
+* workflow side: :class:`McpTasksClient`, :class:`McpTaskError`;
+* services: :func:`start_mcp_task`, :func:`get_outcome`, :class:`McpTaskRequest`, :class:`McpTaskOutcome`,
+  :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
+    from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
+    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.models import (
+        McpTaskOutcome,
+        McpTaskRequest,
+        Outcome,
+        ReplayPolicy,
+        RequestTooLarge,
+        Timeouts,
+    )
+    from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
+
+_WHERE = {
+    "McpTasksPlugin": "mcp_temporal_tasks.worker.plugin",
+    "McpTasksClient": "mcp_temporal_tasks.workflows.tasks_client",
+    "McpTaskError": "mcp_temporal_tasks.workflows.errors",
+    "start_mcp_task": "mcp_temporal_tasks.workflows.client",
+    "get_outcome": "mcp_temporal_tasks.workflows.client",
+    "McpTaskRequest": "mcp_temporal_tasks.workflows.models",
+    "McpTaskOutcome": "mcp_temporal_tasks.workflows.models",
+    "Outcome": "mcp_temporal_tasks.workflows.models",
+    "ReplayPolicy": "mcp_temporal_tasks.workflows.models",
+    "Timeouts": "mcp_temporal_tasks.workflows.models",
+    "RequestTooLarge": "mcp_temporal_tasks.workflows.models",
+}
+
+__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "McpTaskRequest",
+           "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(module), name)

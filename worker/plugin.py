@@ -1,0 +1,148 @@
+"""``McpTasksPlugin``: MCP tasks on the workers a Temporal application already runs.
+
+A ``temporalio.plugin.SimplePlugin``, shaped like ``temporalio.mcp.MCPPlugin``::
+
+    plugin = McpTasksPlugin.from_config("worker.toml")       # or McpTasksPlugin(servers={...})
+    client = await Client.connect(**ClientConfig.load_client_connect_config(), plugins=[plugin])
+    worker = Worker(client, task_queue="agents", workflows=[MyAgent])   # inherits the plugin
+
+Given to ``Client.connect`` it sets the pydantic payload converter our models need (keeping any codec) and
+every worker built on that client inherits the rest; given to ``Worker(..., plugins=[plugin])`` it needs a
+client that already has that converter and says so if it does not. On each worker it:
+
+* registers ``McpTaskWorkflow``, ``McpFanOutWorkflow`` and the activities, and passes ``mcp_temporal_tasks``
+  through the workflow sandbox;
+* registers the search attributes in the worker's namespace at start (or fails naming the missing ones);
+* runs this process's *owner* task queue beside the worker: tasks on stdio servers live in a child process of
+  this worker, and all their later activities are pinned to that queue (see ``runner.build_workers``);
+* closes the MCP sessions when the worker stops.
+
+``mcp-tasks worker`` is a thin user of this plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.service import RPCError
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+from mcp_temporal_tasks.activities.models import ServerConfig
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig as McpWorkerConfig
+from mcp_temporal_tasks.worker.config import WorkerSettings, load_config, server_config
+from mcp_temporal_tasks.worker.runner import (
+    SEARCH_ATTRIBUTE_NAMES,
+    WORKFLOWS,
+    ensure_search_attributes,
+    make_activities,
+)
+
+log = logging.getLogger("mcp_tasks.plugin")
+PASSTHROUGH = ("mcp_temporal_tasks",)
+
+
+def with_pydantic(converter: DataConverter | None) -> DataConverter:
+    """``converter`` with the pydantic payload converter; its codec and failure converter are kept."""
+    base = converter or DataConverter.default
+    if issubclass(base.payload_converter_class, PydanticPayloadConverter):
+        return base
+    return dataclasses.replace(base, payload_converter_class=PydanticPayloadConverter)
+
+
+def _sandbox(runner: WorkflowRunner | None) -> WorkflowRunner:
+    if isinstance(runner, SandboxedWorkflowRunner):
+        return dataclasses.replace(runner, restrictions=runner.restrictions.with_passthrough_modules(*PASSTHROUGH))
+    if runner is None:
+        raise ValueError("McpTasksPlugin needs a workflow runner to configure")
+    return runner
+
+
+class McpTasksPlugin(SimplePlugin):
+    """Register durable MCP tasks on a worker. ``servers``: name → :class:`ServerConfig`, or the same table as a
+    ``[servers.NAME]`` of the TOML configuration (``headers = {Authorization = {env = "VAR"}}``, ``tools``...).
+    ``settings``: the ``[worker]`` table (result store, inline endpoints, session idle time...)."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerConfig | Mapping[str, Any]] | None = None,
+        *,
+        settings: WorkerSettings | None = None,
+        register_search_attributes: bool = True,
+        activities: McpActivities | None = None,
+    ) -> None:
+        parsed = {name: cfg if isinstance(cfg, ServerConfig) else server_config(name, cfg)
+                  for name, cfg in (servers or {}).items()}
+        self.config = McpWorkerConfig(servers=parsed, worker=settings or WorkerSettings())
+        #: The activities, their session pool and result store (checked writable now, not at the first result).
+        self.mcp_activities = activities or make_activities(self.config)
+        self.register_search_attributes = register_search_attributes
+        # (SimplePlugin keeps its own `activities` attribute: ours is `mcp_activities`.)
+        super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=with_pydantic,
+                         activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox)
+
+    @classmethod
+    def from_config(cls, path: str | Path | None = None, **kw: Any) -> McpTasksPlugin:
+        """From the TOML configuration (``path``, else ``$MCP_TASKS_CONFIG``; see the README)."""
+        cfg = load_config(path)
+        return cls(cfg.servers, settings=cfg.worker, **kw)
+
+    @property
+    def owner_queue(self) -> str:
+        assert self.mcp_activities.owner_queue is not None
+        return self.mcp_activities.owner_queue
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        client = config["client"]
+        if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+            raise ConfigError(
+                "McpTasksPlugin: the worker's client has no pydantic payload converter; give the plugin to "
+                "Client.connect(..., plugins=[plugin]) (workers on that client inherit it), or connect with "
+                "data_converter=temporalio.contrib.pydantic.pydantic_data_converter")
+        config = super().configure_worker(config)
+        if config.get("task_queue") == self.owner_queue:  # the owner queue runs activities only
+            config["workflows"] = [w for w in config.get("workflows") or [] if w not in WORKFLOWS]
+        return config
+
+    async def run_worker(self, worker: Worker, next: Any) -> None:
+        if worker.task_queue == self.owner_queue:
+            await next(worker)
+            return
+        client = worker.client
+        if self.register_search_attributes:
+            await _register_search_attributes(client)
+        owner = Worker(client, task_queue=self.owner_queue,
+                       activities=[] if self in client.config().get("plugins", []) else self.mcp_activities.all(),
+                       max_concurrent_activities=self.config.worker.max_concurrent_activities,
+                       graceful_shutdown_timeout=timedelta(seconds=5))
+        owner_run = asyncio.create_task(owner.run())
+        try:
+            await next(worker)
+        finally:
+            await owner.shutdown()
+            await asyncio.gather(owner_run, return_exceptions=True)
+            await self.mcp_activities.pool.aclose()
+
+
+async def _register_search_attributes(client: Client) -> None:
+    try:
+        added = await ensure_search_attributes(client, client.namespace)
+    except RPCError as exc:
+        raise ConfigError(
+            f"McpTasksPlugin: cannot check or register the search attributes {', '.join(SEARCH_ATTRIBUTE_NAMES)} "
+            f"(Keyword) in namespace {client.namespace!r}: {exc.message}. Register them once, e.g. "
+            "`temporal operator search-attribute create --name McpTaskStatus --type Keyword`, or pass "
+            "register_search_attributes=False") from None
+    if added:
+        log.info("registered search attributes %s in namespace %s", ", ".join(added), client.namespace)

@@ -1,0 +1,56 @@
+"""How a task that did not complete shows in Temporal: a failed workflow with a typed ``ApplicationError``.
+
+``McpTaskWorkflow`` returns the :class:`~.models.McpTaskOutcome` when the task ``completed`` and *fails* with
+:class:`McpTaskError` for every other outcome, so the Temporal UI's status column, its "Failed" filter,
+``ExecutionStatus = 'Failed'`` in visibility queries and the SDK's ``workflow_failed`` metric all tell a task
+that did not complete from one that did. The error's ``type`` names the outcome (``McpTaskToolError``,
+``McpTaskLost``, ``McpTaskUnknownOutcome``...) and its first detail is the whole outcome as JSON, so nothing
+is lost: :meth:`McpTaskError.outcome_of` reads it back from any failure that carries it (a
+``WorkflowFailureError`` from a client, a ``ChildWorkflowError`` in a parent workflow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from .models import McpTaskOutcome, Outcome
+
+TYPE_PREFIX = "McpTask"
+
+
+def failure_type(outcome: Outcome) -> str:
+    """``tool_error`` → ``McpTaskToolError``: the ``ApplicationError.type`` of a task that ended so."""
+    return TYPE_PREFIX + "".join(part.title() for part in outcome.value.split("_"))
+
+
+class McpTaskError(ApplicationError):
+    """An MCP task ended with an outcome other than ``completed``. ``.outcome`` is the whole outcome.
+
+    Non-retryable: retrying a workflow would send a new ``tools/call``, which only the replay policy may do.
+    """
+
+    def __init__(self, outcome: McpTaskOutcome) -> None:
+        detail = outcome.error.message if outcome.error else (outcome.reason or "")
+        where = f"{outcome.ledger.tool} on {outcome.ledger.server}"
+        super().__init__(f"MCP task {where} ended {outcome.outcome.value}" + (f": {detail}" if detail else ""),
+                         outcome.model_dump(mode="json"), type=failure_type(outcome.outcome), non_retryable=True)
+        self.outcome = outcome
+
+    @staticmethod
+    def outcome_of(err: BaseException | None) -> McpTaskOutcome | None:
+        """The outcome carried by ``err`` or any of its causes, or None when it carries none."""
+        seen = 0
+        while err is not None and seen < 10:
+            if isinstance(err, McpTaskError):
+                return err.outcome
+            if isinstance(err, ApplicationError) and (err.type or "").startswith(TYPE_PREFIX) and err.details:
+                detail: Any = err.details[0]
+                if isinstance(detail, McpTaskOutcome):
+                    return detail
+                if isinstance(detail, dict):
+                    return McpTaskOutcome.model_validate(detail)
+            err = getattr(err, "cause", None) or err.__cause__
+            seen += 1
+        return None
