@@ -10,8 +10,9 @@ modules (network clients, the CLI):
 
 * worker side: :class:`McpTasksPlugin` (a ``temporalio.plugin.SimplePlugin``);
 * workflow side: :class:`McpTasksClient`, :class:`McpTaskError`;
-* services: :func:`start_mcp_task`, :func:`get_outcome`, :class:`McpTaskRequest`, :class:`McpTaskOutcome`,
-  :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`.
+* services: :func:`start_mcp_task`, :func:`get_outcome`, :func:`outcome_of`, :class:`McpTaskRequest`,
+  :class:`McpTaskOutcome`, :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`,
+  :class:`RequestMismatch`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
-    from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
+    from mcp_temporal_tasks.workflows.client import RequestMismatch, get_outcome, outcome_of, start_mcp_task
     from mcp_temporal_tasks.workflows.errors import McpTaskError
     from mcp_temporal_tasks.workflows.models import (
         McpTaskOutcome,
@@ -39,6 +40,8 @@ _WHERE = {
     "McpTaskError": "mcp_temporal_tasks.workflows.errors",
     "start_mcp_task": "mcp_temporal_tasks.workflows.client",
     "get_outcome": "mcp_temporal_tasks.workflows.client",
+    "outcome_of": "mcp_temporal_tasks.workflows.client",
+    "RequestMismatch": "mcp_temporal_tasks.workflows.client",
     "McpTaskRequest": "mcp_temporal_tasks.workflows.models",
     "McpTaskOutcome": "mcp_temporal_tasks.workflows.models",
     "Outcome": "mcp_temporal_tasks.workflows.models",
@@ -47,7 +50,8 @@ _WHERE = {
     "RequestTooLarge": "mcp_temporal_tasks.workflows.models",
 }
 
-__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "McpTaskRequest",
+__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "outcome_of",
+           "RequestMismatch", "McpTaskRequest",
            "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge"]
 
 

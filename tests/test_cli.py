@@ -12,22 +12,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.peers.harness import (  # noqa: F401  (fixtures)
-    Peer,
-    fastmcp_server,
-    peer_logs,
-    ts_http_stateful,
-    ts_stdio,
-)
-from tests.temporal_harness import (  # noqa: F401  (fixtures)
-    REPO_ROOT,
-    address_of,
-    client,
-    in_process_worker,
-    queue,
-    temporal_env,
-    unique,
-)
+from tests.peers.harness import Peer
+from tests.temporal_harness import REPO_ROOT, address_of, in_process_worker, unique
+
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 
 COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
@@ -177,10 +164,10 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
             raise AssertionError("the waiting task never showed in `list --status input_required`")
         rc, out, err = await cli("status", wid, "--address", address)
         assert rc == 1 and "needs input" in out and f"mcp-tasks answer {wid}" in out
-        rc, _, err = await cli("answer", wid, "--json", '{"action": "accept", "content": {"approve": "nope"}}',
+        rc, _, err = await cli("answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}',
                                "--address", address)
         assert rc == 1 and "'nope' is not of type 'boolean'" in err
-        rc, out, err = await cli("answer", wid, "--json",
+        rc, out, err = await cli("answer", wid, "--response",
                                  '{"action": "accept", "content": {"account": "acct-9", "approve": true}}',
                                  "--address", address)
         assert rc == 0, err
@@ -231,23 +218,4 @@ async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: P
     assert not port_open("127.0.0.1", 7233)  # stopped on exit, since we started it
 
 
-async def test_answer_prompts_for_each_field(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                             queue: str) -> None:
-    address = address_of(temporal_env)
-    wid = unique("prompt")
-    async with in_process_worker(client, task_queue=queue):
-        await start_detached("ask_user", fastmcp_server, wid, queue, address)
-        for _ in range(100):
-            rc, out, _ = await cli("status", wid, "--address", address)
-            if "needs input" in out:
-                break
-            await asyncio.sleep(0.2)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "answer", wid, "--address", address, cwd=REPO_ROOT,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-        out_b, err_b = await asyncio.wait_for(proc.communicate(b"accept\nacct-3\nyes\n"), 60)
-        assert proc.returncode == 0, err_b.decode()
-        assert "Approve payment of 10 EUR?" in err_b.decode() and "answered" in out_b.decode()
-        rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
-        assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-3"
+# Prompting on a terminal (and refusing a non-terminal stdin): tests/test_cli_ux.py, in a real pty.

@@ -1,8 +1,9 @@
-"""``mcp-tasks``: run, follow and operate MCP tasks as Temporal workflows.
+"""mcp-tasks: run, follow and operate MCP tasks as Temporal workflows.
 
 Exit codes: 0 the task completed without tool error · 1 it ended otherwise (or is not finished) ·
 2 bad input or usage · 3 Temporal or the MCP server unreachable at start.
-With ``--json`` stdout carries exactly one JSON object; progress and logs go to stderr.
+With --json stdout carries exactly one JSON object on every exit (errors: {"error": {"kind", "message"}});
+progress and logs go to stderr.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shlex
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,14 +25,28 @@ from pydantic import ValidationError
 from mcp_temporal_tasks.worker.printable import printable
 
 EXIT_OK, EXIT_ENDED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130
 DEFAULT_ADDRESS = "localhost:7233"
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
+#: Longest workflow id the CLI accepts (Temporal's own default limit is 1,000 bytes; ids are also shown in links).
+MAX_ID_CHARS = 255
+_KINDS = {EXIT_ENDED: "ended", EXIT_USAGE: "usage", EXIT_UNREACHABLE: "unreachable", EXIT_INTERRUPTED: "interrupted"}
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int) -> None:
+    """One line for the user and an exit code; ``kind`` names it in the ``--json`` error object."""
+
+    def __init__(self, message: str, code: int, *, kind: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.kind = kind or _KINDS.get(code, "error")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit 2 (and, with --json, one JSON error object), never argparse's exit."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise CliError(f"{self.prog}: {message} (see {self.prog} --help)", EXIT_USAGE)
 
 
 def err(msg: str) -> None:
@@ -58,7 +74,33 @@ def _address(args: argparse.Namespace) -> tuple[str, str, bool]:
         options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None))
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+    check_address(options["target_host"], "--address" if args.address else "the Temporal address (TEMPORAL_ADDRESS "
+                  "or temporal.toml)")
     return options["target_host"], options["namespace"], explicit
+
+
+def check_address(address: str, source: str) -> None:
+    """``HOST:PORT`` or exit 2 naming where the address came from."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() for c in address) or "/" in host or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise CliError(f"{source} {address!r} is not HOST:PORT (e.g. localhost:7233)", EXIT_USAGE)
+
+
+async def check_namespace(client: Any, namespace: str, address: str) -> None:
+    """An unknown namespace is exit 2, named as such (the server would answer each call with NOT_FOUND)."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace), timeout=None)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"namespace {namespace!r} does not exist at {address} (--namespace or TEMPORAL_NAMESPACE; "
+                           "create it with `temporal operator namespace create`)", EXIT_USAGE,
+                           kind="namespace") from None
+        # Anything else (e.g. not permitted to describe it): the commands themselves will say.
 
 
 def _ui_base(address: str) -> str:
@@ -75,17 +117,29 @@ def ui_link(base: str, namespace: str, workflow_id: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) -> AsyncIterator[tuple[Any, str]]:
-    """Yield (client, ui_base). Starts the embedded default when allowed and nothing listens at the default."""
-    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, port_open
+async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False,
+                   detached: bool = False) -> AsyncIterator[tuple[Any, str]]:
+    """Yield (client, ui_base). Starts the embedded default when allowed and nothing listens at the default.
+
+    ``detached``: the caller exits before the task runs, so an embedded server (which would stop with it) is
+    refused with the command that starts one that outlives it.
+    """
+    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, port_open
     from mcp_temporal_tasks.worker.runner import connect
 
     address, namespace, explicit = _address(args)
     server = None
     host, port = address.rsplit(":", 1)
+    host = host.strip("[]")
     if not explicit and allow_embedded and not port_open(host, int(port)):
+        if detached:
+            raise CliError(f"--detach needs a Temporal that outlives this command, and none serves at {address}: "
+                           "start one with `mcp-tasks dev-server` (and a worker with `mcp-tasks worker`), "
+                           "or run without --detach", EXIT_USAGE)
         try:
             server = DevServer(port=int(port)).start()
+        except StateInUse as exc:
+            raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_USAGE, kind="state_in_use") from None
         except DevServerError as exc:
             raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_UNREACHABLE) from None
         err(f"started the embedded Temporal at {address} (state: {server.db}; UI {server.ui_url})")
@@ -97,6 +151,7 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False) ->
             client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
+        await check_namespace(client, namespace, address)
         yield client, (server.ui_url if server and server.ui_url else _ui_base(address))
     finally:
         if server is not None:
@@ -110,10 +165,13 @@ def _request(args: argparse.Namespace) -> Any:
     from mcp_temporal_tasks.activities.wire.models import Endpoint
     from mcp_temporal_tasks.workflows.models import McpTaskRequest, RequestTooLarge, check_request_size
 
+    text = _read_args(args.args)
     try:
-        arguments = json.loads(args.args) if args.args else {}
+        arguments = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
         raise CliError(f"--args is not valid JSON: {exc}", EXIT_USAGE) from None
+    except RecursionError:
+        raise CliError("--args is nested too deeply", EXIT_USAGE) from None
     if not isinstance(arguments, dict):
         raise CliError("--args must be a JSON object, e.g. '{\"seconds\": 3}'", EXIT_USAGE)
     try:
@@ -134,26 +192,78 @@ def _request(args: argparse.Namespace) -> Any:
         raise CliError(f"invalid request: {_plain_errors(exc)}", EXIT_USAGE) from None
 
 
+def _read_args(spec: str | None) -> str:
+    """``--args``: inline JSON, ``@FILE`` (a file's contents) or ``-`` (stdin): large arguments need not pass
+    through the command line, which the OS caps (~128 KiB per argument)."""
+    if not spec:
+        return ""
+    if spec == "-":
+        raw, where = sys.stdin.buffer.read(), "--args - (stdin)"
+    elif spec.startswith("@"):
+        path = spec[1:]
+        try:
+            raw, where = Path(path).read_bytes(), f"--args @{path}"
+        except OSError as exc:
+            raise CliError(f"--args @{path}: cannot read the file: {exc.strerror or exc}", EXIT_USAGE) from None
+    else:
+        return spec
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{where}: not UTF-8 text (byte {exc.start})", EXIT_USAGE) from None
+
+
 def _plain_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors())
     return str(exc)
 
 
-async def _preflight(request: Any, cfg: Any) -> None:
-    """Fail fast (exit 3) when an HTTP MCP server is not even listening; never sends tools/call."""
-    from mcp_temporal_tasks.activities.wire import McpTaskClient, TransportError
+def _endpoint_of(request: Any, cfg: Any) -> Any:
     from mcp_temporal_tasks.activities.wire.models import Endpoint
 
-    endpoint = request.server if isinstance(request.server, Endpoint) else (
+    return request.server if isinstance(request.server, Endpoint) else (
         cfg.servers[request.server].endpoint() if request.server in cfg.servers else None)
-    if endpoint is None or endpoint.url is None:
+
+
+def missing_env_refs(where: str, endpoint: Any) -> list[str]:
+    """``where.headers.NAME`` / ``where.env.NAME`` entries whose environment variable is not set."""
+    missing = []
+    for table, refs in (("headers", endpoint.header_refs or {}), ("env", endpoint.env_refs or {})):
+        for name, var in refs.items():
+            if var not in os.environ:
+                missing.append(f"{where}.{table}.{name} = {{ env = \"{var}\" }}: ${var} is not set")
+    return missing
+
+
+def check_env_refs(cfg: Any, only: list[str] | None = None, inline: Any = None) -> None:
+    """A credential reference to an unset variable is a configuration error, named before anything runs."""
+    missing = []
+    for name, server in sorted(cfg.servers.items()):
+        if only is None or name in only:
+            missing += missing_env_refs(f"servers.{name}", server.endpoint())
+    if inline is not None:
+        missing += missing_env_refs("the request's server", inline)
+    if missing:
+        raise CliError("configuration: " + "; ".join(missing), EXIT_USAGE, kind="config")
+
+
+async def _preflight(request: Any, cfg: Any, *, stdio: bool) -> None:
+    """Fail fast (exit 3) when the MCP server cannot be reached: an HTTP server not listening, or (``stdio``:
+    only where this process's worker would spawn it) a command that cannot start or exits before the
+    handshake. Never sends ``tools/call``."""
+    from mcp_temporal_tasks.activities.wire import McpTaskClient, TaskUnreachable, TransportError
+
+    endpoint = _endpoint_of(request, cfg)
+    if endpoint is None or (endpoint.url is None and not stdio):
         return
     try:
         client = await asyncio.wait_for(McpTaskClient.connect(endpoint, era=request.era), timeout=15)
         await client.aclose()
-    except (TransportError, asyncio.TimeoutError) as exc:
-        raise CliError(f"MCP server unreachable at {endpoint.identity()}: {exc}", EXIT_UNREACHABLE) from None
+    except (TransportError, TaskUnreachable, asyncio.TimeoutError) as exc:
+        raise CliError(f"MCP server unreachable at start ({printable(endpoint.identity())}): "
+                       f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
+                       EXIT_UNREACHABLE) from None
     except Exception as exc:  # it answered: the workflow will report precisely what is wrong
         err(f"note: MCP server at {endpoint.identity()} answered the handshake with: {printable(exc)}")
 
@@ -178,12 +288,13 @@ async def follow(handle: Any, *, ui: str, quiet: bool = False) -> Any:
     return result.result()
 
 
-async def _progress_line(handle: Any, wf: Any) -> str:
+async def live_view(handle: Any, wf: Any) -> Any:
+    """The ``status()`` query's view with the live MCP status and ``statusMessage`` of the waiting activity's
+    heartbeat (the workflow's own copy is as of its last transition). None when no worker answers."""
     try:
         view = await asyncio.wait_for(handle.query(wf.status), timeout=2)
     except Exception:
-        return ""
-    parts = [view.phase.value]
+        return None
     live = None
     try:
         desc = await asyncio.wait_for(handle.describe(), timeout=2)
@@ -192,20 +303,40 @@ async def _progress_line(handle: Any, wf: Any) -> str:
                 live = json.loads(act.heartbeat_details.payloads[0].data)
     except Exception:
         pass
-    status = (live or {}).get("status") or view.task_status
-    message = (live or {}).get("statusMessage") or view.status_message
+    if isinstance(live, dict):
+        if live.get("status") in ("working", "input_required", "completed", "failed", "cancelled"):
+            view.task_status = live["status"]
+        if isinstance(live.get("statusMessage"), str):
+            view.status_message = live["statusMessage"]
+    return view
+
+
+def view_line(view: Any, workflow_id: str) -> str:
+    """One progress line (and, for each input request or a pending approval, how to answer it)."""
+    parts = [view.phase.value]
     # Server text: shown escaped (control and bidi characters), one line per field.
-    if status:
-        parts.append(printable(status))
-    if message:
-        parts.append(f"“{printable(message)}”")
+    if view.task_status:
+        parts.append(printable(view.task_status))
+    if view.status_message:
+        parts.append(f"“{printable(view.status_message)}”")
     if view.task_id:
         parts.append(f"task {printable(view.task_id)}")
+    line = " · ".join(parts)
+    wid = shlex.quote(printable(workflow_id))
+    if view.phase.value == "AWAITING_APPROVAL":
+        ended = view.operation_attempts[-1].ended if view.operation_attempts else None
+        line += (f"\n    waiting for approval to send tools/call again: the last call ended {printable(ended or 'unknown')}"
+                 f"\n    approve with: mcp-tasks approve {wid}   (or stop with: mcp-tasks cancel {wid})")
     for p in view.pending_inputs:
         key = printable(p.key)
-        parts.append(f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
-                     f"    answer with: mcp-tasks answer {printable(handle.id)} --key '{key}'")
-    return " · ".join(parts)
+        line += (f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
+                 f"    answer with: mcp-tasks answer {wid} --key {shlex.quote(key)}")
+    return line
+
+
+async def _progress_line(handle: Any, wf: Any) -> str:
+    view = await live_view(handle, wf)
+    return view_line(view, handle.id) if view is not None else ""
 
 
 def outcome_summary(o: Any) -> str:
@@ -243,9 +374,63 @@ def _load_config(args: argparse.Namespace) -> Any:
         raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
 
 
+def _run_logging() -> Path | None:
+    """``run``'s (and ``demo``'s) in-process worker logs (activity failures with their tracebacks) go to a log file; the user
+    gets the outcome. Errors still reach stderr as one line each, naming the file."""
+    import logging
+
+    from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+    from mcp_temporal_tasks.worker.devserver import state_dir
+    from mcp_temporal_tasks.worker.runner import JsonFormatter
+
+    root = logging.getLogger()
+    path: Path | None = state_dir() / "run.log"
+    handlers: list[logging.Handler] = []
+    try:
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(path, encoding="utf-8")
+        file_handler.setFormatter(JsonFormatter())
+        install_log_redaction(file_handler)
+        handlers.append(file_handler)
+    except OSError:
+        path = None
+
+    class OneLine(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            where = f" (details: {path})" if path else ""
+            return f"mcp-tasks: {record.levelname.lower()}: {printable(record.getMessage())}{where}"
+
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.ERROR)
+    console.setFormatter(OneLine())
+    # asyncio's "Task exception was never retrieved" at shutdown (the SDK's pollers): for the log file only.
+    console.addFilter(lambda record: not record.name.startswith("asyncio"))
+    install_log_redaction(console)
+    root.handlers[:] = [*handlers, console]
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx2", "httpcore2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return path
+
+
+async def _existing(client: Any, wid: str) -> Any:
+    """The description of workflow ``wid``, or None when there is none."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        return await client.get_workflow_handle(wid).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
+    from temporalio.client import WorkflowExecutionStatus
+
     from mcp_temporal_tasks.activities.wire.models import Endpoint
-    from mcp_temporal_tasks.workflows.client import default_workflow_id, start_mcp_task
+    from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, start_mcp_task
     from mcp_temporal_tasks.worker.runner import make_activities, run_workers
 
     request = _request(args)
@@ -254,12 +439,21 @@ async def cmd_run(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(cfg.servers)) or "none"
         raise CliError(f"unknown server {request.server!r} (configured: {known}); use --config, --url or --command",
                        EXIT_USAGE)
-    await _preflight(request, cfg)
-    async with temporal(args, allow_embedded=True) as (client, ui_base):
-        wid = args.id or default_workflow_id(request)
+    in_process = not args.no_worker and not args.detach
+    if in_process:  # this process is the worker: its configuration must be complete
+        check_env_refs(cfg, only=[request.server] if isinstance(request.server, str) else [],
+                       inline=request.server if isinstance(request.server, Endpoint) else None)
+    wid = args.id or default_workflow_id(request)
+    _check_id(wid, "--id")
+    _address(args)  # a malformed address is bad input (exit 2), whatever the MCP server does
+    await _preflight(request, cfg, stdio=in_process)
+    if in_process:
+        _run_logging()
+    async with temporal(args, allow_embedded=True, detached=args.detach) as (client, ui_base):
+        existing = await _existing(client, wid)
         stop = asyncio.Event()
         worker_task = None
-        if not args.no_worker and not args.detach:
+        if in_process:
             from mcp_temporal_tasks.worker.runner import ensure_search_attributes
 
             await ensure_search_attributes(client, client.namespace)
@@ -270,8 +464,19 @@ async def cmd_run(args: argparse.Namespace) -> int:
             worker_task = asyncio.create_task(run_workers(
                 client, cfg, stop=stop, activities=make_activities(cfg, inline_allowlist=typed)))
         try:
-            handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=args.task_queue)
+            try:
+                handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=args.task_queue)
+            except RequestMismatch as exc:
+                raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
             link = ui_link(ui_base, client.namespace, wid)
+            if existing is not None:
+                when = existing.start_time.strftime("%Y-%m-%d %H:%M:%S UTC") if existing.start_time else "earlier"
+                if existing.status == WorkflowExecutionStatus.RUNNING:
+                    err(f"note: {wid} is already running (started {when}): following it; no new tools/call is sent. "
+                        "To run the tool again as a new task: --id NEW")
+                else:
+                    err(f"note: {wid} already ran (started {when}): this is its STORED outcome, no new tools/call "
+                        f"was sent. To run the tool again: mcp-tasks run ... --id NEW (any new workflow id)")
             if args.detach:
                 emit(args, {"workflow_id": wid}, wid)
                 err(f"started; a worker on task queue {args.task_queue!r} runs it (mcp-tasks worker). UI: {link}")
@@ -288,8 +493,16 @@ async def cmd_run(args: argparse.Namespace) -> int:
 # --- status / result / cancel / approve / answer / list ------------------------------------------
 
 
+def _check_id(wid: str, what: str = "ID") -> None:
+    if not wid.strip():
+        raise CliError(f"{what}: a workflow id must not be empty", EXIT_USAGE)
+    if len(wid) > MAX_ID_CHARS:
+        raise CliError(f"{what}: a workflow id is at most {MAX_ID_CHARS} characters (this one has {len(wid)})",
+                       EXIT_USAGE)
+
+
 async def _handle(client: Any, wid: str) -> tuple[Any, Any]:
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
@@ -297,7 +510,14 @@ async def _handle(client: Any, wid: str) -> tuple[Any, Any]:
     try:
         desc = await handle.describe()
     except RPCError as exc:
-        raise CliError(f"no workflow {wid!r}: {exc.message}", EXIT_ENDED) from None
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise CliError(f"cannot read task {wid!r}: {exc.message}", EXIT_USAGE) from None
+        hint = ""
+        if not wid.startswith("mcp-task-") and len(wid) + 9 <= MAX_ID_CHARS \
+                and await _existing(client, f"mcp-task-{wid}") is not None:
+            hint = f"; did you mean mcp-task-{wid} (the workflow id of --idempotency-key {wid})?"
+        raise CliError(f"no such task: {wid!r} in namespace {client.namespace!r}{hint}", EXIT_USAGE,
+                       kind="not_found") from None
     return handle, desc
 
 
@@ -330,11 +550,14 @@ async def cmd_status(args: argparse.Namespace) -> int:
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
         try:
-            view = await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
+            await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
         except Exception as exc:
             raise CliError(f"{args.id} is running but no worker answered the status query: {exc}", EXIT_UNREACHABLE) from None
-        line = await _progress_line(handle, McpTaskWorkflow)
-        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {line}")
+        view = await live_view(handle, McpTaskWorkflow)
+        if view is None:
+            raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
+        # The JSON and the text show the same view (live status and statusMessage included).
+        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id)}")
         return EXIT_ENDED
 
 
@@ -395,12 +618,29 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_answer(args: argparse.Namespace) -> int:
+def cmd_answer(args: argparse.Namespace) -> int:
+    """Synchronous on purpose: the prompts run outside the event loop, so the first Ctrl-C stops at once
+    (``asyncio.run`` would turn it into a task cancellation that a blocked ``input()`` never sees)."""
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
-    async with temporal(args) as (client, _):
-        handle, _ = await _handle(client, args.id)
-        view = await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
+    if args.response is None and not sys.stdin.isatty():
+        raise CliError("answer: standard input is not a terminal, so there is nobody to prompt: give the answer "
+                       "with --response, e.g. --response '{\"action\": \"accept\", \"content\": {...}}'", EXIT_USAGE)
+
+    async def read_view() -> Any:
+        async with temporal(args) as (client, _):
+            handle, desc = await _handle(client, args.id)
+            try:
+                return await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
+            except Exception as exc:
+                from temporalio.client import WorkflowExecutionStatus
+
+                if desc.status != WorkflowExecutionStatus.RUNNING:
+                    raise CliError(f"{args.id} has already ended ({desc.status.name}): nothing to answer",
+                                   EXIT_ENDED) from None
+                raise CliError(f"{args.id}: no worker answered the status query: {exc}", EXIT_UNREACHABLE) from None
+
+    view = asyncio.run(read_view())
     pending = {p.key: p for p in view.pending_inputs}
     if not pending:
         raise CliError(f"{args.id} is not waiting for input (phase {view.phase.value})", EXIT_ENDED)
@@ -412,55 +652,151 @@ async def cmd_answer(args: argparse.Namespace) -> int:
         try:
             given = json.loads(args.response)
         except json.JSONDecodeError as exc:
-            raise CliError(f"--json is not valid JSON: {exc}", EXIT_USAGE) from None
+            raise CliError(f"--response is not valid JSON: {exc}", EXIT_USAGE) from None
         if not isinstance(given, dict):
-            raise CliError("--json must be an object: an ElicitResult, or {key: ElicitResult}", EXIT_USAGE)
+            raise CliError("--response must be an object: an ElicitResult, or {key: ElicitResult}", EXIT_USAGE)
         responses = given if set(given) <= set(pending) and given else {k: given for k in keys}
     else:
         for key in keys:
             responses[key] = prompt_elicitation(pending[key])
-    accepted = await _update(args, "provide_input", responses)
+    accepted = asyncio.run(_update(args, "provide_input", responses))
     emit(args, {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
          f"answered {printable(', '.join(sorted(responses)))}"
          + (f"; still outstanding: {printable(accepted)}" if accepted else ""))
     return EXIT_OK
 
 
+def _ask(prompt: str) -> str:
+    """One line from the terminal; end of input stops (nothing is sent)."""
+    try:
+        return input(prompt).strip()
+    except EOFError:
+        raise CliError("answer: input ended before every field was answered; nothing was sent", EXIT_USAGE) from None
+
+
+def _choices(prop: dict[str, Any]) -> list[Any] | None:
+    if isinstance(prop.get("enum"), list):
+        return list(prop["enum"])
+    options = prop.get("oneOf") or prop.get("anyOf")
+    if isinstance(options, list) and options and all(isinstance(o, dict) and "const" in o for o in options):
+        return [o["const"] for o in options]
+    return None
+
+
+def _parse_field(raw: str, prop: dict[str, Any]) -> Any:
+    """The typed value of one answer, or ValueError with what is expected."""
+    kind = prop.get("type", "string")
+    choices = _choices(prop)
+    if kind == "boolean":
+        word = raw.lower()
+        if word in ("y", "yes", "true", "1"):
+            return True
+        if word in ("n", "no", "false", "0"):
+            return False
+        raise ValueError("answer y or n")
+    if kind == "integer":
+        try:
+            value: Any = int(raw)
+        except ValueError:
+            raise ValueError("a whole number is expected") from None
+    elif kind == "number":
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError("a number is expected") from None
+    else:
+        value = raw
+    if choices is not None and value not in choices:
+        raise ValueError("one of: " + ", ".join(printable(c) for c in choices))
+    import jsonschema
+
+    try:
+        jsonschema.validate(value, prop)
+    except jsonschema.ValidationError as exc:
+        raise ValueError(printable(exc.message)) from None
+    except jsonschema.SchemaError:
+        pass
+    return value
+
+
 def prompt_elicitation(p: Any) -> dict[str, Any]:
-    """Ask a human on the terminal for each field of the requested schema."""
+    """Ask a human on the terminal for each field of the requested schema.
+
+    An invalid answer, or Enter at a required field, asks again (never a silent default such as "declined");
+    the prompt shows the choices (``[y/n]``, enum values) and the field's description.
+    """
     err(f"\n{printable(p.message or p.method, multiline=True)}")
-    action = input("accept / decline / cancel [accept]: ").strip() or "accept"
-    if action not in ("accept", "decline", "cancel"):
-        raise CliError(f"unknown action {action!r}", EXIT_USAGE)
+    while True:
+        action = _ask("action [accept/decline/cancel] (Enter: accept): ") or "accept"
+        if action in ("accept", "decline", "cancel"):
+            break
+        err(f"  {printable(action)!r} is not one of accept, decline, cancel")
     if action != "accept":
         return {"action": action}
     schema = p.requested_schema or {}
     required = set(schema.get("required", []))
     content: dict[str, Any] = {}
     for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
         label = printable(prop.get("title") or name)
         kind = prop.get("type", "string")
-        raw = input(f"{label} ({printable(kind)}{', required' if name in required else ''}): ").strip()
-        if not raw and name not in required:
-            continue
-        if kind == "boolean":
-            content[name] = raw.lower() in ("y", "yes", "true", "1")
-        elif kind == "integer":
-            content[name] = int(raw)
-        elif kind == "number":
-            content[name] = float(raw)
+        choices = _choices(prop)
+        hint = "[y/n]" if kind == "boolean" else (
+            "[" + "/".join(printable(c) for c in choices) + "]" if choices else f"({printable(kind)})")
+        if "default" in prop:
+            hint += f" (Enter: {printable(json.dumps(prop['default']))})"
+        elif name not in required:
+            hint += " (optional, Enter skips)"
         else:
-            content[name] = raw
+            hint += " (required)"
+        if prop.get("description"):
+            err(f"  {label}: {printable(prop['description'])}")
+        while True:
+            raw = _ask(f"{label} {hint}: ")
+            if not raw:
+                if "default" in prop:
+                    content[name] = prop["default"]
+                    break
+                if name not in required:
+                    break
+                err(f"  {label} is required")
+                continue
+            try:
+                content[name] = _parse_field(raw, prop)
+                break
+            except ValueError as exc:
+                err(f"  {printable(raw)!r}: {exc}")
     return {"action": "accept", "content": content}
 
 
+#: ``McpTaskStatus`` values: the server's task statuses, our phases before and between them, and the outcome a
+#: finished task without a terminal server status is listed under.
+def _status_values() -> list[str]:
+    from mcp_temporal_tasks.workflows.models import Outcome, Phase
+
+    values = ["submitting", "working", "input_required", "awaiting_approval", "replaying", "retrieving",
+              "cancelling", "completed", "failed", "cancelled"]
+    values += [p.value.lower() for p in Phase if p.value.lower() not in values and p != Phase.DONE]
+    return values + [o.value for o in Outcome if o.value not in values]
+
+
+def _outcome_values() -> list[str]:
+    from mcp_temporal_tasks.workflows.models import Outcome
+
+    return [o.value for o in Outcome]
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
+    for option, value, allowed in (("--outcome", args.outcome, _outcome_values()),
+                                   ("--status", args.status, _status_values())):
+        if value is not None and value not in allowed:
+            raise CliError(f"{option} {value!r} is not one of: {', '.join(allowed)}", EXIT_USAGE)
     clauses = ["WorkflowType = 'McpTaskWorkflow'"]
     for attr, value in (("McpOutcome", args.outcome), ("McpTaskStatus", args.status), ("McpServer", args.server),
                         ("McpTool", args.tool)):
         if value:
-            if "'" in value:
-                raise CliError(f"invalid value {value!r}", EXIT_USAGE)
+            if "'" in value or "\\" in value:
+                raise CliError(f"invalid value {value!r}: quotes and backslashes cannot be searched", EXIT_USAGE)
             clauses.append(f"{attr} = '{value}'")
     query = " AND ".join(clauses)
     rows = []
@@ -472,8 +808,20 @@ async def cmd_list(args: argparse.Namespace) -> int:
                          "task_status": sa.get("McpTaskStatus"), "outcome": sa.get("McpOutcome"),
                          "started": wf.start_time.isoformat() if wf.start_time else None})
     p = printable
-    human = "\n".join(f"{p(r['workflow_id']):<48} {p(r['workflow_status']):<10} {p(r['tool']):<16} "
-                      f"{p(r['task_status']):<15} {p(r['outcome'])}" for r in rows) or "(none)"
+
+    def shown_status(r: dict[str, Any]) -> str:
+        # A finished task is shown under its outcome (older histories kept their last server status).
+        if r["workflow_status"] != "RUNNING" and r["outcome"]:
+            return r["outcome"] if r["task_status"] not in ("completed", "failed", "cancelled") else r["task_status"]
+        return r["task_status"] or ""
+
+    table = [("WORKFLOW ID", "SERVER", "TOOL", "STATUS", "OUTCOME", "STARTED")] + [
+        (p(r["workflow_id"]), p(r["server"]), p(r["tool"]), p(shown_status(r)), p(r["outcome"] or "-"),
+         (r["started"] or "")[:19].replace("T", " ")) for r in rows]
+    widths = [min(48, max(len(row[i]) for row in table)) for i in range(5)]
+    human = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5] for row in table)
+    if not rows:
+        human += "\n(none)"
     emit(args, {"query": query, "workflows": rows}, human)
     return EXIT_OK
 
@@ -498,6 +846,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     from mcp_temporal_tasks.worker.config import ConfigError
     from mcp_temporal_tasks.worker.runner import make_activities
 
+    check_env_refs(cfg)  # a credential reference to an unset variable: named now, not as each task's failure
     try:
         activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
     except ConfigError as exc:
@@ -508,6 +857,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         options, _ = connect_options(cfg=cfg)
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+    check_address(options["target_host"], "--address" if args.address else "[temporal] address")
     # What the logs below name: the effective address and namespace, wherever they came from.
     cfg.temporal.address, cfg.temporal.namespace = options["target_host"], options["namespace"]
     try:
@@ -517,6 +867,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
                                         timeout=WORKER_CONNECT_WAIT_S + 15)
     except Exception as exc:
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}: {exc}", EXIT_UNREACHABLE) from None
+    await check_namespace(client, cfg.temporal.namespace, cfg.temporal.address)
     added = await ensure_search_attributes(client, cfg.temporal.namespace)
     if added:
         log.info("registered search attributes %s in namespace %s", ", ".join(added), cfg.temporal.namespace)
@@ -533,11 +884,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def cmd_dev_server(args: argparse.Namespace) -> int:
-    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError
+    from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse
 
     server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip)
     try:
         server.start(foreground=True)
+    except StateInUse as exc:
+        raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
     except DevServerError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
     err(f"Temporal dev server at {server.address} · UI {server.ui_url} · state {server.db} (Ctrl-C stops)")
@@ -576,17 +929,38 @@ def cmd_demo_server(args: argparse.Namespace) -> int:
 # --- parser --------------------------------------------------------------------------------------
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number (1-65535)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-tasks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="mcp-tasks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def temporal_opts(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--address", help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS or localhost:7233)")
+        p.add_argument("--address", help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS, a temporal.toml "
+                                         "profile, else localhost:7233)")
         p.add_argument("--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)")
 
     def json_opt(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+        p.add_argument("--json", action="store_true",
+                       help="print exactly one JSON object on stdout, also on errors ({\"error\": {...}})")
 
     p = sub.add_parser("run", help="run one MCP tool call as a durable task and follow it to its outcome")
     p.add_argument("tool", help="tool name")
@@ -594,19 +968,30 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--server", help="a server name from the worker configuration")
     target.add_argument("--url", help="streamable HTTP endpoint of the MCP server")
     target.add_argument("--command", help="stdio MCP server command line, e.g. \"node server.mjs\"")
-    p.add_argument("--args", help="tool arguments as a JSON object")
-    p.add_argument("--id", help="workflow id (idempotent: the same id never runs the tool twice)")
+    p.add_argument("--args", metavar="JSON|@FILE|-",
+                   help="tool arguments: a JSON object, @FILE to read it from a file, - to read it from stdin "
+                        "(at most 512 KiB)")
+    p.add_argument("--id", help="workflow id (default: mcp-task-KEY with --idempotency-key, else derived from the "
+                                "request). The same id never runs the tool twice: running the same command again "
+                                "shows the stored outcome; a new id runs it again")
     p.add_argument("--replay", choices=["never", "if_idempotent", "always", "with_approval"],
                    help="when a new tools/call may be sent after a lost or failed one (default: configured, else never)")
     p.add_argument("--idempotent", action="store_true", help="declare the tool idempotent (trusted: you say so)")
-    p.add_argument("--idempotency-key", help="your key for this operation (also the default workflow id)")
+    p.add_argument("--idempotency-key", metavar="KEY",
+                   help="your key for this operation (recorded in the ledger); the default workflow id becomes "
+                        "mcp-task-KEY, so `mcp-tasks status mcp-task-KEY` finds it")
     p.add_argument("--ttl", type=float, help="requested task TTL in seconds (2025-11-25 servers)")
     p.add_argument("--era", choices=["2025-11-25", "2026-07-28"], help="pin the protocol era")
-    p.add_argument("--principal", help="who the call is made for (pool and ledger key)")
-    p.add_argument("--detach", action="store_true", help="exit once the workflow is started; print its id")
+    p.add_argument("--principal", help="who the call is made for (recorded in the ledger; sessions are pooled per "
+                                       "principal)")
+    p.add_argument("--detach", action="store_true",
+                   help="exit once the workflow is started and print its id; a running worker runs it (needs a "
+                        "Temporal that outlives this command: --address, or `mcp-tasks dev-server`)")
     p.add_argument("--no-worker", action="store_true", help="do not run an in-process worker; rely on running ones")
     p.add_argument("--config", help="worker TOML configuration (default: $MCP_TASKS_CONFIG)")
-    p.add_argument("--task-queue", default=os.environ.get("MCP_TASKS_TASK_QUEUE", "mcp-tasks"))
+    p.add_argument("--task-queue", default=os.environ.get("MCP_TASKS_TASK_QUEUE", "mcp-tasks"),
+                   help="task queue of the workflow (default: $MCP_TASKS_TASK_QUEUE or mcp-tasks); with --no-worker "
+                        "or --detach, the queue your workers poll")
     temporal_opts(p)
     json_opt(p)
     p.set_defaults(func=cmd_run)
@@ -623,20 +1008,23 @@ def build_parser() -> argparse.ArgumentParser:
         json_opt(p)
         p.set_defaults(func=fn)
 
-    p = sub.add_parser("answer", help="answer a task's outstanding input request")
+    p = sub.add_parser("answer", help="answer a task's outstanding input request (prompts on a terminal)")
     p.add_argument("id", help="workflow id")
-    p.add_argument("--key", help="which input request (default: all outstanding)")
-    p.add_argument("--json", dest="response", metavar="RESPONSE",
-                   help='ElicitResult as JSON, e.g. \'{"action":"accept","content":{"approve":true}}\'')
+    p.add_argument("--key", help="which input request (default: every outstanding one)")
+    p.add_argument("--response", metavar="JSON",
+                   help='the answer as an ElicitResult, e.g. \'{"action":"accept","content":{"approve":true}}\' '
+                        "(or {KEY: ElicitResult}); needed when stdin is not a terminal")
     temporal_opts(p)
-    p.set_defaults(func=cmd_answer, json=False)
+    json_opt(p)
+    p.set_defaults(func=cmd_answer)
 
     p = sub.add_parser("list", help="list MCP task workflows")
-    p.add_argument("--outcome", help="completed, tool_error, failed, cancelled, expired, lost, ...")
-    p.add_argument("--status", help="last MCP task status: working, input_required, completed, ...")
-    p.add_argument("--server", help="configured server name")
+    p.add_argument("--outcome", metavar="OUTCOME", help="only tasks that ended so: " + ", ".join(_outcome_values()))
+    p.add_argument("--status", metavar="STATUS",
+                   help="only tasks whose McpTaskStatus is STATUS: " + ", ".join(_status_values()))
+    p.add_argument("--server", help="configured server name (or the inline endpoint as listed)")
     p.add_argument("--tool", help="tool name")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_positive_int, default=50, help="show at most this many (default: 50)")
     temporal_opts(p)
     json_opt(p)
     p.set_defaults(func=cmd_list)
@@ -644,45 +1032,81 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run workflows and activities on a task queue")
     p.add_argument("--config", help="TOML configuration (default: $MCP_TASKS_CONFIG)")
     p.add_argument("--task-queue", help="task queue (default from config, else mcp-tasks)")
-    p.add_argument("--log-level", default=os.environ.get("MCP_TASKS_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", default=os.environ.get("MCP_TASKS_LOG_LEVEL", "INFO"),
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                   help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)")
     p.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
     temporal_opts(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("dev-server", help="the embedded Temporal dev server, in the foreground")
-    p.add_argument("--db", help="SQLite file (default: <state dir>/temporal.db)")
-    p.add_argument("--port", type=int, default=7233)
-    p.add_argument("--ui-port", type=int, default=8233)
-    p.add_argument("--ip", default="127.0.0.1")
+    p.add_argument("--db", help="SQLite state file (default: <state dir>/temporal.db; one server per file)")
+    p.add_argument("--port", type=_port, default=7233, help="frontend (gRPC) port (default: 7233)")
+    p.add_argument("--ui-port", type=_port, default=8233, help="Temporal UI port (default: 8233)")
+    p.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.set_defaults(func=cmd_dev_server)
 
     p = sub.add_parser("demo", help="embedded Temporal + demo MCP server + worker: see the point in a minute")
-    p.add_argument("--keep", action="store_true", help="keep everything running after the demo (Ctrl-C stops)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep Temporal, the demo server and the worker running after the demo (Ctrl-C stops)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("demo-server", help="the bundled task-capable demo MCP server (streamable HTTP)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--poll-interval-ms", type=int, default=500)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    p.add_argument("--poll-interval-ms", type=_positive_int, default=500,
+                   help="pollInterval the server suggests to clients, in ms (default: 500)")
     p.set_defaults(func=cmd_demo_server)
     return parser
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Arguments the OS passed as bytes that are not UTF-8 (kept as lone surrogates): exit 2, naming the option."""
+    for key, value in vars(args).items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                positional = key == "tool" or (key == "id" and args.func is not cmd_run)
+                name = key.upper() if positional else f"--{key.replace('_', '-')}"
+                raise CliError(f"{name}: not valid UTF-8 text", EXIT_USAGE)
+    if getattr(args, "id", None) is not None:
+        _check_id(args.id, "--id" if args.func is cmd_run else "ID")
+
+
+def _report(exc: CliError, as_json: bool) -> None:
+    message = printable(exc)  # may quote server text
+    err(f"mcp-tasks: {message}")
+    if as_json:
+        print(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 
-    args = build_parser().parse_args(argv)
-    install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
     try:
+        args = build_parser().parse_args(argv)
+        as_json = bool(getattr(args, "json", False))
+        _check_text(args)
+        install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)
         if asyncio.iscoroutinefunction(args.func):
             code = asyncio.run(args.func(args))
         else:
             code = args.func(args)
     except CliError as exc:
-        err(f"mcp-tasks: {printable(exc)}")  # may quote server text
+        _report(exc, as_json)
         code = exc.code
     except KeyboardInterrupt:
-        code = 130
+        _report(CliError("interrupted; nothing more was sent", EXIT_INTERRUPTED), as_json)
+        code = EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: one line (MCP_TASKS_DEBUG=1 shows the traceback)
+        if os.environ.get("MCP_TASKS_DEBUG"):
+            raise
+        _report(CliError(f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
+                         EXIT_ENDED, kind="internal"), as_json)
+        code = EXIT_ENDED
     sys.stdout.flush()
     sys.stderr.flush()
     # The Temporal runtime's threads can abort a normal interpreter shutdown; our work is flushed.

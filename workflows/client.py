@@ -20,6 +20,60 @@ from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_searc
 from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
 
 
+class RequestMismatch(ValueError):
+    """The workflow id is already taken by a task of a *different* request (another tool or other arguments).
+
+    Raised by :func:`start_mcp_task` instead of returning that task's handle: its outcome answers another
+    request. ``workflow_id``, ``existing_digest`` and ``request_digest`` say which.
+    """
+
+    def __init__(self, workflow_id: str, existing_digest: str, request_digest: str, detail: str) -> None:
+        super().__init__(f"workflow id {workflow_id!r} is already used by a different request ({detail}); "
+                         "use another workflow id (or idempotency key) for a new request")
+        self.workflow_id = workflow_id
+        self.existing_digest = existing_digest
+        self.request_digest = request_digest
+
+
+async def _existing_request(handle: WorkflowHandle[Any, Any]) -> tuple[str, str] | None:
+    """(tool, request digest) of the task behind ``handle``: from its memo (written when it ends), else from its
+    start event (readable while it runs, with or without a worker). None when neither can be read."""
+    from mcp_temporal_tasks.activities.wire.contract import digest
+
+    try:
+        desc = await handle.describe()
+        memo = await desc.memo()
+        ledger = memo.get("ledger") if isinstance(memo, dict) else None
+        if isinstance(ledger, dict) and ledger.get("request_digest"):
+            return str(ledger.get("tool")), str(ledger["request_digest"])
+        async for event in handle.fetch_history_events(page_size=1):
+            attrs = event.workflow_execution_started_event_attributes
+            if not attrs.input.payloads:
+                return None
+            values = await handle._client.data_converter.decode(attrs.input.payloads, [dict])
+            raw = values[0] if values and isinstance(values[0], dict) else {}
+            arguments = raw.get("arguments") if isinstance(raw.get("arguments"), dict) else {}
+            return str(raw.get("tool")), digest(arguments)
+    except Exception:  # unreadable (e.g. not permitted): the id's usual idempotency stands
+        return None
+    return None
+
+
+async def _check_same_request(handle: WorkflowHandle[Any, Any], request: McpTaskRequest) -> None:
+    from mcp_temporal_tasks.activities.wire.contract import digest
+
+    existing = await _existing_request(handle)
+    if existing is None:
+        return
+    tool, existing_digest = existing
+    wanted = digest(request.arguments)
+    if tool != request.tool:
+        raise RequestMismatch(handle.id, existing_digest, wanted, f"tool {tool!r}, not {request.tool!r}")
+    if existing_digest != wanted:
+        raise RequestMismatch(handle.id, existing_digest, wanted,
+                              f"arguments digest {existing_digest[:19]}…, not {wanted[:19]}…")
+
+
 def default_workflow_id(request: McpTaskRequest) -> str:
     """A deterministic id: the idempotency key when given, else a digest of the whole request."""
     if request.idempotency_key:
@@ -41,12 +95,14 @@ async def start_mcp_task(
     (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome.
 
     Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
-    arguments are too large to carry through Temporal.
+    arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
+    a task of a different request (another tool, or arguments with another digest): never another request's
+    outcome.
     """
     check_request_size(request.arguments)
     wid = workflow_id or default_workflow_id(request)
     try:
-        return await client.start_workflow(
+        handle = await client.start_workflow(
             McpTaskWorkflow.run, request, id=wid, task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -56,7 +112,13 @@ async def start_mcp_task(
                            f"replay `{(request.replay.value if request.replay else 'configured')}`",
         )
     except WorkflowAlreadyStartedError:
-        return client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+        handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+        await _check_same_request(handle, request)
+        return handle
+    response = getattr(handle, "_start_workflow_response", None)
+    if response is None or not getattr(response, "started", True):  # attached to a running one (USE_EXISTING)
+        await _check_same_request(handle, request)
+    return handle
 
 
 async def get_outcome(client: Client, workflow_id: str) -> McpTaskOutcome:

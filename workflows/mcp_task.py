@@ -109,6 +109,11 @@ MAX_RESEND_DELAY_S = 300.0
 #: Guards the rule "a retrieval failure never leads to a replay": histories recorded before it replayed.
 RETRIEVAL_NEVER_REPLAYS = "retrieval-failures-never-replay"
 FAIL_UNLESS_COMPLETED = "fail-unless-completed"
+#: ``McpTaskStatus`` says ``awaiting_approval`` while a replay waits for an operator, and a finished task whose
+#: server status was not terminal is listed under its outcome: histories recorded before it replay unchanged.
+SEARCHABLE_PHASES = "searchable-approval-and-outcome"
+#: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
+_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 LEDGER_CONTRACT_CAP = 16 * 1024
 
 
@@ -405,6 +410,8 @@ class McpTaskWorkflow:
         """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
         self.phase = phase
         shown = status or (self.state.status if self.state else phase.value.lower())
+        if phase == Phase.AWAITING_APPROVAL and shown != "awaiting_approval" and workflow.patched(SEARCHABLE_PHASES):
+            shown = "awaiting_approval"  # findable: `McpTaskStatus = 'awaiting_approval'`
         updates = list(extra)
         if shown != self._sa_status:
             updates.append(SA_STATUS.value_set(shown))
@@ -815,8 +822,11 @@ class McpTaskWorkflow:
             task_status=self.state.status if self.state else None,
             status_message=self.state.status_message if self.state else None,
             era=self.ledger.era, operation_attempts=self.attempts, ledger=self.ledger, **fields)
-        workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value),
-                                           SA_STATUS.value_set(self.state.status if self.state else outcome.value)])
+        final_status = self.state.status if self.state else outcome.value
+        if final_status not in _TERMINAL_STATUSES and final_status != outcome.value \
+                and workflow.patched(SEARCHABLE_PHASES):
+            final_status = outcome.value  # a finished task is not listed as `working`
+        workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
         workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}")
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(

@@ -152,7 +152,8 @@ class McpTaskRequest(_Model):
         for key in self.arguments:
             if key.lower() in {"authorization", "api_key", "apikey", "password", "secret", "token", "access_token"}:
                 raise ValueError(f"argument {key!r} looks like a credential: pass credentials by reference "
-                                 "(server header_refs / env_refs), never inline")
+                                 "(a server's `headers` / `env` tables in the worker's configuration, "
+                                 "e.g. Authorization = { env = \"VAR\" }), never inline")
         return self
 
     def server_label(self) -> str:

@@ -125,10 +125,11 @@ class McpTasksClient:
                 raise
             return outcome
         except WorkflowAlreadyStartedError:
+            # On the children's queue: that is where the plugin (and this activity) is registered.
             return await workflow.execute_activity(
                 FETCH_OUTCOME, FetchOutcomeInput(workflow_id=child_id), result_type=McpTaskOutcome,
                 start_to_close_timeout=timedelta(days=30), heartbeat_timeout=timedelta(seconds=60),
-                summary=f"outcome of {child_id}")
+                task_queue=self._task_queue, summary=f"outcome of {child_id}")
 
     async def list_tools(self) -> mcp_types.ListToolsResult:
         """The server's tools (one activity, every page), cached on this object."""
