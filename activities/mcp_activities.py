@@ -22,7 +22,7 @@ them across deployments. Failure semantics, per activity:
 ``retrieve_result``
     Legacy ``tasks/result`` for a terminal task. Idempotent; transport errors retry with bounded
     backoff (the workflow bounds them by the task's TTL or the deadline). Never re-calls the tool.
-``cancel_task`` / ``provide_input``
+``cancel_task`` / ``answer_input``
     ``tasks/cancel`` / ``tasks/update``; idempotent, retried on transport errors.
 """
 
@@ -38,17 +38,18 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from mcp_temporal_tasks.activities.models import (
+    AnswerInput,
     AwaitInput,
     AwaitOutput,
     CancelInput,
     CancelOutput,
+    DecodedPayload,
     FetchOutcomeInput,
     LegacyInputRequest,
     ListToolsInput,
-    PayloadOutcome,
     RelayInput,
     RelayOutput,
     ResolveInput,
@@ -59,11 +60,8 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
     ToolPolicy,
-    UpdateInput,
 )
 from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.workflows.errors import McpTaskError
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
     McpTaskClient,
@@ -78,9 +76,10 @@ from mcp_temporal_tasks.activities.wire import (
 )
 from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
 from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
-from mcp_temporal_tasks.activities.wire.models import Endpoint, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.activities.wire.models import LEGACY, Endpoint, StartResult, TaskPayload, TaskState
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
-from mcp_temporal_tasks.workflows.decisions import next_poll_delay
+from mcp_temporal_tasks.workflows.errors import McpTaskError
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
@@ -91,7 +90,7 @@ START_CALL = "mcp-tasks.start_call.v1"
 AWAIT_TASK = "mcp-tasks.await_task.v1"
 RETRIEVE_RESULT = "mcp-tasks.retrieve_result.v1"
 CANCEL_TASK = "mcp-tasks.cancel_task.v1"
-PROVIDE_INPUT = "mcp-tasks.provide_input.v1"
+ANSWER_INPUT = "mcp-tasks.provide_input.v1"  # the name stays: histories refer to it
 RELAY_INPUT = "mcp-tasks.relay_input.v1"
 LIST_TOOLS = "mcp-tasks.list_tools.v1"
 FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
@@ -127,6 +126,21 @@ def to_application_error(exc: McpWireError, *, read: bool = False, sent: bool | 
         info["message"] = message
     retryable = exc.retryable or (read and is_transient_read_error(exc))
     return ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
+
+
+def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None) -> float:
+    """Seconds until the next ``tasks/get``.
+
+    The server's ``pollInterval`` wins within our floor and ceiling. Without one we back off from 0.5 s
+    by 1.5× per poll, so a silent server is not hammered during a long task.
+    """
+    if server_ms is not None and server_ms > 0:
+        wanted = server_ms / 1000.0
+    elif previous_s is None:
+        wanted = 0.5
+    else:
+        wanted = previous_s * 1.5
+    return min(ceiling_s, max(floor_s, wanted))
 
 
 def _beat_every(info: activity.Info) -> float:
@@ -167,25 +181,25 @@ class McpActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.resolve, self.start_call, self.await_task, self.retrieve_result, self.cancel_task,
-                self.provide_input, self.relay_input, self.list_tools, self.fetch_outcome]
+                self.answer_input, self.relay_input, self.list_tools, self.fetch_outcome]
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _decode(self, payload: TaskPayload, output_schema: dict[str, Any] | None) -> PayloadOutcome:
+    def _decode(self, payload: TaskPayload, output_schema: dict[str, Any] | None) -> DecodedPayload:
         """The payload as the workflow may carry it: decoded, or decode_failed with the raw kept (capped),
         and over the store's inline limit only as a reference. Every activity returning a payload uses it."""
         if payload.result is None:
-            return PayloadOutcome(error=payload.error, empty=payload.empty)
+            return DecodedPayload(error=payload.error, empty=payload.empty)
         try:
             decoded = decode_result(payload.result, output_schema)
         except ResultDecodeError as exc:
-            return PayloadOutcome(decode_error=exc.message, raw=_cap(payload.result))
+            return DecodedPayload(decode_error=exc.message, raw=_cap(payload.result))
         inline, ref = self.store.maybe_offload(decoded)
         if ref is not None:
             # The workflow never sees the offloaded body: it must still know a tool error from a success.
             ref["is_error"] = bool(decoded.get("isError"))
             activity.logger.warning("result of %s bytes kept outside history at %s", ref["size"], ref["uri"])
-        return PayloadOutcome(result=inline, result_ref=ref)
+        return DecodedPayload(result=inline, result_ref=ref)
 
     @staticmethod
     async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None) -> T:
@@ -284,7 +298,7 @@ class McpActivities:
         async def call(client: McpTaskClient) -> StartCallOutput:
             nonlocal sent
             beat["step"] = "reading tools/list"
-            tools = await client.list_tools() if (client.era == "2025-11-25" or profile.trust_annotations
+            tools = await client.list_tools() if (client.era == LEGACY or profile.trust_annotations
                                                    or profile.policy.output_schema is None) else {}
             beat["step"] = "tools/call sent"
             sent = True
@@ -378,7 +392,7 @@ class McpActivities:
             if state.status == "input_required":
                 fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
                 # Legacy input arrives only on a tasks/result stream: nothing to wait for here.
-                if fresh or state.era == "2025-11-25":
+                if fresh or state.era == LEGACY:
                     return AwaitOutput(state=state, polls=polls)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay)
@@ -396,13 +410,13 @@ class McpActivities:
                 activity.heartbeat(details)
 
     async def _read_payload(self, client: McpTaskClient, state: TaskState, output_schema: dict[str, Any] | None,
-                            beat: dict[str, Any]) -> tuple[PayloadOutcome | None, str | None]:
+                            beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:
         """(payload, None), or (None, why) when a transient fault kept it from being read: the workflow then
         retries the retrieval alone. A payload that cannot be carried is decode_failed, not a fault."""
         try:
             payload = self._decode(await self._heartbeating(client.result(state), lambda: beat), output_schema)
         except PayloadUnusable as exc:
-            payload = PayloadOutcome(decode_error=exc.message, raw=exc.raw)
+            payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
         except McpWireError as exc:
             self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
             return None, cap_text(f"{exc.kind}: {exc.message}", 1024)
@@ -421,7 +435,7 @@ class McpActivities:
             try:
                 payload = self._decode(await client.result(inp.state), inp.output_schema)
             except PayloadUnusable as exc:
-                payload = PayloadOutcome(decode_error=exc.message, raw=exc.raw)
+                payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
             return RetrieveOutput(payload=payload)
 
         beat = {"taskId": _short(inp.state.task_id), "step": "retrieving", "status": inp.state.status}
@@ -443,8 +457,9 @@ class McpActivities:
 
         return await self._on_task(CancelOutput, cancel, {"taskId": _short(inp.task_id), "step": "cancelling"})
 
-    @activity.defn(name=PROVIDE_INPUT)
-    async def provide_input(self, inp: UpdateInput) -> None:
+    @activity.defn(name=ANSWER_INPUT)
+    async def answer_input(self, inp: AnswerInput) -> None:
+        """``tasks/update`` with the answers (2026-07-28); idempotent (servers ignore a key answered twice)."""
         try:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
             await self._heartbeating(client.update(inp.task_id, inp.responses),
@@ -496,6 +511,7 @@ class McpActivities:
         ``sampling/createMessage`` is refused with a JSON-RPC error: no sampling handler is configured.
         """
         info = activity.info()
+        assert info.workflow_id is not None, "relay_input runs for a workflow"
         wf = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
         every = max(0.5, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3)
         beat = {"taskId": inp.state.task_id, "status": "input_required", "relay": True}

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, SessionRef, StartResult, TaskState, ToolInfo
+from mcp_temporal_tasks.activities.wire.models import (
+    Endpoint,
+    Era,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    StartResult,
+    TaskState,
+    ToolInfo,
+)
+from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
 
 ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ToolPolicy(_Model):
@@ -65,7 +71,7 @@ class ResolveInput(_Model):
     era: Era | None = None
 
 
-class PayloadOutcome(_Model):
+class DecodedPayload(_Model):
     """A retrieved payload after decoding against the contract."""
 
     result: dict[str, Any] | None = None
@@ -89,7 +95,7 @@ class StartCallOutput(_Model):
     start: StartResult
     tool: ToolInfo | None = None
     #: Set when the server answered synchronously.
-    payload: PayloadOutcome | None = None
+    payload: DecodedPayload | None = None
     #: Task queue that must run every later activity of this task (stdio: the owning process).
     owner_queue: str | None = None
     sdk_version: str
@@ -120,7 +126,7 @@ class AwaitOutput(_Model):
     #: No usable answer for ``unreachable_s``: the task may still exist, we cannot reach it.
     no_answer: str | None = None
     #: Filled when the task ended and its payload could be read in the same activity.
-    payload: PayloadOutcome | None = None
+    payload: DecodedPayload | None = None
     #: Why the payload could not be read yet (the workflow then retries retrieval alone).
     retrieval_error: str | None = None
     polls: int = 0
@@ -134,7 +140,7 @@ class RetrieveInput(_Model):
 
 
 class RetrieveOutput(_Model):
-    payload: PayloadOutcome | None = None
+    payload: DecodedPayload | None = None
     not_found: bool = False
     unreachable: str | None = None
 
@@ -151,7 +157,7 @@ class CancelOutput(_Model):
     unreachable: str | None = None
 
 
-class UpdateInput(_Model):
+class AnswerInput(_Model):
     session: SessionRef
     task_id: str
     principal: str | None = None
@@ -171,7 +177,7 @@ class RelayInput(_Model):
 
 class RelayOutput(_Model):
     state: TaskState | None = None
-    payload: PayloadOutcome | None = None
+    payload: DecodedPayload | None = None
     not_found: bool = False
     unreachable: str | None = None
 
@@ -195,6 +201,6 @@ class LegacyInputRequest(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "PayloadOutcome",
+__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "DecodedPayload",
            "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
-           "CancelInput", "CancelOutput", "UpdateInput"]
+           "CancelInput", "CancelOutput", "AnswerInput"]

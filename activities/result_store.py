@@ -18,8 +18,14 @@ from typing import Any
 INLINE_LIMIT = 256 * 1024  # well under Temporal's 512 KiB warning, leaving room for the rest of the outcome
 
 
+def state_dir() -> Path:
+    """The project's state directory (``$MCP_TASKS_STATE_DIR``, else ``~/.local/state/mcp-tasks``): the one
+    default, shared by the result store and the embedded Temporal's SQLite file."""
+    return Path(os.environ.get("MCP_TASKS_STATE_DIR") or Path.home() / ".local" / "state" / "mcp-tasks")
+
+
 def default_root() -> Path:
-    return Path(os.environ.get("MCP_TASKS_STATE_DIR") or Path.home() / ".local" / "state" / "mcp-tasks") / "results"
+    return state_dir() / "results"
 
 
 class ResultStore:

@@ -31,7 +31,6 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from mcp_temporal_tasks.worker.runner import connect
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
 
-from .common import REPO, Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
+from .common import Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
 from .floor import run_floor
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
@@ -936,8 +935,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     env = Env(args)
-    import fastmcp
     import subprocess
+
+    import fastmcp
 
     from mcp_temporal_tasks.worker.devserver import temporal_binary
 

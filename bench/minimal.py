@@ -21,8 +21,8 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.wire.models import TERMINAL_STATUSES
     from bench.naive import NaiveActivities, NaiveOutcome, NaiveRequest
+    from mcp_temporal_tasks.activities.wire.models import TERMINAL_STATUSES
 
 CALL_AND_WAIT = "bench-minimal.call-and-wait.v1"
 

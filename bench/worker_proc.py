@@ -26,7 +26,13 @@ from typing import Any
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
-from mcp_temporal_tasks.worker.runner import build_workers, connect, make_activities, shutdown_executors, wait_until_polling
+from mcp_temporal_tasks.worker.runner import (
+    build_workers,
+    connect,
+    make_activities,
+    shutdown_executors,
+    wait_until_polling,
+)
 
 
 async def main_async(args: argparse.Namespace) -> None:

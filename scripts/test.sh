@@ -18,5 +18,9 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 "$PYTHON" -m venv tests/peers/py1/.venv
 tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
 
+# The gate: lint and types fail the run before any test does.
+.venv/bin/ruff check activities workflows worker mcp_temporal_tasks tests bench scripts
+.venv/bin/python scripts/typecheck.py
+
 # -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).
 exec .venv/bin/python -m pytest -p tests.strict_skips -q -rfEs "$@"

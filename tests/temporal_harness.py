@@ -23,8 +23,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
-from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES, temporal_binary
+from mcp_temporal_tasks.worker.devserver import temporal_binary
 from mcp_temporal_tasks.worker.runner import run_workers
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, Timeouts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +38,7 @@ def unique(prefix: str) -> str:
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
-        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTES], ui=False,
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES], ui=False,
         dev_server_log_level="error")
     yield env
     await env.shutdown()
@@ -159,3 +160,27 @@ def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
             lines.extend(f"{k} = {value(v)}" for k, v in policy.items())
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+#: Short bounds for tests: a dead worker is noticed in 2 s, a stdio owner's queue given up in 4 s.
+FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
+
+
+def tool_calls(peer: Any, mark: int, tool: str) -> list[dict[str, Any]]:
+    """The tools/call requests of ``tool`` the server logged since ``mark`` (what the server counted)."""
+    return [line for line in peer.log_since(mark) if line.get("method") == "tools/call" and line.get("tool") == tool]
+
+
+async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
+    """Query ``status()`` until ``pred(view)``; fail the test after ``timeout_s``."""
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+
+    for _ in range(int(timeout_s / 0.1)):
+        try:
+            view = await handle.query(McpTaskWorkflow.status)
+            if pred(view):
+                return view
+        except Exception:  # noqa: BLE001  (not queryable yet)
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError("workflow never reached the expected state")

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 from tests.peers.harness import Peer
 from tests.temporal_harness import REPO_ROOT, address_of, in_process_worker, unique
-
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 
 COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
             "demo-server"]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mcp_temporal_tasks.activities.mcp_activities import next_poll_delay
 from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
 from mcp_temporal_tasks.workflows.decisions import (
     after_submit_failure,
     classify_failure,
     decide_replay,
-    next_poll_delay,
     not_found_outcome,
     parse_retry_after_text,
     replay_reason,
@@ -134,7 +134,7 @@ def test_next_poll_delay() -> None:
 
 
 def test_not_found_outcome() -> None:
-    now = datetime(2026, 11, 29, 12, 0, 10, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 29, 12, 0, 10, tzinfo=UTC)
     assert not_found_outcome("2026-11-29T12:00:00Z", 5_000, now) == Outcome.EXPIRED
     assert not_found_outcome("2026-11-29T12:00:00+00:00", 600_000, now) == Outcome.LOST
     assert not_found_outcome("2026-11-29T12:00:00Z", "unlimited", now) == Outcome.LOST
@@ -143,7 +143,7 @@ def test_not_found_outcome() -> None:
 
 
 def test_retrieval_budget() -> None:
-    now = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
     assert retrieval_budget_s("2026-11-29T12:00:00Z", 60_000, now, None) == 60
     assert retrieval_budget_s(None, None, now, now + timedelta(seconds=20)) == 20
     assert retrieval_budget_s(None, None, now, None) == 3600

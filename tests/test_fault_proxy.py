@@ -33,14 +33,7 @@ from tests.faults import (
     Status,
     Truncated,
 )
-from tests.peers.harness import (  # noqa: F401  (fixtures)
-    REPO_ROOT,
-    Peer,
-    _http_peer,
-    fastmcp_server,
-    peer_logs,
-    ts_http_stateful,
-)
+from tests.peers.harness import REPO_ROOT, Peer, _http_peer
 
 PEERS = ["fastmcp_server", "ts_http_stateful", "fastmcp_json"]
 
@@ -201,7 +194,7 @@ async def test_rewrite_dict_and_raw_text(peer: Peer, proxy: FaultProxy) -> None:
 
         def raw(message: dict[str, Any]) -> str:
             seen_ids.append(message["id"])
-            return '{"jsonrpc": "2.0", "id": "%s", "result": {"tools": []}}' % message["id"]
+            return '{"jsonrpc": "2.0", "id": "' + str(message["id"]) + '", "result": {"tools": []}}'
 
         proxy.add("tools/list", Rewrite(raw))
         assert await client.list_tools(refresh=True) == {}

@@ -26,30 +26,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.wire import Endpoint
-from tests.faults import FaultProxy, Malformed, Rewrite, Stall, Status
-from tests.faults.proxy import wait_for
-from tests.peers.harness import (  # noqa: F401  (fixtures)
-    Peer,
-    fastmcp_server,
-    peer_logs,
-    ts_http_stateful,
-)
-from tests.temporal_harness import (  # noqa: F401  (fixtures)
-    REPO_ROOT,
-    address_of,
-    client,
-    queue,
-    temporal_env,
-    unique,
-    worker,
-    worker_process,
-    write_config,
-)
-from tests.test_workflow import tool_calls, wait_for_view
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
-from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import (
     MAX_ARGUMENTS_BYTES,
@@ -60,6 +39,18 @@ from mcp_temporal_tasks.workflows.models import (
     ReplayPolicy,
     RequestTooLarge,
     Timeouts,
+)
+from tests.faults import FaultProxy, Malformed, Rewrite, Stall, Status
+from tests.faults.proxy import wait_for
+from tests.peers.harness import Peer
+from tests.temporal_harness import (
+    REPO_ROOT,
+    address_of,
+    tool_calls,
+    unique,
+    wait_for_view,
+    worker_process,
+    write_config,
 )
 
 HEARTBEAT_S = 2.0

@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
 from tests.faults import (
     Fault,
     FaultProxy,
@@ -36,12 +38,8 @@ from tests.faults import (
     Status,
     Truncated,
 )
-from tests.peers.harness import Peer, fastmcp_server, peer_logs, ts_http_stateful  # noqa: F401  (fixtures)
-from tests.temporal_harness import client, queue, temporal_env, unique, worker  # noqa: F401  (fixtures)
-from tests.test_workflow import wait_for_view
-from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
+from tests.peers.harness import Peer
+from tests.temporal_harness import unique, wait_for_view
 
 # --- the expectations ------------------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, repl
         return out.outcome.value, out, tool, handle
     except WorkflowFailureError as exc:
         return f"workflow_failed: {exc.cause}", None, tool, handle
-    except (asyncio.TimeoutError, AssertionError) as exc:
+    except (TimeoutError, AssertionError) as exc:
         try:
             await handle.terminate("fault matrix: no outcome in time")
         except Exception:  # noqa: BLE001
@@ -300,7 +298,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
             got = out.outcome.value
         except WorkflowFailureError as exc:
             got = f"workflow_failed: {exc.cause}"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             got = "no_outcome"
             await handle.terminate("hostile payload: no outcome in time")
         elapsed = time.monotonic() - t0

@@ -13,30 +13,18 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from mcp_temporal_tasks.workflows.client import outcome_of
-from tests.peers.harness import (  # noqa: F401  (fixtures)
-    Peer,
-    fastmcp_server,
-    peer_logs,
-    ts_http_stateful,
-    ts_stdio,
-    wait_until,
-)
-from tests.temporal_harness import (  # noqa: F401  (fixtures)
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
+from tests.peers.harness import Peer
+from tests.temporal_harness import (
+    FAST,
     address_of,
-    client,
-    in_process_worker,
-    queue,
-    temporal_env,
     unique,
-    worker,
+    wait_for_view,
     worker_process,
     write_config,
 )
-from tests.test_workflow import FAST, wait_for_view
-from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
 
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 PEERS = ["fastmcp_server", "ts_http_stateful", "ts_stdio"]

@@ -9,13 +9,12 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, McpTaskClient, SessionGone, TaskNotFound
-from tests.peers.harness import Peer, peer_logs, poll_until_terminal, py1_http, py1_http_peer  # noqa: F401
-from tests.temporal_harness import client, in_process_worker, temporal_env, unique  # noqa: F401  (fixtures)
-from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from tests.peers.harness import Peer, poll_until_terminal, py1_http_peer
+from tests.temporal_harness import in_process_worker, unique
 
 RATE_LIMIT_TEXT = "429 Too Many Requests; retry-after=30"
 

@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
 from tests.faults import FaultProxy, ResetAfterSend
 from tests.peers.harness import Peer
 from tests.temporal_harness import unique
-from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, submit_s=60)
 

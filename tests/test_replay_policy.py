@@ -16,14 +16,11 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from mcp_temporal_tasks.workflows.client import outcome_of
-from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
-from tests.temporal_harness import in_process_worker, unique
-from tests.test_workflow import FAST, wait_for_view
-from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES
-from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, McpTaskRequest, Outcome, Phase
+from tests.peers.harness import Peer
+from tests.temporal_harness import FAST, in_process_worker, unique, wait_for_view
 
 
 def time_skipping_binary() -> str:
@@ -38,7 +35,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
                                                         data_converter=pydantic_data_converter)
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
         namespace=env.client.namespace,
-        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTES}))
+        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES}))
     yield env
     await env.shutdown()
 

@@ -25,26 +25,25 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.models import ResolveInput, ServerConfig
-from mcp_temporal_tasks.activities.wire import AuthorizationRequired, Endpoint, JsonRpcError, McpTaskClient, McpWireError, TransportError
-from mcp_temporal_tasks.activities.wire import redact
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
-from tests.peers.harness import Peer, fastmcp_server, peer_logs, ts_stdio  # noqa: F401  (fixtures)
-from tests.temporal_harness import (  # noqa: F401  (fixtures)
-    address_of,
-    client,
-    in_process_worker,
-    queue,
-    temporal_env,
-    unique,
+from mcp_temporal_tasks.activities.wire import (
+    AuthorizationRequired,
+    Endpoint,
+    JsonRpcError,
+    McpTaskClient,
+    McpWireError,
+    TransportError,
+    redact,
 )
-from tests.test_cli import cli, one_json
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from mcp_temporal_tasks.worker.config import WorkerSettings, load_config
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.workflows.client import start_mcp_task
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from tests.peers.harness import Peer
+from tests.temporal_harness import address_of, in_process_worker, unique
+from tests.test_cli import cli, one_json
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 #: A credential value no test output could contain by chance.
@@ -57,7 +56,7 @@ TOKEN_VAR = "MCP_TEST_SECURITY_TOKEN"
 
 class _Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_EchoServer"
+    server: _EchoServer
 
     def log_message(self, *args: Any) -> None:
         pass

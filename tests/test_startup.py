@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
-from tests.temporal_harness import WorkerProcess, unique, write_config
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.worker.runner import connect, transient_connect_error
+from tests.peers.harness import Peer
+from tests.temporal_harness import WorkerProcess, unique, write_config
 
 
 @pytest.mark.parametrize(("exc", "transient"), [

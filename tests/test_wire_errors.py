@@ -54,7 +54,7 @@ from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_FakeServer"
+    server: _FakeServer
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass

@@ -26,8 +26,8 @@ from mcp_temporal_tasks.activities.wire import (
     TaskPayload,
     UnsupportedProtocolVersion,
     decode_result,
+    sdk_compat,
 )
-from mcp_temporal_tasks.activities.wire import sdk_compat
 from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
 from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer, poll_until_terminal, read_peer_log

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from mcp_temporal_tasks.activities.wire import (
-    LEGACY,
     EXTENSION,
+    LEGACY,
     CapabilityUnavailable,
     JsonRpcError,
     McpTaskClient,
@@ -37,7 +37,6 @@ from mcp_temporal_tasks.activities.wire import (
 )
 from tests.peers.harness import REPO_ROOT, Peer, poll_until_terminal, read_peer_log, stdio_child_pid
 
-#: Task ids that do not exist. Excluded from the "tasks/result only after terminal" scan (their status is null).
 BOGUS = "no-such-task-"
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
 

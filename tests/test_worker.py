@@ -12,12 +12,11 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from mcp_temporal_tasks.workflows.client import outcome_of
-from tests.peers.harness import Peer, fastmcp_server, peer_logs  # noqa: F401  (fixtures)
+from mcp_temporal_tasks.worker.devserver import free_port, temporal_binary
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, McpTaskRequest, Outcome, Timeouts
+from tests.peers.harness import Peer
 from tests.temporal_harness import WorkerProcess, unique, write_config
-from mcp_temporal_tasks.worker.devserver import SEARCH_ATTRIBUTES, free_port, temporal_binary
-from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 
 
 async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) -> None:
@@ -27,7 +26,7 @@ async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) 
     try:
         address = env.client.service_client.config.target_host
         before = await env.client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace="default"))
-        assert not set(SEARCH_ATTRIBUTES) & set(before.custom_attributes)
+        assert not set(SEARCH_ATTRIBUTE_NAMES) & set(before.custom_attributes)
         port = free_port()
         cfg = write_config(tmp_path / "w.toml", {"demo": {"url": fastmcp_server.url}})
         queue = unique("metrics")
@@ -38,7 +37,7 @@ async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) 
             assert "registered search attributes McpServer, McpTool, McpTaskId, McpTaskStatus, McpOutcome" in log
             after = await env.client.operator_service.list_search_attributes(
                 ListSearchAttributesRequest(namespace="default"))
-            assert set(SEARCH_ATTRIBUTES) <= set(after.custom_attributes)
+            assert set(SEARCH_ATTRIBUTE_NAMES) <= set(after.custom_attributes)
 
             handle = await start_mcp_task(env.client, McpTaskRequest(
                 server="demo", tool="slow_echo", arguments={"seconds": 0.3}, timeouts=Timeouts(heartbeat_s=5)),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -12,28 +11,24 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire.contract import canonical_json
-from tests.peers.harness import (  # noqa: F401  (fixtures)
-    Peer, fastmcp_server, peer_logs, ts_http_stateful, ts_http_stateless, ts_stdio, wait_until)
-from tests.temporal_harness import (
-    address_of,
-    client,  # noqa: F401  (fixture)
-    in_process_worker,
-    queue,
-    temporal_env,  # noqa: F401  (fixture)
-    unique,
-    worker,
-    worker_process,
-    write_config,
-)
-from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
+from mcp_temporal_tasks.workflows.client import get_outcome, outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.fanout import FanOutRequest, FanOutResult, McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
+from tests.peers.harness import Peer, wait_until
+from tests.temporal_harness import (
+    FAST,
+    address_of,
+    in_process_worker,
+    tool_calls,
+    unique,
+    wait_for_view,
+    worker_process,
+    write_config,
+)
 
-FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 HISTORIES = Path(__file__).parent / "histories"
 
 
@@ -56,10 +51,6 @@ async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
         history = await handle.fetch_history()
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history.to_json())
-
-
-def tool_calls(peer: Peer, mark: int, tool: str) -> list[dict[str, Any]]:
-    return [line for line in peer.log_since(mark) if line.get("method") == "tools/call" and line.get("tool") == tool]
 
 
 # --- outcomes ------------------------------------------------------------------------------------
@@ -324,18 +315,6 @@ async def test_search_attributes_find_outcomes(client: Client, fastmcp_server: P
             break
         await asyncio.sleep(0.1)
     assert [r.id for r in rows] == [out.workflow_id]
-
-
-async def wait_for_view(handle: WorkflowHandle[Any, Any], pred: Any, timeout_s: float = 30) -> Any:
-    for _ in range(int(timeout_s / 0.1)):
-        try:
-            view = await handle.query(McpTaskWorkflow.status)
-            if pred(view):
-                return view
-        except Exception:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError("workflow never reached the expected state")
 
 
 

@@ -45,7 +45,7 @@ class CliError(Exception):
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (and, with --json, one JSON error object), never argparse's exit."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise CliError(f"{self.prog}: {message} (see {self.prog} --help)", EXIT_USAGE)
 
 
@@ -260,7 +260,7 @@ async def _preflight(request: Any, cfg: Any, *, stdio: bool) -> None:
     try:
         client = await asyncio.wait_for(McpTaskClient.connect(endpoint, era=request.era), timeout=15)
         await client.aclose()
-    except (TransportError, TaskUnreachable, asyncio.TimeoutError) as exc:
+    except (TimeoutError, TransportError, TaskUnreachable) as exc:
         raise CliError(f"MCP server unreachable at start ({printable(endpoint.identity())}): "
                        f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
                        EXIT_UNREACHABLE) from None
@@ -430,8 +430,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowExecutionStatus
 
     from mcp_temporal_tasks.activities.wire.models import Endpoint
-    from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, start_mcp_task
     from mcp_temporal_tasks.worker.runner import make_activities, run_workers
+    from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, start_mcp_task
 
     request = _request(args)
     cfg = _load_config(args)
@@ -592,9 +592,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def _update(args: argparse.Namespace, name: str, *update_args: Any) -> Any:
-    from temporalio.client import WorkflowUpdateFailedError
-
-    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
     async with temporal(args) as (client, _):
@@ -604,10 +602,10 @@ async def _update(args: argparse.Namespace, name: str, *update_args: Any) -> Any
         try:
             return await asyncio.wait_for(handle.execute_update(name, *update_args), timeout=30)
         except WorkflowUpdateFailedError as exc:
-            raise CliError(f"{name} refused: {exc.cause.message if exc.cause else exc}", EXIT_ENDED) from None
+            raise CliError(f"{name} refused: {getattr(exc.cause, 'message', None) or exc}", EXIT_ENDED) from None
         except RPCError as exc:
             raise CliError(f"{name} refused: {exc.message}", EXIT_ENDED) from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise CliError(f"{name}: no worker processed the update within 30 s", EXIT_UNREACHABLE) from None
 
 
@@ -923,7 +921,8 @@ def cmd_demo_server(args: argparse.Namespace) -> int:
     from mcp_temporal_tasks.worker import demo_server
 
     argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
-    return demo_server.main(argv) or 0
+    demo_server.main(argv)
+    return 0
 
 
 # --- parser --------------------------------------------------------------------------------------

@@ -36,7 +36,14 @@ from mcp_temporal_tasks.worker.cli import (
     ui_link,
 )
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
-from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, free_port, port_open, state_holder
+from mcp_temporal_tasks.worker.devserver import (
+    DevServer,
+    DevServerError,
+    StateInUse,
+    free_port,
+    port_open,
+    state_holder,
+)
 from mcp_temporal_tasks.worker.runner import connect, connect_options, ensure_search_attributes, run_workers
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest

@@ -81,14 +81,13 @@ from datetime import timedelta
 from typing import Any
 
 import mcp_types
-from mcp.shared.exceptions import MCPError
-
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from fastmcp.utilities.tasks import TaskConfig
 from fastmcp_tasks import TasksExtension
+from mcp.shared.exceptions import MCPError
 
 SERVER_NAME = "mcp-temporal-tasks-demo"
 MCP_PATH = "/mcp"
@@ -287,7 +286,8 @@ class PeerLogMiddleware:
             if not isinstance(msg, dict) or "method" not in msg:
                 continue  # responses to server requests carry no method
             method = msg.get("method")
-            params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+            raw_params = msg.get("params")
+            params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
             lines.append(
                 json.dumps(
                     {

@@ -22,7 +22,8 @@ import sysconfig
 import time
 from pathlib import Path
 
-SEARCH_ATTRIBUTES = ("McpServer", "McpTool", "McpTaskId", "McpTaskStatus", "McpOutcome")
+from mcp_temporal_tasks.activities.result_store import state_dir
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 
 class DevServerError(RuntimeError):
@@ -65,10 +66,6 @@ def state_holder(db: str | Path | None = None) -> dict[str, object] | None:
         return None
     finally:
         os.close(fd)
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("MCP_TASKS_STATE_DIR") or Path.home() / ".local" / "state" / "mcp-tasks")
 
 
 def temporal_binary() -> str:
@@ -122,7 +119,7 @@ class DevServer:
         cmd = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
                "--db-filename", str(self.db), "--log-level", self.log_level]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
-        for name in SEARCH_ATTRIBUTES:
+        for name in SEARCH_ATTRIBUTE_NAMES:
             cmd += ["--search-attribute", f"{name}=Keyword"]
         return cmd + self.extra_args
 

@@ -40,8 +40,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.models import ServerConfig
-from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig as McpWorkerConfig
-from mcp_temporal_tasks.worker.config import WorkerSettings, load_config, server_config
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_config, server_config
+from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
 from mcp_temporal_tasks.worker.runner import (
     SEARCH_ATTRIBUTE_NAMES,
     WORKFLOWS,
@@ -69,6 +69,15 @@ def _sandbox(runner: WorkflowRunner | None) -> WorkflowRunner:
     return runner
 
 
+@dataclasses.dataclass
+class _Owner:
+    """The owner-queue worker of one connection, and how many of the plugin's workers there use it."""
+
+    worker: Worker
+    run: asyncio.Task[None] | None = None
+    users: int = 0
+
+
 class McpTasksPlugin(SimplePlugin):
     """Register durable MCP tasks on a worker. ``servers``: name → :class:`ServerConfig`, or the same table as a
     ``[servers.NAME]`` of the TOML configuration (``headers = {Authorization = {env = "VAR"}}``, ``tools``...).
@@ -88,6 +97,8 @@ class McpTasksPlugin(SimplePlugin):
         #: The activities, their session pool and result store (checked writable now, not at the first result).
         self.mcp_activities = activities or make_activities(self.config)
         self.register_search_attributes = register_search_attributes
+        #: The running owner-queue workers, by (connection, namespace).
+        self._owners: dict[tuple[int, str], _Owner] = {}
         # (SimplePlugin keeps its own `activities` attribute: ours is `mcp_activities`.)
         super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=with_pydantic,
                          activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox)
@@ -122,17 +133,31 @@ class McpTasksPlugin(SimplePlugin):
         client = worker.client
         if self.register_search_attributes:
             await _register_search_attributes(client)
-        owner = Worker(client, task_queue=self.owner_queue,
-                       activities=[] if self in client.config().get("plugins", []) else self.mcp_activities.all(),
-                       max_concurrent_activities=self.config.worker.max_concurrent_activities,
-                       graceful_shutdown_timeout=timedelta(seconds=5))
-        owner_run = asyncio.create_task(owner.run())
+        # One owner worker per connection and namespace, shared by every worker of this plugin there: the SDK
+        # refuses a second worker on the same task queue of one client, and the MCP sessions (stdio children
+        # holding tasks) stay open until the last of these workers stops.
+        key = (id(client.service_client), client.namespace)
+        owner = self._owners.get(key)
+        if owner is None:
+            owner = _Owner(Worker(
+                client, task_queue=self.owner_queue,
+                activities=[] if self in client.config().get("plugins", []) else self.mcp_activities.all(),
+                max_concurrent_activities=self.config.worker.max_concurrent_activities,
+                graceful_shutdown_timeout=timedelta(seconds=5)))
+            owner.run = asyncio.create_task(owner.worker.run())
+            self._owners[key] = owner
+        owner.users += 1
         try:
             await next(worker)
         finally:
-            await owner.shutdown()
-            await asyncio.gather(owner_run, return_exceptions=True)
-            await self.mcp_activities.pool.aclose()
+            owner.users -= 1
+            if owner.users == 0:
+                del self._owners[key]
+                await owner.worker.shutdown()
+                if owner.run is not None:
+                    await asyncio.gather(owner.run, return_exceptions=True)
+            if not self._owners:
+                await self.mcp_activities.pool.aclose()
 
 
 async def _register_search_attributes(client: Client) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import signal
 import sys
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
@@ -27,8 +28,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -39,10 +40,10 @@ from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 log = logging.getLogger("mcp_tasks.worker")
 WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
-SEARCH_ATTRIBUTE_NAMES = ("McpServer", "McpTool", "McpTaskId", "McpTaskStatus", "McpOutcome")
 
 _runtime: Runtime | None = None
 
@@ -59,8 +60,10 @@ class JsonFormatter(logging.Formatter):
         for key in ("workflow_id", "task_queue", "event"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
-        if record.exc_info or record.exc_text:
-            out["exc"] = record.exc_text or self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        elif record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
 
 
@@ -224,10 +227,13 @@ def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] =
         raise ConfigError(f"worker.state_dir: the result store {store.root} is not writable "
                           f"({type(exc).__name__}: {exc.strerror or exc}); set [worker] state_dir or "
                           "MCP_TASKS_STATE_DIR to a writable directory") from None
-    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s), store=store,
+    # Each set of activities owns its stdio children and has a queue of its own: two plugins in one process
+    # (two clients, say) must not take each other's stdio tasks.
+    owner = f"{PROCESS_ID}-{uuid.uuid4().hex[:6]}"
+    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s, owner=owner), store=store,
                          allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
                          allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
-                         owner_queue=PROCESS_ID)
+                         owner_queue=owner)
 
 
 async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0) -> bool:

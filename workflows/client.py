@@ -7,7 +7,6 @@ returns the same workflow, running or finished, and never sends a second ``tools
 from __future__ import annotations
 
 import hashlib
-
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle

@@ -24,8 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
-
-from .models import Classification, Outcome, ReplayPolicy
+from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
 _RETRY_AFTER = re.compile(
@@ -201,21 +200,6 @@ def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: i
     if not may_have_reached_server:
         return "resend" if resends < max_resends else "unreachable"
     return "unknown_outcome"
-
-
-def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None) -> float:
-    """Seconds until the next ``tasks/get``.
-
-    The server's ``pollInterval`` wins within our floor and ceiling. Without one we back off from 0.5 s
-    by 1.5× per poll, so a silent server is not hammered during a long task.
-    """
-    if server_ms is not None and server_ms > 0:
-        wanted = server_ms / 1000.0
-    elif previous_s is None:
-        wanted = 0.5
-    else:
-        wanted = previous_s * 1.5
-    return min(ceiling_s, max(floor_s, wanted))
 
 
 def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: datetime,

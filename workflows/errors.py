@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from .models import McpTaskOutcome, Outcome
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome
 
 TYPE_PREFIX = "McpTask"
 

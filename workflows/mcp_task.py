@@ -26,53 +26,54 @@ Decision logic lives in :mod:`mcp_temporal_tasks.workflows.decisions` (plain fun
 from __future__ import annotations
 
 import asyncio
+import builtins
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
     from mcp_temporal_tasks.activities.mcp_activities import (
-        AWAIT_TASK,
-        CANCEL_TASK,
         INPUT_DELIVERED_SIGNAL,
         INPUT_REQUESTED_SIGNAL,
-        PROVIDE_INPUT,
-        RELAY_INPUT,
         RELAY_STATE_QUERY,
-        RESOLVE,
-        RETRIEVE_RESULT,
-        START_CALL,
+        McpActivities,
     )
     from mcp_temporal_tasks.activities.models import (
+        AnswerInput,
         AwaitInput,
         AwaitOutput,
         CancelInput,
-        CancelOutput,
+        DecodedPayload,
         LegacyInputRequest,
-        PayloadOutcome,
         RelayInput,
         RelayOutput,
         ResolveInput,
         RetrieveInput,
-        RetrieveOutput,
-        ServerProfile,
         StartCallInput,
         StartCallOutput,
-        UpdateInput,
     )
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
-    from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo, SessionRef, TaskState
+    from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.errors import McpTaskError
     from mcp_temporal_tasks.workflows.models import (
+        SA_OUTCOME,
+        SA_SERVER,
+        SA_STATUS,
+        SA_TASK_ID,
+        SA_TOOL,
         Classification,
+        Ending,
         Ledger,
+        LegacyInputRecord,
+        MachineState,
         McpTaskOutcome,
         McpTaskRequest,
         OperationAttempt,
@@ -87,21 +88,18 @@ with workflow.unsafe.imports_passed_through():
         search_attribute_value,
     )
 
-SA_SERVER = SearchAttributeKey.for_keyword("McpServer")
-SA_TOOL = SearchAttributeKey.for_keyword("McpTool")
-SA_TASK_ID = SearchAttributeKey.for_keyword("McpTaskId")
-SA_STATUS = SearchAttributeKey.for_keyword("McpTaskStatus")
-SA_OUTCOME = SearchAttributeKey.for_keyword("McpOutcome")
-SEARCH_ATTRIBUTES = (SA_SERVER, SA_TOOL, SA_TASK_ID, SA_STATUS, SA_OUTCOME)
 
-#: Errors on which retrying the same activity is pointless. A garbled reply (ProtocolViolation) is not one:
-#: for the idempotent reads these policies govern it is a transport fault (the activity marks it retryable).
-NON_RETRYABLE = ["AuthorizationRequired", "HeaderMismatch", "MissingCapability",
-                 "MethodNotFound", "InvalidParams", "UnsupportedProtocolVersion", "CapabilityUnavailable"]
-WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-                         non_retryable_error_types=NON_RETRYABLE)
-RETRIEVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                             maximum_interval=timedelta(seconds=60), non_retryable_error_types=NON_RETRYABLE)
+# Activity presets. Which failures are worth retrying is said by each error itself (``non_retryable``, from the
+# wire error's ``retryable`` flag: activities.mcp_activities.to_application_error), not listed here again.
+#: tools/call: one attempt. Whether a failed send may be repeated is the workflow's decision, never a retry's.
+SUBMIT = ActivityConfig(retry_policy=RetryPolicy(maximum_attempts=1))
+#: Waiting on a task (poll, relay): retried while the worker dies or the server hiccups, bounded by the caller.
+WAIT = ActivityConfig(retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                               maximum_interval=timedelta(seconds=30)))
+#: Reading a terminal task's payload; the caller bounds it by the task's TTL or the deadline.
+RETRIEVE = ActivityConfig(start_to_close_timeout=timedelta(minutes=5))
+#: One idempotent request on an existing task (tasks/cancel, tasks/update).
+TASK_STEP = ActivityConfig(start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT["retry_policy"])
 LONG_WAIT = timedelta(days=7)
 #: Longest Retry-After honoured before a resend of a tools/call that never reached the tool; a longer one
 #: ends the task (``rejected``, ``retryable``, with ``retry_after_s``) so the caller decides when to come back.
@@ -118,16 +116,14 @@ LEDGER_CONTRACT_CAP = 16 * 1024
 
 
 class _Ended(Exception):
-    """Internal: one operation reached an outcome (carried in ``ending``).
+    """Internal: one operation reached its :class:`~mcp_temporal_tasks.workflows.models.Ending`.
 
-    ``replayable=False``: whatever the outcome, it never justifies a new tools/call (the server reported the
-    task, and only reading it failed).
+    Raised from deep inside a step (a wait, a retrieval, a cancel) and caught once, in ``_run``.
     """
 
-    def __init__(self, outcome: Outcome, *, replayable: bool = True, **fields: Any) -> None:
-        self.outcome = outcome
-        self.replayable = replayable
-        self.fields = fields
+    def __init__(self, ending: Ending) -> None:
+        super().__init__(ending.outcome.value)
+        self.ending = ending
 
 
 def _short(task_id: str, n: int = 64) -> str:
@@ -175,105 +171,88 @@ class McpTaskWorkflow:
         # The input is decoded here, not by the data converter: a request that does not validate (a typo'd
         # field from another SDK, arguments too large) must end the task as `rejected`, not fail its
         # workflow task forever.
-        self.invalid: str | None = None
+        invalid: str | None = None
         try:
             request = request if isinstance(request, McpTaskRequest) else McpTaskRequest.model_validate(request)
             check_request_size(request.arguments)
         except (ValidationError, RequestTooLarge) as exc:
-            self.invalid = _explain(exc)
+            invalid = _explain(exc)
             request = _placeholder_request(request)
         self.req = request
-        self.phase = Phase.SUBMITTING
-        self.profile: ServerProfile | None = None
-        self.session: SessionRef | None = None
-        self.owner_queue: str | None = None
-        self.state: TaskState | None = None
-        self.attempts: list[OperationAttempt] = []
-        self.pending: dict[str, PendingInput] = {}
-        self.answers: dict[str, dict[str, Any]] = {}
-        self.answered_keys: list[str] = []
-        #: 2025-11-25 input requests relayed from a tasks/result stream: key -> {rpc_id, delivered}.
-        self.legacy_inputs: dict[str, dict[str, Any]] = {}
-        self.cancel_reason: str | None = None
-        self.approved = False
-        self.output_schema: dict[str, Any] | None = None
-        self.outcome: McpTaskOutcome | None = None
-        self._sa_status: str | None = None
-        self.ledger = Ledger(
+        #: Everything the machine knows, in one typed model (queries read it; nothing else holds state).
+        self.m = MachineState(invalid_request=invalid, ledger=Ledger(
             server=request.server_label(), tool=request.tool, principal=request.principal,
             request_digest=digest(request.arguments), created_at=workflow.now(),
             idempotency={"key": request.idempotency_key, "replay": (request.replay or ReplayPolicy.NEVER).value,
                          "max_replays": request.max_replays, "idempotent": request.idempotent},
-        )
+        ))
 
     # --- messages --------------------------------------------------------------------------------
 
     @workflow.query
     def status(self) -> TaskView:
         return TaskView(
-            workflow_id=workflow.info().workflow_id, phase=self.phase, tool=self.req.tool,
-            server=self.ledger.server, task_id=self.state.task_id if self.state else None,
-            task_status=self.state.status if self.state else None,
-            status_message=self.state.status_message if self.state else None,
-            era=self.state.era if self.state else self.ledger.era, pending_inputs=list(self.pending.values()),
-            operation_attempts=self.attempts, outcome=self.outcome.outcome if self.outcome else None,
-            ledger=self.ledger,
+            workflow_id=workflow.info().workflow_id, phase=self.m.phase, tool=self.req.tool,
+            server=self.m.ledger.server, task_id=self.m.task_state.task_id if self.m.task_state else None,
+            task_status=self.m.task_state.status if self.m.task_state else None,
+            status_message=self.m.task_state.status_message if self.m.task_state else None,
+            era=self.m.task_state.era if self.m.task_state else self.m.ledger.era, pending_inputs=list(self.m.pending.values()),
+            operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
+            ledger=self.m.ledger,
         )
 
     @workflow.update
     def cancel(self, reason: str = "cancelled by request") -> str:
-        self.cancel_reason = reason
-        return self.phase.value
+        self.m.cancel_reason = reason
+        return self.m.phase.value
 
     @cancel.validator
     def _validate_cancel(self, reason: str = "cancelled by request") -> None:
-        if self.phase == Phase.DONE:
+        if self.m.phase == Phase.DONE:
             raise ValueError("the task has already ended")
 
     @workflow.update
     def approve_replay(self) -> int:
-        self.approved = True
-        return len(self.attempts) + 1
+        self.m.approved = True
+        return len(self.m.attempts) + 1
 
     @approve_replay.validator
     def _validate_approve(self) -> None:
-        if self.phase != Phase.AWAITING_APPROVAL:
-            raise ValueError(f"nothing to approve: the task is {self.phase.value}, not AWAITING_APPROVAL")
+        if self.m.phase != Phase.AWAITING_APPROVAL:
+            raise ValueError(f"nothing to approve: the task is {self.m.phase.value}, not AWAITING_APPROVAL")
 
     @workflow.update
     def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
-        self.answers.update(responses)
-        return sorted(k for k in self.pending if k not in self.answers)
+        self.m.answers.update(responses)
+        return sorted(k for k in self.m.pending if k not in self.m.answers)
 
     @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
     def _legacy_input_requested(self, req: LegacyInputRequest) -> None:
         # A re-sent request (same content) keeps its first record and, if answered, its answer.
-        self.legacy_inputs.setdefault(req.key, {"rpc_id": req.rpc_id, "delivered": False})
-        self.legacy_inputs[req.key]["rpc_id"] = req.rpc_id
-        self.legacy_inputs[req.key]["delivered"] = False
-        if req.key not in self.answers:
-            self.pending[req.key] = PendingInput(key=req.key, method=req.method, message=req.params.get("message"),
+        self.m.legacy_inputs[req.key] = LegacyInputRecord(rpc_id=req.rpc_id)
+        if req.key not in self.m.answers:
+            self.m.pending[req.key] = PendingInput(key=req.key, method=req.method, message=req.params.get("message"),
                                                  requested_schema=req.params.get("requestedSchema"), params=req.params)
 
     @workflow.signal(name=INPUT_DELIVERED_SIGNAL)
     def _legacy_input_delivered(self, key: str) -> None:
-        if key in self.legacy_inputs:
-            self.legacy_inputs[key]["delivered"] = True
+        if key in self.m.legacy_inputs:
+            self.m.legacy_inputs[key].delivered = True
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
-        return {k: {**v, "answer": self.answers.get(k)} for k, v in self.legacy_inputs.items()}
+        return {k: {**v.model_dump(mode="json"), "answer": self.m.answers.get(k)} for k, v in self.m.legacy_inputs.items()}
 
     @provide_input.validator
     def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
-        if self.phase != Phase.INPUT_REQUIRED or not self.pending:
+        if self.m.phase != Phase.INPUT_REQUIRED or not self.m.pending:
             raise ValueError("no input is outstanding")
         if not responses:
             raise ValueError("no responses given")
         for key, response in responses.items():
-            pending = self.pending.get(key)
+            pending = self.m.pending.get(key)
             if pending is None:
-                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.pending)})")
+                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.m.pending)})")
             validate_input_response(pending, response)
 
     # --- the machine ---------------------------------------------------------------------------
@@ -292,178 +271,162 @@ class McpTaskWorkflow:
 
     async def _run(self) -> McpTaskOutcome:
         request = self.req
-        if self.invalid is not None:
-            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(
-                code=-32602, message=f"invalid McpTaskRequest: {self.invalid}"),
-                classification=Classification.INPUT_CORRECTABLE, reason=f"invalid request: {self.invalid}")
+        if self.m.invalid_request is not None:
+            return self._finish(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
+                code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
+                classification=Classification.INPUT_CORRECTABLE, reason=f"invalid request: {self.m.invalid_request}"))
         try:
-            self.profile = await workflow.execute_local_activity(
-                RESOLVE, ResolveInput(server=request.server, tool=request.tool, principal=request.principal,
-                                      era=request.era),
-                result_type=ServerProfile, start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["UnknownServer",
-                                                                                       "InlineEndpointRefused"]),
-                summary="resolve server configuration",
-            )
+            self.m.profile = await workflow.execute_local_activity_method(
+                McpActivities.resolve, ResolveInput(server=request.server, tool=request.tool,
+                                                    principal=request.principal, era=request.era),
+                start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="resolve server configuration")
         except (ActivityError, ApplicationError) as err:
             kind, _, info = _failure_info(err)
-            return self._finish(Outcome.REJECTED, error=RpcErrorInfo(code=-32602, message=info.get("message") or str(err),
-                                                                      data={"kind": kind}),
-                                classification=Classification.INPUT_CORRECTABLE, reason=kind)
+            return self._finish(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
+                code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
+                classification=Classification.INPUT_CORRECTABLE, reason=kind))
         self._apply_profile()
         reason = "initial"
         while True:
             try:
                 await self._operation(reason)
-                raise AssertionError("an operation always ends")  # pragma: no cover
             except _Ended as end:
-                ending = end
+                ending = end.ending
             except asyncio.CancelledError:
                 # Cancelled mid-step (retrieving, answering input): settle the task, keep its true end.
                 ending = await self._settle_after_cancel()
-            replay = self._replay_reason(ending) if ending.replayable else None
-            if replay is None or self.cancel_reason is not None:
-                return self._finish(ending.outcome, **ending.fields)
+            replay = decisions.replay_reason(ending.outcome, ending.classification) if ending.replayable else None
+            if replay is None or self.m.cancel_reason is not None:
+                return self._finish(ending)
             decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
-                                               replays_used=len(self.attempts) - 1, max_replays=self._max_replays())
+                                               replays_used=len(self.m.attempts) - 1, max_replays=self._max_replays())
             if decision == "stop":
-                return self._finish(ending.outcome, **ending.fields)
+                return self._finish(ending)
             if decision == "await_approval":
                 self._enter(Phase.AWAITING_APPROVAL)
-                if not await self._interruptible_wait(lambda: self.approved):
-                    return self._finish(ending.outcome, **{**ending.fields,
-                                                           "reason": f"replay not approved: {self.cancel_reason}"})
-                self.approved = False
+                if not await self._interruptible_wait(lambda: self.m.approved):
+                    return self._finish(ending.but(reason=f"replay not approved: {self.m.cancel_reason}"))
+                self.m.approved = False
             self._enter(Phase.REPLAYING)
-            delay = ending.fields.get("retry_after_s") or 0.0
+            delay = ending.retry_after_s or 0.0
             if self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline:
-                return self._finish(ending.outcome, **{**ending.fields,
-                                                       "reason": "no replay: Retry-After reaches past the deadline"})
+                return self._finish(ending.but(reason="no replay: Retry-After reaches past the deadline"))
             # A durable timer that a cancel interrupts: the last attempt's outcome then stands.
-            if delay and not await self._interruptible_wait(lambda: False, timeout_s=delay) \
-                    and self.cancel_reason is not None:
-                return self._finish(ending.outcome, **{**ending.fields,
-                                                       "reason": f"replay cancelled: {self.cancel_reason}"})
+            if delay and not await self._interruptible_sleep(delay):
+                return self._finish(ending.but(reason=f"replay cancelled: {self.m.cancel_reason}"))
             reason = replay
 
-    async def _settle_after_cancel(self) -> _Ended:
-        self.cancel_reason = self.cancel_reason or "workflow cancelled"
-        if self.state is None or self.session is None:
-            return _Ended(Outcome.CANCELLED, reason=self.cancel_reason)
+    async def _settle_after_cancel(self) -> Ending:
+        self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
+        if self.m.task_state is None or self.m.session is None:
+            return Ending(outcome=Outcome.CANCELLED, reason=self.m.cancel_reason)
         try:
-            await self._cancel_and_settle(self.state)
+            await self._cancel_and_settle(self.m.task_state)
         except _Ended as end:
-            return end
-        raise AssertionError("_cancel_and_settle always ends")  # pragma: no cover
+            return end.ending
 
     def _max_replays(self) -> int:
         if self.req.max_replays is not None:
             return self.req.max_replays
-        configured = self.profile.policy.max_replays if self.profile else None
+        configured = self.m.profile.policy.max_replays if self.m.profile else None
         return configured if configured is not None else 1
-
-    def _replay_reason(self, end: _Ended) -> str | None:
-        return decisions.replay_reason(end.outcome, end.fields.get("classification"))
 
     def _policy(self) -> ReplayPolicy:
         if self.req.replay is not None:
             return self.req.replay
-        configured = self.profile.policy.replay if self.profile else None
+        configured = self.m.profile.policy.replay if self.m.profile else None
         return ReplayPolicy(configured) if configured else ReplayPolicy.NEVER
 
     def _idempotent(self) -> bool:
         """Trusted idempotency: the request, then configuration, then annotations of a trusted server."""
         if self.req.idempotent is not None:
             return self.req.idempotent
-        if self.profile and self.profile.policy.idempotent is not None:
-            return self.profile.policy.idempotent
-        return bool(self.ledger.idempotency.get("annotation_idempotent"))
+        if self.m.profile and self.m.profile.policy.idempotent is not None:
+            return self.m.profile.policy.idempotent
+        return bool(self.m.ledger.idempotency.get("annotation_idempotent"))
 
     def _apply_profile(self) -> None:
-        assert self.profile is not None
-        self.output_schema = self.profile.policy.output_schema
-        self.ledger.server = self.profile.name
-        self.ledger.server_identity = self.profile.identity
-        self.ledger.principal = self.profile.principal
-        self.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
+        assert self.m.profile is not None
+        self.m.output_schema = self.m.profile.policy.output_schema
+        self.m.ledger.server = self.m.profile.name
+        self.m.ledger.server_identity = self.m.profile.identity
+        self.m.ledger.principal = self.m.profile.principal
+        self.m.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
                                        max_replays=self._max_replays())
         self._set_contract()
         # Upsert only what the starter did not already set (each upsert is a history event and a
         # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
         current = workflow.info().typed_search_attributes
-        wanted = {SA_SERVER: search_attribute_value(self.profile.name), SA_TOOL: search_attribute_value(self.req.tool),
+        wanted = {SA_SERVER: search_attribute_value(self.m.profile.name), SA_TOOL: search_attribute_value(self.req.tool),
                   SA_STATUS: "submitting"}
         changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
-        self._sa_status = "submitting"
+        self.m.shown_status = "submitting"
 
     def _set_contract(self) -> None:
-        contract = contract_of(self.output_schema)
-        self.ledger.result_contract_digest = digest(contract)
+        contract = contract_of(self.m.output_schema)
+        self.m.ledger.result_contract_digest = digest(contract)
         # The ledger is the memo and part of every outcome: a server's huge outputSchema stays out of it.
         if len(canonical_json(contract)) > LEDGER_CONTRACT_CAP:
             contract = {**contract, "outputSchema": f"[omitted: over {LEDGER_CONTRACT_CAP} bytes; see the digest]"}
-        self.ledger.result_contract = contract
+        self.m.ledger.result_contract = contract
 
     def _enter(self, phase: Phase, status: str | None = None, *extra: Any) -> None:
         """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
-        self.phase = phase
-        shown = status or (self.state.status if self.state else phase.value.lower())
+        self.m.phase = phase
+        shown = status or (self.m.task_state.status if self.m.task_state else phase.value.lower())
         if phase == Phase.AWAITING_APPROVAL and shown != "awaiting_approval" and workflow.patched(SEARCHABLE_PHASES):
             shown = "awaiting_approval"  # findable: `McpTaskStatus = 'awaiting_approval'`
         updates = list(extra)
-        if shown != self._sa_status:
+        if shown != self.m.shown_status:
             updates.append(SA_STATUS.value_set(shown))
-            self._sa_status = shown
+            self.m.shown_status = shown
         if updates:
             workflow.upsert_search_attributes(updates)
-        msg = self.state.status_message if self.state and self.state.status_message else ""
+        msg = self.m.task_state.status_message if self.m.task_state and self.m.task_state.status_message else ""
         workflow.set_current_details(f"**{self.req.tool}** — {phase.value}" + (f": {msg}" if msg else ""))
 
     # --- one tools/call and everything that follows it ---------------------------------------------
 
-    async def _operation(self, reason: str) -> None:
+    async def _operation(self, reason: str) -> NoReturn:
         """Run one ``tools/call`` to its end; always raises :class:`_Ended`."""
         start = await self._submit(reason)
-        attempt = self.attempts[-1]
+        attempt = self.m.attempts[-1]
         if start.payload is not None:  # the server ran the tool synchronously
-            self.state = None
+            self.m.task_state = None
             raise self._ended_from_payload("completed", start.payload)
         if start.start.input_requests is not None:
-            raise _Ended(Outcome.REJECTED, error=RpcErrorInfo(
+            raise _Ended(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
                 code=-32601, message="server asked for input on tools/call itself; answer through a task"),
-                classification=Classification.PERMANENT)
+                classification=Classification.PERMANENT))
         task = start.start.task
         assert task is not None
-        self.session = start.start.session
-        self.owner_queue = start.owner_queue
-        self.state = task
+        self.m.session = start.start.session
+        self.m.owner_queue = start.owner_queue
+        self.m.task_state = task
         attempt.task_id = task.task_id
-        self.ledger.task_ids.append(task.task_id)
+        self.m.ledger.task_ids.append(task.task_id)
         attempt.reconciled = start.reconciled
         self._enter(Phase.WORKING, None, SA_TASK_ID.value_set(search_attribute_value(task.task_id)))
         try:
             await self._follow(task)
         except _Ended as end:
-            attempt.ended = end.outcome.value
+            attempt.ended = end.ending.outcome.value
             raise
 
     async def _submit(self, reason: str) -> StartCallOutput:
-        assert self.profile is not None
+        assert self.m.profile is not None
         self._enter(Phase.SUBMITTING, "submitting")
         resends = 0
         while True:
-            handle = workflow.start_activity(
-                START_CALL,
-                StartCallInput(profile=self.profile, tool=self.req.tool, arguments=self.req.arguments,
+            handle = workflow.start_activity_method(
+                McpActivities.start_call,
+                StartCallInput(profile=self.m.profile, tool=self.req.tool, arguments=self.req.arguments,
                                ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None),
-                result_type=StartCallOutput,
-                start_to_close_timeout=timedelta(seconds=self.req.timeouts.submit_s),
-                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
-                retry_policy=RetryPolicy(maximum_attempts=1),  # resending tools/call is decided below, never blindly
-                summary=f"tools/call {self.req.tool} ({reason})",
-            )
+                **self._config(SUBMIT, start_to_close_timeout=timedelta(seconds=self.req.timeouts.submit_s),
+                               summary=f"tools/call {self.req.tool} ({reason})", pinned=False))
             try:
                 out = await self._uninterruptible(handle)
             except ActivityError as err:
@@ -488,203 +451,203 @@ class McpTaskWorkflow:
                     cls, _ = decisions.classify_failure(None, error)
                     if kind == "AuthorizationRequired":
                         cls = Classification.AUTHORIZATION_REQUIRED
-                    raise _Ended(Outcome.REJECTED, error=error, classification=cls)
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, error=error, classification=cls))
                 if verdict == "unreachable":
-                    raise _Ended(Outcome.REJECTED, error=error, classification=Classification.RETRYABLE,
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, error=error, classification=Classification.RETRYABLE,
                                  retry_after_s=retry_after or None,
-                                 reason="server unreachable; tools/call was never sent")
+                                 reason="server unreachable; tools/call was never sent"))
                 self._record(reason, ended=Outcome.UNKNOWN_OUTCOME.value)
-                raise _Ended(Outcome.UNKNOWN_OUTCOME, error=error,
-                             reason=f"tools/call may have reached the server but its reply was lost ({kind})")
+                raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, error=error,
+                             reason=f"tools/call may have reached the server but its reply was lost ({kind})"))
             self._record(reason)
-            self.ledger.sdk_version = out.sdk_version
-            self.ledger.era = out.start.era
-            self.ledger.protocol_version = out.start.session.protocol_version
+            self.m.ledger.sdk_version = out.sdk_version
+            self.m.ledger.era = out.start.era
+            self.m.ledger.protocol_version = out.start.session.protocol_version
             if out.tool is not None:
                 self._learn_tool(out)
             return out
 
     def _record(self, reason: str, *, ended: str = "in_flight") -> None:
-        self.attempts.append(OperationAttempt(n=len(self.attempts) + 1, reason=reason,  # type: ignore[arg-type]
+        self.m.attempts.append(OperationAttempt(n=len(self.m.attempts) + 1, reason=reason,  # type: ignore[arg-type]
                                               at=workflow.now(), ended=ended))
 
     def _learn_tool(self, out: StartCallOutput) -> None:
-        assert out.tool is not None and self.profile is not None
-        if self.output_schema is None and out.tool.output_schema is not None:
-            self.output_schema = out.tool.output_schema
+        assert out.tool is not None and self.m.profile is not None
+        if self.m.output_schema is None and out.tool.output_schema is not None:
+            self.m.output_schema = out.tool.output_schema
             self._set_contract()
-        if self.profile.trust_annotations and out.tool.idempotent_hint is not None:
+        if self.m.profile.trust_annotations and out.tool.idempotent_hint is not None:
             # Annotations count only for servers configuration trusts.
-            self.ledger.idempotency["annotation_idempotent"] = bool(out.tool.idempotent_hint or out.tool.read_only_hint)
-            self.ledger.idempotency["idempotent"] = self._idempotent()
+            self.m.ledger.idempotency["annotation_idempotent"] = bool(out.tool.idempotent_hint or out.tool.read_only_hint)
+            self.m.ledger.idempotency["idempotent"] = self._idempotent()
 
-    def _task_queue_kw(self) -> dict[str, Any]:
-        if self.owner_queue:
-            return {"task_queue": self.owner_queue,
-                    "schedule_to_start_timeout": timedelta(seconds=self.req.timeouts.owner_pickup_s)}
-        return {}
+    def _config(self, preset: ActivityConfig, *, pinned: bool = True, **overrides: Any) -> ActivityConfig:
+        """``preset`` for this task: its heartbeat timeout and, for a stdio task, the owner process's queue
+        (``pinned``; a task there whose owner died ends after ``owner_pickup_s`` instead of hanging)."""
+        config = ActivityConfig(heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s))
+        config.update(preset)
+        if pinned and self.m.owner_queue:
+            config["task_queue"] = self.m.owner_queue
+            config["schedule_to_start_timeout"] = timedelta(seconds=self.req.timeouts.owner_pickup_s)
+        config.update(overrides)  # type: ignore[typeddict-item]
+        return config
 
-    async def _follow(self, task: TaskState) -> None:
+    def _principal(self) -> str | None:
+        return self.m.profile.principal if self.m.profile else None
+
+    async def _follow(self, task: TaskState) -> NoReturn:
         """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
-        assert self.session is not None
+        assert self.m.session is not None
         while True:
             self._enter(Phase.WORKING)
-            aw = await self._await(AWAIT_TASK, AwaitInput(
-                session=self.session, task_id=task.task_id, principal=self.profile.principal if self.profile else None,
+            aw = await self._wait_for_task(AwaitInput(
+                session=self.m.session, task_id=task.task_id, principal=self._principal(),
                 poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
-                output_schema=self.output_schema, answered_keys=self.answered_keys,
-                unreachable_s=self.req.timeouts.unreachable_s),
-                AwaitOutput, summary=f"poll {_short(task.task_id)} until terminal")
+                output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
+                unreachable_s=self.req.timeouts.unreachable_s), summary=f"poll {_short(task.task_id)} until terminal")
             if aw is None:
                 await self._cancel_and_settle(task)
-            assert aw is not None
             self._after_wait(aw)
-            assert self.state is not None
-            if self.state.terminal:
+            assert self.m.task_state is not None
+            if self.m.task_state.terminal:
+                if aw.payload is None:  # read in the same activity failed: retry the retrieval alone
+                    self.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
                 payload = aw.payload if aw.payload is not None else await self._retrieve()
-                raise self._ended_from_payload(self.state.status, payload)
-            if self.state.status == "input_required":
-                if self.state.era == "2025-11-25":
+                raise self._ended_from_payload(self.m.task_state.status, payload)
+            if self.m.task_state.status == "input_required":
+                if self.m.task_state.era == LEGACY:
                     await self._legacy_relay(task)  # ends the task: always raises _Ended
                 await self._input_required(task)
 
     def _after_wait(self, aw: AwaitOutput) -> None:
         if aw.state is not None:
-            self.state = aw.state  # the next _enter or _finish shows the new status
+            self.m.task_state = aw.state  # the next _enter or _finish shows the new status
             return
-        last = self.state
+        last = self.m.task_state
         if aw.not_found:
             outcome = decisions.not_found_outcome(last.created_at if last else None, last.ttl_ms if last else None,
                                                   workflow.now())
-            raise _Ended(outcome, reason="tasks/get answered -32602: the task is gone"
-                         + (" after its TTL" if outcome == Outcome.EXPIRED else ""))
+            raise _Ended(Ending(outcome=outcome, reason="tasks/get answered -32602: the task is gone"
+                         + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
         if aw.no_answer is not None:
             # The server may still hold the task: we lost sight of it, it is not known to be gone.
-            raise _Ended(Outcome.LOST, replayable=False, reason=f"{aw.no_answer}; not replayed: the task may still "
-                                                                 "exist on the server")
-        raise _Ended(Outcome.LOST, reason=aw.unreachable or "task unreachable")
+            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, reason=f"{aw.no_answer}; not replayed: the task may still "
+                                                                 "exist on the server"))
+        raise _Ended(Ending(outcome=Outcome.LOST, reason=aw.unreachable or "task unreachable"))
 
-    async def _retrieve(self) -> PayloadOutcome:
+    async def _retrieve(self) -> DecodedPayload:
         """RETRIEVING: read the payload again and again, never re-calling the tool."""
-        assert self.state is not None and self.session is not None
+        assert self.m.task_state is not None and self.m.session is not None
         self._enter(Phase.RETRIEVING)
-        budget = decisions.retrieval_budget_s(self.state.created_at, self.state.ttl_ms, workflow.now(),
+        budget = decisions.retrieval_budget_s(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now(),
                                               self.req.deadline)
         try:
-            out = await workflow.execute_activity(
-                RETRIEVE_RESULT, RetrieveInput(session=self.session, state=self.state,
-                                               principal=self.profile.principal if self.profile else None,
-                                               output_schema=self.output_schema),
-                result_type=RetrieveOutput, schedule_to_close_timeout=timedelta(seconds=budget),
-                start_to_close_timeout=timedelta(minutes=5),
-                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
-                # Backoff stays within a fifth of the budget, so the last tries are not forfeited to it.
-                retry_policy=RetryPolicy(initial_interval=RETRIEVE_RETRY.initial_interval, backoff_coefficient=2.0,
-                                         maximum_interval=timedelta(seconds=max(1.0, min(60.0, budget / 5))),
-                                         non_retryable_error_types=NON_RETRYABLE),
-                summary=f"tasks/result {_short(self.state.task_id)}", **self._task_queue_kw())
+            out = await workflow.execute_activity_method(
+                McpActivities.retrieve_result,
+                RetrieveInput(session=self.m.session, state=self.m.task_state, principal=self._principal(),
+                              output_schema=self.m.output_schema),
+                **self._config(RETRIEVE, schedule_to_close_timeout=timedelta(seconds=budget),
+                               # Backoff stays within a fifth of the budget, so the last tries are not forfeited.
+                               retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                                                        maximum_interval=timedelta(seconds=max(1.0, min(60.0, budget / 5)))),
+                               summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
         except ActivityError as err:
             kind, _, info = _failure_info(err)
-            self.ledger.last_retrieval = f"gave up: {kind}"
+            self.m.ledger.last_retrieval = f"gave up: {kind}"
             why = f"its payload could not be retrieved within {budget:.0f}s ({kind}: {info.get('message', '')})"
             if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
-                outcome, error = decisions.unretrieved_outcome(self.state.status, self.state.status_message)
-                raise _Ended(outcome, replayable=False, error=error,
-                             reason=f"the server reported the task {self.state.status}, but {why}; not replayed")
-            raise _Ended(Outcome.LOST, reason=f"the task ended {self.state.status} but its payload could not be "
-                                              f"retrieved ({kind}) within {budget:.0f}s")
+                outcome, error = decisions.unretrieved_outcome(self.m.task_state.status, self.m.task_state.status_message)
+                raise _Ended(Ending(outcome=outcome, replayable=False, error=error,
+                             reason=f"the server reported the task {self.m.task_state.status}, but {why}; not replayed"))
+            raise _Ended(Ending(outcome=Outcome.LOST, reason=f"the task ended {self.m.task_state.status} but its payload could not be "
+                                              f"retrieved ({kind}) within {budget:.0f}s"))
         if out.payload is None:
-            self.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
-            outcome = (decisions.not_found_outcome(self.state.created_at, self.state.ttl_ms, workflow.now())
+            self.m.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
+            outcome = (decisions.not_found_outcome(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now())
                        if out.not_found else Outcome.LOST)
             # The operation is done whatever became of its payload: never a reason for a second tools/call.
             replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
-            raise _Ended(outcome, replayable=replayable, reason=(out.unreachable or "payload purged before it was read")
-                         + f" (the server had reported the task {self.state.status})")
+            raise _Ended(Ending(outcome=outcome, replayable=replayable, reason=(out.unreachable or "payload purged before it was read")
+                         + f" (the server had reported the task {self.m.task_state.status})"))
         return out.payload
 
-    def _ended_from_payload(self, status: str, payload: PayloadOutcome) -> _Ended:
-        self.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
+    def _ended_from_payload(self, status: str, payload: DecodedPayload) -> _Ended:
+        self.m.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
         outcome, error = decisions.terminal_outcome(
             status, result=payload.result if payload.result is not None else (
                 {"content": [], "isError": bool(payload.result_ref.get("is_error"))} if payload.result_ref else None),
             error=payload.error, empty=payload.empty, decode_error=payload.decode_error,
-            status_message=self.state.status_message if self.state else None)
-        fields: dict[str, Any] = {"result": payload.result, "error": error}
-        if payload.result_ref:
-            fields["result_ref"] = ResultRef(**payload.result_ref)
+            status_message=self.m.task_state.status_message if self.m.task_state else None)
+        ending = Ending(outcome=outcome, result=payload.result, error=error,
+                        result_ref=ResultRef(**payload.result_ref) if payload.result_ref else None)
         if payload.decode_error:
-            fields.update(raw_payload=payload.raw, reason=payload.decode_error)
+            ending.raw_payload, ending.reason = payload.raw, payload.decode_error
         if outcome in (Outcome.TOOL_ERROR, Outcome.FAILED):
-            cls, retry_after = decisions.classify_failure(payload.result, error,
-                                                          self.state.status_message if self.state else None)
-            fields.update(classification=cls, retry_after_s=retry_after)
-        return _Ended(outcome, **fields)
+            ending.classification, ending.retry_after_s = decisions.classify_failure(
+                payload.result, error, self.m.task_state.status_message if self.m.task_state else None)
+        return _Ended(ending)
 
-    # --- input (issue 4, extension era) ----------------------------------------------------------
+    # --- input (2026-07-28: tasks/update) --------------------------------------------------------
 
     async def _input_required(self, task: TaskState) -> None:
-        assert self.state is not None and self.session is not None
-        requests = {k: v for k, v in (self.state.input_requests or {}).items() if k not in self.answered_keys}
+        assert self.m.task_state is not None and self.m.session is not None
+        requests = {k: v for k, v in (self.m.task_state.input_requests or {}).items() if k not in self.m.answered_keys}
         if not requests:
             return
-        self.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
+        self.m.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
         self._enter(Phase.INPUT_REQUIRED, "input_required")
         timeout = self.req.input_timeout_s or self.req.timeouts.input_s
-        answered = await self._interruptible_wait(lambda: all(k in self.answers for k in self.pending),
+        answered = await self._interruptible_wait(lambda: all(k in self.m.answers for k in self.m.pending),
                                                   timeout_s=timeout)
-        if self.cancel_reason is not None:
+        if self.m.cancel_reason is not None:
             await self._cancel_and_settle(task)
         if not answered:
             if self.req.on_input_timeout == "cancel":
-                self.cancel_reason = f"no answer to input request within {timeout:g}s"
+                self.m.cancel_reason = f"no answer to input request within {timeout:g}s"
                 await self._cancel_and_settle(task)
-            for key in self.pending:
-                self.answers.setdefault(key, {"action": "decline"})
-        responses = {k: self.answers[k] for k in self.pending}
-        await workflow.execute_activity(
-            PROVIDE_INPUT, UpdateInput(session=self.session, task_id=task.task_id, responses=responses,
-                                       principal=self.profile.principal if self.profile else None),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT_RETRY,
-            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
-            summary=f"tasks/update {_short(task.task_id)}", **self._task_queue_kw())
-        self.answered_keys.extend(responses)
-        self.pending = {}
+            for key in self.m.pending:
+                self.m.answers.setdefault(key, {"action": "decline"})
+        responses = {k: self.m.answers[k] for k in self.m.pending}
+        await workflow.execute_activity_method(
+            McpActivities.answer_input,
+            AnswerInput(session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()),
+            **self._config(TASK_STEP, summary=f"tasks/update {_short(task.task_id)}"))
+        self.m.answered_keys.extend(responses)
+        self.m.pending = {}
 
     def _unanswered(self) -> list[str]:
-        return [k for k in self.pending if k not in self.answers]
+        return [k for k in self.m.pending if k not in self.m.answers]
 
-    async def _legacy_relay(self, task: TaskState) -> None:
+    async def _legacy_relay(self, task: TaskState) -> NoReturn:
         """2025-11-25 input: a relay activity holds tasks/result open until the task ends.
 
         Input requests arrive by signal; the human answers through ``provide_input``; the relay reads the
         answer by query and replies on the wire. Raises :class:`_Ended`.
         """
-        assert self.state is not None and self.session is not None
+        assert self.m.task_state is not None and self.m.session is not None
         timeout = self.req.input_timeout_s or self.req.timeouts.input_s
-        handle = workflow.start_activity(
-            RELAY_INPUT, RelayInput(session=self.session, state=self.state, output_schema=self.output_schema,
-                                    principal=self.profile.principal if self.profile else None,
-                                    hold_s=timeout + 3600),
-            result_type=RelayOutput, start_to_close_timeout=timedelta(seconds=timeout + 7200),
-            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=WAIT_RETRY,
-            summary=f"tasks/result {_short(task.task_id)} (relaying input)", **self._task_queue_kw())
+        handle = workflow.start_activity_method(
+            McpActivities.relay_input,
+            RelayInput(session=self.m.session, state=self.m.task_state, output_schema=self.m.output_schema,
+                       principal=self._principal(), hold_s=timeout + 3600),
+            **self._config(WAIT, start_to_close_timeout=timedelta(seconds=timeout + 7200),
+                           summary=f"tasks/result {_short(task.task_id)} (relaying input)"))
         while not handle.done():
             await self._interruptible_wait(lambda: handle.done() or bool(self._unanswered()))
-            if self.cancel_reason is None and self._unanswered() and not handle.done():
+            if self.m.cancel_reason is None and self._unanswered() and not handle.done():
                 self._enter(Phase.INPUT_REQUIRED, "input_required")
                 answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(),
                                                           timeout_s=timeout)
-                if not answered and self.cancel_reason is None and self._unanswered():
+                if not answered and self.m.cancel_reason is None and self._unanswered():
                     if self.req.on_input_timeout == "cancel":
-                        self.cancel_reason = f"no answer to input request within {timeout:g}s"
+                        self.m.cancel_reason = f"no answer to input request within {timeout:g}s"
                     else:
                         for key in self._unanswered():
-                            self.answers[key] = {"action": "decline"}
-                self.pending = {k: v for k, v in self.pending.items() if k not in self.answers}
-                if self.cancel_reason is None:
+                            self.m.answers[key] = {"action": "decline"}
+                self.m.pending = {k: v for k, v in self.m.pending.items() if k not in self.m.answers}
+                if self.m.cancel_reason is None:
                     self._enter(Phase.WORKING, "working")
-            if self.cancel_reason is not None and not handle.done():
+            if self.m.cancel_reason is not None and not handle.done():
                 await self._abandon(handle)
                 await self._cancel_and_settle(task)
         try:
@@ -695,51 +658,49 @@ class McpTaskWorkflow:
             self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
         assert out.payload is not None
         if out.state is not None:
-            self.state = out.state
-        status = self.state.status if self.state.terminal else "completed"
+            self.m.task_state = out.state
+        status = self.m.task_state.status if self.m.task_state.terminal else "completed"
         raise self._ended_from_payload(status, out.payload)
 
     # --- cancellation ----------------------------------------------------------------------------
 
-    async def _cancel_and_settle(self, task: TaskState) -> None:
+    async def _cancel_and_settle(self, task: TaskState) -> NoReturn:
         """Send ``tasks/cancel``, then learn how the task really ended. Always raises :class:`_Ended`."""
-        assert self.session is not None
+        assert self.m.session is not None
         self._enter(Phase.CANCELLING, "cancelling")
-        principal = self.profile.principal if self.profile else None
+        principal = self._principal()
         try:
-            out = await workflow.execute_activity(
-                CANCEL_TASK, CancelInput(session=self.session, task_id=task.task_id, principal=principal),
-                result_type=CancelOutput, start_to_close_timeout=timedelta(seconds=60),
-                schedule_to_close_timeout=timedelta(minutes=5), retry_policy=WAIT_RETRY,
-                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
-                summary=f"tasks/cancel {_short(task.task_id)}", **self._task_queue_kw())
+            out = await workflow.execute_activity_method(
+                McpActivities.cancel_task, CancelInput(session=self.m.session, task_id=task.task_id, principal=principal),
+                **self._config(TASK_STEP, schedule_to_close_timeout=timedelta(minutes=5),
+                               summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
-            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; tasks/cancel failed: {_failure_info(err)[0]}")
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; tasks/cancel failed: {_failure_info(err)[0]}"))
         if out.not_found or out.unreachable:
-            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; task already gone on the server")
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; task already gone on the server"))
         # Cancellation is cooperative: the task may still have finished first. Read its real end.
         try:
-            aw = await workflow.execute_activity(
-                AWAIT_TASK, AwaitInput(session=self.session, task_id=task.task_id, principal=principal,
-                                       poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
-                                       output_schema=self.output_schema, answered_keys=list(self.pending),
-                                       unreachable_s=min(60.0, self.req.timeouts.unreachable_s)),
-                result_type=AwaitOutput, start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s),
-                schedule_to_close_timeout=timedelta(minutes=3), retry_policy=WAIT_RETRY,
-                summary=f"settle {_short(task.task_id)} after cancel", **self._task_queue_kw())
+            aw = await workflow.execute_activity_method(
+                McpActivities.await_task,
+                AwaitInput(session=self.m.session, task_id=task.task_id, principal=principal,
+                           poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
+                           output_schema=self.m.output_schema, answered_keys=list(self.m.pending),
+                           unreachable_s=min(60.0, self.req.timeouts.unreachable_s)),
+                **self._config(WAIT, start_to_close_timeout=timedelta(minutes=2),
+                               schedule_to_close_timeout=timedelta(minutes=3),
+                               summary=f"settle {_short(task.task_id)} after cancel"))
         except ActivityError:
-            raise _Ended(Outcome.CANCELLED, reason=f"{self.cancel_reason}; final state unknown")
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; final state unknown"))
         if aw.state is not None and aw.state.terminal:
-            self.state = aw.state
+            self.m.task_state = aw.state
             if aw.state.status != "cancelled":
                 payload = aw.payload if aw.payload is not None else await self._retrieve()
                 end = self._ended_from_payload(aw.state.status, payload)
-                end.fields["reason"] = f"cancel requested ({self.cancel_reason}) but the task had already ended"
+                end.ending.reason = f"cancel requested ({self.m.cancel_reason}) but the task had already ended"
                 raise end
         elif aw.state is not None:
-            self.state = aw.state
-        raise _Ended(Outcome.CANCELLED, reason=self.cancel_reason)
+            self.m.task_state = aw.state
+        raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=self.m.cancel_reason))
 
     # --- waiting without losing cancellations ------------------------------------------------------
 
@@ -754,40 +715,42 @@ class McpTaskWorkflow:
             except asyncio.CancelledError:
                 if handle.done() and handle.cancelled():
                     raise
-                self.cancel_reason = self.cancel_reason or "workflow cancelled"
+                self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
 
     async def _interruptible_wait(self, ready: Any, *, timeout_s: float | None = None) -> bool:
         """Wait for ``ready()``; False on cancellation or timeout. Workflow cancellation is remembered."""
         try:
             # No timeout means no timer: a timer would cost two history events per wait.
-            await workflow.wait_condition(lambda: ready() or self.cancel_reason is not None,
+            await workflow.wait_condition(lambda: ready() or self.m.cancel_reason is not None,
                                           timeout=timedelta(seconds=timeout_s) if timeout_s else None)
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             return False
         except asyncio.CancelledError:
-            self.cancel_reason = self.cancel_reason or "workflow cancelled"
+            self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
             return False
-        return self.cancel_reason is None and ready()
+        return self.m.cancel_reason is None and ready()
 
-    async def _await(self, activity_name: str, arg: Any, result_type: type, *, summary: str) -> Any:
-        """Run a waiting activity; return None if a cancel arrived first (the activity is then cancelled)."""
+    async def _interruptible_sleep(self, seconds: float) -> bool:
+        """A durable timer that a cancel cuts short: True when it ran its course."""
+        await self._interruptible_wait(lambda: False, timeout_s=seconds)
+        return self.m.cancel_reason is None
+
+    async def _wait_for_task(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | None:
+        """Poll until the task moves; None if a cancel (or the deadline) came first (the activity is then cancelled)."""
         deadline = self.req.deadline
         budget = (deadline - workflow.now()) if deadline else LONG_WAIT
-        handle = workflow.start_activity(
-            activity_name, arg, result_type=result_type,
-            start_to_close_timeout=max(budget, timedelta(seconds=1)),
-            heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s), retry_policy=WAIT_RETRY,
-            summary=summary, **self._task_queue_kw())
+        handle = workflow.start_activity_method(
+            McpActivities.await_task, arg,
+            **self._config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary))
         await self._interruptible_wait(lambda: handle.done())
-        if self.cancel_reason is not None and not handle.done():
+        if self.m.cancel_reason is not None and not handle.done():
             await self._abandon(handle)
             return None
         try:
             return await handle
         except ActivityError as err:
-            kind, _, _ = _failure_info(err)
-            if kind.startswith("Timeout") and deadline and workflow.now() >= deadline:
-                self.cancel_reason = "deadline exceeded"
+            if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
+                self.m.cancel_reason = "deadline exceeded"
                 return None
             raise self._lost(err, "could not follow the task")
 
@@ -803,39 +766,41 @@ class McpTaskWorkflow:
     @staticmethod
     def _lost(err: ActivityError, what: str) -> _Ended:
         kind, _, info = _failure_info(err)
-        if kind == "TimeoutSCHEDULE_TO_START":  # nobody serves the owner's queue: its process is gone
-            return _Ended(Outcome.LOST, reason="the worker process that owns this stdio task is gone")
+        timeout = err.cause if isinstance(err.cause, TimeoutError) else None
+        if timeout is not None and timeout.type == TimeoutType.SCHEDULE_TO_START:  # the owner's process is gone
+            return _Ended(Ending(outcome=Outcome.LOST, reason="the worker process that owns this stdio task is gone"))
         # We could not follow a task the server accepted; it is not known to be gone: never a replay.
         replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
-        return _Ended(Outcome.LOST, replayable=replayable, reason=f"{what}: {kind}: {info.get('message', '')}")
+        return _Ended(Ending(outcome=Outcome.LOST, replayable=replayable, reason=f"{what}: {kind}: {info.get('message', '')}"))
 
     # --- the end ---------------------------------------------------------------------------------
 
-    def _finish(self, outcome: Outcome, **fields: Any) -> McpTaskOutcome:
-        if self.attempts and self.attempts[-1].ended == "in_flight":
-            self.attempts[-1].ended = outcome.value
-        self.ledger.terminal_state = outcome.value
-        self.phase = Phase.DONE
-        self.outcome = McpTaskOutcome(
+    def _finish(self, ending: Ending) -> McpTaskOutcome:
+        outcome = ending.outcome
+        if self.m.attempts and self.m.attempts[-1].ended == "in_flight":
+            self.m.attempts[-1].ended = outcome.value
+        self.m.ledger.terminal_state = outcome.value
+        self.m.phase = Phase.DONE
+        self.m.outcome = McpTaskOutcome(
             workflow_id=workflow.info().workflow_id, outcome=outcome,
-            task_id=self.state.task_id if self.state else (self.attempts[-1].task_id if self.attempts else None),
-            task_status=self.state.status if self.state else None,
-            status_message=self.state.status_message if self.state else None,
-            era=self.ledger.era, operation_attempts=self.attempts, ledger=self.ledger, **fields)
-        final_status = self.state.status if self.state else outcome.value
+            task_id=self.m.task_state.task_id if self.m.task_state else (self.m.attempts[-1].task_id if self.m.attempts else None),
+            task_status=self.m.task_state.status if self.m.task_state else None,
+            status_message=self.m.task_state.status_message if self.m.task_state else None,
+            era=self.m.ledger.era, operation_attempts=self.m.attempts, ledger=self.m.ledger, **ending.outcome_fields())
+        final_status = self.m.task_state.status if self.m.task_state else outcome.value
         if final_status not in _TERMINAL_STATUSES and final_status != outcome.value \
                 and workflow.patched(SEARCHABLE_PHASES):
             final_status = outcome.value  # a finished task is not listed as `working`
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
-        workflow.upsert_memo({"ledger": self.ledger.model_dump(mode="json")})
+        workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
         workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}")
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})
-        replays = max(0, len(self.attempts) - 1)
+        replays = max(0, len(self.m.attempts) - 1)
         if replays:
             workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
                 replays, {"tool": self.req.tool})
-        return self.outcome
+        return self.m.outcome
 
 
 def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> None:

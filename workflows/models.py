@@ -12,9 +12,20 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+from temporalio.common import SearchAttributeKey
 
-from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, InputRequest, RpcErrorInfo, TaskStatus
+from mcp_temporal_tasks.activities.models import ServerProfile
+from mcp_temporal_tasks.activities.wire.models import (
+    Endpoint,
+    Era,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    TaskState,
+    TaskStatus,
+)
+from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
 
 WORKFLOW_TYPE = "McpTaskWorkflow"
 DEFAULT_TASK_QUEUE = "mcp-tasks"
@@ -24,6 +35,16 @@ MAX_ARGUMENTS_BYTES = 512 * 1024
 MAX_TOOL_NAME = 256
 #: Temporal refuses a Keyword search attribute over 2,048 bytes (and terminates the workflow that upserts it).
 MAX_SEARCH_ATTRIBUTE_BYTES = 256
+
+
+#: The search attributes every task keeps up to date (Keyword). Registered by the worker, the plugin, the dev server.
+SA_SERVER = SearchAttributeKey.for_keyword("McpServer")
+SA_TOOL = SearchAttributeKey.for_keyword("McpTool")
+SA_TASK_ID = SearchAttributeKey.for_keyword("McpTaskId")
+SA_STATUS = SearchAttributeKey.for_keyword("McpTaskStatus")
+SA_OUTCOME = SearchAttributeKey.for_keyword("McpOutcome")
+SEARCH_ATTRIBUTES = (SA_SERVER, SA_TOOL, SA_TASK_ID, SA_STATUS, SA_OUTCOME)
+SEARCH_ATTRIBUTE_NAMES = tuple(key.name for key in SEARCH_ATTRIBUTES)
 
 
 class RequestTooLarge(ValueError):
@@ -91,10 +112,6 @@ class Phase(str, Enum):
     DONE = "DONE"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class Timeouts(_Model):
     """Bounds of one task. Defaults suit production; tests shrink them."""
 
@@ -135,7 +152,7 @@ class McpTaskRequest(_Model):
     idempotent: bool | None = None
     principal: str | None = None
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    #: What to do when a human does not answer an input request in time (issue 4).
+    #: What to do when a human does not answer an input request in time.
     on_input_timeout: Literal["decline", "cancel"] = "cancel"
     input_timeout_s: float | None = Field(None, gt=0)
 
@@ -204,6 +221,33 @@ class ResultRef(_Model):
     is_error: bool = False
 
 
+class Ending(_Model):
+    """How one operation ended, inside the workflow: the outcome-specific fields of :class:`McpTaskOutcome`.
+
+    Typed (and ``extra="forbid"``) so that a misspelt field is a type error, not a workflow task that fails.
+    ``replayable=False``: whatever the outcome, it never justifies a new ``tools/call`` (the server reported
+    the task; only reading it failed).
+    """
+
+    outcome: Outcome
+    result: dict[str, Any] | None = None
+    result_ref: ResultRef | None = None
+    error: RpcErrorInfo | None = None
+    classification: Classification | None = None
+    retry_after_s: float | None = None
+    raw_payload: Any = None
+    reason: str | None = None
+    replayable: bool = True
+
+    def but(self, *, reason: str) -> Ending:
+        """The same ending, with another reason."""
+        return self.model_copy(update={"reason": reason})
+
+    def outcome_fields(self) -> dict[str, Any]:
+        """The fields :class:`McpTaskOutcome` shares with this ending."""
+        return self.model_dump(exclude={"outcome", "replayable"}, exclude_unset=False)
+
+
 class McpTaskOutcome(_Model):
     """The end of one MCP task. Also what ``mcp-tasks run --json`` prints."""
 
@@ -256,3 +300,38 @@ class TaskView(_Model):
     outcome: Outcome | None = None
     ledger: Ledger
 
+
+class LegacyInputRecord(_Model):
+    """A 2025-11-25 input request relayed from a ``tasks/result`` stream: the server's request id, and whether
+    our answer reached the server (an answer still owed is delivered by the next relay attempt)."""
+
+    rpc_id: Any
+    delivered: bool = False
+
+
+class MachineState(_Model):
+    """Everything ``McpTaskWorkflow`` knows, in one model: what the ``status()`` query shows and the updates'
+    validators check. Mutated only by the workflow (deterministically)."""
+
+    phase: Phase = Phase.SUBMITTING
+    #: Set when the request did not validate: the task ends ``rejected`` with this text.
+    invalid_request: str | None = None
+    profile: ServerProfile | None = None
+    session: SessionRef | None = None
+    #: Task queue of the worker process that owns a stdio task (every later activity runs there).
+    owner_queue: str | None = None
+    #: The server's view of the task, as of the last poll (``tasks/get``).
+    task_state: TaskState | None = None
+    attempts: list[OperationAttempt] = Field(default_factory=list)
+    pending: dict[str, PendingInput] = Field(default_factory=dict)
+    answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    answered_keys: list[str] = Field(default_factory=list)
+    legacy_inputs: dict[str, LegacyInputRecord] = Field(default_factory=dict)
+    #: Why the task is being cancelled (an update, workflow cancellation, the deadline, an input timeout).
+    cancel_reason: str | None = None
+    approved: bool = False
+    output_schema: dict[str, Any] | None = None
+    outcome: McpTaskOutcome | None = None
+    #: The ``McpTaskStatus`` last upserted (each upsert is a history event: only changes are written).
+    shown_status: str | None = None
+    ledger: Ledger

@@ -111,7 +111,7 @@ class McpTasksClient:
             server=self._server, tool=name, arguments=arguments or {}, era=self._era, ttl_s=ttl_s,
             deadline=deadline, idempotency_key=idempotency_key,
             replay=ReplayPolicy(replay) if replay is not None else None, idempotent=idempotent,
-            principal=self._principal, **({"timeouts": self._timeouts} if self._timeouts else {}))
+            principal=self._principal, timeouts=self._timeouts or Timeouts())
         child_id = self._child_id(idempotency_key)
         try:
             # REJECT_DUPLICATE: a reset parent must find the child its earlier run started, never start another.

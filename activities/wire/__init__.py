@@ -57,9 +57,9 @@ Results are decoded by :func:`decode_result` against a pinned contract: the SDK'
 and, where an ``outputSchema`` is pinned, ``structuredContent`` validated against it.
 """
 
-from .client import McpTaskClient, parse_task
-from .contract import contract_of, decode_result, digest
-from .errors import (
+from mcp_temporal_tasks.activities.wire.client import McpTaskClient, parse_task
+from mcp_temporal_tasks.activities.wire.contract import contract_of, decode_result, digest
+from mcp_temporal_tasks.activities.wire.errors import (
     ERROR_TYPES,
     AuthorizationRequired,
     CapabilityUnavailable,
@@ -79,7 +79,7 @@ from .errors import (
     TransportError,
     UnsupportedProtocolVersion,
 )
-from .models import (
+from mcp_temporal_tasks.activities.wire.models import (
     EXTENSION,
     LEGACY,
     TERMINAL_STATUSES,
@@ -93,6 +93,14 @@ from .models import (
     TaskState,
     ToolInfo,
 )
-from .pool import PROCESS_ID, SessionPool
+from mcp_temporal_tasks.activities.wire.pool import PROCESS_ID, SessionPool
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "AuthorizationRequired", "CapabilityUnavailable", "ERROR_TYPES", "EXTENSION", "Endpoint", "Era",
+    "HeaderMismatch", "InputRequest", "InvalidParams", "JsonRpcError", "LEGACY", "McpTaskClient",
+    "McpWireError", "MethodNotFound", "MissingCapability", "PROCESS_ID", "ProcessGone", "ProtocolViolation",
+    "RateLimited", "ResultDecodeError", "RpcErrorInfo", "SessionGone", "SessionPool", "SessionRef",
+    "StartResult", "TERMINAL_STATUSES", "TaskNotFound", "TaskPayload", "TaskState", "TaskUnreachable",
+    "ToolInfo", "TransportError", "UnsupportedProtocolVersion", "contract_of", "decode_result", "digest",
+    "parse_task",
+]

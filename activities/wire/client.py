@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
-from . import redact, sdk_compat
-from .errors import (
+from mcp_temporal_tasks.activities.wire import redact, sdk_compat
+from mcp_temporal_tasks.activities.wire.errors import (
     INTERNAL_ERROR,
     CapabilityUnavailable,
     JsonRpcError,
@@ -21,11 +21,17 @@ from .errors import (
     ProtocolViolation,
     TaskNotFound,
     TaskUnreachable,
-    TransportError,
     is_transient_read_error,
 )
-from .limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text, carry_problem, safe_raw
-from .models import (
+from mcp_temporal_tasks.activities.wire.limits import (
+    MAX_TASK_ID,
+    STATUS_MESSAGE_CAP,
+    TEXT_CAP,
+    cap_text,
+    carry_problem,
+    safe_raw,
+)
+from mcp_temporal_tasks.activities.wire.models import (
     EXTENSION,
     LEGACY,
     TASKS_EXTENSION,
@@ -40,7 +46,7 @@ from .models import (
     TaskState,
     ToolInfo,
 )
-from .transport import HttpTransport, ServerRequestHandler, StdioTransport, Transport
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport, ServerRequestHandler, StdioTransport, Transport
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +81,7 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
         raise ProtocolViolation(f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8",
                                 raw=task_id[:200])
 
-    def ttl(key: str) -> int | str | None:
+    def ttl(key: str) -> int | Literal["unlimited"] | None:
         if key not in obj:
             return None
         value = obj[key]
@@ -156,7 +162,7 @@ def _created_after(task: TaskState, sent_at: datetime, slack_s: float = 5.0) -> 
     except ValueError:
         return True
     if created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
+        created = created.replace(tzinfo=UTC)
     return created >= sent_at - timedelta(seconds=slack_s)
 
 
@@ -353,7 +359,7 @@ class McpTaskClient:
             # No TTL request here: on the extension the server alone decides a task's lifetime.
             task_requested = True
         self._call_seq += 1
-        call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(timezone.utc))
+        call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
             reply = await self._request("tools/call", params, name=tool)

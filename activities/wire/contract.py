@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from . import sdk_compat
-from .errors import ResultDecodeError
-from .limits import carry_problem
+from mcp_temporal_tasks.activities.wire import sdk_compat
+from mcp_temporal_tasks.activities.wire.errors import ResultDecodeError
+from mcp_temporal_tasks.activities.wire.limits import carry_problem
 
 
 def canonical_json(value: Any) -> str:

@@ -12,11 +12,12 @@ Each error knows:
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
-from .limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
+from mcp_temporal_tasks.activities.wire.limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
 
-# JSON-RPC / MCP error codes this project reacts to (see mcp-tasks-wire.md, section 3).
+# JSON-RPC / MCP error codes this project reacts to.
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 INTERNAL_ERROR = -32603
@@ -284,13 +285,13 @@ def parse_retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    from datetime import datetime
     from email.utils import parsedate_to_datetime
-    from datetime import datetime, timezone
 
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

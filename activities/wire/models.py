@@ -23,11 +23,14 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 UNLIMITED: Literal["unlimited"] = "unlimited"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+class StrictModel(BaseModel):
+    """Every model of this project: unknown fields are refused, so a typo is an error, not silence."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
-class Endpoint(_Model):
+
+class Endpoint(StrictModel):
     """Where an MCP server is. Exactly one of ``url`` / ``command``.
 
     ``headers`` holds *references*: header name → environment variable name. Values are read in the
@@ -66,7 +69,7 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
-class SessionRef(_Model):
+class SessionRef(StrictModel):
     """Everything needed to reach a task's session again, from any process.
 
     For stateful legacy HTTP servers the task is bound to ``session_id``: re-attaching sends it without a
@@ -81,13 +84,13 @@ class SessionRef(_Model):
     owner: str | None = None
 
 
-class RpcErrorInfo(_Model):
+class RpcErrorInfo(StrictModel):
     code: int
     message: str
     data: Any = None
 
 
-class InputRequest(_Model):
+class InputRequest(StrictModel):
     """One server→client request that waits for a human or a handler (elicitation, sampling)."""
 
     model_config = ConfigDict(extra="allow")
@@ -95,7 +98,7 @@ class InputRequest(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class TaskState(_Model):
+class TaskState(StrictModel):
     """``tasks/get`` (or a creation reply), normalised across eras."""
 
     task_id: str
@@ -117,7 +120,7 @@ class TaskState(_Model):
         return self.status in TERMINAL_STATUSES
 
 
-class ToolInfo(_Model):
+class ToolInfo(StrictModel):
     """What ``tools/list`` said about one tool that matters for tasks and contracts."""
 
     name: str
@@ -128,7 +131,7 @@ class ToolInfo(_Model):
     destructive_hint: bool | None = None
 
 
-class StartResult(_Model):
+class StartResult(StrictModel):
     """What a ``tools/call`` produced. Exactly one of ``task``, ``result``, ``input_required``.
 
     * ``task``: the server made a task (legacy ``CreateTaskResult``, extension ``resultType:"task"``);
@@ -146,7 +149,7 @@ class StartResult(_Model):
     task_requested: bool = False
 
 
-class TaskPayload(_Model):
+class TaskPayload(StrictModel):
     """The final payload of a task: a ``CallToolResult`` in wire form, or the JSON-RPC error.
 
     ``empty`` marks a payload that carried no result at all (``{_meta}`` only, or ``-32603`` after a

@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .client import McpTaskClient
-from .errors import RateLimited, TaskUnreachable, TransportError
-from .models import Endpoint, Era, SessionRef
-from .transport import StdioTransport
+from mcp_temporal_tasks.activities.wire.client import McpTaskClient
+from mcp_temporal_tasks.activities.wire.errors import RateLimited, TaskUnreachable, TransportError
+from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, SessionRef
+from mcp_temporal_tasks.activities.wire.transport import StdioTransport
 
 T = TypeVar("T")
 
@@ -55,14 +55,16 @@ class SessionPool:
 
     async def _sweep(self) -> None:
         now = time.monotonic()
-        for store in (self._by_key, self._by_session):
-            for key, entry in list(store.items()):
-                idle = now - entry.last_used > self.idle_s
-                holds_tasks = isinstance(entry.client.transport, StdioTransport) and entry.tasks
-                if not entry.client.alive or (idle and not holds_tasks):
-                    del store[key]
-                    if entry not in self._by_key.values() and entry not in self._by_session.values():
-                        await entry.client.aclose()
+        stale = [self._by_key.pop(k) for k in [k for k, e in self._by_key.items() if self._stale(e, now)]]
+        stale += [self._by_session.pop(k) for k in [k for k, e in self._by_session.items() if self._stale(e, now)]]
+        for entry in {id(e): e for e in stale}.values():
+            if entry not in self._by_key.values() and entry not in self._by_session.values():
+                await entry.client.aclose()
+
+    def _stale(self, entry: _Entry, now: float) -> bool:
+        idle = now - entry.last_used > self.idle_s
+        holds_tasks = isinstance(entry.client.transport, StdioTransport) and bool(entry.tasks)
+        return not entry.client.alive or (idle and not holds_tasks)
 
     async def for_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None) -> McpTaskClient:
         """A live session for a new ``tools/call``; connects (and detects the era) when needed."""
@@ -132,10 +134,10 @@ class SessionPool:
 
     async def discard(self, client: McpTaskClient) -> None:
         async with self._lock:
-            for store in (self._by_key, self._by_session):
-                for key, entry in list(store.items()):
-                    if entry.client is client:
-                        del store[key]
+            for key in [k for k, e in self._by_key.items() if e.client is client]:
+                del self._by_key[key]
+            for sid in [k for k, e in self._by_session.items() if e.client is client]:
+                del self._by_session[sid]
             await client.aclose()
 
     async def aclose(self) -> None:

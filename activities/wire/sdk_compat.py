@@ -29,8 +29,8 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 
-from .errors import ProtocolViolation
-from .models import EXTENSION, TASKS_EXTENSION, ToolInfo
+from mcp_temporal_tasks.activities.wire.errors import ProtocolViolation
+from mcp_temporal_tasks.activities.wire.models import EXTENSION, TASKS_EXTENSION, ToolInfo
 
 #: The SDK version these workarounds were written and tested against.
 SDK_VERSION = "2.3.0"

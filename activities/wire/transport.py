@@ -26,23 +26,23 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from .errors import (
+from mcp_temporal_tasks.activities.wire.errors import (
     AuthorizationRequired,
     HttpRefusal,
     McpWireError,
     PayloadUnusable,
+    ProcessGone,
     ProtocolViolation,
     RateLimited,
-    ProcessGone,
     SessionGone,
     TaskUnreachable,
     TransportError,
     error_from_rpc,
     parse_retry_after,
 )
-from .limits import MAX_REPLY_BYTES, loads_bounded
-
-from .redact import register as register_secrets, scrub_error
+from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES, loads_bounded
+from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
+from mcp_temporal_tasks.activities.wire.redact import scrub_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -424,7 +424,7 @@ class StdioTransport:
                 raise TransportError(f"{method}: write to stdio server failed: {exc}", sent=False) from exc
             try:
                 message = await asyncio.wait_for(fut, timeout_s or DEFAULT_TIMEOUT_S)
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 raise TransportError(f"{method}: no reply from stdio server in time", sent=True) from exc
         finally:
             self._pending.pop(msg_id, None)

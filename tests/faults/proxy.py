@@ -378,7 +378,7 @@ class FaultProxy:
             while not self._stopping:
                 try:
                     req = await self._read_request(reader)
-                except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError, asyncio.LimitOverrunError):
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
                     return
                 except _TooLarge:
                     await self._simple(writer, 413, b"request body too large", close=True)
@@ -388,7 +388,7 @@ class FaultProxy:
                 keep = await self._serve(req, writer)
                 if not keep or not req.keep_alive:
                     return
-        except (_Drop, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, _Drop, ConnectionError):
             pass
         except asyncio.CancelledError:
             pass
