@@ -88,32 +88,30 @@ async def in_process_worker(client: Client, *, task_queue: str, servers: dict[st
         await task
 
 
-class WorkerProcess:
-    """``mcp-tasks worker`` in its own process, ready once it logged that it polls its queue."""
+class ProcessUnderTest:
+    """A process of ours (a worker) that a test can SIGKILL; ready once a line of its output contains ``ready``."""
 
-    def __init__(self, address: str, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
-        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address, "--task-queue", task_queue,
-               "--config", str(config), "--plain-logs"]
+    def __init__(self, cmd: list[str], *, ready: str, env: dict[str, str], name: str = "process") -> None:
+        self.ready_marker, self.name = ready, name
         self.lines: list[str] = []
         self._ready = threading.Event()
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env={**os.environ, **(env or {}),
-                                                                  "PYTHONPATH": str(REPO_ROOT)})
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self.lines.append(line)
-            if "ready: polling task queue" in line:
+            if self.ready_marker in line:
                 self._ready.set()
         self._ready.set()
 
-    def wait_ready(self, timeout_s: float = 30) -> None:
+    def wait_ready(self, timeout_s: float = 45) -> None:
         self._ready.wait(timeout_s)
-        if self.proc.poll() is not None or not any("ready: polling" in line for line in self.lines):
-            raise AssertionError("worker did not become ready:\n" + "\n".join(self.lines[-30:]))
+        if self.proc.poll() is not None or not any(self.ready_marker in line for line in self.lines):
+            raise AssertionError(f"{self.name} did not become ready:\n" + "\n".join(self.lines[-40:]))
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, no chance to finish or report anything."""
@@ -128,6 +126,16 @@ class WorkerProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class WorkerProcess(ProcessUnderTest):
+    """``mcp-tasks worker`` in its own process, ready once it logged that it polls its queue."""
+
+    def __init__(self, address: str, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
+        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address,
+               "--task-queue", task_queue, "--config", str(config), "--plain-logs"]
+        super().__init__(cmd, ready="ready: polling task queue", name="worker",
+                         env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)})
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer, wait_until
-from tests.temporal_harness import REPO_ROOT, address_of, unique
+from tests.temporal_harness import ProcessUnderTest, address_of, unique
 
 HEARTBEAT_S = 2.0
 UNREACHABLE_S = 4.0
@@ -290,44 +289,14 @@ async def test_worker_plugin_without_pydantic_converter_is_a_config_error(tempor
 # --- 3. a worker killed mid-task; a parent reset after its child completed ---------------------------
 
 
-class UserWorkerProcess:
+class UserWorkerProcess(ProcessUnderTest):
     """``python -m tests.fixtures.user_app``: the user's worker with the plugin, in its own process."""
 
     def __init__(self, address: str, queue: str, servers_: dict[str, Any]) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TEMPORAL_ADDRESS=address, USER_APP_QUEUE=queue, USER_APP_SERVERS=json.dumps(servers_))
-        self.lines: list[str] = []
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fixtures.user_app"], cwd=REPO_ROOT, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip()
-            self.lines.append(line)
-            if line == "READY":
-                self._ready.set()
-        self._ready.set()
-
-    def wait_ready(self, timeout_s: float = 45) -> None:
-        self._ready.wait(timeout_s)
-        if self.proc.poll() is not None or "READY" not in self.lines:
-            raise AssertionError("user worker did not become ready:\n" + "\n".join(self.lines[-40:]))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()  # SIGKILL
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().__init__([sys.executable, "-m", "tests.fixtures.user_app"], ready="READY", env=env,
+                         name="user worker")
 
 
 @contextlib.contextmanager

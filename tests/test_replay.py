@@ -22,7 +22,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 def test_histories_are_committed() -> None:
     names = {p.stem for p in HISTORIES}
     assert {"completed_legacy", "completed_extension", "tool_error_legacy", "cancelled_legacy",
-            "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent"} <= names
+            "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent",
+            "tool_error_legacy_fails_workflow"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

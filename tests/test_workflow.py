@@ -46,8 +46,11 @@ async def history_len(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """Refresh a committed history (for the replay test) when MCP_TASKS_RECORD_HISTORIES=1."""
-    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1":
+    """Record a history for the replay test when MCP_TASKS_RECORD_HISTORIES=1: a missing one is written; an
+    existing one only with MCP_TASKS_RECORD_HISTORIES_OVERWRITE=1 (old histories are what keeps old runs safe)."""
+    path = HISTORIES / f"{name}.json"
+    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and (
+            not path.exists() or os.environ.get("MCP_TASKS_RECORD_HISTORIES_OVERWRITE") == "1"):
         history = await handle.fetch_history()
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history.to_json())
@@ -103,6 +106,8 @@ async def test_tool_error_429_recovered_and_classified(request: pytest.FixtureRe
     assert out.task_status == ("failed" if peer.flavour == "legacy" else "completed")
     if peer_name == "ts_http_stateful":
         await keep_history(handle, "tool_error_legacy")
+        # Recorded after the task began to fail its workflow (McpTaskError, behind a patch marker).
+        await keep_history(handle, "tool_error_legacy_fails_workflow")
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateless", "fastmcp_server"])
