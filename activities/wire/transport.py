@@ -93,6 +93,15 @@ class _Ids:
         return f"{cls._prefix}{next(cls._counter)}"
 
 
+def _request_body(method: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """(id, JSON-RPC request) for either transport."""
+    msg_id = _Ids.next()
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        body["params"] = params
+    return msg_id, body
+
+
 class HttpTransport:
     """Streamable HTTP, one POST per request; replies as JSON or as an SSE stream."""
 
@@ -135,10 +144,7 @@ class HttpTransport:
         on_server_request: ServerRequestHandler | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        msg_id = _Ids.next()
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
-        if params is not None:
-            body["params"] = params
+        msg_id, body = _request_body(method, params)
         try:
             req = self._client.build_request(
                 "POST", self.url, json=body, headers=self._base_headers(headers),
@@ -408,10 +414,7 @@ class StdioTransport:
         on_server_request: ServerRequestHandler | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        msg_id = _Ids.next()
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
-        if params is not None:
-            body["params"] = params
+        msg_id, body = _request_body(method, params)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = fut
         self._handlers[msg_id] = on_server_request
