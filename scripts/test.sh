@@ -19,7 +19,7 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
 
 # The gate: lint and types fail the run before any test does.
-.venv/bin/ruff check activities workflows worker mcp_temporal_tasks tests bench scripts
+.venv/bin/ruff check api activities workflows worker tests bench scripts
 .venv/bin/python scripts/typecheck.py
 
 # -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).

@@ -21,7 +21,7 @@ def build_view() -> Path:
     shutil.rmtree(VIEW, ignore_errors=True)
     package = VIEW / "mcp_temporal_tasks"
     package.mkdir(parents=True)
-    (package / "__init__.py").symlink_to(ROOT / "mcp_temporal_tasks" / "__init__.py")
+    (package / "__init__.py").symlink_to(ROOT / "api" / "__init__.py")
     for folder in ("workflows", "activities", "worker"):
         (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
     return VIEW
