@@ -1,7 +1,7 @@
 """A worker process for the benchmark, so its resident memory is measured alone.
 
 ``--design ours``: exactly the project's worker: ``mcp_temporal_tasks.worker.runner.build_workers`` with
-``mcp_temporal_tasks.worker.runner.make_activities(WorkerConfig())`` (shared queue + per-process queue), connected with
+``mcp_temporal_tasks.worker.runner.make_activities`` (a Worker with McpTasksPlugin: shared queue + per-process queue), connected with
 ``mcp_temporal_tasks.worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and ``--experiment`` change one
 setting of it (WorkerSettings, or a Worker option passed through ``build_workers``) to price one cost; the
 report then says the worker is not ours as shipped.
