@@ -409,21 +409,14 @@ class McpActivities:
             if remaining > 0:
                 activity.heartbeat(details)
 
-    async def _payload_of(self, client: McpTaskClient, state: TaskState,
-                          output_schema: dict[str, Any] | None) -> DecodedPayload:
-        """A terminal task's payload, read and decoded. One that cannot be carried (over the reply limit) is
-        decode_failed, not a fault: asking again gets the same answer. Other wire errors propagate."""
-        try:
-            return self._decode(await client.result(state), output_schema)
-        except PayloadUnusable as exc:
-            return DecodedPayload(decode_error=exc.message, raw=exc.raw)
-
     async def _read_payload(self, client: McpTaskClient, state: TaskState, output_schema: dict[str, Any] | None,
                             beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:
         """(payload, None), or (None, why) when a transient fault kept it from being read: the workflow then
-        retries the retrieval alone."""
+        retries the retrieval alone. A payload that cannot be carried is decode_failed, not a fault."""
         try:
-            payload = await self._heartbeating(self._payload_of(client, state, output_schema), lambda: beat)
+            payload = self._decode(await self._heartbeating(client.result(state), lambda: beat), output_schema)
+        except PayloadUnusable as exc:
+            payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
         except McpWireError as exc:
             self._counter("mcp_tasks_retrievals", "task payload retrievals", outcome="error")
             return None, cap_text(f"{exc.kind}: {exc.message}", 1024)
@@ -439,7 +432,11 @@ class McpActivities:
         """
         async def retrieve() -> RetrieveOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
-            return RetrieveOutput(payload=await self._payload_of(client, inp.state, inp.output_schema))
+            try:
+                payload = self._decode(await client.result(inp.state), inp.output_schema)
+            except PayloadUnusable as exc:
+                payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
+            return RetrieveOutput(payload=payload)
 
         beat = {"taskId": _short(inp.state.task_id), "step": "retrieving", "status": inp.state.status}
         try:

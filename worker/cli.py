@@ -830,7 +830,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
 async def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
-    from mcp_temporal_tasks.worker.runner import connect, run_workers, setup_logging
+    from mcp_temporal_tasks.worker.runner import connect, ensure_search_attributes, run_workers, setup_logging
 
     setup_logging(args.log_level, json_logs=not args.plain_logs)
     log = logging.getLogger("mcp_tasks.worker")
@@ -866,7 +866,11 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}: {exc}", EXIT_UNREACHABLE) from None
     await check_namespace(client, cfg.temporal.namespace, cfg.temporal.address)
-    # The search attributes are registered by the worker's McpTasksPlugin, before it polls.
+    added = await ensure_search_attributes(client, cfg.temporal.namespace)
+    if added:
+        log.info("registered search attributes %s in namespace %s", ", ".join(added), cfg.temporal.namespace)
+    else:
+        log.info("search attributes already registered in namespace %s", cfg.temporal.namespace)
     if cfg.worker.metrics_port:
         log.info("Prometheus metrics on :%d/metrics", cfg.worker.metrics_port)
     await run_workers(client, cfg, activities=activities, on_ready=lambda: log.info(
