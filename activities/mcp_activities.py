@@ -33,7 +33,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import activity
@@ -50,6 +50,7 @@ from mcp_temporal_tasks.activities.models import (
     FetchOutcomeInput,
     LegacyInputRequest,
     ListToolsInput,
+    PollSchedule,
     RelayInput,
     RelayOutput,
     ResolveInput,
@@ -128,19 +129,47 @@ def to_application_error(exc: McpWireError, *, read: bool = False, sent: bool | 
     return ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
 
 
-def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None) -> float:
+#: A server's ``pollInterval`` is honoured up to this (a longer one is a server bug, not a reason to wait a day).
+MAX_HONOURED_POLL_INTERVAL_S = 3600.0
+
+
+def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None,
+                    age_s: float | None = None, schedule: PollSchedule | None = None) -> float:
     """Seconds until the next ``tasks/get``.
 
-    The server's ``pollInterval`` wins within our floor and ceiling. Without one we back off from 0.5 s
-    by 1.5× per poll, so a silent server is not hammered during a long task.
+    The base is the server's ``pollInterval`` (or, when it gives none, a backoff from 0.5 s by 1.5× per poll)
+    within our floor and ceiling. Once the task is older than ``schedule.after_s`` the gap grows to
+    ``schedule.age_fraction × age`` (bounded by ``schedule.max_interval_s``), so a waiting task costs
+    O(log age) polls instead of age / pollInterval, and is still seen within that fraction of its age.
+    Never shorter than the server's ``pollInterval``: the spec lets a client poll less often, not more.
     """
-    if server_ms is not None and server_ms > 0:
-        wanted = server_ms / 1000.0
+    server_s = min(server_ms / 1000.0, MAX_HONOURED_POLL_INTERVAL_S) if server_ms is not None and server_ms > 0 else None
+    if server_s is not None:
+        base = server_s
     elif previous_s is None:
-        wanted = 0.5
+        base = 0.5
     else:
-        wanted = previous_s * 1.5
-    return min(ceiling_s, max(floor_s, wanted))
+        base = previous_s * 1.5
+    delay = min(ceiling_s, max(floor_s, base))
+    if schedule is not None and age_s is not None and age_s >= schedule.after_s and schedule.age_fraction > 0:
+        delay = max(delay, min(schedule.max_interval_s, schedule.age_fraction * age_s))
+    return max(delay, server_s or 0.0)
+
+
+def task_age_s(created_at: str | None, submitted_at: float | None, now: float) -> float | None:
+    """A task's age: from the server's ``createdAt`` when it parses and is not in the future, or from when we
+    sent ``tools/call``; the larger of the two (both are lower bounds of the truth, our clock or theirs)."""
+    ages = []
+    if submitted_at is not None:
+        ages.append(now - submitted_at)
+    if created_at:
+        try:
+            created = datetime.fromisoformat(created_at)
+        except ValueError:
+            created = None
+        if created is not None and created.tzinfo is not None and created.timestamp() <= now + 5:
+            ages.append(now - created.timestamp())
+    return max(ages) if ages else None
 
 
 def _beat_every(info: activity.Info) -> float:
@@ -268,11 +297,12 @@ class McpActivities:
                 raise ApplicationError(f"unknown MCP server {inp.server!r} (known: {known})",
                                        type="UnknownServer", non_retryable=True)
             endpoint = cfg.endpoint()
+            policy = cfg.tools.get(inp.tool, ToolPolicy())
             return ServerProfile(
                 name=inp.server, endpoint=endpoint,
                 identity=endpoint.identity(),
                 principal=inp.principal or cfg.principal, era=inp.era or cfg.era,
-                trust_annotations=cfg.trust_annotations, policy=cfg.tools.get(inp.tool, ToolPolicy()),
+                trust_annotations=cfg.trust_annotations, policy=policy, polling=policy.polling or cfg.polling,
             )
         endpoint = inp.server
         refusal = self._inline_refusal(endpoint)
@@ -395,7 +425,8 @@ class McpActivities:
                 if fresh or state.era == LEGACY:
                     return AwaitOutput(state=state, polls=polls)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
-                                    previous_s=delay)
+                                    previous_s=delay, schedule=inp.schedule,
+                                    age_s=task_age_s(state.created_at, inp.submitted_at, time.time()))
             await self._sleep_beating(delay, hb_every, details)
 
     @staticmethod

@@ -25,6 +25,20 @@ from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
 ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
 
 
+class PollSchedule(_Model):
+    """How often a waiting task is polled, by its age (issue 14: the cost of waiting).
+
+    During a task's first ``after_s`` the server's ``pollInterval`` is used as is; after that the gap
+    between two polls grows to ``age_fraction`` of the task's age (5 %: a task that ends after 40 minutes
+    is seen within 2), at most ``max_interval_s``. Never shorter than the server's ``pollInterval``.
+    ``age_fraction = 0`` polls at ``pollInterval`` for a task's whole life.
+    """
+
+    after_s: float = Field(60.0, ge=0)
+    age_fraction: float = Field(0.05, ge=0, le=1)
+    max_interval_s: float = Field(600.0, gt=0, le=24 * 3600)
+
+
 class ToolPolicy(_Model):
     """Trusted, per-tool facts from configuration."""
 
@@ -33,6 +47,8 @@ class ToolPolicy(_Model):
     max_replays: int | None = Field(None, ge=0, le=10)
     #: Pinned result contract: ``structuredContent`` must match this schema.
     output_schema: dict[str, Any] | None = None
+    #: Overrides the server's ``polling`` for this tool.
+    polling: PollSchedule | None = None
 
 
 class ServerConfig(_Model):
@@ -47,6 +63,7 @@ class ServerConfig(_Model):
     era: Era | None = None
     trust_annotations: bool = False
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    polling: PollSchedule = Field(default_factory=PollSchedule)
 
     def endpoint(self) -> Endpoint:
         return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers)
@@ -62,6 +79,7 @@ class ServerProfile(_Model):
     era: Era | None = None
     trust_annotations: bool = False
     policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    polling: PollSchedule = Field(default_factory=PollSchedule)
 
 
 class ResolveInput(_Model):
@@ -115,6 +133,9 @@ class AwaitInput(_Model):
     answered_keys: list[str] = Field(default_factory=list)
     #: How long the server may stay unreachable (refused, reset, garbled, 5xx) before the wait gives up.
     unreachable_s: float = 600.0
+    schedule: PollSchedule = Field(default_factory=PollSchedule)
+    #: When tools/call was sent (epoch seconds): the task's age when the server gives no ``createdAt``.
+    submitted_at: float | None = None
 
 
 class AwaitOutput(_Model):

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         CancelInput,
         DecodedPayload,
         LegacyInputRequest,
+        PollSchedule,
         RelayInput,
         RelayOutput,
         ResolveInput,
@@ -504,7 +505,9 @@ class McpTaskWorkflow:
                 session=self.m.session, task_id=task.task_id, principal=self._principal(),
                 poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
                 output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
-                unreachable_s=self.req.timeouts.unreachable_s), summary=f"poll {_short(task.task_id)} until terminal")
+                unreachable_s=self.req.timeouts.unreachable_s,
+                schedule=self.m.profile.polling if self.m.profile else PollSchedule(),
+                submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None), summary=f"poll {_short(task.task_id)} until terminal")
             if aw is None:
                 await self._cancel_and_settle(task)
             self._after_wait(aw)
@@ -685,7 +688,8 @@ class McpTaskWorkflow:
                 AwaitInput(session=self.m.session, task_id=task.task_id, principal=principal,
                            poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
                            output_schema=self.m.output_schema, answered_keys=list(self.m.pending),
-                           unreachable_s=min(60.0, self.req.timeouts.unreachable_s)),
+                           unreachable_s=min(60.0, self.req.timeouts.unreachable_s),
+                           schedule=PollSchedule(age_fraction=0)),
                 **self._config(WAIT, start_to_close_timeout=timedelta(minutes=2),
                                schedule_to_close_timeout=timedelta(minutes=3),
                                summary=f"settle {_short(task.task_id)} after cancel"))

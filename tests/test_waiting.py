@@ -1,0 +1,83 @@
+"""The age-aware poll schedule on real peers, through a worker that is SIGKILLed while it waits (issue 14).
+
+The schedule is compressed so that its shape shows in seconds: the server's pollInterval (100 ms) for the first
+2 s of a task's age, then half the age between polls, at most 6 s. The same code runs with the defaults (60 s,
+5 %, 600 s); only the numbers differ. What must hold on both eras: the task completes with one ``tools/call``,
+the server's pollInterval is never undercut, the polls after the first 2 s are a handful instead of hundreds,
+the worker that takes over keeps the stretched schedule (its age comes from the task, not from the attempt), and
+the history stays the size of a short task's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
+from tests.temporal_harness import address_of, tool_calls, unique, wait_for_view, worker_process, write_config
+
+POLL_MS = 100
+AFTER_S, FRACTION, MAX_S = 2.0, 0.5, 6.0
+TASK_S = 24.0
+KILL_AT_AGE_S = 9.0
+TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
+
+
+@pytest.fixture(params=["ts-http", "fastmcp"])
+def slow_poll_peer(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "ts-http":
+        with ts_http_peer(tmp_path, poll_ms=POLL_MS) as peer:
+            yield peer
+    else:
+        with fastmcp_peer(tmp_path, poll_interval_ms=POLL_MS, name="fastmcp-100ms") as peer:
+            yield peer
+
+
+async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_poll_peer: Peer, temporal_env: Any,
+                                                                             tmp_path: Path) -> None:
+    peer = slow_poll_peer
+    address, queue = address_of(temporal_env), unique("wait")
+    mark = peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"srv": {
+        "url": peer.url, "polling": {"after_s": AFTER_S, "age_fraction": FRACTION, "max_interval_s": MAX_S}}})
+    text = unique("waited")
+    with worker_process(address, queue, cfg) as first:
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": text}, timeouts=TIMEOUTS),
+            workflow_id=unique("wait"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        started = time.monotonic()
+        await asyncio.sleep(max(0.0, KILL_AT_AGE_S - (time.monotonic() - started)))
+        first.kill()
+    with worker_process(address, queue, cfg):
+        out = await asyncio.wait_for(outcome_of(handle), 90)
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert out.result is not None and out.result["structuredContent"] == {"echo": text}
+    assert len(tool_calls(peer, mark, "slow_echo")) == 1, "the tool was called again"
+
+    gets = sorted(x["ts"] / 1000 for x in peer.log_since(mark)
+                  if x["method"] == "tasks/get" and x.get("taskId") == view.task_id)
+    created = gets[0]
+    gaps = [b - a for a, b in zip(gets, gets[1:], strict=False)]
+    # Never sooner than the server asked (a little slack for the two clocks' ms rounding).
+    assert min(gaps) >= POLL_MS / 1000 - 0.02, f"a poll {min(gaps):.3f}s after the previous one"
+    late = [t for t in gets if t - created > AFTER_S + 0.5]
+    at_interval = (TASK_S - AFTER_S) / (POLL_MS / 1000)
+    # Ages 2→24 s at half the age per gap is ~6 polls, plus the new worker's first poll and the kill's gap.
+    assert len(late) <= 12, f"{len(late)} polls after {AFTER_S:g}s of age (polling at pollInterval: {at_interval:.0f})"
+    # The worker that took over did not start the schedule afresh (that would be ~20 polls at 100 ms).
+    resumed = [t for t in gets if t - created > KILL_AT_AGE_S + 1]
+    assert resumed, "no poll after the kill"
+    burst = [t for t in resumed if t - resumed[0] < AFTER_S]
+    assert len(burst) <= 2, f"{len(burst)} polls in the new worker's first {AFTER_S:g}s: the schedule restarted"
+
+    events = [e async for e in handle.fetch_history_events()]
+    assert len(events) <= 25, f"{len(events)} history events for one task (a short task has 21)"
+    print(f"[measured] {peer.name}: {len(gets)} tasks/get in {gets[-1] - created:.1f}s, {len(late)} after "
+          f"{AFTER_S:g}s of age (at pollInterval: {at_interval:.0f}); {len(events)} history events", flush=True)
