@@ -48,6 +48,7 @@ from mcp_temporal_tasks.activities.models import (
     CancelOutput,
     DecodedPayload,
     FetchOutcomeInput,
+    JobBinding,
     LegacyInputRequest,
     ListToolsInput,
     PollSchedule,
@@ -76,6 +77,7 @@ from mcp_temporal_tasks.activities.wire import (
     decode_result,
 )
 from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
+from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
 from mcp_temporal_tasks.activities.wire.models import LEGACY, Endpoint, StartResult, TaskPayload, TaskState
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
@@ -179,6 +181,11 @@ def _beat_every(info: activity.Info) -> float:
 
 def _short(task_id: str, n: int = 64) -> str:
     return task_id if len(task_id) <= n else f"{task_id[:n]}…"
+
+
+def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | JobTasks:
+    """What speaks for a task: the MCP task methods, or a job binding's tools in their place."""
+    return JobTasks(client, job) if job is not None else client
 
 
 class McpActivities:
@@ -297,12 +304,16 @@ class McpActivities:
                 raise ApplicationError(f"unknown MCP server {inp.server!r} (known: {known})",
                                        type="UnknownServer", non_retryable=True)
             endpoint = cfg.endpoint()
-            policy = cfg.tools.get(inp.tool, ToolPolicy())
+            job = cfg.jobs.get(inp.tool)
+            # A job's own idempotency, replay policy and polling are those of its binding.
+            policy = (ToolPolicy.model_validate(job.model_dump(include=set(ToolPolicy.model_fields)))
+                      if job is not None else cfg.tools.get(inp.tool, ToolPolicy()))
             return ServerProfile(
                 name=inp.server, endpoint=endpoint,
                 identity=endpoint.identity(),
                 principal=inp.principal or cfg.principal, era=inp.era or cfg.era,
                 trust_annotations=cfg.trust_annotations, policy=policy, polling=policy.polling or cfg.polling,
+                job=job,
             )
         endpoint = inp.server
         refusal = self._inline_refusal(endpoint)
@@ -325,6 +336,12 @@ class McpActivities:
         beat: dict[str, Any] = {"step": "connecting", "tool": inp.tool}
         sent = False
 
+        def progress(done: float, total: float | None, message: str | None) -> None:
+            # A synchronous tool's progress is its live status: the activity's next heartbeat carries it, and
+            # heartbeat details are what `mcp-tasks status` shows while the call runs (no history event).
+            beat["progress"] = f"{done:g}/{total:g}" if total else f"{done:g}"
+            beat["statusMessage"] = message or beat["progress"]
+
         async def call(client: McpTaskClient) -> StartCallOutput:
             nonlocal sent
             beat["step"] = "reading tools/list"
@@ -333,9 +350,24 @@ class McpActivities:
             beat["step"] = "tools/call sent"
             sent = True
             reconciled = None
+            if profile.job is not None:
+                beat["tool"] = profile.job.submit
+                try:
+                    start = await JobTasks(client, profile.job).submit(inp.arguments, timeout_s=inp.call_timeout_s,
+                                                                       on_progress=progress)
+                except JobReplyMismatch as exc:
+                    return StartCallOutput(
+                        start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
+                        payload=DecodedPayload(decode_error=exc.message, raw=exc.raw), sdk_version=installed_sdk_version())
+                if start.task is not None:
+                    self.pool.track(client, start.task.task_id)
+                payload = self._decode(TaskPayload(result=start.result), None) if start.result is not None else None
+                return StartCallOutput(start=start, payload=payload, sdk_version=installed_sdk_version(),
+                                       owner_queue=self.owner_queue if profile.endpoint.command else None)
             try:
                 start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
-                                           input_responses=inp.input_responses, request_state=inp.request_state)
+                                           input_responses=inp.input_responses, request_state=inp.request_state,
+                                           timeout_s=inp.call_timeout_s, on_progress=progress)
             except McpWireError as exc:
                 if not exc.may_have_reached_server:
                     raise
@@ -385,9 +417,14 @@ class McpActivities:
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
         while True:
             try:
-                client = await self.pool.for_task(inp.session, principal=inp.principal)
+                client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
                 state = await client.get(inp.task_id)
                 transient, failing_since = 0, None
+            except JobReplyMismatch as exc:
+                # The job's status cannot be known from this reply, and asking again gets the same: decode_failed.
+                ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
+                                  status_message=cap_text(exc.message, 512))
+                return AwaitOutput(state=ended, polls=polls, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
             except TaskNotFound:
                 return AwaitOutput(not_found=True, polls=polls)
             except TaskUnreachable as exc:
@@ -417,7 +454,7 @@ class McpActivities:
             if state.terminal:
                 out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
                 out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
-                self.pool.track(client, state.task_id, done=True)
+                self.pool.track(client.client if isinstance(client, JobTasks) else client, state.task_id, done=True)
                 return out
             if state.status == "input_required":
                 fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
@@ -440,7 +477,7 @@ class McpActivities:
             if remaining > 0:
                 activity.heartbeat(details)
 
-    async def _read_payload(self, client: McpTaskClient, state: TaskState, output_schema: dict[str, Any] | None,
+    async def _read_payload(self, client: McpTaskClient | JobTasks, state: TaskState, output_schema: dict[str, Any] | None,
                             beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:
         """(payload, None), or (None, why) when a transient fault kept it from being read: the workflow then
         retries the retrieval alone. A payload that cannot be carried is decode_failed, not a fault."""
@@ -462,7 +499,7 @@ class McpActivities:
         task's TTL or the deadline); a payload that cannot be carried comes back as decode_failed.
         """
         async def retrieve() -> RetrieveOutput:
-            client = await self.pool.for_task(inp.session, principal=inp.principal)
+            client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
             try:
                 payload = self._decode(await client.result(inp.state), inp.output_schema)
             except PayloadUnusable as exc:
@@ -482,7 +519,7 @@ class McpActivities:
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, inp: CancelInput) -> CancelOutput:
         async def cancel() -> CancelOutput:
-            client = await self.pool.for_task(inp.session, principal=inp.principal)
+            client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
             state = await client.cancel(inp.task_id)
             return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 

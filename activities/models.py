@@ -49,6 +49,56 @@ class ToolPolicy(_Model):
     output_schema: dict[str, Any] | None = None
     #: Overrides the server's ``polling`` for this tool.
     polling: PollSchedule | None = None
+    #: How long one synchronous ``tools/call`` of this tool may run (a tool without task support, held open
+    #: in a heartbeating activity); default: the request's ``timeouts.submit_s`` (300 s).
+    max_call_s: float | None = Field(None, gt=0, le=7 * 24 * 3600)
+
+
+JobState = Literal["working", "completed", "failed", "cancelled"]
+
+
+class JobBinding(ToolPolicy):
+    """Tools of a server that does not speak MCP tasks, bound into one durable job (``[servers.NAME.jobs.JOB]``).
+
+    ``submit`` starts the work (the one step that is not safe to repeat: gated like any ``tools/call``); its
+    reply names the job by ``job_id`` (a JSON pointer into ``structuredContent``) or ``job_id_pattern`` (a
+    regular expression whose first group is taken from the text content). ``status`` reads the job; ``state``
+    points at its state in the reply, which ``states`` maps to a task status (a state not listed there is a
+    reply that does not match the binding: ``decode_failed``). ``result`` reads the payload of a completed
+    job (without it, the last status reply is the result); ``cancel`` stops it. Argument templates substitute
+    ``"{job_id}"`` in string values. Status and result reads are retrievals: retried, never a replay.
+    """
+
+    submit: str = Field(min_length=1, max_length=256)
+    job_id: str = "/jobId"
+    job_id_pattern: str | None = Field(None, max_length=1024)
+    status: str = Field(min_length=1, max_length=256)
+    status_arguments: dict[str, Any] = Field(default_factory=lambda: {"jobId": "{job_id}"})
+    state: str = "/state"
+    states: dict[str, JobState] = Field(min_length=1)
+    message: str | None = "/message"
+    error: str | None = "/error"
+    result: str | None = Field(None, min_length=1, max_length=256)
+    result_arguments: dict[str, Any] = Field(default_factory=lambda: {"jobId": "{job_id}"})
+    cancel: str | None = Field(None, min_length=1, max_length=256)
+    cancel_arguments: dict[str, Any] = Field(default_factory=lambda: {"jobId": "{job_id}"})
+    poll_interval_s: float = Field(5.0, gt=0, le=3600)
+
+    def model_post_init(self, _ctx: Any) -> None:
+        import re
+
+        for name in ("job_id", "state", "message", "error"):
+            value = getattr(self, name)
+            if value is not None and value != "" and not value.startswith("/"):
+                raise ValueError(f"{name} must be a JSON pointer starting with '/', got {value!r}")
+        if self.job_id_pattern is not None:
+            try:
+                if re.compile(self.job_id_pattern).groups < 1:
+                    raise ValueError(f"job_id_pattern {self.job_id_pattern!r} needs one capturing group")
+            except re.error as exc:
+                raise ValueError(f"job_id_pattern {self.job_id_pattern!r}: {exc}") from None
+        if "completed" not in self.states.values():
+            raise ValueError("states must map at least one server state to 'completed'")
 
 
 class ServerConfig(_Model):
@@ -64,6 +114,7 @@ class ServerConfig(_Model):
     trust_annotations: bool = False
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     polling: PollSchedule = Field(default_factory=PollSchedule)
+    jobs: dict[str, JobBinding] = Field(default_factory=dict)
 
     def endpoint(self) -> Endpoint:
         return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers)
@@ -80,6 +131,8 @@ class ServerProfile(_Model):
     trust_annotations: bool = False
     policy: ToolPolicy = Field(default_factory=ToolPolicy)
     polling: PollSchedule = Field(default_factory=PollSchedule)
+    #: Set when the requested "tool" is a job bound in configuration.
+    job: JobBinding | None = None
 
 
 class ResolveInput(_Model):
@@ -107,6 +160,8 @@ class StartCallInput(_Model):
     ttl_ms: int | None = None
     input_responses: dict[str, Any] | None = None
     request_state: str | None = None
+    #: How long the reply to tools/call may take (a synchronous tool runs that long); None: the transport's.
+    call_timeout_s: float | None = None
 
 
 class StartCallOutput(_Model):
@@ -134,6 +189,7 @@ class AwaitInput(_Model):
     #: How long the server may stay unreachable (refused, reset, garbled, 5xx) before the wait gives up.
     unreachable_s: float = 600.0
     schedule: PollSchedule = Field(default_factory=PollSchedule)
+    job: JobBinding | None = None
     #: When tools/call was sent (epoch seconds): the task's age when the server gives no ``createdAt``.
     submitted_at: float | None = None
 
@@ -155,6 +211,7 @@ class AwaitOutput(_Model):
 
 class RetrieveInput(_Model):
     session: SessionRef
+    job: JobBinding | None = None
     state: TaskState
     principal: str | None = None
     output_schema: dict[str, Any] | None = None
@@ -168,6 +225,7 @@ class RetrieveOutput(_Model):
 
 class CancelInput(_Model):
     session: SessionRef
+    job: JobBinding | None = None
     task_id: str
     principal: str | None = None
 

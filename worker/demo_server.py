@@ -55,6 +55,30 @@ declares the extension in ``_meta`` and inline otherwise, ``required`` answers
 - ``charge_card`` {amount_cents, idempotency_key=""} [optional]: side-effect
   demo, 2 s, ``charged <amount_cents>``; readOnlyHint/idempotentHint false.
 
+Job tools (plain tools, never tasks: a "start a job, poll its status" API
+that a client has to turn into a task itself). Same names, arguments and
+reply shapes as the TS peer (``tests/peers/ts/server.mjs``). Jobs live in
+memory, per server (one per process when run as a peer):
+
+- ``start_export`` {seconds=2, fail=false, garble=false, rows=3}: structured
+  ``{"jobId": "exp-<n>-<6 hex>"}``, text ``started export job <id>``. The job
+  is ``running`` until ``seconds`` elapsed, then ``succeeded`` (``failed``
+  with ``fail``).
+- ``get_export_status`` {jobId}: structured (and the same JSON as text)
+  ``{"jobId", "state": running|succeeded|failed|cancelled, "progress": 0..1,
+  "message": "exported k/rows rows" | "export failed: disk quota exceeded on
+  volume exports-1", "error": null | that failure message}``. A job started
+  with ``garble`` answers ``{"jobId", "phase": "??"}`` (no ``state``), text
+  ``garbled``. Unknown id: isError ``no such job: <id>``.
+- ``download_export`` {jobId}: succeeded -> ``{"jobId", "rows": [{"n": 1},
+  ...]}`` (JSON as text); otherwise isError ``job <id> is <state>``.
+- ``cancel_export`` {jobId}: a running job becomes ``cancelled`` (a terminal
+  one stays as it is); ``{"jobId", "state": <state after>}`` (JSON as text).
+- ``slow_progress`` {seconds=60, every=5}: plain synchronous tool that answers
+  ``slow_progress done after <seconds>s`` after ``seconds``; every ``every``
+  seconds it sends ``notifications/progress`` (progress i, total n, message
+  ``step i/n``) when the request carried a ``progressToken``.
+
 TTL: the tasks extension takes no client-requested TTL; every task reports
 the server-wide Docket ``execution_ttl`` as ``ttlMs`` (default 900000 = 15 min).
 ``--task-ttl-ms`` (or ``build_server(task_ttl_ms=...)``) changes it, in whole
@@ -70,7 +94,9 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
+import secrets
 import socket
 import sys
 import time
@@ -105,6 +131,7 @@ ASK_SCHEMA: dict[str, Any] = {
     },
     "required": ["approve"],
 }
+EXPORT_FAILURE_MESSAGE = "export failed: disk quota exceeded on volume exports-1"
 ECHO_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"echo": {"type": "string"}},
@@ -170,6 +197,76 @@ def _field(obj: Any, name: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def _text_result(text: str, structured: dict[str, Any] | None = None, *, is_error: bool = False) -> ToolResult:
+    return ToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)], structured_content=structured, is_error=is_error
+    )
+
+
+def _json_result(structured: dict[str, Any]) -> ToolResult:
+    """Structured content plus the same JSON as text (compact, like the TS peer's JSON.stringify)."""
+    return _text_result(json.dumps(structured, separators=(",", ":")), structured)
+
+
+class _ExportJob:
+    """One in-memory export job; its state follows from the time elapsed since it started."""
+
+    def __init__(self, job_id: str, seconds: float, fail: bool, garble: bool, rows: int) -> None:
+        self.job_id = job_id
+        self.seconds = max(0.0, float(seconds))
+        self.fail = fail
+        self.garble = garble
+        self.rows = max(0, int(rows))
+        self.started = time.monotonic()
+        self.cancelled_at: float | None = None
+
+    def _elapsed(self) -> float:
+        end = self.cancelled_at if self.cancelled_at is not None else time.monotonic()
+        return end - self.started
+
+    def state(self) -> str:
+        if self.cancelled_at is not None:
+            return "cancelled"
+        if self._elapsed() < self.seconds:
+            return "running"
+        return "failed" if self.fail else "succeeded"
+
+    def progress(self) -> float:
+        if self.seconds <= 0:
+            return 1.0
+        return round(min(1.0, self._elapsed() / self.seconds), 3)
+
+    def status(self) -> dict[str, Any]:
+        state = self.state()
+        progress = self.progress()
+        if state == "failed":
+            message, error = EXPORT_FAILURE_MESSAGE, EXPORT_FAILURE_MESSAGE
+        else:
+            message, error = f"exported {math.floor(progress * self.rows)}/{self.rows} rows", None
+        return {"jobId": self.job_id, "state": state, "progress": progress, "message": message, "error": error}
+
+
+class _ExportJobs:
+    """The job store of one demo server (in memory; the server process is its lifetime)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _ExportJob] = {}
+        self._counter = 0
+
+    def start(self, seconds: float, fail: bool, garble: bool, rows: int) -> _ExportJob:
+        self._counter += 1
+        job = _ExportJob(f"exp-{self._counter}-{secrets.token_hex(3)}", seconds, fail, garble, rows)
+        self._jobs[job.job_id] = job
+        return job
+
+    def get(self, job_id: str) -> _ExportJob | None:
+        return self._jobs.get(job_id)
+
+
+def _no_such_job(job_id: str) -> ToolResult:
+    return _text_result(f"no such job: {job_id}", is_error=True)
 
 
 class ProtocolErrorPassthrough(Middleware):
@@ -264,6 +361,63 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
         """Side-effecting demo: 'charges' `amount_cents` after 2 s."""
         await _work(ctx, 2, "charging")
         return f"charged {amount_cents}"
+
+    # --- job tools: plain tools (task=False) modelling a "start, then poll" job API -------------------
+    jobs = _ExportJobs()
+
+    @mcp.tool(task=False)
+    async def start_export(seconds: float = 2, fail: bool = False, garble: bool = False, rows: int = 3) -> ToolResult:
+        """Starts an export job and answers at once with {"jobId"}; poll it with get_export_status.
+
+        The job runs `seconds`, then succeeds with `rows` rows (or fails if `fail`). With `garble`,
+        get_export_status answers a malformed status for it.
+        """
+        job = jobs.start(seconds, fail, garble, rows)
+        return _text_result(f"started export job {job.job_id}", {"jobId": job.job_id})
+
+    @mcp.tool(task=False)
+    async def get_export_status(jobId: str) -> ToolResult:
+        """Status of an export job: {"jobId", "state" (running|succeeded|failed|cancelled), "progress" (0..1), "message", "error"}."""
+        job = jobs.get(jobId)
+        if job is None:
+            return _no_such_job(jobId)
+        if job.garble:
+            return _text_result("garbled", {"jobId": job.job_id, "phase": "??"})
+        return _json_result(job.status())
+
+    @mcp.tool(task=False)
+    async def download_export(jobId: str) -> ToolResult:
+        """Rows of a succeeded export job: {"jobId", "rows": [{"n": 1}, ...]}; an error while it is not succeeded."""
+        job = jobs.get(jobId)
+        if job is None:
+            return _no_such_job(jobId)
+        state = job.state()
+        if state != "succeeded":
+            return _text_result(f"job {job.job_id} is {state}", is_error=True)
+        return _json_result({"jobId": job.job_id, "rows": [{"n": n} for n in range(1, job.rows + 1)]})
+
+    @mcp.tool(task=False)
+    async def cancel_export(jobId: str) -> ToolResult:
+        """Cancels a running export job (a finished one stays as it is); answers {"jobId", "state"}."""
+        job = jobs.get(jobId)
+        if job is None:
+            return _no_such_job(jobId)
+        if job.state() == "running":
+            job.cancelled_at = time.monotonic()
+        return _json_result({"jobId": job.job_id, "state": job.state()})
+
+    @mcp.tool(task=False)
+    async def slow_progress(ctx: Context, seconds: float = 60, every: float = 5) -> ToolResult:
+        """Plain synchronous tool that answers after `seconds`, sending a progress notification ('step i/n') every `every` seconds."""
+        total = max(0.0, float(seconds))
+        step = float(every) if every and every > 0 else total
+        n = max(1, math.ceil(total / step - 1e-9)) if step > 0 else 1
+        start = time.monotonic()
+        for i in range(1, n + 1):
+            await asyncio.sleep(max(0.0, start + min(total, i * step) - time.monotonic()))
+            await _report(ctx, i, n, f"step {i}/{n}")
+        # Text only (no structuredContent, no outputSchema), like the TS peer.
+        return _text_result(f"slow_progress done after {_fmt_seconds(seconds)}")
 
     return mcp
 

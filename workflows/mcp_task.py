@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         AwaitOutput,
         CancelInput,
         DecodedPayload,
+        JobBinding,
         LegacyInputRequest,
         PollSchedule,
         RelayInput,
@@ -425,8 +426,10 @@ class McpTaskWorkflow:
             handle = workflow.start_activity_method(
                 McpActivities.start_call,
                 StartCallInput(profile=self.m.profile, tool=self.req.tool, arguments=self.req.arguments,
-                               ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None),
-                **self._config(SUBMIT, start_to_close_timeout=timedelta(seconds=self.req.timeouts.submit_s),
+                               ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None,
+                               # Only a tool with its own bound waits longer than the transport's read timeout.
+                               call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None),
+                **self._config(SUBMIT, start_to_close_timeout=timedelta(seconds=self._call_bound_s()),
                                summary=f"tools/call {self.req.tool} ({reason})", pinned=False))
             try:
                 out = await self._uninterruptible(handle)
@@ -496,6 +499,17 @@ class McpTaskWorkflow:
     def _principal(self) -> str | None:
         return self.m.profile.principal if self.m.profile else None
 
+    def _job(self) -> JobBinding | None:
+        """The job binding when the requested "tool" is a job: its tools stand in for the task methods."""
+        return self.m.profile.job if self.m.profile else None
+
+    def _own_bound(self) -> float | None:
+        return self.m.profile.policy.max_call_s if self.m.profile else None
+
+    def _call_bound_s(self) -> float:
+        """How long one tools/call may take: the tool's own bound from configuration, else ``submit_s``."""
+        return self._own_bound() or self.req.timeouts.submit_s
+
     async def _follow(self, task: TaskState) -> NoReturn:
         """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
         assert self.m.session is not None
@@ -506,7 +520,7 @@ class McpTaskWorkflow:
                 poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
                 output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
                 unreachable_s=self.req.timeouts.unreachable_s,
-                schedule=self.m.profile.polling if self.m.profile else PollSchedule(),
+                schedule=self.m.profile.polling if self.m.profile else PollSchedule(), job=self._job(),
                 submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None), summary=f"poll {_short(task.task_id)} until terminal")
             if aw is None:
                 await self._cancel_and_settle(task)
@@ -547,7 +561,7 @@ class McpTaskWorkflow:
         try:
             out = await workflow.execute_activity_method(
                 McpActivities.retrieve_result,
-                RetrieveInput(session=self.m.session, state=self.m.task_state, principal=self._principal(),
+                RetrieveInput(session=self.m.session, job=self._job(), state=self.m.task_state, principal=self._principal(),
                               output_schema=self.m.output_schema),
                 **self._config(RETRIEVE, schedule_to_close_timeout=timedelta(seconds=budget),
                                # Backoff stays within a fifth of the budget, so the last tries are not forfeited.
@@ -674,7 +688,8 @@ class McpTaskWorkflow:
         principal = self._principal()
         try:
             out = await workflow.execute_activity_method(
-                McpActivities.cancel_task, CancelInput(session=self.m.session, task_id=task.task_id, principal=principal),
+                McpActivities.cancel_task, CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id,
+                                                        principal=principal),
                 **self._config(TASK_STEP, schedule_to_close_timeout=timedelta(minutes=5),
                                summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
@@ -689,7 +704,7 @@ class McpTaskWorkflow:
                            poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
                            output_schema=self.m.output_schema, answered_keys=list(self.m.pending),
                            unreachable_s=min(60.0, self.req.timeouts.unreachable_s),
-                           schedule=PollSchedule(age_fraction=0)),
+                           schedule=PollSchedule(age_fraction=0), job=self._job()),
                 **self._config(WAIT, start_to_close_timeout=timedelta(minutes=2),
                                schedule_to_close_timeout=timedelta(minutes=3),
                                summary=f"settle {_short(task.task_id)} after cancel"))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -46,7 +48,13 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport, ServerRequestHandler, StdioTransport, Transport
+from mcp_temporal_tasks.activities.wire.transport import (
+    HttpTransport,
+    NotificationHandler,
+    ServerRequestHandler,
+    StdioTransport,
+    Transport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +151,29 @@ def payload_from_error(exc: JsonRpcError) -> TaskPayload:
     # exc.message and exc.data are already bounded by McpWireError.
     return TaskPayload(error=RpcErrorInfo(code=exc.code if exc.code is not None else INTERNAL_ERROR,
                                           message=exc.message.split(": ", 1)[-1], data=exc.data))
+
+
+#: (progress, total, message) of a call's ``notifications/progress``.
+ProgressHandler = Callable[[float, float | None, str | None], None]
+
+
+def _progress_listener(params: dict[str, Any], on_progress: ProgressHandler | None) -> NotificationHandler | None:
+    """Ask for progress (a fresh ``progressToken`` in ``params._meta``) and filter the notifications for it."""
+    if on_progress is None:
+        return None
+    token = f"mcp-tasks-{uuid.uuid4().hex}"
+    params["_meta"] = {**(params.get("_meta") or {}), "progressToken": token}
+
+    def listen(message: dict[str, Any]) -> None:
+        p = message.get("params")
+        if message.get("method") != "notifications/progress" or not isinstance(p, dict) or p.get("progressToken") != token:
+            return
+        progress, total, text = p.get("progress"), p.get("total"), p.get("message")
+        if isinstance(progress, (int, float)) and not isinstance(progress, bool):
+            on_progress(float(progress), float(total) if isinstance(total, (int, float)) else None,
+                        cap_text(text, 512) if isinstance(text, str) else None)
+
+    return listen
 
 
 class _LostCall:
@@ -310,14 +341,15 @@ class McpTaskClient:
 
     async def _request(self, method: str, params: dict[str, Any], *, name: str | None = None,
                        on_server_request: ServerRequestHandler | None = None,
-                       timeout_s: float | None = None) -> dict[str, Any]:
+                       timeout_s: float | None = None,
+                       on_notification: NotificationHandler | None = None) -> dict[str, Any]:
         headers = None
         if self.era == EXTENSION:
             params = {**params, "_meta": {**(params.get("_meta") or {}), **sdk_compat.extension_meta()}}
             if isinstance(self.transport, HttpTransport):
                 headers = sdk_compat.extension_headers(method, name)
         return await self.transport.request(method, params, headers=headers, on_server_request=on_server_request,
-                                            timeout_s=timeout_s)
+                                            timeout_s=timeout_s, on_notification=on_notification)
 
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]:
         if self._tools is not None and not refresh:
@@ -339,9 +371,14 @@ class McpTaskClient:
         return tools
 
     async def start(self, tool: str, arguments: dict[str, Any], *, ttl_ms: int | None = None,
-                    input_responses: dict[str, Any] | None = None, request_state: str | None = None) -> StartResult:
-        """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly."""
+                    input_responses: dict[str, Any] | None = None, request_state: str | None = None,
+                    timeout_s: float | None = None, on_progress: ProgressHandler | None = None) -> StartResult:
+        """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly.
+
+        ``timeout_s`` bounds the wait for a reply (a synchronous tool may take that long); ``on_progress``
+        receives the call's ``notifications/progress`` (asked for with a progress token)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        listener = _progress_listener(params, on_progress)
         task_requested = False
         if self.era == LEGACY:
             info = (await self.list_tools()).get(tool)
@@ -362,7 +399,7 @@ class McpTaskClient:
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
-            reply = await self._request("tools/call", params, name=tool)
+            reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
             out = self._start_result(reply, task_requested=task_requested)
         except McpWireError as exc:
             exc.lost_call = call  # type: ignore[attr-defined]
@@ -372,6 +409,19 @@ class McpTaskClient:
         if out.task is not None:
             self._known_tasks.add(out.task.task_id)
         return out
+
+    async def call(self, tool: str, arguments: dict[str, Any], *, timeout_s: float | None = None,
+                   on_progress: ProgressHandler | None = None) -> dict[str, Any]:
+        """A plain ``tools/call``, never as a task: the reply must be a ``CallToolResult`` (returned as is).
+
+        For the tools of a job binding. Whether it is safe to repeat is the tool's business: the caller
+        decides (a job's status and result tools are reads; its submit tool is not)."""
+        params: dict[str, Any] = {"name": tool, "arguments": arguments}
+        listener = _progress_listener(params, on_progress)
+        reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
+        if "content" in reply or "structuredContent" in reply or reply.get("isError") is not None:
+            return reply
+        raise ProtocolViolation(f"tools/call {tool}: the reply is not a CallToolResult", raw=reply)
 
     async def reconcile_lost_call(self, exc: McpWireError, *, settle_s: float = 1.0) -> TaskState | None:
         """The task a ``tools/call`` created although its reply was lost, where that can be known for sure.

@@ -63,6 +63,8 @@ def _scrubbed(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
 #: (method, params, server request id) -> JSON-RPC result. Raise McpWireError to answer with an error.
 ServerRequestHandler = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, Any]]]
+#: Called with each notification that arrives while a request is open (progress of that request, mostly).
+NotificationHandler = Callable[[dict[str, Any]], None]
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -143,6 +145,7 @@ class HttpTransport:
         headers: dict[str, str] | None = None,
         on_server_request: ServerRequestHandler | None = None,
         timeout_s: float | None = None,
+        on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
         msg_id, body = _request_body(method, params)
         try:
@@ -156,7 +159,7 @@ class HttpTransport:
         except httpx2.HTTPError as exc:
             raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
         try:
-            return await self._read_reply(response, method, msg_id, on_server_request)
+            return await self._read_reply(response, method, msg_id, on_server_request, on_notification)
         except httpx2.SSEError as exc:
             if "exceeded" in str(exc):
                 raise PayloadUnusable(f"{method}: a reply event exceeds {MAX_REPLY_BYTES} bytes", raw=str(exc)) from exc
@@ -172,6 +175,7 @@ class HttpTransport:
         method: str,
         msg_id: str,
         on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
         status = response.status_code
         ctype = response.headers.get("content-type", "").lower()
@@ -215,7 +219,7 @@ class HttpTransport:
                 raise ProtocolViolation(f"{method}: reply carries id {message.get('id')!r}, not {msg_id!r}", raw=message)
             return _result_of(message, method=method)
         if ctype.startswith("text/event-stream"):
-            return await self._read_sse(response, method, msg_id, on_server_request)
+            return await self._read_sse(response, method, msg_id, on_server_request, on_notification)
         raw_text = (await _read_bounded(response, method, limit=2048, truncate=True)).decode("utf-8", "replace")
         raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
 
@@ -225,6 +229,7 @@ class HttpTransport:
         method: str,
         msg_id: str,
         on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
         async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
             if not event.data or not event.data.strip():
@@ -237,7 +242,9 @@ class HttpTransport:
             if "method" in message and "id" in message:
                 await self._answer_server_request(message, on_server_request)
             elif "method" in message:
-                continue  # notifications (progress, task status) carry nothing we rely on
+                # Progress of a long synchronous call is shown, never relied on; task status pushes are ignored.
+                if on_notification is not None:
+                    on_notification(message)
             elif message.get("id") == msg_id:
                 return _result_of(message, method=method)
         raise TransportError(f"{method}: SSE stream ended without a reply", sent=True)
@@ -330,6 +337,7 @@ class StdioTransport:
         self.secrets = register_secrets(secrets or ())
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: dict[str, ServerRequestHandler | None] = {}
+        self._notified: dict[str, NotificationHandler] = {}
         self._write: Any = None
         self._ready = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
@@ -387,7 +395,8 @@ class StdioTransport:
             handler = next((h for h in self._handlers.values() if h is not None), None)
             asyncio.create_task(self._answer(message, handler))
         elif "method" in message:
-            return
+            for listener in list(self._notified.values()):
+                listener(message)
         else:
             fut = self._pending.pop(str(message.get("id")), None)
             if fut is not None and not fut.done():
@@ -413,11 +422,14 @@ class StdioTransport:
         headers: dict[str, str] | None = None,
         on_server_request: ServerRequestHandler | None = None,
         timeout_s: float | None = None,
+        on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
         msg_id, body = _request_body(method, params)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = fut
         self._handlers[msg_id] = on_server_request
+        if on_notification is not None:
+            self._notified[msg_id] = on_notification
         try:
             try:
                 await self._send(body)
@@ -432,6 +444,7 @@ class StdioTransport:
         finally:
             self._pending.pop(msg_id, None)
             self._handlers.pop(msg_id, None)
+            self._notified.pop(msg_id, None)
         return _result_of(message, method=method)
 
     @_scrubbed

@@ -1,6 +1,8 @@
 // Test peer: an MCP server on the TypeScript SDK's 2025-11-25 task runtime
 // (@modelcontextprotocol/sdk 1.32.2), for the Python client tests.
 // Tool names and behaviour are a contract with those tests: see README.md.
+// The job tools (start_export, get_export_status, download_export, cancel_export, slow_progress) are
+// plain tools shared with worker/demo_server.py: see registerJobTools.
 //
 //   node server.mjs --transport stdio
 //   node server.mjs --transport http --port P [--stateless]
@@ -9,7 +11,7 @@
 //      PEER_POLL_MS (pollInterval, default 200), PEER_ELICIT_TIMEOUT_MS (default 600000).
 import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -58,6 +60,105 @@ const callCounts = {};
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 const text = t => ({ content: [{ type: 'text', text: t }] });
+
+// --- job tools: plain tools modelling a "start a job, then poll its status" API --------------------
+// Same names, arguments and reply shapes as worker/demo_server.py (the fastmcp peer). Module-level,
+// like the task store: one job table per process, shared by every session and stateless request.
+const EXPORT_FAILURE_MESSAGE = 'export failed: disk quota exceeded on volume exports-1';
+const exportJobs = new Map(); // jobId -> { jobId, seconds, fail, garble, rows, started, cancelledAt }
+let exportCounter = 0;
+const jsonResult = obj => ({ ...text(JSON.stringify(obj)), structuredContent: obj });
+const errorResult = t => ({ ...text(t), isError: true });
+const noSuchJob = jobId => errorResult(`no such job: ${jobId}`);
+const jobElapsed = job => ((job.cancelledAt ?? Date.now()) - job.started) / 1000;
+function jobState(job) {
+  if (job.cancelledAt !== null) return 'cancelled';
+  if (jobElapsed(job) < job.seconds) return 'running';
+  return job.fail ? 'failed' : 'succeeded';
+}
+const jobProgress = job => job.seconds <= 0 ? 1 : Math.round(Math.min(1, jobElapsed(job) / job.seconds) * 1000) / 1000;
+function jobStatus(job) {
+  const state = jobState(job);
+  const progress = jobProgress(job);
+  const failed = state === 'failed';
+  return {
+    jobId: job.jobId, state, progress,
+    message: failed ? EXPORT_FAILURE_MESSAGE : `exported ${Math.floor(progress * job.rows)}/${job.rows} rows`,
+    error: failed ? EXPORT_FAILURE_MESSAGE : null
+  };
+}
+
+function registerJobTools(server) {
+  server.registerTool('start_export', {
+    description: 'Starts an export job and answers at once with {jobId}; poll it with get_export_status. ' +
+      'The job runs `seconds`, then succeeds with `rows` rows (or fails if `fail`). With `garble`, ' +
+      'get_export_status answers a malformed status for it.',
+    inputSchema: {
+      seconds: z.number().default(2), fail: z.boolean().default(false),
+      garble: z.boolean().default(false), rows: z.number().int().default(3)
+    }
+  }, async ({ seconds, fail, garble, rows }) => {
+    const jobId = `exp-${++exportCounter}-${randomBytes(3).toString('hex')}`;
+    exportJobs.set(jobId, {
+      jobId, seconds: Math.max(0, seconds), fail, garble, rows: Math.max(0, rows), started: Date.now(), cancelledAt: null
+    });
+    return { ...text(`started export job ${jobId}`), structuredContent: { jobId } };
+  });
+
+  server.registerTool('get_export_status', {
+    description: 'Status of an export job: {jobId, state (running|succeeded|failed|cancelled), progress (0..1), message, error}.',
+    inputSchema: { jobId: z.string() }
+  }, async ({ jobId }) => {
+    const job = exportJobs.get(jobId);
+    if (!job) return noSuchJob(jobId);
+    if (job.garble) return { ...text('garbled'), structuredContent: { jobId, phase: '??' } };
+    return jsonResult(jobStatus(job));
+  });
+
+  server.registerTool('download_export', {
+    description: 'Rows of a succeeded export job: {jobId, rows: [{n: 1}, ...]}; an error while it is not succeeded.',
+    inputSchema: { jobId: z.string() }
+  }, async ({ jobId }) => {
+    const job = exportJobs.get(jobId);
+    if (!job) return noSuchJob(jobId);
+    const state = jobState(job);
+    if (state !== 'succeeded') return errorResult(`job ${jobId} is ${state}`);
+    return jsonResult({ jobId, rows: Array.from({ length: job.rows }, (_, i) => ({ n: i + 1 })) });
+  });
+
+  server.registerTool('cancel_export', {
+    description: 'Cancels a running export job (a finished one stays as it is); answers {jobId, state}.',
+    inputSchema: { jobId: z.string() }
+  }, async ({ jobId }) => {
+    const job = exportJobs.get(jobId);
+    if (!job) return noSuchJob(jobId);
+    if (jobState(job) === 'running') job.cancelledAt = Date.now();
+    return jsonResult({ jobId, state: jobState(job) });
+  });
+
+  server.registerTool('slow_progress', {
+    description: "Plain synchronous tool that answers after `seconds`, sending a progress notification ('step i/n') " +
+      'every `every` seconds.',
+    inputSchema: { seconds: z.number().default(60), every: z.number().default(5) }
+  }, async ({ seconds, every }, extra) => {
+    const total = Math.max(0, seconds);
+    const step = every > 0 ? every : total;
+    const n = step > 0 ? Math.max(1, Math.ceil(total / step - 1e-9)) : 1;
+    const progressToken = extra._meta?.progressToken;
+    const start = Date.now();
+    for (let i = 1; i <= n; i++) {
+      await sleep(Math.max(0, start + Math.min(total, i * step) * 1000 - Date.now()));
+      if (progressToken !== undefined) {
+        await extra.sendNotification({
+          method: 'notifications/progress',
+          params: { progressToken, progress: i, total: n, message: `step ${i}/${n}` }
+        }).catch(err => process.stderr.write(`[peer] slow_progress: ${err.message}
+`));
+      }
+    }
+    return text(`slow_progress done after ${seconds}s`);
+  });
+}
 const stillRunning = taskId => {
   const status = taskStore.peekStatus(taskId);
   return status !== null && !isTerminal(status);
@@ -217,6 +318,7 @@ function buildServer() {
   server.server.onerror = err => process.stderr.write(`[peer] ${err.message}\n`);
   server.registerTool('counter', { description: 'tools/call count per tool name in this process.', inputSchema: {} },
     async () => text(JSON.stringify(callCounts)));
+  registerJobTools(server);
   return server;
 }
 

@@ -1,0 +1,278 @@
+"""Job tools and long synchronous tools (issue 15), on servers written with others' SDKs.
+
+The job tools (``start_export`` / ``get_export_status`` / ``download_export`` / ``cancel_export``) and the
+synchronous ``slow_progress`` are fixture tools of ours on the TypeScript SDK peer (2025-11-25 era) and on
+fastmcp (2026-07-28 era); neither runs them as MCP tasks. A job runs through the same ``McpTaskWorkflow`` as a
+task: the assertions are on its outcome, on what the *server* counted, and on the history it left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
+from tests.faults import FaultProxy, ResetAfterSend
+from tests.peers.harness import Peer
+from tests.temporal_harness import (
+    REPO_ROOT,
+    address_of,
+    in_process_worker,
+    tool_calls,
+    unique,
+    wait_for_view,
+    worker_process,
+    write_config,
+)
+
+EXPORT: dict[str, Any] = {
+    "submit": "start_export", "job_id": "/jobId",
+    "status": "get_export_status", "state": "/state",
+    "states": {"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
+    "message": "/message", "error": "/error",
+    "result": "download_export", "cancel": "cancel_export", "poll_interval_s": 0.2,
+}
+FAST = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=30)
+
+
+@pytest.fixture(params=["ts_http_stateful", "fastmcp_server"])
+def job_peer(request: pytest.FixtureRequest) -> Peer:
+    peer: Peer = request.getfixturevalue(request.param)
+    return peer
+
+
+def servers(peer: Peer, url: str | None = None, **jobs: dict[str, Any]) -> dict[str, ServerConfig]:
+    bindings = {name: JobBinding.model_validate(b) for name, b in (jobs or {"export": EXPORT}).items()}
+    return {"exports": ServerConfig(url=url or peer.url, jobs=bindings)}
+
+
+async def run_job(client: Client, servers_cfg: dict[str, ServerConfig], arguments: dict[str, Any],
+                  job: str = "export", **request: Any) -> McpTaskOutcome:
+    queue = unique("jobs")
+    async with in_process_worker(client, task_queue=queue, servers=servers_cfg):
+        handle = await start_mcp_task(client, McpTaskRequest(server="exports", tool=job, arguments=arguments,
+                                                             timeouts=FAST, **request),
+                                      workflow_id=unique("job"), task_queue=queue)
+        return await asyncio.wait_for(outcome_of(handle), 60)
+
+
+def calls(peer: Peer, mark: int, tool: str) -> int:
+    return len(tool_calls(peer, mark, tool))
+
+
+async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, client: Client) -> None:
+    mark = job_peer.log_mark()
+    out = await run_job(client, servers(job_peer), {"seconds": 1, "rows": 4})
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
+    assert out.task_id is not None and out.task_id.startswith("exp-")
+    assert out.task_status == "completed"
+    assert out.result is not None and [r["n"] for r in out.result["structuredContent"]["rows"]] == [1, 2, 3, 4]
+    assert out.ledger.tool == "export" and out.ledger.task_ids == [out.task_id]
+    assert [a.reason for a in out.operation_attempts] == ["initial"]
+    assert calls(job_peer, mark, "start_export") == 1
+    assert calls(job_peer, mark, "get_export_status") >= 2
+    assert calls(job_peer, mark, "download_export") == 1
+
+
+async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_peer: Peer, client: Client) -> None:
+    binding = {k: v for k, v in EXPORT.items() if k != "result"}
+    mark = job_peer.log_mark()
+    out = await run_job(client, servers(job_peer, export=binding), {"seconds": 0.5})
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert out.result is not None and out.result["structuredContent"]["state"] == "succeeded"
+    assert calls(job_peer, mark, "download_export") == 0
+
+
+async def test_a_failed_job_keeps_the_servers_error_text(job_peer: Peer, client: Client) -> None:
+    mark = job_peer.log_mark()
+    out = await run_job(client, servers(job_peer), {"seconds": 0.5, "fail": True})
+    assert out.outcome == Outcome.FAILED, (out.outcome, out.reason)
+    assert out.error is not None and "disk quota exceeded on volume exports-1" in out.error.message
+    assert out.status_message is not None and "disk quota exceeded" in out.status_message
+    assert calls(job_peer, mark, "start_export") == 1, "a failed job is not submitted again"
+
+
+async def test_a_job_is_cancelled_through_its_cancel_tool(job_peer: Peer, client: Client) -> None:
+    mark = job_peer.log_mark()
+    queue = unique("jobs")
+    async with in_process_worker(client, task_queue=queue, servers=servers(job_peer)):
+        handle = await start_mcp_task(client, McpTaskRequest(server="exports", tool="export",
+                                                             arguments={"seconds": 120}, timeouts=FAST),
+                                      workflow_id=unique("job"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        await handle.cancel()
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+    assert out.outcome == Outcome.CANCELLED, (out.outcome, out.reason)
+    assert out.task_id == view.task_id and out.task_status == "cancelled"
+    assert calls(job_peer, mark, "cancel_export") == 1
+    assert calls(job_peer, mark, "start_export") == 1
+
+
+async def test_a_status_reply_that_does_not_match_the_binding_is_decode_failed(job_peer: Peer, client: Client) -> None:
+    mark = job_peer.log_mark()
+    out = await run_job(client, servers(job_peer), {"seconds": 30, "garble": True})
+    assert out.outcome == Outcome.DECODE_FAILED, (out.outcome, out.reason)
+    assert out.reason is not None and "without a state at /state" in out.reason
+    raw = json.dumps(out.raw_payload)
+    assert '"phase"' in raw and "??" in raw, f"the status reply was not kept: {raw[:300]}"
+    assert calls(job_peer, mark, "start_export") == 1, "decode_failed is never replayed"
+    # A state the binding does not map is the same: nothing guesses what "running" means without it.
+    unmapped = {**EXPORT, "states": {"succeeded": "completed", "failed": "failed"}}
+    out = await run_job(client, servers(job_peer, export=unmapped), {"seconds": 30})
+    assert out.outcome == Outcome.DECODE_FAILED and out.reason and "'running'" in out.reason, out.reason
+
+
+async def test_a_submit_reply_without_a_job_id_is_decode_failed_and_never_resubmitted(job_peer: Peer,
+                                                                                      client: Client) -> None:
+    mark = job_peer.log_mark()
+    binding = {**EXPORT, "job_id": "/id"}
+    out = await run_job(client, servers(job_peer, export=binding), {"seconds": 1},
+                        replay="always", idempotent=True)
+    assert out.outcome == Outcome.DECODE_FAILED, (out.outcome, out.reason)
+    assert out.reason is not None and "structuredContent/id" in out.reason
+    assert calls(job_peer, mark, "start_export") == 1
+
+
+async def test_a_job_id_can_be_taken_from_text_by_pattern(job_peer: Peer, client: Client) -> None:
+    binding = {**EXPORT, "job_id_pattern": r"started export job (\S+)"}
+    out = await run_job(client, servers(job_peer, export=binding), {"seconds": 0.5})
+    assert out.outcome == Outcome.COMPLETED and out.task_id and out.task_id.startswith("exp-"), out.reason
+
+
+async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: Peer, client: Client) -> None:
+    mark = job_peer.log_mark()
+    with FaultProxy(job_peer.url or "") as proxy:
+        proxy.add("tools/call", ResetAfterSend(), times=1)  # the first tools/call is the submit
+        out = await run_job(client, servers(job_peer, url=proxy.url), {"seconds": 1})
+    assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
+    await asyncio.sleep(0.5)
+    assert calls(job_peer, mark, "start_export") == 1
+
+
+async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    """kill -9 while the job runs: the next worker goes on polling it; completed, one submit on the server."""
+    address, queue = address_of(temporal_env), unique("job-kill")
+    mark = job_peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"exports": {"url": job_peer.url, "jobs": {"export": EXPORT}}})
+    with worker_process(address, queue, cfg) as first:
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="exports", tool="export", arguments={"seconds": 6, "rows": 2}, timeouts=FAST),
+            workflow_id=unique("jk"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        await asyncio.sleep(1.5)
+        first.kill()
+    polls_before = calls(job_peer, mark, "get_export_status")
+    with worker_process(address, queue, cfg):
+        out = await asyncio.wait_for(outcome_of(handle), 90)
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert out.task_id == view.task_id
+    assert out.result is not None and len(out.result["structuredContent"]["rows"]) == 2
+    assert calls(job_peer, mark, "start_export") == 1
+    assert calls(job_peer, mark, "get_export_status") > polls_before, "the new worker never polled the job"
+    events = [e async for e in handle.fetch_history_events()]
+    assert len(events) <= 25, f"{len(events)} history events"
+
+
+def test_a_binding_is_checked_when_the_configuration_is_loaded() -> None:
+    from mcp_temporal_tasks.worker.config import ConfigError, server_config
+
+    base = {"url": "https://mcp.example.com/mcp"}
+    cfg = server_config("x", {**base, "jobs": {"export": EXPORT}})
+    assert cfg.jobs["export"].states["succeeded"] == "completed"
+    for bad, why in [({"state": "state"}, "JSON pointer"), ({"states": {"done": "finished"}}, "states"),
+                     ({"states": {"running": "working"}}, "'completed'"), ({"job_id_pattern": "job \\S+"}, "group"),
+                     ({"submit": ""}, "submit")]:
+        with pytest.raises(ConfigError, match=why):
+            server_config("x", {**base, "jobs": {"export": {**EXPORT, **bad}}})
+
+
+# --- long synchronous tools --------------------------------------------------------------------------
+
+SYNC_S, BOUND_S = 60, 90
+
+
+async def cli(*args: str) -> tuple[int, str]:
+    import os
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode()
+
+
+async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_progress(
+        ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    peer = ts_http_stateful
+    address, queue = address_of(temporal_env), unique("sync")
+    mark = peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
+                                                      "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
+    seen: list[str] = []
+    last = ""
+    with worker_process(address, queue, cfg):
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
+            timeouts=Timeouts(heartbeat_s=3.0)), workflow_id=unique("sync"), task_queue=queue)
+        result = asyncio.ensure_future(outcome_of(handle))
+        while not result.done():
+            rc, out = await cli("status", handle.id, "--json", "--address", address)
+            last = out
+            if rc in (0, 1):  # 1: still running (`status` exits 0 only for a completed task)
+                message = json.loads(out).get("status_message")
+                if message and (not seen or seen[-1] != message):
+                    seen.append(message)
+            await asyncio.wait({result}, timeout=4)
+        out_ = await result
+    assert out_.outcome == Outcome.COMPLETED, (out_.outcome, out_.reason)
+    assert out_.result is not None and f"done after {SYNC_S}s" in out_.result["content"][0]["text"]
+    steps = [m for m in seen if m.startswith("step ")]
+    assert len(steps) >= 3, f"progress seen by `mcp-tasks status`: {seen}; last: {last[:600]}"
+    assert calls(peer, mark, "slow_progress") == 1
+
+
+async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_called_again(
+        ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    peer = ts_http_stateful
+    address, queue = address_of(temporal_env), unique("sync-kill")
+    mark = peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
+                                                      "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
+    with worker_process(address, queue, cfg) as first:
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
+            timeouts=Timeouts(heartbeat_s=3.0)), workflow_id=unique("sk"), task_queue=queue)
+        for _ in range(100):
+            if calls(peer, mark, "slow_progress"):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3)
+        first.kill()
+        killed = time.monotonic()
+    with worker_process(address, queue, cfg):
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+        elapsed = time.monotonic() - killed
+    assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
+    assert elapsed < SYNC_S - 10, f"{elapsed:.0f}s after the kill: the call's bound was waited out"
+    await asyncio.sleep(1)
+    assert calls(peer, mark, "slow_progress") == 1, "called again after the worker died"
+    # The default policy never replays: the ledger shows one attempt, ended unknown_outcome.
+    assert [a.ended for a in out.operation_attempts] == ["unknown_outcome"]
+
+
+def test_a_tools_own_bound_is_configuration() -> None:
+    assert ToolPolicy.model_validate({"max_call_s": 90}).max_call_s == 90
+    with pytest.raises(ValueError):
+        ToolPolicy.model_validate({"max_call_s": 0})
+    assert McpTaskWorkflow is not None
