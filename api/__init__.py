@@ -12,7 +12,9 @@ modules (network clients, the CLI):
 * workflow side: :class:`McpTasksClient`, :class:`McpTaskError`;
 * services: :func:`start_mcp_task`, :func:`get_outcome`, :func:`outcome_of`, :class:`McpTaskRequest`,
   :class:`McpTaskOutcome`, :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`,
-  :class:`RequestMismatch`.
+  :class:`RequestMismatch`;
+* configuration from Python (``McpTasksPlugin(servers=...)``): :class:`ServerConfig`, :class:`ToolPolicy`,
+  :class:`JobBinding`, :class:`PollSchedule`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mcp_temporal_tasks.activities.models import JobBinding, PollSchedule, ServerConfig, ToolPolicy
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
     from mcp_temporal_tasks.workflows.client import RequestMismatch, get_outcome, outcome_of, start_mcp_task
     from mcp_temporal_tasks.workflows.errors import McpTaskError
@@ -48,11 +51,16 @@ _WHERE = {
     "ReplayPolicy": "mcp_temporal_tasks.workflows.models",
     "Timeouts": "mcp_temporal_tasks.workflows.models",
     "RequestTooLarge": "mcp_temporal_tasks.workflows.models",
+    "ServerConfig": "mcp_temporal_tasks.activities.models",
+    "ToolPolicy": "mcp_temporal_tasks.activities.models",
+    "JobBinding": "mcp_temporal_tasks.activities.models",
+    "PollSchedule": "mcp_temporal_tasks.activities.models",
 }
 
 __all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "outcome_of",
            "RequestMismatch", "McpTaskRequest",
-           "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge"]
+           "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge",
+           "ServerConfig", "ToolPolicy", "JobBinding", "PollSchedule"]
 
 
 def __getattr__(name: str) -> Any:

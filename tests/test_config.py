@@ -90,3 +90,19 @@ def test_deploy_worker_toml_loads_with_the_worker_loader() -> None:
     assert cfg.temporal.address == "temporal:7233"
     assert cfg.servers["demo"].url == "http://demo-mcp:8000/mcp"
     assert cfg.servers["demo"].tools["charge_card"].replay == "with_approval"
+
+
+def test_every_server_table_in_the_readme_loads() -> None:
+    """The README's TOML examples (tasks, job bindings, long synchronous tools) are valid configuration."""
+    import re
+    import tomllib
+
+    from mcp_temporal_tasks.worker.config import server_config
+    from tests.temporal_harness import REPO_ROOT
+
+    blocks = re.findall(r"```toml\n(.*?)```", (REPO_ROOT / "README.md").read_text(), re.S)
+    loaded = {name: server_config(name, table) for block in blocks
+              for name, table in tomllib.loads(block).get("servers", {}).items()}
+    assert {"billing", "builds", "exports", "reports"} <= set(loaded)
+    assert loaded["exports"].jobs["export"].submit == "start_export"
+    assert loaded["reports"].tools["monthly_report"].max_call_s == 1800

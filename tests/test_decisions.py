@@ -127,7 +127,8 @@ def test_after_submit_failure(kind, reached, resends, expected) -> None:
 def test_next_poll_delay() -> None:
     assert next_poll_delay(500, floor_s=0.1, ceiling_s=30, previous_s=None) == 0.5
     assert next_poll_delay(10, floor_s=0.1, ceiling_s=30, previous_s=None) == 0.1         # floor
-    assert next_poll_delay(600_000, floor_s=0.1, ceiling_s=30, previous_s=None) == 30   # ceiling
+    # The ceiling never makes us poll sooner than the server asked (the spec allows slower, not faster).
+    assert next_poll_delay(600_000, floor_s=0.1, ceiling_s=30, previous_s=None) == 600
     assert next_poll_delay(None, floor_s=0.1, ceiling_s=30, previous_s=None) == 0.5     # silent server: back off
     assert next_poll_delay(None, floor_s=0.1, ceiling_s=30, previous_s=2.0) == 3.0
     assert next_poll_delay(None, floor_s=0.1, ceiling_s=30, previous_s=25.0) == 30

@@ -83,6 +83,15 @@ async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, clien
     assert calls(job_peer, mark, "download_export") == 1
 
 
+async def test_a_job_done_before_its_id_came_back_completes_on_the_first_status_read(job_peer: Peer,
+                                                                                    client: Client) -> None:
+    mark = job_peer.log_mark()
+    out = await run_job(client, servers(job_peer), {"seconds": 0, "rows": 1})
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}]
+    assert calls(job_peer, mark, "get_export_status") == 1
+
+
 async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_peer: Peer, client: Client) -> None:
     binding = {k: v for k, v in EXPORT.items() if k != "result"}
     mark = job_peer.log_mark()
@@ -156,6 +165,18 @@ async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: P
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     await asyncio.sleep(0.5)
     assert calls(job_peer, mark, "start_export") == 1
+
+
+async def test_a_binding_that_allows_replay_resubmits_after_a_lost_reply(job_peer: Peer, client: Client) -> None:
+    """The binding's own replay policy gates the submit, exactly like a tool's: here it may run twice."""
+    mark = job_peer.log_mark()
+    binding = {**EXPORT, "idempotent": True, "replay": "always", "max_replays": 1}
+    with FaultProxy(job_peer.url or "") as proxy:
+        proxy.add("tools/call", ResetAfterSend(), times=1)
+        out = await run_job(client, servers(job_peer, url=proxy.url, export=binding), {"seconds": 0.5})
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert [a.reason for a in out.operation_attempts] == ["initial", "replay_unknown_outcome"]
+    assert calls(job_peer, mark, "start_export") == 2
 
 
 async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: Any, tmp_path: Path) -> None:
@@ -276,3 +297,16 @@ def test_a_tools_own_bound_is_configuration() -> None:
     with pytest.raises(ValueError):
         ToolPolicy.model_validate({"max_call_s": 0})
     assert McpTaskWorkflow is not None
+
+
+async def test_mcp_tasks_run_runs_a_job_like_a_task(ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    peer = ts_http_stateful
+    mark = peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"exports": {"url": peer.url, "jobs": {"export": EXPORT}}})
+    rc, out = await cli("run", "export", "--server", "exports", "--config", str(cfg), "--args", '{"seconds": 1}',
+                        "--address", address_of(temporal_env), "--task-queue", unique("cli-job"), "--json")
+    assert rc == 0, out
+    outcome = json.loads(out)
+    assert outcome["outcome"] == "completed" and outcome["task_id"].startswith("exp-"), out[:500]
+    assert outcome["ledger"]["tool"] == "export"
+    assert calls(peer, mark, "start_export") == 1
