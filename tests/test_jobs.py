@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,18 @@ def servers(peer: Peer, url: str | None = None, **jobs: dict[str, Any]) -> dict[
 
 
 async def run_job(client: Client, servers_cfg: dict[str, ServerConfig], arguments: dict[str, Any],
-                  job: str = "export", **request: Any) -> McpTaskOutcome:
+                  job: str = "export", record: str | None = None, **request: Any) -> McpTaskOutcome:
     queue = unique("jobs")
     async with in_process_worker(client, task_queue=queue, servers=servers_cfg):
         handle = await start_mcp_task(client, McpTaskRequest(server="exports", tool=job, arguments=arguments,
                                                              timeouts=FAST, **request),
                                       workflow_id=unique("job"), task_queue=queue)
-        return await asyncio.wait_for(outcome_of(handle), 60)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+    # A job's history joins the committed ones (tests/test_replay.py) when recording is asked for.
+    path = REPO_ROOT / "tests" / "histories" / f"{record}.json"
+    if record and os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
+        path.write_text((await handle.fetch_history()).to_json())
+    return out
 
 
 def calls(peer: Peer, mark: int, tool: str) -> int:
@@ -71,7 +77,7 @@ def calls(peer: Peer, mark: int, tool: str) -> int:
 
 async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, client: Client) -> None:
     mark = job_peer.log_mark()
-    out = await run_job(client, servers(job_peer), {"seconds": 1, "rows": 4})
+    out = await run_job(client, servers(job_peer), {"seconds": 1, "rows": 4}, record=f"job_completed_{job_peer.flavour}")
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
     assert out.task_id is not None and out.task_id.startswith("exp-")
     assert out.task_status == "completed"
@@ -103,7 +109,7 @@ async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_pee
 
 async def test_a_failed_job_keeps_the_servers_error_text(job_peer: Peer, client: Client) -> None:
     mark = job_peer.log_mark()
-    out = await run_job(client, servers(job_peer), {"seconds": 0.5, "fail": True})
+    out = await run_job(client, servers(job_peer), {"seconds": 0.5, "fail": True}, record=f"job_failed_{job_peer.flavour}")
     assert out.outcome == Outcome.FAILED, (out.outcome, out.reason)
     assert out.error is not None and "disk quota exceeded on volume exports-1" in out.error.message
     assert out.status_message is not None and "disk quota exceeded" in out.status_message
@@ -222,7 +228,6 @@ SYNC_S, BOUND_S = 60, 90
 
 
 async def cli(*args: str) -> tuple[int, str]:
-    import os
     import sys
 
     proc = await asyncio.create_subprocess_exec(
