@@ -461,9 +461,11 @@ class McpActivities:
                 # Legacy input arrives only on a tasks/result stream: nothing to wait for here.
                 if fresh or state.era == LEGACY:
                     return AwaitOutput(state=state, polls=polls)
+            age = task_age_s(state.created_at, inp.submitted_at, time.time())
+            if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
+                return AwaitOutput(state=state, polls=polls, long_wait=True)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
-                                    previous_s=delay, schedule=inp.schedule,
-                                    age_s=task_age_s(state.created_at, inp.submitted_at, time.time()))
+                                    previous_s=delay, schedule=inp.schedule, age_s=age)
             await self._sleep_beating(delay, hb_every, details)
 
     @staticmethod

@@ -190,6 +190,9 @@ class AwaitInput(_Model):
     unreachable_s: float = 600.0
     schedule: PollSchedule = Field(default_factory=PollSchedule)
     job: JobBinding | None = None
+    #: Return (``long_wait``) once the working task is this old, so the workflow can wait on with a longer
+    #: heartbeat timeout (fewer heartbeats). None: wait to the end.
+    return_after_age_s: float | None = None
     #: When tools/call was sent (epoch seconds): the task's age when the server gives no ``createdAt``.
     submitted_at: float | None = None
 
@@ -206,6 +209,8 @@ class AwaitOutput(_Model):
     payload: DecodedPayload | None = None
     #: Why the payload could not be read yet (the workflow then retries retrieval alone).
     retrieval_error: str | None = None
+    #: The task is still working and older than ``return_after_age_s``.
+    long_wait: bool = False
     polls: int = 0
 
 

@@ -3,6 +3,7 @@
 Refresh them deliberately (and review the diff) with:
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_workflow.py -k "completed or tool_error or cancel_via or killed"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_jobs.py -k "result_tools_reply or error_text"
+    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_waiting.py -k long_heartbeat
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def test_histories_are_committed() -> None:
     assert {"completed_legacy", "completed_extension", "tool_error_legacy", "cancelled_legacy",
             "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent",
             "tool_error_legacy_fails_workflow", "job_completed_legacy", "job_completed_extension",
-            "job_failed_legacy", "job_failed_extension"} <= names
+            "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

@@ -11,6 +11,7 @@ the history stays the size of a short task's.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,15 @@ import pytest
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
-from tests.temporal_harness import address_of, tool_calls, unique, wait_for_view, worker_process, write_config
+from tests.temporal_harness import (
+    REPO_ROOT,
+    address_of,
+    tool_calls,
+    unique,
+    wait_for_view,
+    worker_process,
+    write_config,
+)
 
 POLL_MS = 100
 AFTER_S, FRACTION, MAX_S = 2.0, 0.5, 6.0
@@ -81,3 +90,40 @@ async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_
     assert len(events) <= 25, f"{len(events)} history events for one task (a short task has 21)"
     print(f"[measured] {peer.name}: {len(gets)} tasks/get in {gets[-1] - created:.1f}s, {len(late)} after "
           f"{AFTER_S:g}s of age (at pollInterval: {at_interval:.0f}); {len(events)} history events", flush=True)
+
+
+async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_kill_minus_9(
+        slow_poll_peer: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    """Past ``long_wait_after_s`` the wait is handed to one more activity whose heartbeat timeout is
+    ``long_wait_heartbeat_s``: fewer heartbeats for the rest of a long task, one activity more in its history,
+    and a worker killed during it is replaced after that longer timeout."""
+    peer = slow_poll_peer
+    address, queue = address_of(temporal_env), unique("long")
+    mark = peer.log_mark()
+    cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": {"age_fraction": 0}}})
+    timeouts = Timeouts(heartbeat_s=2.0, long_wait_after_s=4.0, long_wait_heartbeat_s=5.0, poll_floor_s=0.05,
+                        owner_pickup_s=4, submit_s=60)
+    with worker_process(address, queue, cfg) as first:
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="srv", tool="slow_echo", arguments={"seconds": 16, "text": "old"}, timeouts=timeouts),
+            workflow_id=unique("long"), task_queue=queue)
+        await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        await asyncio.sleep(7)
+        first.kill()
+        killed = time.monotonic()
+    with worker_process(address, queue, cfg):
+        out = await asyncio.wait_for(outcome_of(handle), 90)
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert len(tool_calls(peer, mark, "slow_echo")) == 1
+    events = [e async for e in handle.fetch_history_events()]
+    waits = [e.activity_task_scheduled_event_attributes for e in events
+             if e.HasField("activity_task_scheduled_event_attributes")
+             and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"]
+    assert [w.heartbeat_timeout.ToTimedelta().total_seconds() for w in waits] == [2.0, 5.0]
+    assert any(e.HasField("marker_recorded_event_attributes") for e in events), "the hand-over is patch-guarded"
+    assert len(events) <= 32, f"{len(events)} history events"
+    path = REPO_ROOT / "tests" / "histories" / f"long_wait_{peer.flavour}.json"
+    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
+        path.write_text((await handle.fetch_history()).to_json())
+    print(f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
+          f"{time.monotonic() - killed:.1f}s after the kill", flush=True)

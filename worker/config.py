@@ -35,6 +35,15 @@ idempotent = false
 replay = "with_approval"                  # never | if_idempotent | always | with_approval
 max_replays = 1
 output_schema = { type = "object", properties = { receipt = { type = "string" } }, required = ["receipt"] }
+max_call_s = 600                          # a synchronous call may run this long (default: 300 s)
+[servers.NAME.polling]                    # per tool too: [servers.NAME.tools.TOOL.polling]
+after_s = 60                              # pollInterval for a task's first minute, then
+age_fraction = 0.05                       # 5 % of its age between polls, at most
+max_interval_s = 600                      # this; never sooner than the server's pollInterval
+[servers.NAME.jobs.export]                # job tools run as a task: see README "Three shapes of long work"
+submit = "start_export"
+status = "get_export_status"
+states = { running = "working", succeeded = "completed", failed = "failed", cancelled = "cancelled" }
 ```
 """
 

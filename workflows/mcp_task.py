@@ -112,6 +112,8 @@ FAIL_UNLESS_COMPLETED = "fail-unless-completed"
 #: ``McpTaskStatus`` says ``awaiting_approval`` while a replay waits for an operator, and a finished task whose
 #: server status was not terminal is listed under its outcome: histories recorded before it replay unchanged.
 SEARCHABLE_PHASES = "searchable-approval-and-outcome"
+#: A wait on an old task is handed to a second activity with a longer heartbeat timeout (asked only then).
+LONG_WAIT_HEARTBEAT = "long-wait-heartbeat"
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 LEDGER_CONTRACT_CAP = 16 * 1024
@@ -513,19 +515,30 @@ class McpTaskWorkflow:
     async def _follow(self, task: TaskState) -> NoReturn:
         """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
         assert self.m.session is not None
+        timeouts = self.req.timeouts
+        # A wait on an old task goes on under a longer heartbeat timeout: one more activity per task, far fewer
+        # heartbeats (billable actions, server writes) for the hours it may still take.
+        hand_over = timeouts.long_wait_heartbeat_s > timeouts.heartbeat_s
+        long_wait = False
         while True:
             self._enter(Phase.WORKING)
             aw = await self._wait_for_task(AwaitInput(
                 session=self.m.session, task_id=task.task_id, principal=self._principal(),
-                poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=self.req.timeouts.poll_ceiling_s,
+                poll_floor_s=timeouts.poll_floor_s, poll_ceiling_s=timeouts.poll_ceiling_s,
                 output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
-                unreachable_s=self.req.timeouts.unreachable_s,
+                unreachable_s=timeouts.unreachable_s,
                 schedule=self.m.profile.polling if self.m.profile else PollSchedule(), job=self._job(),
-                submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None), summary=f"poll {_short(task.task_id)} until terminal")
+                submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None,
+                return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None),
+                summary=f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else ""),
+                heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
             if aw is None:
                 await self._cancel_and_settle(task)
             self._after_wait(aw)
             assert self.m.task_state is not None
+            if aw.long_wait and workflow.patched(LONG_WAIT_HEARTBEAT):
+                long_wait = True
+                continue
             if self.m.task_state.terminal:
                 if aw.payload is None:  # read in the same activity failed: retry the retrieval alone
                     self.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
@@ -754,13 +767,14 @@ class McpTaskWorkflow:
         await self._interruptible_wait(lambda: False, timeout_s=seconds)
         return self.m.cancel_reason is None
 
-    async def _wait_for_task(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | None:
+    async def _wait_for_task(self, arg: AwaitInput, *, summary: str, heartbeat_s: float | None = None) -> AwaitOutput | None:
         """Poll until the task moves; None if a cancel (or the deadline) came first (the activity is then cancelled)."""
         deadline = self.req.deadline
         budget = (deadline - workflow.now()) if deadline else LONG_WAIT
-        handle = workflow.start_activity_method(
-            McpActivities.await_task, arg,
-            **self._config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary))
+        config = self._config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary)
+        if heartbeat_s:
+            config["heartbeat_timeout"] = timedelta(seconds=heartbeat_s)
+        handle = workflow.start_activity_method(McpActivities.await_task, arg, **config)
         await self._interruptible_wait(lambda: handle.done())
         if self.m.cancel_reason is not None and not handle.done():
             await self._abandon(handle)

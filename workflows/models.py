@@ -121,9 +121,15 @@ class Timeouts(_Model):
     submit_s: float = Field(300.0, gt=0)
     #: How long a task's activities may wait for a worker on a stdio owner's queue before it is `lost`.
     owner_pickup_s: float = Field(60.0, gt=0)
-    #: Poll-interval floor and ceiling of our own, whatever the server suggests.
+    #: Poll-interval floor and ceiling of our own (the ceiling never undercuts the server's pollInterval; an
+    #: old task's gap grows past it by the server's ``polling`` schedule).
     poll_floor_s: float = Field(0.1, gt=0)
     poll_ceiling_s: float = Field(30.0, gt=0)
+    #: A wait on a task older than this moves to ``long_wait_heartbeat_s``: a heartbeat reaches Temporal every
+    #: 0.8 × the heartbeat timeout, so 150 per task-hour at 30 s and 37.5 at 120 s. The price is noticing a dead
+    #: worker that much later, for tasks old enough (40 min: 2 min is 5 % of their age) that it is in scale.
+    long_wait_after_s: float = Field(2400.0, gt=0)
+    long_wait_heartbeat_s: float = Field(120.0, gt=0)
     #: Default human-answer timeout for input requests.
     input_s: float = Field(24 * 3600.0, gt=0)
     #: How long a task's server may give no usable answer (refused, reset, garbled, 5xx) before the task
