@@ -1,6 +1,6 @@
 """``python -m bench``: our durable design vs the naive durable design vs a non-durable floor.
 
-One command, everything local (2-core budget: < 5 min with defaults, ``--quick`` < 60 s):
+One command, everything local (2-core budget: < 5 min with defaults, ``--quick`` about 2 min):
 
 * a Temporal dev server (``mcp_temporal_tasks.worker.devserver.DevServer``, headless, free port, state in a temp SQLite file
   like the embedded default; ``--db memory`` for the in-memory store), with its Prometheus endpoint on;
@@ -12,8 +12,10 @@ One command, everything local (2-core budget: < 5 min with defaults, ``--quick``
 Phases (each can be skipped): ``floor``, ``ours``, ``naive``, ``minimal`` (same N / concurrency / duration / poll),
 ``light`` (ours and floor at light load), ``history`` (events per task, 5 s vs 1 h), ``inflight`` (RSS of one
 worker holding many tasks: 1,000 by default to stay under 5 minutes; the target, 2,000, with ``--inflight 2000``,
-about 4 minutes alone on 2 cores).
-Prints a markdown table and writes ``bench/results/latest.json``.
+about 4 minutes alone on 2 cores); issue 14, the cost of waiting (``bench.waiting``): ``aged`` (behind all the
+others: tasks back-dated to ages 1 min … 3 h), ``naive-wait``, and ``inflight-aged`` (2,000 tasks aged 10 min … 1 h,
+``--only inflight-aged``, about 4 minutes alone).
+Prints a markdown table, the four targets of issue 14 last, and writes ``bench/results/latest.json``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import platform
 import re
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -37,25 +37,47 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.worker.config import WorkerSettings
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.worker.runner import connect
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
 
-from .common import Child, TaskRecord, cpu_seconds, http_json, machine_cpu_seconds, percentile, rss_mb
+from .common import (
+    OURS_TIMEOUTS,
+    Child,
+    CpuMeter,
+    RssSampler,
+    TaskRecord,
+    base_url,
+    http_json,
+    log,
+    ours_request,
+    percentile,
+    rss_mb,
+    scrape,
+    sdk_requests,
+    start_py_spy,
+    stop_profiler,
+    worker_metrics,
+)
 from .floor import run_floor
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
+from .waiting import (
+    AgedBackground,
+    HeartbeatLedger,
+    phase_inflight_aged,
+    phase_naive_wait,
+    poll_wait_checks,
+    render_targets,
+    render_waiting,
+    schedule_under_test,
+    waiting_targets,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOOL = "bench_task"
 EVENTS_PER_NAIVE_POLL = 11  # documented; the history phase measures it
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # --- environment -------------------------------------------------------------------------------------
@@ -78,11 +100,13 @@ class Env:
         cls = MemoryDevServer if args.db == "memory" else DevServer
         self.dev = cls(db=self.tmp / "temporal.db", port=free_port(), ui_port=None, log_level="error",
                        extra_args=["--metrics-port", str(self.metrics_port)])
-        self.servers: dict[int, tuple[Child, str]] = {}
+        self.servers: dict[str, tuple[Child, str]] = {}
         self.workers: list[Child] = []
         #: One long-lived worker per design (throughput and history phases); the in-flight phase starts its own.
         self.design_workers: dict[str, tuple[Child, str, int]] = {}
         self.client: Client | None = None
+        self.worker_ports: dict[int, int] = {}  # worker pid -> its SDK metrics port (0: none)
+        self.hb_ledger: HeartbeatLedger | None = None
         self.run_id = uuid.uuid4().hex[:8]
 
     async def start(self) -> None:
@@ -92,13 +116,22 @@ class Env:
         log(f"dev server on {self.dev.address} ({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''})"
             f" in {time.monotonic() - t:.1f}s")
 
-    def server(self, poll_ms: int) -> tuple[Child, str]:
-        """The bench MCP server advertising ``poll_ms`` (started on first use)."""
-        if poll_ms not in self.servers:
-            child = Child([sys.executable, "-m", "bench.server", "--port", "0", "--poll-interval-ms", str(poll_ms)],
-                          ready_prefix="LISTENING", env=self.child_env(), log=self.tmp / f"server-{poll_ms}.log")
-            self.servers[poll_ms] = (child, child.ready_line.split()[1])
-        return self.servers[poll_ms]
+    def server(self, poll_ms: int, *, name: str = "", ttl_s: int = 0) -> tuple[Child, str]:
+        """The bench MCP server advertising ``poll_ms`` (started on first use); ``name`` gives a phase a server of
+        its own (its CPU and request counts then are that phase's alone), ``ttl_s`` its task TTL."""
+        key = f"{poll_ms}{'-' + name if name else ''}"
+        if key not in self.servers:
+            argv = [sys.executable, "-m", "bench.server", "--port", "0", "--poll-interval-ms", str(poll_ms)]
+            if ttl_s:
+                argv += ["--task-ttl-s", str(ttl_s)]
+            child = Child(argv, ready_prefix="LISTENING", env=self.child_env(), log=self.tmp / f"server-{key}.log")
+            self.servers[key] = (child, child.ready_line.split()[1])
+        return self.servers[key]
+
+    def stop_server(self, poll_ms: int, *, name: str = "") -> None:
+        key = f"{poll_ms}{'-' + name if name else ''}"
+        if key in self.servers:
+            self.servers.pop(key)[0].stop()
 
     def child_env(self) -> dict[str, str]:
         """Bytecode caching on (in a temp prefix, not in the repo) unless ``--no-bytecode``.
@@ -124,7 +157,16 @@ class Env:
         child = Child(argv, ready_prefix="READY", stream="stdout", timeout_s=90, env=self.child_env(),
                       log=self.tmp / f"worker-{task_queue}.log")
         self.workers.append(child)
+        self.worker_ports[child.pid] = metrics_port
         return child
+
+    def sdk_heartbeats(self) -> dict[int, float | None]:
+        """Heartbeat RPCs each running worker's SDK has sent so far, by pid (None: no metrics port)."""
+        out: dict[int, float | None] = {}
+        for w in self.workers:
+            port = self.worker_ports.get(w.pid)
+            out[w.pid] = sdk_requests(port)["RecordActivityTaskHeartbeat"] if port else None
+        return out
 
     def design_worker(self, design: str) -> tuple[Child, str, int]:
         """(worker process, task queue, its SDK metrics port) of ``design``, started on first use."""
@@ -134,9 +176,14 @@ class Env:
         return self.design_workers[design]
 
     def stop_worker(self, child: Child) -> None:
+        # A stopping worker flushes heartbeats after its last scrape: the ledger leaves the stop out of its count.
+        if self.hb_ledger is not None:
+            self.hb_ledger.close()
         child.stop()
         if child in self.workers:
             self.workers.remove(child)
+        if self.hb_ledger is not None:
+            self.hb_ledger.open()
 
     def metrics(self) -> Counter[str]:
         """Frontend RPCs served by the Temporal server so far, by operation."""
@@ -156,66 +203,6 @@ class Env:
         self.dev.stop()
 
 
-def base_url(url: str) -> str:
-    return url.rsplit("/mcp", 1)[0]
-
-
-class CpuMeter:
-    """CPU seconds used by each process of the bench over a phase."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.start = {k: self._cpu(p) for k, p in pids.items()}
-        self.machine0 = machine_cpu_seconds()
-        self.t0 = time.monotonic()
-
-    @staticmethod
-    def _cpu(pid: int) -> float:
-        if pid == os.getpid():
-            t = os.times()
-            return t.user + t.system
-        try:
-            return cpu_seconds(pid)
-        except OSError:
-            return 0.0
-
-    def done(self) -> dict[str, float]:
-        wall = time.monotonic() - self.t0
-        out = {k: round(self._cpu(p) - self.start[k], 2) for k, p in self.pids.items()}
-        machine = machine_cpu_seconds() - self.machine0
-        ours = sum(out.values())
-        out["machine_busy"] = round(machine, 2)
-        # Everything else on the machine (other processes; the bench cannot control them): a noisy-neighbour gauge.
-        out["other_processes"] = round(max(0.0, machine - ours), 2)
-        out["wall_s"] = round(wall, 2)
-        out["capacity"] = round(wall * (os.cpu_count() or 1), 2)
-        return out
-
-
-class RssSampler:
-    """Samples VmRSS of a pid every ``every_s`` in a thread."""
-
-    def __init__(self, pid: int, every_s: float = 0.25) -> None:
-        self.pid, self.every_s = pid, every_s
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.samples.append((time.monotonic(), rss_mb(self.pid)[0]))
-            except OSError:
-                return
-            self._stop.wait(self.every_s)
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return max((s for _, s in self.samples), default=0.0)
-
-
 # --- running one design --------------------------------------------------------------------------------
 
 
@@ -225,11 +212,6 @@ def durations(n: int, duration: float, poll_ms: int) -> list[float]:
     every task starting together and lasting exactly ``duration``."""
     golden = 0.6180339887498949
     return [round(duration + (poll_ms / 1000.0) * ((i * golden) % 1.0), 4) for i in range(n)]
-
-
-def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1) -> McpTaskRequest:
-    return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2026-07-28",
-                          idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s))
 
 
 async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, concurrency: int,
@@ -443,6 +425,8 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     rpcs = None if design == "floor" else env.metrics() - rpc0
     state = http_json(base_url(url) + "/bench/state")
     out = summarize(design, records, t0, t1, state, cpu, rpcs, concurrency)
+    if design == "ours" and label == "-light":  # issue 14's delivery bound, for short tasks
+        out["poll_wait_checks"] = poll_wait_checks(records, state, poll_ms / 1000)
     if worker is not None:
         sdk = worker_metrics(sdk_port)
         out["worker_sdk_metrics"] = {k: round(v - sdk0.get(k, 0.0), 2) for k, v in sdk.items()}
@@ -452,20 +436,6 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     log(f"{design}: {out['completed']}/{n} completed in {out['wall_s']}s, {out['throughput_per_s']}/s, "
         f"latency p50 {out['latency_ms']['p50']} ms, cpu {cpu}")
     return out
-
-
-def start_py_spy(pid: int, out: Path) -> Any:
-    """py-spy (``pip install py-spy``) sampling every thread of ``pid``, collapsed stacks; None if unavailable."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(exe).exists():
-        log("py-spy not installed: no profile")
-        return None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--threads",
-                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def start_perf(pid: int, out: Path) -> Any:
@@ -483,16 +453,6 @@ def start_perf(pid: int, out: Path) -> Any:
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([exe, "record", "-F", "199", "-g", "-p", str(pid), "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def stop_profiler(proc: Any) -> None:
-    import signal as _signal
-
-    proc.send_signal(_signal.SIGINT)
-    try:
-        proc.wait(20)
-    except Exception:  # noqa: BLE001
-        proc.kill()
 
 
 # --- history: 5 s vs 1 h -------------------------------------------------------------------------------
@@ -688,35 +648,6 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
     return out
 
 
-def scrape(port: int) -> str:
-    """A Prometheus endpoint's text on 127.0.0.1 ("" when it does not answer: the figures are then left out)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            return resp.read().decode()
-    except OSError:
-        return ""
-
-
-def worker_metrics(port: int) -> dict[str, float]:
-    """A few counters of the worker's SDK Prometheus endpoint (sticky cache, workflow task replays, polls)."""
-    wanted = ("temporal_sticky_cache_total_forced_eviction", "temporal_sticky_cache_size",
-              "temporal_workflow_task_replay_latency_count", "temporal_workflow_task_execution_latency_count",
-              "temporal_workflow_task_schedule_to_start_latency_sum", "temporal_workflow_task_schedule_to_start_latency_count",
-              "temporal_activity_execution_latency_count", "temporal_request_failure",
-              "temporal_workflow_task_execution_failed")
-    out: dict[str, float] = {}
-    for line in scrape(port).splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted:
-            try:
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                pass
-    return out
-
-
 # --- report ---------------------------------------------------------------------------------------------
 
 
@@ -775,7 +706,7 @@ def noise(res: dict[str, Any], threshold: float = 0.10) -> list[str]:
     """Phases where processes outside the bench used more than ``threshold`` of the machine's CPU."""
     phases: list[tuple[str, dict[str, Any]]] = [(k, v) for k, v in res.get("designs", {}).items()]
     phases += [(f"{k} (light)", v) for k, v in (res.get("light") or {}).items()]
-    if res.get("inflight", {}).get("cpu_s"):
+    if (res.get("inflight") or {}).get("cpu_s"):
         phases.append(("inflight", res["inflight"]))
     out = []
     for name, r in phases:
@@ -794,6 +725,9 @@ def render(res: dict[str, Any]) -> str:
              f"127.0.0.1, {cfg['cpus']} CPUs, Python {cfg['python']}. Latency = caller has the outcome − server "
              "marked the task terminal (same clock).",
              ""]
+    if cfg.get("ours_heartbeat_s"):
+        lines += [f"**`--heartbeat-s {cfg['ours_heartbeat_s']:g}`: ours' requests set a heartbeat timeout of "
+                  f"{cfg['ours_heartbeat_s']:g} s (default 30 s).**", ""]
     if cfg.get("experiment"):
         lines += [f"**EXPERIMENT — `ours` is NOT the shipped worker here: patched with `{cfg['experiment']}`.**", ""]
     d = res.get("designs", {})
@@ -868,17 +802,22 @@ def render(res: dict[str, Any]) -> str:
     if noisy:
         lines += ["", "**Noisy machine:** other processes used " + ", ".join(noisy)
                   + " of the CPU capacity during these phases; their timings are pessimistic (CPU s per task are not)."]
-    t = res.get("targets") or []
+    t = res.get("earlier_targets") or []
     if t:
-        lines += ["", "### Targets", "", "| target | value | met |", "|---|---|---|"]
+        lines += ["", "### Earlier targets (issues before 14)", "", "| target | value | met |", "|---|---|---|"]
         for x in t:
             met = "–" if x["met"] is None else "yes" if x["met"] else "**NO**"
             lines.append(f"| {x['target']} | {x['value']} | {met} |")
+    lines += render_waiting(res)
+    lines += render_targets(res.get("targets") or [])
     lines += ["", f"Total wall time: {res['wall_s']:.1f} s"]
     return "\n".join(lines)
 
 
 # --- main -----------------------------------------------------------------------------------------------
+
+
+PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -904,8 +843,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--light-concurrency", type=int, default=10, help="light-load latency probe: concurrency")
     p.add_argument("--light-duration", type=float, default=None,
                    help="light-load latency probe: task duration s (default: --duration)")
-    for name in ("floor", "ours", "naive", "minimal", "light", "history", "inflight"):
+    for name in PHASES:
         p.add_argument(f"--skip-{name}", action="store_true")
+    p.add_argument("--only", default="", help=f"comma-separated phases to run, all others skipped: {', '.join(PHASES)}"
+                                              " (e.g. `--only inflight-aged --inflight-aged 2000`)")
+    g = p.add_argument_group("cost of waiting (issue 14)")
+    g.add_argument("--aged-tiles", type=int, default=None,
+                   help="aged phase: ours tasks held open, back-dated to ages spread over 60…3600 s (default 40; quick 16)")
+    g.add_argument("--aged-probes", type=int, default=None,
+                   help="aged phase: ours tasks that complete at known ages, for the delivery bound (default 12; quick 6)")
+    g.add_argument("--aged-probe-max-age", type=float, default=None,
+                   help="aged phase: oldest probe's age at completion, s (default 2600: past the long-wait hand-over at "
+                        "2400 s; quick 400)")
+    g.add_argument("--aged-window", type=float, default=None,
+                   help="aged phase: minimum window, s; it runs behind every other phase (default 180; quick 45)")
+    g.add_argument("--aged-minimal", type=int, default=2, help="aged phase: minimal tasks held open (T3)")
+    g.add_argument("--aged-old", type=int, default=None,
+                   help="aged phase: ours tasks aged 2 h+ held open on a worker of their own: the steady cost of an old "
+                        "task, past the long-wait hand-over (T3; default 4; quick 2)")
+    g.add_argument("--naive-wait-s", type=float, default=None, help="naive-wait window, s (default 20; quick 8)")
+    g.add_argument("--naive-wait-tasks", type=int, default=4, help="naive tasks held open in the naive-wait window")
+    g.add_argument("--inflight-aged", type=int, default=None,
+                   help="T2: ours tasks aged 10 min…1 h held on one worker (the target: 2000, ~4 min alone: "
+                        "`--only inflight-aged`; default 0 = not run; quick 150, its figures scaled to 2,000)")
+    g.add_argument("--inflight-aged-window", type=float, default=None,
+                   help="T2: the sustained window, s (default 120; quick 10)")
+    g.add_argument("--heartbeat-s", type=float, default=None,
+                   help="heartbeat timeout of ours' activities (McpTaskRequest.timeouts.heartbeat_s; default 30): the "
+                        "SDK lets one heartbeat per 0.8 × this reach Temporal. A caller's setting, reported in the config")
+    g.add_argument("--inflight-aged-poll-ms", type=int, default=None,
+                   help="T2: the server's pollIntervalMs (default: --poll-ms)")
     p.add_argument("--no-bytecode", action="store_true",
                    help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
     p.add_argument("--experiment", default="",
@@ -920,12 +887,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     q = args.quick
     defaults = {"light_tasks": 4 if q else 10, "tasks": 12 if q else 200, "concurrency": 12 if q else 200,
                 "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 1000,
-                "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0}
+                "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0,
+                "aged_tiles": 16 if q else 40, "aged_probes": 6 if q else 12, "aged_probe_max_age": 400.0 if q else 2600.0,
+                "aged_window": 45.0 if q else 180.0, "aged_old": 2 if q else 4,
+                "naive_wait_s": 8.0 if q else 20.0, "inflight_aged": 150 if q else 0,
+                "inflight_aged_window": 10.0 if q else 120.0}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if args.light_duration is None:
         args.light_duration = args.duration
+    if args.inflight_aged_poll_ms is None:
+        args.inflight_aged_poll_ms = args.poll_ms
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",") if x.strip()}
+        unknown = wanted - set(PHASES)
+        if unknown:
+            p.error(f"--only: unknown phase(s) {', '.join(sorted(unknown))}; known: {', '.join(PHASES)}")
+        for name in PHASES:
+            setattr(args, f"skip_{name.replace('-', '_')}", name not in wanted)
+        if "inflight-aged" in wanted and not args.inflight_aged:
+            args.inflight_aged = 2000
+    if args.skip_inflight_aged:
+        args.inflight_aged = 0
     if q:
         args.naive_fit_polls = min(args.naive_fit_polls, 10)
         args.light_concurrency = min(args.light_concurrency, args.light_tasks)
@@ -951,11 +935,30 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                    "bytecode": not args.no_bytecode, "experiment": args.experiment or None,
                    "temporal_cli": cli.replace("temporal version ", ""), "fastmcp": fastmcp.__version__,
                    "cpus": os.cpu_count(), "python": platform.python_version(),
-                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "poll_schedule": schedule_under_test(),
+                   "ours_heartbeat_s": args.heartbeat_s or None,
+                   "aged": None if args.skip_aged else {
+                       "tiles": args.aged_tiles, "probes": args.aged_probes, "probe_max_age_s": args.aged_probe_max_age,
+                       "min_window_s": args.aged_window, "minimal_tasks": args.aged_minimal,
+                       "old_tasks": args.aged_old},
+                   "naive_wait": None if args.skip_naive_wait else {"tasks": args.naive_wait_tasks,
+                                                                    "window_s": args.naive_wait_s},
+                   "inflight_aged": {"tasks": args.inflight_aged, "window_s": args.inflight_aged_window,
+                                     "poll_ms": args.inflight_aged_poll_ms} if args.inflight_aged else None},
         "designs": {},
     }
+    aged: AgedBackground | None = None
+    if args.heartbeat_s:
+        OURS_TIMEOUTS["heartbeat_s"] = args.heartbeat_s
     try:
         await env.start()
+        if not args.skip_aged:
+            # Issue 14, T1 and T3: aged tasks wait in the background of every other phase (their own worker and
+            # server; a few polls a minute), so the long window they need costs no wall time of its own.
+            aged = AgedBackground(env, poll_ms=args.poll_ms, tiles=args.aged_tiles, probes=args.aged_probes,
+                                  probe_max_age_s=args.aged_probe_max_age, minimal_tasks=args.aged_minimal,
+                                  min_window_s=args.aged_window, old=args.aged_old)
+            await aged.start()
         for design in ("floor", "ours", "naive", "minimal"):
             if getattr(args, f"skip_{design}"):
                 continue
@@ -996,12 +999,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if not args.skip_history:
             res["history"] = await phase_history(env, short_s=args.short_s, long_s=args.long_s, poll_ms=args.poll_ms,
                                                  naive_points=args.naive_fit_polls)
+        if not args.skip_naive_wait:
+            res["naive_wait"] = await phase_naive_wait(env, poll_ms=args.poll_ms, tasks=args.naive_wait_tasks,
+                                                       window_s=args.naive_wait_s)
         if not args.skip_inflight:
             res["inflight"] = await phase_inflight(env, inflight=args.inflight, poll_ms=args.inflight_poll_ms,
                                                    cache=args.inflight_cache, timeout_s=300)
+        if args.inflight_aged:
+            res["inflight_aged"] = await phase_inflight_aged(env, n=args.inflight_aged,
+                                                             poll_ms=args.inflight_aged_poll_ms,
+                                                             window_s=args.inflight_aged_window,
+                                                             cache=args.inflight_cache)
+        if aged is not None:
+            res["aged"] = await aged.finish()
     finally:
         env.stop()
-    res["targets"] = targets(res)
+    res["earlier_targets"] = targets(res)
+    res["targets"] = waiting_targets(res)
     res["wall_s"] = round(time.monotonic() - t_start, 1)
     return res
 

@@ -110,6 +110,9 @@ class WorkerSettings(_Strict):
     idle_session_s: float = Field(300.0, gt=0)
     #: How long a workflow task may wait for the worker that has the workflow cached before another takes it.
     sticky_schedule_to_start_s: float = Field(3.0, gt=0, le=60)
+    #: Longest gap the SDK leaves between two heartbeats it sends (it sends one per min(0.8 × heartbeat
+    #: timeout, this)). Safe to raise: every heartbeat still arrives within its own timeout.
+    max_heartbeat_throttle_s: float = Field(120.0, gt=0, le=3600)
 
 
 class WorkerConfig(_Strict):

@@ -204,6 +204,9 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
         # A workflow task waits this long on a dead worker's sticky queue before any worker may take it: with the
         # SDK's 10 s default, recovery from a killed worker took heartbeat + 10 s (tests/test_fault_recovery.py).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.sticky_schedule_to_start_s),
+        # The SDK sends one heartbeat per min(0.8 × timeout, this): at its 60 s default, a long wait's 120 s
+        # heartbeat timeout would still cost 60 heartbeats per task-hour instead of 37.5 (bench/README.md).
+        max_heartbeat_throttle_interval=timedelta(seconds=s.max_heartbeat_throttle_s),
         workflow_runner=workflow_runner())
     return [Worker(client, task_queue=task_queue, plugins=[plugin], **{**options, **shared_overrides})]
 

@@ -126,8 +126,10 @@ class Timeouts(_Model):
     poll_floor_s: float = Field(0.1, gt=0)
     poll_ceiling_s: float = Field(30.0, gt=0)
     #: A wait on a task older than this moves to ``long_wait_heartbeat_s``. The SDK lets one heartbeat reach
-    #: Temporal per min(0.8 × the heartbeat timeout, 60 s): 150 per task-hour at 30 s, 60 at 120 s. The price is
-    #: noticing a dead worker later, for tasks old enough (40 min: 2 min is 5 % of their age) that it is in scale.
+    #: Temporal per min(0.8 × the heartbeat timeout, the worker's ``max_heartbeat_throttle_interval``): 150 per
+    #: task-hour at 30 s; 37.5 at 120 s (``mcp-tasks worker`` sets the interval to 120 s; the SDK's default 60 s
+    #: gives 60). The price is noticing a dead worker later, for tasks old enough (40 min: 2 min is 5 % of their
+    #: age) that it is in scale.
     long_wait_after_s: float = Field(2400.0, gt=0)
     long_wait_heartbeat_s: float = Field(120.0, gt=0)
     #: Default human-answer timeout for input requests.
