@@ -104,7 +104,14 @@ def schedule_under_test() -> dict[str, Any] | None:
 
 
 #: ``temporalio.worker.Worker(max_heartbeat_throttle_interval=...)``'s default; our worker does not change it.
-SDK_MAX_THROTTLE_S = 60.0
+def _max_throttle_s() -> float:
+    """The worker's ``max_heartbeat_throttle_interval``: what ``mcp-tasks worker`` (build_workers) sets."""
+    from mcp_temporal_tasks.worker.config import WorkerSettings
+
+    return WorkerSettings().max_heartbeat_throttle_s
+
+
+SDK_MAX_THROTTLE_S = _max_throttle_s()
 
 
 def heartbeat_s() -> float:
@@ -122,7 +129,8 @@ def long_wait() -> tuple[float, float] | None:
 
 def heartbeat_throttle_s(timeout_s: float | None = None) -> float:
     """What the Python SDK lets reach the server: one heartbeat per 0.8 × the activity's heartbeat timeout, at most
-    one per ``max_heartbeat_throttle_interval`` (60 s by default: a 120 s timeout still sends one a minute)."""
+    one per the worker's ``max_heartbeat_throttle_interval`` (the SDK's default 60 s would let a 120 s timeout send
+    one a minute; ``mcp-tasks worker`` sets 120 s, so it sends one per 96 s)."""
     return min(0.8 * (timeout_s or heartbeat_s()), SDK_MAX_THROTTLE_S)
 
 
