@@ -553,6 +553,7 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
     rc, out, err = await cli("demo", env=env, timeout=180)
     assert rc == 0, err[-3000:]
     assert "mcp-tasks dev-server" in out and "mcp-tasks demo --keep" in out and "Traceback" not in err
+    assert re.search(r"report +monthly_report +completed +job exp-\S+: 3 rows", out), out
     first_ids = set(re.findall(r"/workflows/(demo-build-\w+)", out))
     assert len(first_ids) == 1
 

@@ -206,7 +206,10 @@ async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: A
     assert calls(job_peer, mark, "start_export") == 1
     assert calls(job_peer, mark, "get_export_status") > polls_before, "the new worker never polled the job"
     events = [e async for e in handle.fetch_history_events()]
-    assert len(events) <= 25, f"{len(events)} history events"
+    # O(1) whatever the polls: 21 for an undisturbed job, a few more when the kill strands workflow tasks on the
+    # dead worker's sticky queue; the activities are the submit and one wait.
+    scheduled = [e for e in events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert len(scheduled) == 2 and len(events) <= 30, f"{len(events)} history events, {len(scheduled)} activities"
 
 
 def test_a_binding_is_checked_when_the_configuration_is_loaded() -> None:

@@ -573,6 +573,10 @@ USER_FILES = {
 
 
         asyncio.run(main())
+        # The Temporal runtime's threads can abort a finished short-lived process at interpreter shutdown
+        # (temporalio/sdk-python#300): leave without it, as `mcp-tasks` does; the result is flushed.
+        sys.stdout.flush()
+        os._exit(0)
     ''',
 }
 

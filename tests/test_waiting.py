@@ -87,7 +87,10 @@ async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_
     assert len(burst) <= 2, f"{len(burst)} polls in the new worker's first {AFTER_S:g}s: the schedule restarted"
 
     events = [e async for e in handle.fetch_history_events()]
-    assert len(events) <= 25, f"{len(events)} history events for one task (a short task has 21)"
+    # O(1) whatever the polls: a short task has 21, a few more when the kill strands workflow tasks on the dead
+    # worker's sticky queue; the activities are the submit and one wait.
+    scheduled = [e for e in events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert len(scheduled) == 2 and len(events) <= 30, f"{len(events)} history events, {len(scheduled)} activities"
     print(f"[measured] {peer.name}: {len(gets)} tasks/get in {gets[-1] - created:.1f}s, {len(late)} after "
           f"{AFTER_S:g}s of age (at pollInterval: {at_interval:.0f}); {len(events)} history events", flush=True)
 
@@ -121,7 +124,8 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
              and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"]
     assert [w.heartbeat_timeout.ToTimedelta().total_seconds() for w in waits] == [2.0, 5.0]
     assert any(e.HasField("marker_recorded_event_attributes") for e in events), "the hand-over is patch-guarded"
-    assert len(events) <= 32, f"{len(events)} history events"
+    # 21 + 8 for the one hand-over, a few more when the kill strands workflow tasks on the dead worker's sticky queue.
+    assert len(events) <= 38, f"{len(events)} history events"
     path = REPO_ROOT / "tests" / "histories" / f"long_wait_{peer.flavour}.json"
     if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
         path.write_text((await handle.fetch_history()).to_json())

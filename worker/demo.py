@@ -1,10 +1,12 @@
 """``mcp-tasks demo``: the embedded Temporal, the bundled demo MCP server and a worker, in one command.
 
-Runs three tasks that show what the project is for:
+Runs four tasks that show what the project is for:
 1. a slow tool that completes (``slow_echo``);
 2. a tool that fails with a stored ``429 … retry-after=30`` diagnostic, recovered and classified
    ``retryable`` with ``retry_after_s = 30`` instead of a generic "task failed";
-3. a long tool cancelled mid-flight (``tasks/cancel`` reaches the server; outcome ``cancelled``).
+3. a long tool cancelled mid-flight (``tasks/cancel`` reaches the server; outcome ``cancelled``);
+4. a job of plain tools (``start_export`` → ``get_export_status`` → ``download_export``) bound in configuration
+   and run as a task, for servers without MCP tasks.
 
 Temporal: a server already serving at the default address (``mcp-tasks dev-server``, or the one
 ``TEMPORAL_ADDRESS`` / temporal.toml names) is used as it is; otherwise the embedded one is started on the default
@@ -21,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
 from mcp_temporal_tasks.worker.cli import (
     DEFAULT_ADDRESS,
     EXIT_ENDED,
@@ -48,7 +50,12 @@ from mcp_temporal_tasks.worker.runner import connect, connect_options, ensure_se
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest
 
-EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled"}
+EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled", "report": "completed"}
+#: The demo server's job tools, bound as one job (README "Three shapes of long work").
+REPORT_JOB = JobBinding(submit="start_export", status="get_export_status", result="download_export",
+                        cancel="cancel_export", poll_interval_s=0.5,
+                        states={"running": "working", "succeeded": "completed", "failed": "failed",
+                                "cancelled": "cancelled"})
 
 
 def start_demo_server() -> tuple[subprocess.Popen[str], str]:
@@ -126,7 +133,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         await ensure_search_attributes(client, client.namespace)
         cfg = WorkerConfig(servers={"demo": ServerConfig(url=url, principal="demo", tools={
             "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
-            "charge_card": ToolPolicy(idempotent=False, replay="with_approval")})})
+            "charge_card": ToolPolicy(idempotent=False, replay="with_approval")}, jobs={"monthly_report": REPORT_JOB})})
         stop = asyncio.Event()
         worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop))
         run = uuid.uuid4().hex[:6]
@@ -135,6 +142,7 @@ async def run_demo(args: argparse.Namespace) -> int:
                                     arguments={"seconds": 3, "text": "build #42: 118 tests passed"}),
             "export": McpTaskRequest(server="demo", tool="rate_limited"),
             "payment": McpTaskRequest(server="demo", tool="cancellable", arguments={"seconds": 60}),
+            "report": McpTaskRequest(server="demo", tool="monthly_report", arguments={"seconds": 2, "rows": 3}),
         }
         handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}") for name, req in jobs.items()}
         links = {name: ui_link(ui_base, client.namespace, h.id) for name, h in handles.items()}
@@ -149,10 +157,10 @@ async def run_demo(args: argparse.Namespace) -> int:
         outcomes = dict(zip(handles, await asyncio.gather(
             *(follow(h, ui=links[n], quiet=n != "build") for n, h in handles.items()))))
         await canceller
-        print(f"\n{'task':<9} {'tool':<13} {'outcome':<11} {'detail'}")
+        print(f"\n{'task':<9} {'tool':<15} {'outcome':<11} {'detail'}")
         for name, o in outcomes.items():
-            print(f"{name:<9} {o.ledger.tool:<13} {o.outcome.value:<11} {_detail(o)}")
-        print(f"\nall three in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect:")
+            print(f"{name:<9} {o.ledger.tool:<15} {o.outcome.value:<11} {_detail(o)}")
+        print(f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect:")
         for name, link in links.items():
             print(f"  {name:<9} {link}")
         at = "" if address in (DEFAULT_ADDRESS, "127.0.0.1:7233") else f" --address {address}"
@@ -180,6 +188,9 @@ async def run_demo(args: argparse.Namespace) -> int:
 
 
 def _detail(o: Any) -> str:
+    if o.outcome.value == "completed" and o.result and o.task_id and o.task_id.startswith("exp-"):
+        rows = (o.result.get("structuredContent") or {}).get("rows") or []
+        return f"job {o.task_id}: {len(rows)} rows (job tools on a server without MCP tasks)"
     if o.outcome.value == "completed" and o.result:
         return "result: " + " ".join(b.get("text", "") for b in o.result.get("content", []))
     if o.classification is not None:
