@@ -360,25 +360,21 @@ class McpActivities:
                     return StartCallOutput(
                         start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
                         payload=DecodedPayload(decode_error=exc.message, raw=exc.raw), sdk_version=installed_sdk_version())
-                if start.task is not None:
-                    self.pool.track(client, start.task.task_id)
-                payload = self._decode(TaskPayload(result=start.result), None) if start.result is not None else None
-                return StartCallOutput(start=start, payload=payload, sdk_version=installed_sdk_version(),
-                                       owner_queue=self.owner_queue if profile.endpoint.command else None)
-            try:
-                start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
-                                           input_responses=inp.input_responses, request_state=inp.request_state,
-                                           timeout_s=inp.call_timeout_s, on_progress=progress)
-            except McpWireError as exc:
-                if not exc.may_have_reached_server:
-                    raise
-                task = await client.reconcile_lost_call(exc)
-                if task is None:
-                    raise
-                reconciled = f"the reply to tools/call was lost ({exc.kind}); tasks/list showed its one new task"
-                activity.logger.warning("tools/call %s: %s: %s", inp.tool, reconciled, _short(task.task_id))
-                start = StartResult(era=client.era, session=client.session_ref(), task=task, task_requested=True)
-            tool = tools.get(inp.tool)
+            else:
+                try:
+                    start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
+                                               input_responses=inp.input_responses, request_state=inp.request_state,
+                                               timeout_s=inp.call_timeout_s, on_progress=progress)
+                except McpWireError as exc:
+                    if not exc.may_have_reached_server:
+                        raise
+                    task = await client.reconcile_lost_call(exc)
+                    if task is None:
+                        raise
+                    reconciled = f"the reply to tools/call was lost ({exc.kind}); tasks/list showed its one new task"
+                    activity.logger.warning("tools/call %s: %s: %s", inp.tool, reconciled, _short(task.task_id))
+                    start = StartResult(era=client.era, session=client.session_ref(), task=task, task_requested=True)
+            tool = None if profile.job is not None else tools.get(inp.tool)  # a job's name is not a server's tool
             payload = None
             if start.result is not None:
                 schema = profile.policy.output_schema or (tool.output_schema if tool else None)
@@ -418,7 +414,8 @@ class McpActivities:
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
         while True:
             try:
-                client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
+                session = await self.pool.for_task(inp.session, principal=inp.principal)
+                client = _tasks(session, inp.job)
                 state = await client.get(inp.task_id)
                 transient, failing_since = 0, None
             except JobReplyMismatch as exc:
@@ -455,7 +452,7 @@ class McpActivities:
             if state.terminal:
                 out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
                 out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
-                self.pool.track(client.client if isinstance(client, JobTasks) else client, state.task_id, done=True)
+                self.pool.track(session, state.task_id, done=True)
                 return out
             if state.status == "input_required":
                 fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}

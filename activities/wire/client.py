@@ -153,6 +153,11 @@ def payload_from_error(exc: JsonRpcError) -> TaskPayload:
                                           message=exc.message.split(": ", 1)[-1], data=exc.data))
 
 
+def _is_call_tool_result(reply: dict[str, Any]) -> bool:
+    """A ``tools/call`` reply that is a plain ``CallToolResult`` (not a task, not an input request)."""
+    return "content" in reply or "structuredContent" in reply or reply.get("isError") is not None
+
+
 #: (progress, total, message) of a call's ``notifications/progress``.
 ProgressHandler = Callable[[float, float | None, str | None], None]
 
@@ -419,7 +424,7 @@ class McpTaskClient:
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
         reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
-        if "content" in reply or "structuredContent" in reply or reply.get("isError") is not None:
+        if _is_call_tool_result(reply):
             return reply
         raise ProtocolViolation(f"tools/call {tool}: the reply is not a CallToolResult", raw=reply)
 
@@ -475,7 +480,7 @@ class McpTaskClient:
             return StartResult(era=self.era, session=ref, task_requested=task_requested,
                                input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
                                request_state=reply.get("requestState"))
-        if "content" in reply or "structuredContent" in reply or reply.get("isError") is not None:
+        if _is_call_tool_result(reply):
             return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
         raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
 
