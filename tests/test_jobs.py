@@ -228,6 +228,14 @@ def test_a_binding_is_checked_when_the_configuration_is_loaded() -> None:
 # --- long synchronous tools --------------------------------------------------------------------------
 
 SYNC_S, BOUND_S = 60, 90
+SLOW_REQUEST = McpTaskRequest(server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
+                              timeouts=Timeouts(heartbeat_s=3.0))
+
+
+def slow_config(tmp_path: Path, peer: Peer) -> Path:
+    """A worker whose ``slow_progress`` may run up to ``BOUND_S`` (its own bound, not the global 300 s)."""
+    return write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
+                                                       "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
 
 
 async def cli(*args: str) -> tuple[int, str]:
@@ -246,14 +254,11 @@ async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_p
     peer = ts_http_stateful
     address, queue = address_of(temporal_env), unique("sync")
     mark = peer.log_mark()
-    cfg = write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
-                                                      "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
+    cfg = slow_config(tmp_path, peer)
     seen: list[str] = []
     last = ""
     with worker_process(address, queue, cfg):
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
-            timeouts=Timeouts(heartbeat_s=3.0)), workflow_id=unique("sync"), task_queue=queue)
+        handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sync"), task_queue=queue)
         result = asyncio.ensure_future(outcome_of(handle))
         while not result.done():
             rc, out = await cli("status", handle.id, "--json", "--address", address)
@@ -276,12 +281,9 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
     peer = ts_http_stateful
     address, queue = address_of(temporal_env), unique("sync-kill")
     mark = peer.log_mark()
-    cfg = write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
-                                                      "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
+    cfg = slow_config(tmp_path, peer)
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
-            timeouts=Timeouts(heartbeat_s=3.0)), workflow_id=unique("sk"), task_queue=queue)
+        handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sk"), task_queue=queue)
         for _ in range(100):
             if calls(peer, mark, "slow_progress"):
                 break
