@@ -15,15 +15,17 @@ them across deployments. Failure semantics, per activity:
     may have reached the server.
 ``await_task``
     Polls ``tasks/get`` inside one heartbeating activity, at the server's ``pollInterval`` within our
-    floor and ceiling, until the task is terminal or needs input (O(1) history per wait). Transport
-    errors are retried in the loop (``tasks/get`` is idempotent). Ends early, without raising, on
-    ``-32602`` (``not_found``) or an unreachable session. When terminal it also reads the payload
+    floor and ceiling, until the task is terminal or needs input (O(1) history per wait). Read faults
+    (transport errors, garbled replies, every JSON-RPC error but ``-32602``: the table in
+    ``wire/errors.py``) are retried in the loop (``tasks/get`` is idempotent) for ``unreachable_s``, then
+    reported as ``no_answer`` with the server's last error. Ends early, without raising, on ``-32602``
+    (``not_found``) or an unreachable session. When terminal it also reads the payload
     (legacy ``tasks/result``); if that read fails it says so and the workflow retries retrieval alone.
 ``retrieve_result``
-    Legacy ``tasks/result`` for a terminal task. Idempotent; transport errors retry with bounded
-    backoff (the workflow bounds them by the task's TTL or the deadline). Never re-calls the tool.
+    Legacy ``tasks/result`` for a terminal task. Idempotent; read faults (JSON-RPC errors included) retry
+    with bounded backoff (the workflow bounds them by the task's TTL or the deadline). Never re-calls the tool.
 ``cancel_task`` / ``answer_input``
-    ``tasks/cancel`` / ``tasks/update``; idempotent, retried on transport errors.
+    ``tasks/cancel`` / ``tasks/update``; idempotent, retried on read faults within the workflow's bound.
 """
 
 from __future__ import annotations
@@ -76,10 +78,23 @@ from mcp_temporal_tasks.activities.wire import (
     TransportError,
     decode_result,
 )
-from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, PayloadUnusable, _cap, is_transient_read_error
+from mcp_temporal_tasks.activities.wire.errors import (
+    RAW_CAP,
+    PayloadUnusable,
+    _cap,
+    is_read_fault,
+    is_transient_read_error,
+)
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
-from mcp_temporal_tasks.activities.wire.models import LEGACY, Endpoint, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.activities.wire.models import (
+    LEGACY,
+    Endpoint,
+    RpcErrorInfo,
+    StartResult,
+    TaskPayload,
+    TaskState,
+)
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
 from mcp_temporal_tasks.workflows.errors import McpTaskError
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome
@@ -112,10 +127,14 @@ def legacy_input_key(method: str, params: dict[str, Any]) -> str:
     return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def to_application_error(exc: McpWireError, *, read: bool = False, sent: bool | None = None) -> ApplicationError:
+def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bool = False,
+                         sent: bool | None = None) -> ApplicationError:
     """The one mapping from wire failures to Temporal failures: type = error kind, details = info.
 
     ``read``: the request was an idempotent read, so a garbled reply is retryable like a transport fault.
+    ``task_read``: a read of an existing task (``tasks/*``, a job's status, result or cancel tool): every
+    failure :func:`~.wire.errors.is_read_fault` calls a fault is retryable, JSON-RPC errors included, and the
+    details say which attempt it was (the workflow reports how many there were).
     ``sent=False``: the failure happened before ``tools/call`` left (discovery, ``tools/list``, connect),
     whatever the failing request itself may have reached: the tool surely did not run.
     """
@@ -127,7 +146,9 @@ def to_application_error(exc: McpWireError, *, read: bool = False, sent: bool | 
     if sent is False:
         message = f"tools/call was never sent: {message}"
         info["message"] = message
-    retryable = exc.retryable or (read and is_transient_read_error(exc))
+    retryable = exc.retryable or (read and is_transient_read_error(exc)) or (task_read and is_read_fault(exc))
+    if task_read and activity.in_activity():
+        info["attempt"] = activity.info().attempt
     return ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
 
 
@@ -159,19 +180,20 @@ def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, 
 
 
 def task_age_s(created_at: str | None, submitted_at: float | None, now: float) -> float | None:
-    """A task's age: from the server's ``createdAt`` when it parses and is not in the future, or from when we
-    sent ``tools/call``; the larger of the two (both are lower bounds of the truth, our clock or theirs)."""
-    ages = []
+    """A task's age, by our own clock: since we sent the ``tools/call`` that created it (durable, in the workflow's
+    history). A task cannot be older than that call, whatever the server's ``createdAt`` says (a server clock
+    hours behind, or local time written with a ``Z``, would make a fresh task look old and be polled minutes
+    apart). The server's ``createdAt`` counts only where we have no send time, and not when it is in the future."""
     if submitted_at is not None:
-        ages.append(now - submitted_at)
+        return max(0.0, now - submitted_at)
     if created_at:
         try:
             created = datetime.fromisoformat(created_at)
         except ValueError:
-            created = None
-        if created is not None and created.tzinfo is not None and created.timestamp() <= now + 5:
-            ages.append(now - created.timestamp())
-    return max(ages) if ages else None
+            return None
+        if created.tzinfo is not None and created.timestamp() <= now + 5:
+            return max(0.0, now - created.timestamp())
+    return None
 
 
 def _beat_every(info: activity.Info) -> float:
@@ -182,6 +204,14 @@ def _beat_every(info: activity.Info) -> float:
 
 def _short(task_id: str, n: int = 64) -> str:
     return task_id if len(task_id) <= n else f"{task_id[:n]}…"
+
+
+def read_error_info(exc: McpWireError) -> RpcErrorInfo:
+    """The server's last answer to a read that kept failing, as the outcome's ``error`` (bounded: the wire
+    error's message and data are already capped). A failure without a JSON-RPC code is ``-32000`` + its kind."""
+    if exc.code is not None:
+        return RpcErrorInfo(code=exc.code, message=exc.message, data=exc.data)
+    return RpcErrorInfo(code=-32000, message=f"{exc.kind}: {exc.message}", data=exc.data)
 
 
 def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | JobTasks:
@@ -265,7 +295,7 @@ class McpActivities:
         except TaskUnreachable as exc:
             return out_type(unreachable=exc.message)  # type: ignore[call-arg]
         except McpWireError as exc:
-            raise to_application_error(exc, read=True) from exc
+            raise to_application_error(exc, task_read=True) from exc
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -398,9 +428,10 @@ class McpActivities:
     async def await_task(self, inp: AwaitInput) -> AwaitOutput:
         """Poll ``tasks/get`` until the task is terminal or needs input, heartbeating throughout.
 
-        Transport faults and garbled replies are retried here (``tasks/get`` is idempotent), with backoff
-        and ``Retry-After``, until the server has given no usable answer for ``unreachable_s``; that clock
-        survives a worker's death (it travels in the heartbeat details). A terminal task's payload is read
+        Read faults (transport faults, garbled replies, JSON-RPC errors other than ``-32602``) are retried here
+        (``tasks/get`` is idempotent), with backoff and ``Retry-After``, until the server has given no usable
+        answer for ``unreachable_s``; that clock and the count of failed reads survive a worker's death (they
+        travel in the heartbeat details). A terminal task's payload is read
         here too: on 2026-07-28 it is inline, and is dropped from the returned state once decoded (a large
         one goes to the result store, never into history).
         """
@@ -408,6 +439,8 @@ class McpActivities:
         hb_every = _beat_every(info)
         previous = info.heartbeat_details[0] if info.heartbeat_details else None
         failing_since: float | None = previous.get("failingSince") if isinstance(previous, dict) else None
+        #: Unanswered reads in a row, across attempts (a worker that dies mid-fault hands the count on).
+        faults: int = int(previous.get("faults") or 0) if isinstance(previous, dict) and failing_since else 0
         polls = 0
         delay: float | None = None
         transient = 0
@@ -417,7 +450,7 @@ class McpActivities:
                 session = await self.pool.for_task(inp.session, principal=inp.principal)
                 client = _tasks(session, inp.job)
                 state = await client.get(inp.task_id)
-                transient, failing_since = 0, None
+                transient, failing_since, faults = 0, None, 0
             except JobReplyMismatch as exc:
                 # The job's status cannot be known from this reply, and asking again gets the same: decode_failed.
                 ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
@@ -428,18 +461,23 @@ class McpActivities:
             except TaskUnreachable as exc:
                 return AwaitOutput(unreachable=exc.message, polls=polls)
             except McpWireError as exc:
-                if not is_transient_read_error(exc):
-                    raise to_application_error(exc, read=True) from exc
+                if not is_read_fault(exc):
+                    raise to_application_error(exc, task_read=True) from exc
                 now = time.time()
                 failing_since = failing_since or now
+                faults += 1
                 if now - failing_since >= inp.unreachable_s:
-                    return AwaitOutput(no_answer=f"no usable answer from the server for {now - failing_since:.0f}s "
-                                                 f"(last: {exc.kind}: {exc.message})", polls=polls)
+                    what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
+                    return AwaitOutput(
+                        no_answer=f"{what} got no usable answer in {faults} attempts over {now - failing_since:.0f}s "
+                                  f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
+                        last_error=read_error_info(exc), polls=polls)
                 transient += 1
                 backoff = min(30.0, 0.5 * 2 ** min(transient, 6))
                 wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
                 wait = min(wait, max(0.1, failing_since + inp.unreachable_s - now))
-                details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since)
+                details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since,
+                               faults=faults)
                 activity.heartbeat(details)
                 await self._sleep_beating(wait, hb_every, details)
                 continue
@@ -495,8 +533,9 @@ class McpActivities:
     async def retrieve_result(self, inp: RetrieveInput) -> RetrieveOutput:
         """The payload of a terminal task, again. Idempotent, heartbeating; never re-calls the tool.
 
-        Transport faults and garbled replies raise retryable errors (the workflow bounds the retries by the
-        task's TTL or the deadline); a payload that cannot be carried comes back as decode_failed.
+        Read faults (transport faults, garbled replies, JSON-RPC errors that are not the task's stored payload)
+        raise retryable errors (the workflow bounds the retries by the task's TTL or the deadline); a payload
+        that cannot be carried comes back as decode_failed.
         """
         async def retrieve() -> RetrieveOutput:
             client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
@@ -527,13 +566,15 @@ class McpActivities:
 
     @activity.defn(name=ANSWER_INPUT)
     async def answer_input(self, inp: AnswerInput) -> None:
-        """``tasks/update`` with the answers (2026-07-28); idempotent (servers ignore a key answered twice)."""
+        """``tasks/update`` with the answers (2026-07-28); idempotent (servers ignore a key answered twice), so
+        every read fault (JSON-RPC errors included) is retried by the workflow's bounded policy; ``-32602``
+        (``TaskNotFound``: the task is gone) is final."""
         try:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
             await self._heartbeating(client.update(inp.task_id, inp.responses),
                                      lambda: {"taskId": _short(inp.task_id), "step": "answering input"})
         except McpWireError as exc:
-            raise to_application_error(exc, read=True) from exc
+            raise to_application_error(exc, task_read=True) from exc
 
     @activity.defn(name=LIST_TOOLS)
     async def list_tools(self, inp: ListToolsInput) -> dict[str, Any]:

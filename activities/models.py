@@ -205,6 +205,8 @@ class AwaitOutput(_Model):
     unreachable: str | None = None
     #: No usable answer for ``unreachable_s``: the task may still exist, we cannot reach it.
     no_answer: str | None = None
+    #: With ``no_answer``: the server's last answer (a JSON-RPC error, or the transport failure), for the outcome.
+    last_error: RpcErrorInfo | None = None
     #: Filled when the task ended and its payload could be read in the same activity.
     payload: DecodedPayload | None = None
     #: Why the payload could not be read yet (the workflow then retries retrieval alone).

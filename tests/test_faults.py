@@ -325,3 +325,185 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
     failed = [k for k, ok in checks.items() if not ok]
     assert not failed, (f"{failed}: outcome {got!r} (expected {want!r}), {calls} tools/call, {elapsed:.1f}s, "
                         f"biggest history event {biggest} B; reason: {out.reason if out else '-'}")
+
+
+# --- JSON-RPC errors on reads ------------------------------------------------------------------------------
+#
+# A read of an existing task answered with a JSON-RPC error is a retrieval fault (activities/wire/errors.py,
+# READ_ERROR_RULES): retried within the read's budget, never the task's ending before it, never a replay. The
+# reply is replaced after the server answered (the request was forwarded), so a resent tasks/update or
+# tasks/cancel also shows that the server takes it twice. Only -32602 on tasks/get says "gone".
+
+TRANSIENT = {"code": -32603, "message": "temporarily unavailable, try again"}
+RPC_UNREACHABLE_S = 6.0
+RPC_TIMEOUTS = TIMEOUTS.model_copy(update={"unreachable_s": RPC_UNREACHABLE_S})
+#: Requested TTL of the tasks/result cells: it is the retrieval budget (less the task's age), so "longer than the
+#: budget" ends within it.
+RESULT_TTL_S = 12.0
+#: How many replies are replaced: once, three times, and for longer than any budget here.
+TIMES = {"once": 1, "thrice": 3, "always": 10_000}
+
+#: (read, tool) → duration → expected outcome. "tasks/result:failed" is a failed task's payload read: on 2025-11-25
+#: tasks/result answers it with the stored JSON-RPC error, so an injected one cannot be told from it and is taken
+#: as the payload (the outcome is still the server's `failed`); on 2026-07-28 it is the terminal tasks/get.
+RPC_CELLS: dict[str, dict[tuple[str, str], dict[str, str]]] = {
+    "legacy": {
+        ("tasks/get", "slow_echo"): dict(once=C, thrice=C, always="lost"),
+        ("tasks/result", "slow_echo"): dict(once=C, thrice=C, always="result_unavailable"),
+        ("tasks/result:failed", "rpc_error"): dict(once="failed", thrice="failed", always="failed"),
+        ("tasks/cancel", "cancellable"): dict(once=X, thrice=X, always=X),
+    },
+    "extension": {
+        ("tasks/get", "slow_echo"): dict(once=C, thrice=C, always="lost"),
+        ("tasks/result", "slow_echo"): dict(once=C, thrice=C, always="lost"),
+        ("tasks/result:failed", "rpc_error"): dict(once="failed", thrice="failed", always="lost"),
+        ("tasks/update", "ask_user"): dict(once=C, thrice=C, always="lost"),
+        ("tasks/cancel", "cancellable"): dict(once=X, thrice=X, always=X),
+    },
+    # The official Python SDK (mcp 1.30.0) task runtime, where the fault was first seen.
+    "legacy-py1": {
+        ("tasks/get", "slow_echo"): dict(once=C, thrice=C, always="lost"),
+        ("tasks/result", "slow_echo"): dict(once=C, thrice=C, always="result_unavailable"),
+    },
+}
+RPC_PEER_OF = {**PEER_OF, "legacy-py1": "py1_http"}
+
+
+def rpc_cells() -> Iterator[Any]:
+    for era, reads in RPC_CELLS.items():
+        for (read, tool), durations in reads.items():
+            for duration in durations:
+                for replay in (False, True):
+                    yield pytest.param(era, read, tool, duration, replay,
+                                       id=f"{era}-{read}-{duration}{'-replay' if replay else ''}")
+
+
+class TerminalReplyError:
+    """A Rewrite that answers ``times`` terminal replies (status completed/failed) of tasks/get with an error:
+    on 2026-07-28 the payload read is the tasks/get that shows the task ended."""
+
+    def __init__(self, times: int, error: dict[str, Any]) -> None:
+        self.left, self.error, self.fired = times, error, 0
+
+    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        res = message.get("result")
+        if self.left > 0 and isinstance(res, dict) and res.get("status") in ("completed", "failed"):
+            self.left -= 1
+            self.fired += 1
+            return {"jsonrpc": "2.0", "id": message.get("id"), "error": self.error}
+        return message
+
+
+def error_reply(error: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda message: {"jsonrpc": "2.0", "id": message.get("id"), "error": error}
+
+
+def rpc_bound_s(read: str, duration: str) -> float:
+    """Backoff of three faults (1 + 2 + 4 s), or the whole budget, plus the task's own time and slack."""
+    if duration == "always":
+        return (RESULT_TTL_S if read == "tasks/result" else RPC_UNREACHABLE_S) + 8.0 + SLACK_S
+    return 7.0 + SLACK_S
+
+
+async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read: str, tool: str, times: int,
+                         replay: bool, error: dict[str, Any]) -> dict[str, Any]:
+    """One workflow through a proxy that answers ``times`` replies to ``read`` with ``error``: the measurements."""
+    method = read.split(":")[0]
+    with FaultProxy(peer.url or "") as proxy:
+        terminal = TerminalReplyError(times, error) if era == "extension" and method == "tasks/result" else None
+        if terminal is not None:
+            proxy.add("tasks/get", Rewrite(terminal), times=10_000)
+        else:
+            rule = proxy.add(method, Rewrite(error_reply(error)), times=times)
+        args: dict[str, Any] = {"seconds": 1, "text": unique("rpc")} if tool == "slow_echo" else {}
+        if tool == "cancellable":
+            args = {"seconds": 60}
+        extra: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": True} if replay else {}
+        request = McpTaskRequest(server=Endpoint(url=proxy.url), tool=tool, arguments=args, timeouts=RPC_TIMEOUTS,
+                                 ttl_s=RESULT_TTL_S if method == "tasks/result" and era != "extension" else None,
+                                 **extra)
+        mark = peer.log_mark()
+        t0 = time.monotonic()
+        handle = await start_mcp_task(client, request, workflow_id=unique("rpcfault"), task_queue=queue)
+        out: McpTaskOutcome | None = None
+        try:
+            if method == "tasks/update":
+                view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs,
+                                           timeout_s=60)
+                await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
+            elif method == "tasks/cancel":
+                await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=60)
+                await handle.cancel()
+            out = await asyncio.wait_for(outcome_of(handle), 120)
+            got = out.outcome.value
+        except WorkflowFailureError as exc:
+            got = f"workflow_failed: {exc.cause}"
+        except (TimeoutError, AssertionError) as exc:
+            got = f"no_outcome ({type(exc).__name__})"
+            await handle.terminate("fault matrix: no outcome in time")
+        elapsed = time.monotonic() - t0
+        await asyncio.sleep(0.5)  # a late tools/call would show up by now
+        fired = terminal.fired if terminal is not None else rule.fired
+        return {"outcome": got, "out": out, "calls": tool_calls(peer, mark, tool), "seconds": elapsed,
+                "fired": fired, "seen": proxy.seen(method)}
+
+
+@pytest.mark.parametrize("era, read, tool, duration, replay", list(rpc_cells()))
+async def test_rpc_error_on_read(request: pytest.FixtureRequest, era: str, read: str, tool: str, duration: str,
+                                 replay: bool, client: Client, queue: str, worker: Any) -> None:
+    peer: Peer = request.getfixturevalue(RPC_PEER_OF[era])
+    want = RPC_CELLS[era][(read, tool)][duration]
+    times = TIMES[duration]
+    bound = rpc_bound_s(read.split(":")[0], duration)
+    got = await run_read_fault(client, queue, peer, era, read, tool, times, replay, TRANSIENT)
+    out: McpTaskOutcome | None = got["out"]
+    checks = {
+        "outcome": got["outcome"] == want,
+        "one_call": got["calls"] == 1,
+        "bounded": got["seconds"] < bound,
+        # A legacy failed task's error reply is its payload: read once, whatever the rule would inject next.
+        "fault_fired": got["fired"] == (1 if read == "tasks/result:failed" and era != "extension" else times)
+        if duration != "always" or (read == "tasks/result:failed" and era != "extension") else got["fired"] >= 2,
+    }
+    if duration == "always" and want in ("lost", "result_unavailable"):
+        # Spent budget: the outcome carries the server's last error, and the reason says how many reads failed.
+        checks["error_is_servers"] = out is not None and out.error is not None and out.error.code == -32603 \
+            and "temporarily unavailable" in out.error.message
+        checks["reason_counts_attempts"] = out is not None and "attempts over" in (out.reason or "")
+    if out is not None and duration != "always" and want == C:
+        checks["result_delivered"] = out.result is not None
+    record({"era": era, "method": read, "fault": f"RpcError-32603×{duration}", "replay": replay, "expected": want,
+            "outcome": got["outcome"], "tools_call": got["calls"], "seconds": round(got["seconds"], 2),
+            "bound_s": bound, "passed": all(checks.values()), "failed_checks": [k for k, ok in checks.items() if not ok],
+            "reason": out.reason if out else None,
+            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+    failed = [k for k, ok in checks.items() if not ok]
+    assert not failed, (f"{failed}: outcome {got['outcome']!r} (expected {want!r}), {got['calls']} tools/call, "
+                        f"{got['seconds']:.1f}s (bound {bound:.0f}s), fault fired {got['fired']}× "
+                        f"(requests seen {got['seen']}); reason: {out.reason if out else '-'}; "
+                        f"error: {out.error if out else '-'}")
+
+
+@pytest.mark.parametrize("era", ["legacy", "extension"])
+async def test_rpc_error_huge_message_on_payload_read(request: pytest.FixtureRequest, era: str, client: Client,
+                                                      queue: str, worker: Any) -> None:
+    """A 3 MiB JSON-RPC error message on the payload read, twice: a fault like any other; the task completes."""
+    peer: Peer = request.getfixturevalue(PEER_OF[era])
+    huge = {"code": -32603, "message": "m" * (3 * MB)}
+    got = await run_read_fault(client, queue, peer, era, "tasks/result", "slow_echo", 2, False, huge)
+    assert got["fired"] == 2
+    assert (got["outcome"], got["calls"]) == (C, 1), f"{got['outcome']}, {got['calls']} tools/call; " \
+        f"reason: {got['out'].reason if got['out'] else '-'}"
+    assert got["seconds"] < 7.0 + SLACK_S
+
+
+@pytest.mark.parametrize("era", ["legacy", "extension"])
+async def test_invalid_params_on_poll_is_gone(request: pytest.FixtureRequest, era: str, client: Client, queue: str,
+                                              worker: Any) -> None:
+    """-32602 on tasks/get is the one error reply that says the task is gone: lost at once, no budget spent."""
+    peer: Peer = request.getfixturevalue(PEER_OF[era])
+    gone = {"code": -32602, "message": "Task not found"}
+    got = await run_read_fault(client, queue, peer, era, "tasks/get", "slow_echo", 1, False, gone)
+    assert (got["outcome"], got["calls"]) == ("lost", 1), got["out"].reason if got["out"] else got["outcome"]
+    assert got["seconds"] < 5.0 + SLACK_S / 3
+    assert "-32602" in (got["out"].reason or "")

@@ -22,7 +22,7 @@ from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolP
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
-from tests.faults import FaultProxy, ResetAfterSend
+from tests.faults import FaultProxy, ResetAfterSend, Rewrite
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     REPO_ROOT,
@@ -171,6 +171,41 @@ async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: P
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     await asyncio.sleep(0.5)
     assert calls(job_peer, mark, "start_export") == 1
+
+
+TRANSIENT = {"code": -32603, "message": "temporarily unavailable, try again"}
+
+
+def fail_first(matches: Any) -> Rewrite:
+    """Answers the first reply that ``matches`` with a JSON-RPC error instead (the server did answer it)."""
+    state = {"left": 1}
+
+    def fn(message: dict[str, Any]) -> dict[str, Any]:
+        if state["left"] and matches(message.get("result") or {}):
+            state["left"] -= 1
+            return {"jsonrpc": "2.0", "id": message.get("id"), "error": TRANSIENT}
+        return message
+    return Rewrite(fn)
+
+
+@pytest.mark.parametrize("read", ["status", "result"])
+async def test_a_json_rpc_error_from_a_read_tool_is_retried_never_resubmitted(job_peer: Peer, client: Client,
+                                                                             read: str) -> None:
+    """A job's status and result tools are reads: a JSON-RPC error from one is asked again, even where the binding
+    would allow a replay; the job completes with one submit."""
+    mark = job_peer.log_mark()
+    binding = {**EXPORT, "idempotent": True, "replay": "always", "max_replays": 1}
+    is_status = (lambda r: "state" in (r.get("structuredContent") or {})) if read == "status" else \
+        (lambda r: "rows" in (r.get("structuredContent") or {}))
+    with FaultProxy(job_peer.url or "") as proxy:
+        proxy.add("tools/call", fail_first(is_status), times=10_000)
+        out = await run_job(client, servers(job_peer, url=proxy.url, export=binding), {"seconds": 1, "rows": 2})
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
+    assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}, {"n": 2}]
+    assert [a.reason for a in out.operation_attempts] == ["initial"]
+    await asyncio.sleep(0.5)
+    assert calls(job_peer, mark, "start_export") == 1
+    assert calls(job_peer, mark, "get_export_status" if read == "status" else "download_export") >= 2
 
 
 async def test_a_binding_that_allows_replay_resubmits_after_a_lost_reply(job_peer: Peer, client: Client) -> None:

@@ -82,17 +82,21 @@ def test_a_silent_server_backs_off_and_old_tasks_still_stretch() -> None:
     assert next_poll_delay(None, floor_s=0.1, ceiling_s=30, previous_s=30, age_s=3600, schedule=DEFAULT) == 180
 
 
-def test_age_comes_from_the_servers_created_at_or_our_own_send_time() -> None:
+def test_age_is_our_own_send_time_and_created_at_only_without_one() -> None:
     now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     ts = now.timestamp()
     ten_min_ago = (now - timedelta(minutes=10)).isoformat().replace("+00:00", "Z")
-    assert task_age_s(ten_min_ago, ts - 5, ts) == pytest.approx(600)
-    # Our own send time is a lower bound too: the larger wins.
+    two_hours_ago = (now - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    # A server clock 2 h behind (or local time written with a Z): the task is as old as our tools/call, 5 s.
+    assert task_age_s(two_hours_ago, ts - 5, ts) == pytest.approx(5)
     assert task_age_s(ten_min_ago, ts - 900, ts) == pytest.approx(900)
+    # Without a send time (none recorded), the server's createdAt is all there is.
+    assert task_age_s(ten_min_ago, None, ts) == pytest.approx(600)
     # A createdAt in the future (skewed clock), without a zone, or garbled is ignored.
     future = (now + timedelta(hours=1)).isoformat()
+    assert task_age_s(future, None, ts) is None
+    assert task_age_s("2026-12-01T11:00:00", None, ts) is None
     assert task_age_s(future, ts - 5, ts) == pytest.approx(5)
-    assert task_age_s("2026-12-01T11:00:00", ts - 5, ts) == pytest.approx(5)
     assert task_age_s("yesterday-ish", None, ts) is None
     assert task_age_s(None, None, ts) is None
 

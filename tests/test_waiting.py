@@ -131,3 +131,39 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
         path.write_text((await handle.fetch_history()).to_json())
     print(f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
           f"{time.monotonic() - killed:.1f}s after the kill", flush=True)
+
+
+def _two_hours_earlier(message: dict[str, Any]) -> dict[str, Any]:
+    """A server whose clock is 2 h behind: every createdAt it sends (the CreateTaskResult's task, tasks/get) is."""
+    from datetime import datetime, timedelta
+
+    res = message.get("result")
+    for task in (res, res.get("task") if isinstance(res, dict) else None):
+        if isinstance(task, dict) and isinstance(task.get("createdAt"), str):
+            created = datetime.fromisoformat(task["createdAt"].replace("Z", "+00:00"))
+            task["createdAt"] = (created - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    return message
+
+
+async def test_a_server_clock_hours_behind_does_not_stretch_a_fresh_tasks_polls(ts_http_stateful: Peer, client: Any,
+                                                                                queue: str, worker: Any) -> None:
+    """A task cannot be older than the tools/call that created it: its age is our own send time, so a createdAt
+    2 h in the past (the default schedule would then poll 6 minutes apart) changes nothing for a 10 s task."""
+    from mcp_temporal_tasks.activities.wire import Endpoint
+    from tests.faults import FaultProxy, Rewrite
+
+    with FaultProxy(ts_http_stateful.url or "") as proxy:
+        skew = proxy.add("*", Rewrite(_two_hours_earlier), times=10_000)
+        mark = ts_http_stateful.log_mark()
+        t0 = time.monotonic()
+        handle = await start_mcp_task(client, McpTaskRequest(
+            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 10, "text": unique("skew")},
+            timeouts=Timeouts(heartbeat_s=5.0)), workflow_id=unique("skew"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=30)
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+        elapsed = time.monotonic() - t0
+    assert skew.fired > 1 and view.task_id
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert len(tool_calls(ts_http_stateful, mark, "slow_echo")) == 1
+    # 10 s of work, seen within 2 s of its end (plus the start of the workflow and its first tools/call).
+    assert elapsed < 10 + 2 + 1.5, f"delivered {elapsed - 10:.1f}s after the task's 10 s of work"

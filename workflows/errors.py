@@ -18,6 +18,22 @@ from temporalio.exceptions import ApplicationError
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome
 
 TYPE_PREFIX = "McpTask"
+#: How much of the server's text the failure message (the UI's one line) carries; the outcome detail has it all.
+DETAIL_CAP = 512
+
+
+def _detail(outcome: McpTaskOutcome) -> str:
+    """Why, in the server's words where it gave any: its JSON-RPC error, else a tool error's text, else our reason."""
+    if outcome.error is not None:
+        text = outcome.error.message
+    elif outcome.result is not None:
+        blocks = outcome.result.get("content") or []
+        text = " ".join(str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        text = text or outcome.reason or ""
+    else:
+        text = outcome.reason or ""
+    text = " ".join(text.split())
+    return text if len(text) <= DETAIL_CAP else text[: DETAIL_CAP - 1] + "…"
 
 
 def failure_type(outcome: Outcome) -> str:
@@ -32,7 +48,7 @@ class McpTaskError(ApplicationError):
     """
 
     def __init__(self, outcome: McpTaskOutcome) -> None:
-        detail = outcome.error.message if outcome.error else (outcome.reason or "")
+        detail = _detail(outcome)
         where = f"{outcome.ledger.tool} on {outcome.ledger.server}"
         super().__init__(f"MCP task {where} ended {outcome.outcome.value}" + (f": {detail}" if detail else ""),
                          outcome.model_dump(mode="json"), type=failure_type(outcome.outcome), non_retryable=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
@@ -114,6 +114,10 @@ FAIL_UNLESS_COMPLETED = "fail-unless-completed"
 SEARCHABLE_PHASES = "searchable-approval-and-outcome"
 #: A wait on an old task is handed to a second activity with a longer heartbeat timeout (asked only then).
 LONG_WAIT_HEARTBEAT = "long-wait-heartbeat"
+#: A 2025-11-25 failed task's payload that arrived as a JSON-RPC error reply to ``tasks/result`` cannot be told
+#: from a read refused by the server or a gateway ("temporarily unavailable, try again"): it never justifies a
+#: replay by itself. Asked only for such an ending classified retryable; histories from before keep replaying.
+ERROR_REPLY_NEVER_REPLAYS = "error-reply-payload-never-replays"
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 LEDGER_CONTRACT_CAP = 16 * 1024
@@ -166,6 +170,39 @@ def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dic
         # A worker died or hung mid-call: whatever it sent may have arrived.
         return f"Timeout{cause.type.name if cause.type else ''}", True, {"message": str(cause)}
     return type(cause).__name__ if cause else "ActivityError", True, {"message": str(err)}
+
+
+def _last_read_failure(err: ActivityError) -> tuple[str, dict[str, Any], RpcErrorInfo]:
+    """(kind, info, error) of a read whose retries ran out: the last attempt's typed failure, which Temporal
+    puts under the timeout when the schedule-to-close budget ended the retries; the error is the server's."""
+    cause: BaseException | None = err.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.cause if isinstance(cause, (TimeoutError, ActivityError)) else None
+    if cause is None:
+        kind, _, info = _failure_info(err)
+        return kind, info, RpcErrorInfo(code=-32000, message=f"{kind}: {info.get('message', '')}"[:1024])
+    kind, _, info = _failure_info(cause)
+    code = info.get("code")
+    message = str(info.get("message") or cause.message)
+    error = RpcErrorInfo(code=code if isinstance(code, int) else -32000,
+                         message=message if isinstance(code, int) else f"{kind}: {message}", data=info.get("data"))
+    return kind, info, error
+
+
+def _read_budget(budget_s: float, *, max_interval_s: float = 30.0) -> dict[str, Any]:
+    """Activity options of a read retried on every fault for ``budget_s``: backoff from 1 s by 2×, its gaps within
+    a fifth of the budget, so the last tries are not forfeited (Temporal gives up at once when the next retry
+    would start past the schedule-to-close timeout)."""
+    return {"schedule_to_close_timeout": timedelta(seconds=budget_s),
+            "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                                        maximum_interval=timedelta(seconds=max(1.0, min(max_interval_s, budget_s / 5))))}
+
+
+def _attempts_text(info: dict[str, Any], since: datetime) -> str:
+    attempts = info.get("attempt")
+    seconds = (workflow.now() - since).total_seconds()
+    return f"{attempts} attempt{'s' if attempts != 1 else ''} over {seconds:.0f}s" if isinstance(attempts, int) \
+        else f"attempts over {seconds:.0f}s"
 
 
 @workflow.defn(name="McpTaskWorkflow")
@@ -561,14 +598,15 @@ class McpTaskWorkflow:
                          + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
         if aw.no_answer is not None:
             # The server may still hold the task: we lost sight of it, it is not known to be gone.
-            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, reason=f"{aw.no_answer}; not replayed: the task may still "
-                                                                 "exist on the server"))
+            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, error=aw.last_error,
+                                reason=f"{aw.no_answer}; not replayed: the task may still exist on the server"))
         raise _Ended(Ending(outcome=Outcome.LOST, reason=aw.unreachable or "task unreachable"))
 
     async def _retrieve(self) -> DecodedPayload:
         """RETRIEVING: read the payload again and again, never re-calling the tool."""
         assert self.m.task_state is not None and self.m.session is not None
         self._enter(Phase.RETRIEVING)
+        started = workflow.now()
         budget = decisions.retrieval_budget_s(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now(),
                                               self.req.deadline)
         try:
@@ -576,18 +614,15 @@ class McpTaskWorkflow:
                 McpActivities.retrieve_result,
                 RetrieveInput(session=self.m.session, job=self._job(), state=self.m.task_state, principal=self._principal(),
                               output_schema=self.m.output_schema),
-                **self._config(RETRIEVE, schedule_to_close_timeout=timedelta(seconds=budget),
-                               # Backoff stays within a fifth of the budget, so the last tries are not forfeited.
-                               retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                                                        maximum_interval=timedelta(seconds=max(1.0, min(60.0, budget / 5)))),
-                               summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
+                **self._config(RETRIEVE, **_read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
         except ActivityError as err:
-            kind, _, info = _failure_info(err)
+            kind, info, last = _last_read_failure(err)
             self.m.ledger.last_retrieval = f"gave up: {kind}"
-            why = f"its payload could not be retrieved within {budget:.0f}s ({kind}: {info.get('message', '')})"
+            why = (f"reading its payload failed ({_attempts_text(info, started)} of a {budget:.0f}s budget; last: "
+                   f"{kind}: {info.get('message', '')})")
             if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
                 outcome, error = decisions.unretrieved_outcome(self.m.task_state.status, self.m.task_state.status_message)
-                raise _Ended(Ending(outcome=outcome, replayable=False, error=error,
+                raise _Ended(Ending(outcome=outcome, replayable=False, error=error or last,
                              reason=f"the server reported the task {self.m.task_state.status}, but {why}; not replayed"))
             raise _Ended(Ending(outcome=Outcome.LOST, reason=f"the task ended {self.m.task_state.status} but its payload could not be "
                                               f"retrieved ({kind}) within {budget:.0f}s"))
@@ -615,6 +650,11 @@ class McpTaskWorkflow:
         if outcome in (Outcome.TOOL_ERROR, Outcome.FAILED):
             ending.classification, ending.retry_after_s = decisions.classify_failure(
                 payload.result, error, self.m.task_state.status_message if self.m.task_state else None)
+            from_error_reply = (payload.error is not None and self._job() is None and self.m.task_state is not None
+                                and self.m.task_state.era == LEGACY)
+            if (from_error_reply and decisions.replay_reason(outcome, ending.classification) is not None
+                    and workflow.patched(ERROR_REPLY_NEVER_REPLAYS)):
+                ending.replayable = False
         return _Ended(ending)
 
     # --- input (2026-07-28: tasks/update) --------------------------------------------------------
@@ -638,10 +678,23 @@ class McpTaskWorkflow:
             for key in self.m.pending:
                 self.m.answers.setdefault(key, {"action": "decline"})
         responses = {k: self.m.answers[k] for k in self.m.pending}
-        await workflow.execute_activity_method(
-            McpActivities.answer_input,
-            AnswerInput(session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()),
-            **self._config(TASK_STEP, summary=f"tasks/update {_short(task.task_id)}"))
+        answering = workflow.now()
+        try:
+            await workflow.execute_activity_method(
+                McpActivities.answer_input,
+                AnswerInput(session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()),
+                # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
+                **self._config(TASK_STEP, **_read_budget(self.req.timeouts.unreachable_s), summary=f"tasks/update {_short(task.task_id)}"))
+        except ActivityError as err:
+            kind, info, last = _last_read_failure(err)
+            if kind == "TaskNotFound":
+                outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
+                raise _Ended(Ending(outcome=outcome, reason="tasks/update answered -32602: the task is gone"
+                             + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
+            # The answers may or may not have arrived; the task is not known to be gone: never a replay.
+            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, error=last, reason=(
+                f"tasks/update could not deliver the answers ({_attempts_text(info, answering)}; last: {kind}: "
+                f"{info.get('message', '')}); not replayed: the task may still exist on the server")))
         self.m.answered_keys.extend(responses)
         self.m.pending = {}
 
@@ -699,14 +752,18 @@ class McpTaskWorkflow:
         assert self.m.session is not None
         self._enter(Phase.CANCELLING, "cancelling")
         principal = self._principal()
+        asked = workflow.now()
         try:
             out = await workflow.execute_activity_method(
                 McpActivities.cancel_task, CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id,
                                                         principal=principal),
-                **self._config(TASK_STEP, schedule_to_close_timeout=timedelta(minutes=5),
-                               summary=f"tasks/cancel {_short(task.task_id)}"))
+                # Retried on every read fault, for as long as a poll would be (at most 5 minutes).
+                **self._config(TASK_STEP, **_read_budget(min(300.0, self.req.timeouts.unreachable_s)), summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; tasks/cancel failed: {_failure_info(err)[0]}"))
+            kind, info, last = _last_read_failure(err)
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, error=last, reason=(
+                f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({_attempts_text(info, asked)}; last: "
+                f"{kind}): the task may still be running on the server")))
         if out.not_found or out.unreachable:
             raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; task already gone on the server"))
         # Cancellation is cooperative: the task may still have finished first. Read its real end.

@@ -19,11 +19,12 @@ from mcp_temporal_tasks.activities.wire.errors import (
     CapabilityUnavailable,
     JsonRpcError,
     McpWireError,
-    MethodNotFound,
     ProtocolViolation,
+    ReadMeaning,
     TaskNotFound,
     TaskUnreachable,
     is_transient_read_error,
+    read_error_meaning,
 )
 from mcp_temporal_tasks.activities.wire.limits import (
     MAX_TASK_ID,
@@ -513,22 +514,20 @@ class McpTaskClient:
         try:
             reply = await self._request("tasks/result", {"taskId": state.task_id}, name=state.task_id,
                                         on_server_request=on_server_request, timeout_s=timeout_s)
-        except TaskNotFound as exc:
-            if state.status != "failed":
-                raise
-            # -32602 is ambiguous here: "task not found", or the tool's own invalid-params error
-            # stored as the failed task's payload. The task answering tasks/get settles it.
-            try:
-                await self.get(state.task_id)
-            except TaskNotFound:
-                raise exc from None
-            return payload_from_error(exc)
         except JsonRpcError as exc:
-            if exc.code == INTERNAL_ERROR and state.status == "cancelled":
+            meaning = read_error_meaning("tasks/result", exc.code, era=self.era, status=state.status)
+            if meaning == ReadMeaning.EMPTY:
                 return TaskPayload(empty=True)
-            if state.status == "failed" and not isinstance(exc, MethodNotFound):
-                return payload_from_error(exc)
-            raise
+            if meaning != ReadMeaning.PAYLOAD:
+                raise  # gone (TaskNotFound) or a retrieval fault: the caller's budget decides
+            if isinstance(exc, TaskNotFound):
+                # -32602 is ambiguous here: "task not found", or the tool's own invalid-params error
+                # stored as the failed task's payload. The task answering tasks/get settles it.
+                try:
+                    await self.get(state.task_id)
+                except TaskNotFound:
+                    raise exc from None
+            return payload_from_error(exc)
         if "content" not in reply and "structuredContent" not in reply and "isError" not in reply:
             if set(reply) <= {"_meta", "resultType"}:
                 return TaskPayload(empty=True)

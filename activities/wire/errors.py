@@ -12,7 +12,9 @@ Each error knows:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC
+from enum import Enum
 from typing import Any
 
 from mcp_temporal_tasks.activities.wire.limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
@@ -250,8 +252,104 @@ ERROR_TYPES: dict[str, type[McpWireError]] = {
 
 
 def is_transient_read_error(exc: McpWireError) -> bool:
-    """Worth retrying for an *idempotent* request: transport faults and garbled replies (never tools/call)."""
+    """Worth retrying for an *idempotent* request: transport faults and garbled replies (never tools/call).
+
+    The narrow rule, for requests that are not reads of an existing task (``tools/list``, ``tasks/list``):
+    there a JSON-RPC error is the server's answer. For reads of a task see :func:`is_read_fault`.
+    """
     return isinstance(exc, (TransportError, ProtocolViolation))
+
+
+# --- What a JSON-RPC error on a read of an existing task means ------------------------------------------
+#
+# A *read* is any request about a task the server already accepted: ``tasks/get``, ``tasks/result``,
+# ``tasks/cancel``, ``tasks/update``, and a job binding's status, result and cancel tools (``tools/call`` of a
+# tool that only reads or stops the job). Reading again is always safe; re-running the operation never is.
+# So an error reply to a read is one of four things, and only two of them may end the task:
+
+
+class ReadMeaning(str, Enum):
+    #: The server says the task does not exist (unknown, expired or purged): ``lost``, or ``expired`` when
+    #: its TTL explains it. The one error reply that may end a task as "gone".
+    GONE = "gone"
+    #: The error *is* the task's stored payload: 2025-11-25 ``tasks/result`` answers a ``failed`` task with
+    #: "exactly what the original request returned", which may be a JSON-RPC error. The outcome is ``failed``.
+    PAYLOAD = "payload"
+    #: No payload to read: 2025-11-25 ``tasks/result`` of a ``cancelled`` task answering ``-32603``.
+    EMPTY = "empty"
+    #: A retrieval fault: asked again with the same bounded backoff as a garbled reply, within
+    #: ``timeouts.unreachable_s`` for polls and updates and the retrieval budget for payloads. Never the task's
+    #: ending while the budget lasts, and never a reason to re-run the tool.
+    FAULT = "fault"
+
+
+@dataclass(frozen=True)
+class ReadErrorRule:
+    """One row of :data:`READ_ERROR_RULES`. ``None`` in a column matches anything."""
+
+    method: str | None
+    era: str | None
+    status: str | None
+    code: int | None
+    meaning: ReadMeaning
+    why: str
+
+
+_LEGACY_ERA = "2025-11-25"  # activities.wire.models.LEGACY (not imported: models imports this module's limits)
+
+#: The whole rule, first match wins. Derived from the two specs and what the runtimes send (the TS SDK, fastmcp,
+#: the official Python SDK): ``-32602`` is the only code either spec gives to "no such task"; 2025-11-25 stores
+#: a failed request's JSON-RPC error as the task's result; everything else a server may answer to a read
+#: (``-32603`` "temporarily unavailable", ``-32000`` from a gateway, an unknown code, a 3 MiB message, even
+#: ``-32601`` from a replica being rolled out) says nothing about the task, only about this one answer.
+READ_ERROR_RULES: tuple[ReadErrorRule, ...] = (
+    ReadErrorRule("tasks/result", _LEGACY_ERA, "failed", METHOD_NOT_FOUND, ReadMeaning.FAULT,
+                  "the server offers no tasks/result: not a stored error"),
+    ReadErrorRule("tasks/result", _LEGACY_ERA, "failed", None, ReadMeaning.PAYLOAD,
+                  "the failed request's stored JSON-RPC error (for -32602 only if tasks/get still knows the task; "
+                  "else gone)"),
+    ReadErrorRule("tasks/result", _LEGACY_ERA, "cancelled", INTERNAL_ERROR, ReadMeaning.EMPTY,
+                  "the TS SDK's answer for a cancelled task: no payload"),
+    ReadErrorRule("tasks/get", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
+    ReadErrorRule("tasks/result", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
+    ReadErrorRule("tasks/update", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
+    ReadErrorRule("tasks/cancel", None, None, INVALID_PARAMS, ReadMeaning.GONE,
+                  "unknown task id; on 2025-11-25 also an already terminal task (tasks/get then tells which)"),
+    ReadErrorRule(None, None, None, None, ReadMeaning.FAULT,
+                  "any other code on any read, job tools' -32602 included (no spec gives them a 'gone' code)"),
+)
+
+
+def read_error_meaning(method: str, code: int | None, *, era: str | None = None,
+                       status: str | None = None) -> ReadMeaning:
+    """What a JSON-RPC error with ``code`` means as the answer to a read ``method`` (see :data:`READ_ERROR_RULES`).
+
+    ``era`` and ``status`` (the task's last known status) narrow the legacy ``tasks/result`` rows; without them
+    those rows do not match.
+    """
+    for rule in READ_ERROR_RULES:
+        if ((rule.method is None or rule.method == method) and (rule.era is None or rule.era == era)
+                and (rule.status is None or rule.status == status) and (rule.code is None or rule.code == code)):
+            return rule.meaning
+    raise AssertionError("READ_ERROR_RULES ends with a catch-all row")
+
+
+def read_error_table() -> str:
+    """:data:`READ_ERROR_RULES` as the markdown table the README shows (a test keeps the two equal)."""
+    rows = ["| read | era | task status | code | meaning | why |", "|---|---|---|---|---|---|"]
+    for r in READ_ERROR_RULES:
+        rows.append(f"| {f'`{r.method}`' if r.method else 'any read'} | {r.era or 'both'} | {r.status or 'any'} "
+                    f"| {r.code if r.code is not None else 'any other'} | **{r.meaning.value}** | {r.why} |")
+    return "\n".join(rows)
+
+
+def is_read_fault(exc: McpWireError) -> bool:
+    """Worth asking again, for a read of an existing task: transport faults, garbled replies and every JSON-RPC
+    error the table calls a fault. ``TaskNotFound`` is the table's "gone" (decided by :func:`error_from_rpc`);
+    "payload" and "empty" never reach here (the client returns them as the payload)."""
+    if isinstance(exc, (TransportError, ProtocolViolation)):
+        return True
+    return isinstance(exc, JsonRpcError) and not isinstance(exc, TaskNotFound)
 
 
 def error_from_rpc(error: Any, *, method: str, raw: Any = None) -> McpWireError:
@@ -261,8 +359,10 @@ def error_from_rpc(error: Any, *, method: str, raw: Any = None) -> McpWireError:
     code: int = error["code"]
     message = str(error.get("message", ""))
     data = error.get("data")
-    if code == INVALID_PARAMS:
-        cls: type[JsonRpcError] = TaskNotFound if method.startswith("tasks/") else InvalidParams
+    if read_error_meaning(method, code) == ReadMeaning.GONE:
+        cls: type[JsonRpcError] = TaskNotFound
+    elif code == INVALID_PARAMS:
+        cls = InvalidParams
     elif code == METHOD_NOT_FOUND:
         cls = MethodNotFound
     elif code in (MISSING_CAPABILITY, MISSING_CAPABILITY_OLD):
