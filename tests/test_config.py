@@ -8,6 +8,8 @@ import pytest
 
 from mcp_temporal_tasks.worker.config import ConfigError, load_config
 
+pytestmark = pytest.mark.fast
+
 DEPLOY_TOML = Path(__file__).resolve().parent.parent / "deploy" / "worker.toml"
 
 

@@ -18,7 +18,9 @@ from mcp_temporal_tasks.workflows.decisions import (
     retrieval_budget_s,
     terminal_outcome,
 )
-from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy
+from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
+
+pytestmark = pytest.mark.fast
 
 # Real payloads, as captured from the peers (tests/peers/ts, worker/demo_server.py).
 TS_429 = {"content": [{"type": "text", "text": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"}],
@@ -101,13 +103,15 @@ def test_decide_replay(policy, idempotent, used, max_, expected) -> None:
 
 
 def test_replay_reasons() -> None:
-    assert replay_reason(Outcome.LOST, None) == "replay_lost"
-    assert replay_reason(Outcome.UNKNOWN_OUTCOME, None) == "replay_unknown_outcome"
-    assert replay_reason(Outcome.TOOL_ERROR, Classification.RETRYABLE) == "replay_retryable"
+    assert replay_reason(Stage.GONE, Outcome.LOST, None) == "replay_lost"
+    assert replay_reason(Stage.SUBMITTING, Outcome.UNKNOWN_OUTCOME, None) == "replay_unknown_outcome"
+    assert replay_reason(Stage.PAYLOAD, Outcome.TOOL_ERROR, Classification.RETRYABLE) == "replay_retryable"
     # Never replayed: finished work, refusals, and failures a replay cannot fix.
     for outcome in (Outcome.COMPLETED, Outcome.CANCELLED, Outcome.DECODE_FAILED, Outcome.REJECTED):
-        assert replay_reason(outcome, Classification.RETRYABLE) is None
-    assert replay_reason(Outcome.TOOL_ERROR, Classification.INPUT_CORRECTABLE) is None
+        assert replay_reason(Stage.PAYLOAD, outcome, Classification.RETRYABLE) is None
+    assert replay_reason(Stage.PAYLOAD, Outcome.TOOL_ERROR, Classification.INPUT_CORRECTABLE) is None
+    # A lost that only means "we could not read it" never replays.
+    assert replay_reason(Stage.UNREACHABLE, Outcome.LOST, None) is None
 
 
 @pytest.mark.parametrize("kind, reached, resends, expected", [

@@ -25,6 +25,8 @@ from mcp_temporal_tasks.workflows.models import (
     search_attribute_value,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def nested(depth: int) -> dict:
     value: dict = {"leaf": 1}

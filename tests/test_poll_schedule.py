@@ -15,6 +15,8 @@ from mcp_temporal_tasks.activities.mcp_activities import MAX_HONOURED_POLL_INTER
 from mcp_temporal_tasks.activities.models import PollSchedule
 from mcp_temporal_tasks.worker.config import ConfigError, server_config
 
+pytestmark = pytest.mark.fast
+
 DEFAULT = PollSchedule()
 
 

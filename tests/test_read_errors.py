@@ -25,6 +25,8 @@ from mcp_temporal_tasks.activities.wire.errors import (
     read_error_table,
 )
 
+pytestmark = pytest.mark.fast
+
 READS = ["tasks/get", "tasks/result", "tasks/cancel", "tasks/update", "tools/call"]  # tools/call: a job's read tools
 ERAS = ["2025-11-25", "2026-07-28"]
 STATUSES = [None, "working", "input_required", "completed", "failed", "cancelled"]

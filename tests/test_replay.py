@@ -4,6 +4,7 @@ Refresh them deliberately (and review the diff) with:
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_workflow.py -k "completed or tool_error or cancel_via or killed"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_jobs.py -k "result_tools_reply or error_text"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_waiting.py -k long_heartbeat
+    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_machine_fakes.py   (histories of scripted activities)
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from temporalio.worker import Replayer
 from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
+pytestmark = pytest.mark.fast
+
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
@@ -26,7 +29,8 @@ def test_histories_are_committed() -> None:
     assert {"completed_legacy", "completed_extension", "tool_error_legacy", "cancelled_legacy",
             "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent",
             "tool_error_legacy_fails_workflow", "job_completed_legacy", "job_completed_extension",
-            "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension"} <= names
+            "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension",
+            "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

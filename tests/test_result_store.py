@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire.models import TaskPayload
+
+pytestmark = pytest.mark.fast
 
 
 def big(is_error: bool) -> dict:

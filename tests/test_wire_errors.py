@@ -49,6 +49,8 @@ from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, HttpRefusal, erro
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED
 from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
+pytestmark = pytest.mark.fast
+
 # --- the fixture server ------------------------------------------------------------------------------
 
 

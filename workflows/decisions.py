@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
-from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy
+from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
 _RETRY_AFTER = re.compile(
@@ -177,14 +177,28 @@ def decide_replay(policy: ReplayPolicy, *, idempotent: bool, replays_used: int, 
     return "await_approval"
 
 
+#: Outcomes that can ever justify a replay (each only at the stages :func:`replay_reason` names).
 REPLAYABLE_OUTCOMES = frozenset({Outcome.LOST, Outcome.EXPIRED, Outcome.UNKNOWN_OUTCOME})
 
 
-def replay_reason(outcome: Outcome, classification: Classification | None) -> str | None:
-    """Why this ending could justify a replay, or None when it never does."""
-    if outcome in REPLAYABLE_OUTCOMES:
+def replay_reason(stage: Stage, outcome: Outcome, classification: Classification | None) -> str | None:
+    """The whole rule of when an ending may justify a new ``tools/call``, before the replay policy is asked.
+    ``None`` (never) unless one of exactly three cases holds:
+
+    * the server said the task is **gone** (``lost``/``expired`` at :attr:`Stage.GONE`): the work it held is lost;
+    * ``tools/call``'s reply was lost (``unknown_outcome`` at :attr:`Stage.SUBMITTING`): no task id to follow;
+    * the tool's own result or stored error says **retryable** (``tool_error``/``failed`` at
+      :attr:`Stage.SUBMITTING` for a synchronous answer or :attr:`Stage.PAYLOAD`).
+
+    Everything else never replays: a read that failed (``UNREACHABLE``, ``RETRIEVING``, ``INPUT``), a payload that
+    came as an error reply (``ERROR_REPLY``), a cancel, a refused request.
+    """
+    if stage == Stage.GONE and outcome in (Outcome.LOST, Outcome.EXPIRED):
         return f"replay_{outcome.value}"
-    if outcome in (Outcome.TOOL_ERROR, Outcome.FAILED) and classification == Classification.RETRYABLE:
+    if stage == Stage.SUBMITTING and outcome == Outcome.UNKNOWN_OUTCOME:
+        return "replay_unknown_outcome"
+    if (stage in (Stage.SUBMITTING, Stage.PAYLOAD) and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED)
+            and classification == Classification.RETRYABLE):
         return "replay_retryable"
     return None
 

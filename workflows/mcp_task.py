@@ -1,13 +1,20 @@
 """``McpTaskWorkflow``: one MCP task, one durable state machine.
 
-    SUBMITTING ─► WORKING ⇄ INPUT_REQUIRED
-        │            │
-        │            ▼
-        │        RETRIEVING ─► DONE (completed · tool_error · failed · cancelled · decode_failed)
-        │            │
-        ▼            ▼
-    rejected · unknown_outcome · lost · expired ──(replay policy)──► AWAITING_APPROVAL ─► REPLAYING ─► SUBMITTING
-                                                                  └──────────────────────► REPLAYING ─┘
+Its phases and the moves between them (``models.TRANSITIONS``, checked on every move; a test keeps this copy equal):
+
+    SUBMITTING        ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    WORKING           ─► WORKING · INPUT_REQUIRED · RETRIEVING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    INPUT_REQUIRED    ─► WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    RETRIEVING        ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    AWAITING_APPROVAL ─► REPLAYING · DONE
+    REPLAYING         ─► SUBMITTING · DONE
+    CANCELLING        ─► RETRIEVING · DONE
+    DONE              ─► (end)
+
+Every operation ends with an :class:`~.models.Ending` that names its :class:`~.models.Stage`; one pure function,
+``decisions.replay_reason(stage, outcome, classification)``, says whether that ending may justify a new
+``tools/call`` (gone at GONE, a lost reply at SUBMITTING, a retryable tool failure at SUBMITTING or PAYLOAD; never
+anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLAYING, else DONE).
 
 * **Submit** is the one dangerous step: ``tools/call`` runs with a single attempt. A failure that surely
   never reached the server is resent; anything else ends ``unknown_outcome`` unless the replay policy
@@ -71,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         SA_STATUS,
         SA_TASK_ID,
         SA_TOOL,
+        TRANSITIONS,
         Classification,
         Ending,
         Ledger,
@@ -85,6 +93,7 @@ with workflow.unsafe.imports_passed_through():
         ReplayPolicy,
         RequestTooLarge,
         ResultRef,
+        Stage,
         TaskView,
         check_request_size,
         search_attribute_value,
@@ -313,7 +322,7 @@ class McpTaskWorkflow:
     async def _run(self) -> McpTaskOutcome:
         request = self.req
         if self.m.invalid_request is not None:
-            return self._finish(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
+            return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
                 code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
                 classification=Classification.INPUT_CORRECTABLE, reason=f"invalid request: {self.m.invalid_request}"))
         try:
@@ -324,7 +333,7 @@ class McpTaskWorkflow:
                 summary="resolve server configuration")
         except (ActivityError, ApplicationError) as err:
             kind, _, info = _failure_info(err)
-            return self._finish(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
+            return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
                 code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
                 classification=Classification.INPUT_CORRECTABLE, reason=kind))
         self._apply_profile()
@@ -337,7 +346,7 @@ class McpTaskWorkflow:
             except asyncio.CancelledError:
                 # Cancelled mid-step (retrieving, answering input): settle the task, keep its true end.
                 ending = await self._settle_after_cancel()
-            replay = decisions.replay_reason(ending.outcome, ending.classification) if ending.replayable else None
+            replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
             if replay is None or self.m.cancel_reason is not None:
                 return self._finish(ending)
             decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
@@ -361,7 +370,7 @@ class McpTaskWorkflow:
     async def _settle_after_cancel(self) -> Ending:
         self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
         if self.m.task_state is None or self.m.session is None:
-            return Ending(outcome=Outcome.CANCELLED, reason=self.m.cancel_reason)
+            return Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=self.m.cancel_reason)
         try:
             await self._cancel_and_settle(self.m.task_state)
         except _Ended as end:
@@ -414,9 +423,16 @@ class McpTaskWorkflow:
             contract = {**contract, "outputSchema": f"[omitted: over {LEDGER_CONTRACT_CAP} bytes; see the digest]"}
         self.m.ledger.result_contract = contract
 
+    def _move(self, phase: Phase) -> None:
+        """The one place the phase changes: a move :data:`~.models.TRANSITIONS` does not allow is a bug, and fails
+        the workflow *task* (retried until fixed code is deployed), never the task's outcome."""
+        if phase not in TRANSITIONS[self.m.phase]:
+            raise RuntimeError(f"McpTaskWorkflow: no transition {self.m.phase.value} → {phase.value}")
+        self.m.phase = phase
+
     def _enter(self, phase: Phase, status: str | None = None, *extra: Any) -> None:
         """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
-        self.m.phase = phase
+        self._move(phase)
         shown = status or (self.m.task_state.status if self.m.task_state else phase.value.lower())
         if phase == Phase.AWAITING_APPROVAL and shown != "awaiting_approval" and workflow.patched(SEARCHABLE_PHASES):
             shown = "awaiting_approval"  # findable: `McpTaskStatus = 'awaiting_approval'`
@@ -437,9 +453,9 @@ class McpTaskWorkflow:
         attempt = self.m.attempts[-1]
         if start.payload is not None:  # the server ran the tool synchronously
             self.m.task_state = None
-            raise self._ended_from_payload("completed", start.payload)
+            raise self._ended_from_payload("completed", start.payload, Stage.SUBMITTING)
         if start.start.input_requests is not None:
-            raise _Ended(Ending(outcome=Outcome.REJECTED, error=RpcErrorInfo(
+            raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=RpcErrorInfo(
                 code=-32601, message="server asked for input on tools/call itself; answer through a task"),
                 classification=Classification.PERMANENT))
         task = start.start.task
@@ -494,13 +510,14 @@ class McpTaskWorkflow:
                     cls, _ = decisions.classify_failure(None, error)
                     if kind == "AuthorizationRequired":
                         cls = Classification.AUTHORIZATION_REQUIRED
-                    raise _Ended(Ending(outcome=Outcome.REJECTED, error=error, classification=cls))
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error, classification=cls))
                 if verdict == "unreachable":
-                    raise _Ended(Ending(outcome=Outcome.REJECTED, error=error, classification=Classification.RETRYABLE,
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
+                                 classification=Classification.RETRYABLE,
                                  retry_after_s=retry_after or None,
                                  reason="server unreachable; tools/call was never sent"))
                 self._record(reason, ended=Outcome.UNKNOWN_OUTCOME.value)
-                raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, error=error,
+                raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, stage=Stage.SUBMITTING, error=error,
                              reason=f"tools/call may have reached the server but its reply was lost ({kind})"))
             self._record(reason)
             self.m.ledger.sdk_version = out.sdk_version
@@ -580,7 +597,7 @@ class McpTaskWorkflow:
                 if aw.payload is None:  # read in the same activity failed: retry the retrieval alone
                     self.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
                 payload = aw.payload if aw.payload is not None else await self._retrieve()
-                raise self._ended_from_payload(self.m.task_state.status, payload)
+                raise self._ended_from_payload(self.m.task_state.status, payload, Stage.PAYLOAD)
             if self.m.task_state.status == "input_required":
                 if self.m.task_state.era == LEGACY:
                     await self._legacy_relay(task)  # ends the task: always raises _Ended
@@ -594,13 +611,13 @@ class McpTaskWorkflow:
         if aw.not_found:
             outcome = decisions.not_found_outcome(last.created_at if last else None, last.ttl_ms if last else None,
                                                   workflow.now())
-            raise _Ended(Ending(outcome=outcome, reason="tasks/get answered -32602: the task is gone"
+            raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/get answered -32602: the task is gone"
                          + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
         if aw.no_answer is not None:
             # The server may still hold the task: we lost sight of it, it is not known to be gone.
-            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, error=aw.last_error,
+            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.UNREACHABLE, error=aw.last_error,
                                 reason=f"{aw.no_answer}; not replayed: the task may still exist on the server"))
-        raise _Ended(Ending(outcome=Outcome.LOST, reason=aw.unreachable or "task unreachable"))
+        raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason=aw.unreachable or "task unreachable"))
 
     async def _retrieve(self) -> DecodedPayload:
         """RETRIEVING: read the payload again and again, never re-calling the tool."""
@@ -622,28 +639,31 @@ class McpTaskWorkflow:
                    f"{kind}: {info.get('message', '')})")
             if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
                 outcome, error = decisions.unretrieved_outcome(self.m.task_state.status, self.m.task_state.status_message)
-                raise _Ended(Ending(outcome=outcome, replayable=False, error=error or last,
+                raise _Ended(Ending(outcome=outcome, stage=Stage.RETRIEVING, error=error or last,
                              reason=f"the server reported the task {self.m.task_state.status}, but {why}; not replayed"))
-            raise _Ended(Ending(outcome=Outcome.LOST, reason=f"the task ended {self.m.task_state.status} but its payload could not be "
+            # Histories from before the patch: a retrieval failure was taken for a task gone.
+            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason=f"the task ended {self.m.task_state.status} but its payload could not be "
                                               f"retrieved ({kind}) within {budget:.0f}s"))
         if out.payload is None:
             self.m.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
             outcome = (decisions.not_found_outcome(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now())
                        if out.not_found else Outcome.LOST)
             # The operation is done whatever became of its payload: never a reason for a second tools/call.
-            replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
-            raise _Ended(Ending(outcome=outcome, replayable=replayable, reason=(out.unreachable or "payload purged before it was read")
+            stage = Stage.RETRIEVING if workflow.patched(RETRIEVAL_NEVER_REPLAYS) else Stage.GONE
+            raise _Ended(Ending(outcome=outcome, stage=stage, reason=(out.unreachable or "payload purged before it was read")
                          + f" (the server had reported the task {self.m.task_state.status})"))
         return out.payload
 
-    def _ended_from_payload(self, status: str, payload: DecodedPayload) -> _Ended:
+    def _ended_from_payload(self, status: str, payload: DecodedPayload, stage: Stage) -> _Ended:
+        """The task's own end, from the payload read at ``stage`` (SUBMITTING for a synchronous answer, PAYLOAD for
+        a task's stored payload, CANCELLING when a cancel found the task already ended)."""
         self.m.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
         outcome, error = decisions.terminal_outcome(
             status, result=payload.result if payload.result is not None else (
                 {"content": [], "isError": bool(payload.result_ref.get("is_error"))} if payload.result_ref else None),
             error=payload.error, empty=payload.empty, decode_error=payload.decode_error,
             status_message=self.m.task_state.status_message if self.m.task_state else None)
-        ending = Ending(outcome=outcome, result=payload.result, error=error,
+        ending = Ending(outcome=outcome, stage=stage, result=payload.result, error=error,
                         result_ref=ResultRef(**payload.result_ref) if payload.result_ref else None)
         if payload.decode_error:
             ending.raw_payload, ending.reason = payload.raw, payload.decode_error
@@ -652,9 +672,9 @@ class McpTaskWorkflow:
                 payload.result, error, self.m.task_state.status_message if self.m.task_state else None)
             from_error_reply = (payload.error is not None and self._job() is None and self.m.task_state is not None
                                 and self.m.task_state.era == LEGACY)
-            if (from_error_reply and decisions.replay_reason(outcome, ending.classification) is not None
+            if (from_error_reply and decisions.replay_reason(stage, outcome, ending.classification) is not None
                     and workflow.patched(ERROR_REPLY_NEVER_REPLAYS)):
-                ending.replayable = False
+                ending.stage = Stage.ERROR_REPLY
         return _Ended(ending)
 
     # --- input (2026-07-28: tasks/update) --------------------------------------------------------
@@ -689,10 +709,10 @@ class McpTaskWorkflow:
             kind, info, last = _last_read_failure(err)
             if kind == "TaskNotFound":
                 outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
-                raise _Ended(Ending(outcome=outcome, reason="tasks/update answered -32602: the task is gone"
+                raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/update answered -32602: the task is gone"
                              + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
             # The answers may or may not have arrived; the task is not known to be gone: never a replay.
-            raise _Ended(Ending(outcome=Outcome.LOST, replayable=False, error=last, reason=(
+            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.INPUT, error=last, reason=(
                 f"tasks/update could not deliver the answers ({_attempts_text(info, answering)}; last: {kind}: "
                 f"{info.get('message', '')}); not replayed: the task may still exist on the server")))
         self.m.answered_keys.extend(responses)
@@ -736,14 +756,14 @@ class McpTaskWorkflow:
         try:
             out: RelayOutput = await handle
         except ActivityError as err:
-            raise self._lost(err, "input relay failed")
+            raise self._lost(err, "input relay failed", Stage.INPUT)
         if out.not_found or out.unreachable or out.payload is None:
             self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
         assert out.payload is not None
         if out.state is not None:
             self.m.task_state = out.state
         status = self.m.task_state.status if self.m.task_state.terminal else "completed"
-        raise self._ended_from_payload(status, out.payload)
+        raise self._ended_from_payload(status, out.payload, Stage.PAYLOAD)
 
     # --- cancellation ----------------------------------------------------------------------------
 
@@ -761,11 +781,12 @@ class McpTaskWorkflow:
                 **self._config(TASK_STEP, **_read_budget(min(300.0, self.req.timeouts.unreachable_s)), summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
             kind, info, last = _last_read_failure(err)
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, error=last, reason=(
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, error=last, reason=(
                 f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({_attempts_text(info, asked)}; last: "
                 f"{kind}): the task may still be running on the server")))
         if out.not_found or out.unreachable:
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; task already gone on the server"))
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING,
+                                reason=f"{self.m.cancel_reason}; task already gone on the server"))
         # Cancellation is cooperative: the task may still have finished first. Read its real end.
         try:
             aw = await workflow.execute_activity_method(
@@ -779,17 +800,18 @@ class McpTaskWorkflow:
                                schedule_to_close_timeout=timedelta(minutes=3),
                                summary=f"settle {_short(task.task_id)} after cancel"))
         except ActivityError:
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=f"{self.m.cancel_reason}; final state unknown"))
+            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING,
+                                reason=f"{self.m.cancel_reason}; final state unknown"))
         if aw.state is not None and aw.state.terminal:
             self.m.task_state = aw.state
             if aw.state.status != "cancelled":
                 payload = aw.payload if aw.payload is not None else await self._retrieve()
-                end = self._ended_from_payload(aw.state.status, payload)
+                end = self._ended_from_payload(aw.state.status, payload, Stage.CANCELLING)
                 end.ending.reason = f"cancel requested ({self.m.cancel_reason}) but the task had already ended"
                 raise end
         elif aw.state is not None:
             self.m.task_state = aw.state
-        raise _Ended(Ending(outcome=Outcome.CANCELLED, reason=self.m.cancel_reason))
+        raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=self.m.cancel_reason))
 
     # --- waiting without losing cancellations ------------------------------------------------------
 
@@ -842,7 +864,7 @@ class McpTaskWorkflow:
             if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
                 self.m.cancel_reason = "deadline exceeded"
                 return None
-            raise self._lost(err, "could not follow the task")
+            raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
 
     @staticmethod
     async def _abandon(handle: Any) -> None:
@@ -854,14 +876,16 @@ class McpTaskWorkflow:
             pass
 
     @staticmethod
-    def _lost(err: ActivityError, what: str) -> _Ended:
+    def _lost(err: ActivityError, what: str, where: Stage) -> _Ended:
         kind, _, info = _failure_info(err)
         timeout = err.cause if isinstance(err.cause, TimeoutError) else None
         if timeout is not None and timeout.type == TimeoutType.SCHEDULE_TO_START:  # the owner's process is gone
-            return _Ended(Ending(outcome=Outcome.LOST, reason="the worker process that owns this stdio task is gone"))
+            return _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE,
+                                 reason="the worker process that owns this stdio task is gone"))
         # We could not follow a task the server accepted; it is not known to be gone: never a replay.
-        replayable = not workflow.patched(RETRIEVAL_NEVER_REPLAYS)
-        return _Ended(Ending(outcome=Outcome.LOST, replayable=replayable, reason=f"{what}: {kind}: {info.get('message', '')}"))
+        # Histories from before the patch took this for a task gone.
+        stage = where if workflow.patched(RETRIEVAL_NEVER_REPLAYS) else Stage.GONE
+        return _Ended(Ending(outcome=Outcome.LOST, stage=stage, reason=f"{what}: {kind}: {info.get('message', '')}"))
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -870,7 +894,7 @@ class McpTaskWorkflow:
         if self.m.attempts and self.m.attempts[-1].ended == "in_flight":
             self.m.attempts[-1].ended = outcome.value
         self.m.ledger.terminal_state = outcome.value
-        self.m.phase = Phase.DONE
+        self._move(Phase.DONE)
         self.m.outcome = McpTaskOutcome(
             workflow_id=workflow.info().workflow_id, outcome=outcome,
             task_id=self.m.task_state.task_id if self.m.task_state else (self.m.attempts[-1].task_id if self.m.attempts else None),

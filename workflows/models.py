@@ -100,7 +100,7 @@ class Classification(str, Enum):
 
 
 class Phase(str, Enum):
-    """States of the machine in ``workflows/mcp_task.py``."""
+    """States of the machine in ``workflows/mcp_task.py``; :data:`TRANSITIONS` says which may follow which."""
 
     SUBMITTING = "SUBMITTING"
     WORKING = "WORKING"
@@ -110,6 +110,33 @@ class Phase(str, Enum):
     REPLAYING = "REPLAYING"
     CANCELLING = "CANCELLING"
     DONE = "DONE"
+
+
+#: The machine's phases and the phases each may move to; ``McpTaskWorkflow`` checks every move against it. An
+#: operation can end in any phase that talks to the server, and then goes to DONE, or, when the replay rule and
+#: policy allow a new ``tools/call``, to AWAITING_APPROVAL or REPLAYING.
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    # CANCELLING: a cancel while a resend waits out a Retry-After settles the previous attempt's task, if any.
+    Phase.SUBMITTING: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL,
+                                 Phase.REPLAYING, Phase.DONE}),
+    Phase.WORKING: frozenset({Phase.WORKING, Phase.INPUT_REQUIRED, Phase.RETRIEVING, Phase.CANCELLING,
+                              Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
+    Phase.INPUT_REQUIRED: frozenset({Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING,
+                                     Phase.DONE}),
+    Phase.RETRIEVING: frozenset({Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
+    Phase.CANCELLING: frozenset({Phase.RETRIEVING, Phase.DONE}),
+    Phase.AWAITING_APPROVAL: frozenset({Phase.REPLAYING, Phase.DONE}),
+    Phase.REPLAYING: frozenset({Phase.SUBMITTING, Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
+
+
+def transition_diagram() -> str:
+    """:data:`TRANSITIONS` as text: one line per phase (the module docstring and the README show it; a test keeps
+    them equal)."""
+    width = max(len(p.value) for p in Phase)
+    return "\n".join(f"{p.value:<{width}} ─► " + (" · ".join(n.value for n in Phase if n in TRANSITIONS[p]) or "(end)")
+                     for p in Phase)
 
 
 class Timeouts(_Model):
@@ -229,15 +256,43 @@ class ResultRef(_Model):
     is_error: bool = False
 
 
+class Stage(str, Enum):
+    """*Where* one operation ended: with its outcome and classification, all that
+    :func:`~mcp_temporal_tasks.workflows.decisions.replay_reason` needs to say whether a new ``tools/call`` may be
+    considered. Every ending names one (there is no default), so a new ending site cannot be replayable by
+    accident."""
+
+    #: The request did not validate, or its server could not be resolved: nothing was sent.
+    REQUEST = "request"
+    #: ``tools/call`` itself: refused, reply lost (``unknown_outcome``) or answered synchronously.
+    SUBMITTING = "submitting"
+    #: The server said the task is gone (``-32602``), or its session or stdio process is gone.
+    GONE = "gone"
+    #: Following the task, the server gave no usable answer within the budget (or the wait itself failed):
+    #: the task may still exist, so this ``lost`` is never a reason to run the tool again.
+    UNREACHABLE = "unreachable"
+    #: The server reported the task terminal; its payload could not be read (or was purged before it was).
+    RETRIEVING = "retrieving"
+    #: The server's stored payload was read: the task's own outcome.
+    PAYLOAD = "payload"
+    #: A 2025-11-25 ``failed`` task's payload that came as a JSON-RPC error reply to ``tasks/result``: it cannot
+    #: be told from a refused read, so it is never a reason to replay.
+    ERROR_REPLY = "error_reply"
+    #: Input could not be relayed or delivered (the task may still exist).
+    INPUT = "input"
+    #: A cancel was asked for: whatever the task's real end, never replayed.
+    CANCELLING = "cancelling"
+
+
 class Ending(_Model):
-    """How one operation ended, inside the workflow: the outcome-specific fields of :class:`McpTaskOutcome`.
+    """How one operation ended, inside the workflow: the outcome-specific fields of :class:`McpTaskOutcome`,
+    and the :class:`Stage` it ended at (required: the replay rule reads it).
 
     Typed (and ``extra="forbid"``) so that a misspelt field is a type error, not a workflow task that fails.
-    ``replayable=False``: whatever the outcome, it never justifies a new ``tools/call`` (the server reported
-    the task; only reading it failed).
     """
 
     outcome: Outcome
+    stage: Stage
     result: dict[str, Any] | None = None
     result_ref: ResultRef | None = None
     error: RpcErrorInfo | None = None
@@ -245,7 +300,6 @@ class Ending(_Model):
     retry_after_s: float | None = None
     raw_payload: Any = None
     reason: str | None = None
-    replayable: bool = True
 
     def but(self, *, reason: str) -> Ending:
         """The same ending, with another reason."""
@@ -253,7 +307,7 @@ class Ending(_Model):
 
     def outcome_fields(self) -> dict[str, Any]:
         """The fields :class:`McpTaskOutcome` shares with this ending."""
-        return self.model_dump(exclude={"outcome", "replayable"}, exclude_unset=False)
+        return self.model_dump(exclude={"outcome", "stage"}, exclude_unset=False)
 
 
 class McpTaskOutcome(_Model):

@@ -1,0 +1,95 @@
+"""The state machine's two rules, without Temporal: which ending may justify a replay (every stage × outcome ×
+classification), and which phase may follow which (the transition table, the diagrams that show it, and every
+ending site naming its stage)."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+from mcp_temporal_tasks.workflows import mcp_task
+from mcp_temporal_tasks.workflows.decisions import replay_reason
+from mcp_temporal_tasks.workflows.models import (
+    TRANSITIONS,
+    Classification,
+    Ending,
+    Outcome,
+    Phase,
+    Stage,
+    transition_diagram,
+)
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).parent.parent
+CLASSIFICATIONS = [None, *Classification]
+
+
+def allowed(stage: Stage, outcome: Outcome, classification: Classification | None) -> str | None:
+    """The rule as the README and the docstring state it, written out case by case."""
+    if stage is Stage.GONE and outcome in (Outcome.LOST, Outcome.EXPIRED):
+        return f"replay_{outcome.value}"
+    if stage is Stage.SUBMITTING and outcome is Outcome.UNKNOWN_OUTCOME:
+        return "replay_unknown_outcome"
+    if stage in (Stage.SUBMITTING, Stage.PAYLOAD) and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED) \
+            and classification is Classification.RETRYABLE:
+        return "replay_retryable"
+    return None
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_the_replay_rule_over_every_stage_outcome_and_classification(stage: Stage) -> None:
+    for outcome, classification in itertools.product(Outcome, CLASSIFICATIONS):
+        assert replay_reason(stage, outcome, classification) == allowed(stage, outcome, classification), \
+            (stage, outcome, classification)
+
+
+def test_reads_that_failed_never_replay_whatever_the_outcome() -> None:
+    for stage in (Stage.REQUEST, Stage.UNREACHABLE, Stage.RETRIEVING, Stage.ERROR_REPLY, Stage.INPUT,
+                  Stage.CANCELLING):
+        assert all(replay_reason(stage, o, c) is None for o, c in itertools.product(Outcome, CLASSIFICATIONS)), stage
+
+
+def test_an_ending_without_a_stage_does_not_validate() -> None:
+    with pytest.raises(ValueError, match="stage"):
+        Ending(outcome=Outcome.LOST)  # type: ignore[call-arg]
+
+
+def test_every_ending_site_in_the_workflow_names_its_stage() -> None:
+    tree = ast.parse((ROOT / "workflows" / "mcp_task.py").read_text())
+    sites = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Ending"]
+    assert len(sites) >= 20, "the ending sites moved: update this test"
+    missing = [n.lineno for n in sites if "stage" not in {k.arg for k in n.keywords}]
+    assert not missing, f"Ending(...) without stage= at lines {missing}"
+
+
+def test_done_is_final_and_every_phase_is_reachable_and_can_end() -> None:
+    assert TRANSITIONS[Phase.DONE] == frozenset()
+    assert set(TRANSITIONS) == set(Phase)
+    reached, frontier = {Phase.SUBMITTING}, [Phase.SUBMITTING]
+    while frontier:
+        for nxt in TRANSITIONS[frontier.pop()]:
+            if nxt not in reached:
+                reached.add(nxt)
+                frontier.append(nxt)
+    assert reached == set(Phase)
+    for phase in set(Phase) - {Phase.DONE}:
+        assert Phase.DONE in TRANSITIONS[phase], phase
+
+
+def test_replays_start_only_from_phases_where_an_operation_can_end() -> None:
+    into_replay = {p for p, nxt in TRANSITIONS.items() if nxt & {Phase.AWAITING_APPROVAL, Phase.REPLAYING}}
+    assert into_replay == {Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED, Phase.RETRIEVING,
+                           Phase.AWAITING_APPROVAL}
+    assert TRANSITIONS[Phase.REPLAYING] == {Phase.SUBMITTING, Phase.DONE}
+    assert not TRANSITIONS[Phase.CANCELLING] & {Phase.AWAITING_APPROVAL, Phase.REPLAYING}  # a cancel never replays
+
+
+def test_the_diagrams_are_the_table() -> None:
+    diagram = transition_diagram()
+    assert diagram in (ROOT / "README.md").read_text()
+    doc = mcp_task.__doc__ or ""
+    assert "\n".join("    " + line for line in diagram.splitlines()) in doc

@@ -1,0 +1,512 @@
+"""The fast tier: ``McpTaskWorkflow`` on the time-skipping test server, its activities replaced by fakes registered
+under the real activity names (as Temporal's samples test workflows). No MCP server, no Node, no network: each
+test scripts what the activities answer and checks how the machine ends, which stage it ended at (through the
+replay it does or does not make), and the phases it went through.
+
+One test (or parametrised case) per ending site of ``workflows/mcp_task.py`` and per transition family of
+``models.TRANSITIONS``. The real activities and peers are exercised by the rest of the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from mcp_temporal_tasks.activities import mcp_activities as names
+from mcp_temporal_tasks.activities.mcp_activities import to_application_error
+from mcp_temporal_tasks.activities.models import (
+    AnswerInput,
+    AwaitInput,
+    AwaitOutput,
+    CancelInput,
+    CancelOutput,
+    DecodedPayload,
+    RelayInput,
+    RelayOutput,
+    ResolveInput,
+    RetrieveInput,
+    RetrieveOutput,
+    ServerProfile,
+    StartCallInput,
+    StartCallOutput,
+)
+from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.activities.wire.errors import (
+    AuthorizationRequired,
+    JsonRpcError,
+    McpWireError,
+    TaskNotFound,
+    TransportError,
+    error_from_rpc,
+)
+from mcp_temporal_tasks.activities.wire.models import (
+    EXTENSION,
+    LEGACY,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    StartResult,
+    TaskState,
+)
+from mcp_temporal_tasks.worker.runner import workflow_runner
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import (
+    McpTaskOutcome,
+    McpTaskRequest,
+    Outcome,
+    Phase,
+    ReplayPolicy,
+    Timeouts,
+)
+from tests.temporal_harness import REPO_ROOT, wait_for_view
+
+pytestmark = pytest.mark.fast
+
+ENDPOINT = Endpoint(url="http://fake.invalid/mcp")
+TIMEOUTS = Timeouts(heartbeat_s=5, poll_floor_s=0.05, submit_s=30, unreachable_s=20)
+RETRYABLE_TEXT = "HTTP 429 Too Many Requests; retry-after=1"
+
+
+def session(era: str = LEGACY) -> SessionRef:
+    return SessionRef(endpoint=ENDPOINT, era=era, protocol_version=era, session_id="s-1")  # type: ignore[arg-type]
+
+
+def task(status: str = "working", era: str = LEGACY, **kw: Any) -> TaskState:
+    # No createdAt/TTL: "gone" is then `lost`, never `expired`, whatever the test server's clock says.
+    return TaskState(task_id="t-1", status=status, era=era, **kw)  # type: ignore[arg-type]
+
+
+def started(era: str = LEGACY) -> StartCallOutput:
+    return StartCallOutput(start=StartResult(era=era, session=session(era), task=task(era=era)),  # type: ignore[arg-type]
+                           sdk_version="fake")
+
+
+def sync(result: dict[str, Any]) -> StartCallOutput:
+    return StartCallOutput(start=StartResult(era=LEGACY, session=session(), result=result),
+                           payload=DecodedPayload(result=result), sdk_version="fake")
+
+
+def text(t: str, *, is_error: bool = False) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": t}], "isError": is_error}
+
+
+def done(result: dict[str, Any] | None = None, *, status: str = "completed", era: str = LEGACY,
+         error: RpcErrorInfo | None = None) -> AwaitOutput:
+    return AwaitOutput(state=task(status, era), polls=1,
+                       payload=DecodedPayload(result=result, error=error) if (result or error) else None,
+                       retrieval_error=None if (result or error) else "TransportError: reset")
+
+
+def wire(exc: McpWireError, **kw: Any) -> ApplicationError:
+    """A fake activity's failure exactly as the real one maps it."""
+    return to_application_error(exc, **kw)
+
+
+Step = Any  # a value to return, an exception to raise, or a callable of the input giving either
+
+
+class Fakes:
+    """Scripted answers per activity (consumed in order; the last one repeats) and a count of every call."""
+
+    def __init__(self, **script: list[Step]) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.calls: Counter[str] = Counter()
+        self.inputs: dict[str, list[Any]] = {}
+
+    def _next(self, name: str, inp: Any) -> Any:
+        self.calls[name] += 1
+        self.inputs.setdefault(name, []).append(inp)
+        steps = self.script.get(name)
+        if not steps:
+            raise AssertionError(f"the workflow called {name}, which this test did not script")
+        step = steps.pop(0) if len(steps) > 1 else steps[0]
+        if callable(step) and not isinstance(step, BaseException):
+            step = step(inp)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def activities(self) -> list[Callable[..., Any]]:
+        profile = self.script.get("profile", [ServerProfile(name="fake", endpoint=ENDPOINT, identity="fake")])[0]
+
+        @activity.defn(name=names.RESOLVE)
+        async def resolve(inp: ResolveInput) -> ServerProfile:
+            self.calls["resolve"] += 1
+            if "resolve" in self.script:
+                return self._next("resolve", inp)  # type: ignore[no-any-return]
+            return profile  # type: ignore[no-any-return]
+
+        @activity.defn(name=names.START_CALL)
+        async def start_call(inp: StartCallInput) -> StartCallOutput:
+            return self._next("start_call", inp)  # type: ignore[no-any-return]
+
+        @activity.defn(name=names.AWAIT_TASK)
+        async def await_task(inp: AwaitInput) -> AwaitOutput:
+            return self._next("await_task", inp)  # type: ignore[no-any-return]
+
+        @activity.defn(name=names.RETRIEVE_RESULT)
+        async def retrieve_result(inp: RetrieveInput) -> RetrieveOutput:
+            return self._next("retrieve_result", inp)  # type: ignore[no-any-return]
+
+        @activity.defn(name=names.CANCEL_TASK)
+        async def cancel_task(inp: CancelInput) -> CancelOutput:
+            return self._next("cancel_task", inp)  # type: ignore[no-any-return]
+
+        @activity.defn(name=names.ANSWER_INPUT)
+        async def answer_input(inp: AnswerInput) -> None:
+            self._next("answer_input", inp)
+
+        @activity.defn(name=names.RELAY_INPUT)
+        async def relay_input(inp: RelayInput) -> RelayOutput:
+            return self._next("relay_input", inp)  # type: ignore[no-any-return]
+
+        return [resolve, start_call, await_task, retrieve_result, cancel_task, answer_input, relay_input]
+
+
+@pytest.fixture(scope="module")
+async def env(skipping_env: WorkflowEnvironment) -> WorkflowEnvironment:
+    return skipping_env
+
+
+async def run(env: WorkflowEnvironment, fakes: Fakes, *, steer: Callable[[WorkflowHandle[Any, Any]], Any] | None = None,
+              record: str | None = None, **request: Any) -> McpTaskOutcome:
+    """One task through the fakes. ``record``: with MCP_TASKS_RECORD_HISTORIES=1, its history joins the committed
+    ones (tests/test_replay.py) when none of that name exists yet."""
+    queue = f"fast-{uuid.uuid4().hex[:8]}"
+    request.setdefault("timeouts", TIMEOUTS)
+    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=fakes.activities(),
+                      workflow_runner=workflow_runner()):
+        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", **request),
+                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        if steer is not None:
+            await steer(handle)
+        out = await asyncio.wait_for(outcome_of(handle), 30)
+    path = REPO_ROOT / "tests" / "histories" / f"{record}.json"
+    if record and os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
+        path.write_text((await handle.fetch_history()).to_json())
+    return out
+
+
+REPLAY = {"replay": ReplayPolicy.ALWAYS, "idempotent": True, "max_replays": 1}
+
+
+def replays(out: McpTaskOutcome) -> list[str]:
+    return [a.reason for a in out.operation_attempts][1:]
+
+
+# --- REQUEST ------------------------------------------------------------------------------------------
+
+
+async def test_an_invalid_request_is_rejected_before_anything(env: WorkflowEnvironment) -> None:
+    fakes = Fakes()
+    queue = f"fast-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=fakes.activities(),
+                      workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow("McpTaskWorkflow", {"server": "fake", "tool": "t", "bogus": 1},
+                                                 id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        out = await outcome_of(handle)
+    assert out.outcome == Outcome.REJECTED and "bogus" in (out.reason or "")
+    assert sum(fakes.calls.values()) == 0
+
+
+async def test_an_unknown_server_is_rejected_before_tools_call(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(resolve=[ApplicationError("unknown MCP server 'fake'", type="UnknownServer", non_retryable=True)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.REJECTED and out.reason == "UnknownServer"
+    assert fakes.calls["start_call"] == 0
+
+
+# --- SUBMITTING -------------------------------------------------------------------------------------
+
+
+async def test_a_synchronous_answer_completes(env: WorkflowEnvironment) -> None:
+    out = await run(env, Fakes(start_call=[sync(text("done"))]))
+    assert out.outcome == Outcome.COMPLETED and out.result == text("done") and out.task_id is None
+
+
+async def test_a_synchronous_retryable_tool_error_may_replay(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[sync(text(RETRYABLE_TEXT, is_error=True)), sync(text("ok"))])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_retryable"]
+    assert fakes.calls["start_call"] == 2
+
+
+async def test_input_asked_on_tools_call_itself_is_rejected(env: WorkflowEnvironment) -> None:
+    ask = StartCallOutput(start=StartResult(era=EXTENSION, session=session(EXTENSION),
+                                            input_requests={"k": InputRequest(method="elicitation/create")}),
+                          sdk_version="fake")
+    out = await run(env, Fakes(start_call=[ask]), **REPLAY)
+    assert out.outcome == Outcome.REJECTED and out.error is not None and out.error.code == -32601
+
+
+async def test_a_refused_tools_call_is_rejected_never_replayed(env: WorkflowEnvironment) -> None:
+    refusal = error_from_rpc({"code": -32602, "message": "bad argument"}, method="tools/call")
+    fakes = Fakes(start_call=[wire(refusal)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.REJECTED and fakes.calls["start_call"] == 1 and not replays(out)
+
+
+async def test_a_server_that_never_took_the_call_is_resent_then_rejected_retryable(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[wire(TransportError("connection refused", sent=False))])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.REJECTED and out.classification == "retryable"
+    assert fakes.calls["start_call"] == 4  # the first send and three resends: nothing ever reached the tool
+
+
+async def test_a_lost_reply_is_unknown_outcome_and_replays_only_by_policy(env: WorkflowEnvironment) -> None:
+    lost = wire(TransportError("reset after send", sent=True))
+    never = await run(env, Fakes(start_call=[lost]))
+    assert never.outcome == Outcome.UNKNOWN_OUTCOME and not replays(never)
+    fakes = Fakes(start_call=[lost, sync(text("ok"))])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_unknown_outcome"]
+
+
+# --- GONE / UNREACHABLE (following) -----------------------------------------------------------------------
+
+
+async def test_a_task_gone_while_followed_is_lost_and_may_replay(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(), sync(text("ok"))], await_task=[AwaitOutput(not_found=True)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_lost"]
+    alone = await run(env, Fakes(start_call=[started()], await_task=[AwaitOutput(not_found=True)]))
+    assert alone.outcome == Outcome.LOST and "-32602" in (alone.reason or "")
+
+
+async def test_a_session_gone_is_lost_and_may_replay(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(), sync(text("ok"))], await_task=[AwaitOutput(unreachable="session gone")])
+    out = await run(env, fakes, **REPLAY)
+    assert replays(out) == ["replay_lost"]
+
+
+async def test_no_usable_answer_is_lost_with_the_servers_error_never_replayed(env: WorkflowEnvironment) -> None:
+    last = RpcErrorInfo(code=-32603, message="tasks/get: temporarily unavailable")
+    fakes = Fakes(start_call=[started()], await_task=[AwaitOutput(no_answer="9 attempts over 20s", last_error=last)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.LOST and out.error == last and not replays(out)
+    assert fakes.calls["start_call"] == 1
+
+
+async def test_a_wait_that_fails_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.LOST and "could not follow" in (out.reason or "") and not replays(out)
+
+
+# --- PAYLOAD / RETRIEVING ---------------------------------------------------------------------------------
+
+
+async def test_a_completed_task_delivers_its_result(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[done(text("built"))])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.COMPLETED and out.result == text("built") and out.task_status == "completed"
+    assert fakes.calls["retrieve_result"] == 0
+
+
+async def test_a_payload_read_that_failed_is_retrieved_alone(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[done()],
+                  retrieve_result=[RetrieveOutput(payload=DecodedPayload(result=text("late")))])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and out.result == text("late") and fakes.calls["start_call"] == 1
+
+
+async def test_a_payload_unreadable_for_its_budget_is_result_unavailable_never_replayed(
+        env: WorkflowEnvironment) -> None:
+    fault = error_from_rpc({"code": -32603, "message": "temporarily unavailable"}, method="tasks/result")
+    fakes = Fakes(start_call=[started()], await_task=[done()], retrieve_result=[wire(fault, task_read=True)])
+    out = await run(env, fakes, record="result_unavailable_after_read_faults", **REPLAY)
+    assert out.outcome == Outcome.RESULT_UNAVAILABLE and not replays(out)
+    assert out.error is not None and out.error.code == -32603 and "temporarily unavailable" in out.error.message
+    assert fakes.calls["retrieve_result"] > 1 and "attempts over" in (out.reason or "")
+
+
+@pytest.mark.parametrize("gone", ["not_found", "unreachable"])
+async def test_a_payload_purged_before_it_was_read_never_replays(env: WorkflowEnvironment, gone: str) -> None:
+    answer = RetrieveOutput(not_found=True) if gone == "not_found" else RetrieveOutput(unreachable="session gone")
+    fakes = Fakes(start_call=[started()], await_task=[done()], retrieve_result=[answer])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome in (Outcome.LOST, Outcome.EXPIRED) and not replays(out) and fakes.calls["start_call"] == 1
+
+
+async def test_a_retryable_stored_failure_may_replay(env: WorkflowEnvironment) -> None:
+    failure = RpcErrorInfo(code=-32000, message=RETRYABLE_TEXT)
+    fakes = Fakes(start_call=[started(EXTENSION), sync(text("ok"))],
+                  await_task=[done(status="failed", era=EXTENSION, error=failure)])
+    out = await run(env, fakes, **REPLAY)
+    assert replays(out) == ["replay_retryable"]
+
+
+async def test_a_legacy_error_reply_payload_never_replays(env: WorkflowEnvironment) -> None:
+    """2025-11-25: a failed task's error that came as the reply to tasks/result may be a refused read."""
+    failure = RpcErrorInfo(code=-32603, message="temporarily unavailable, try again")
+    fakes = Fakes(start_call=[started(LEGACY)], await_task=[done(status="failed", era=LEGACY, error=failure)])
+    out = await run(env, fakes, record="error_reply_never_replays_legacy", **REPLAY)
+    assert out.outcome == Outcome.FAILED and out.classification == "retryable" and not replays(out)
+    assert fakes.calls["start_call"] == 1
+
+
+# --- INPUT ------------------------------------------------------------------------------------------------
+
+
+def asking(era: str = EXTENSION) -> AwaitOutput:
+    return AwaitOutput(state=task("input_required", era, input_requests={
+        "k1": InputRequest(method="elicitation/create", params={"message": "approve?"})}), polls=1)
+
+
+async def answer(handle: WorkflowHandle[Any, Any]) -> None:
+    view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=20)
+    await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: {"action": "decline"}})
+
+
+async def test_input_is_answered_with_tasks_update_then_the_task_completes(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[asking(), done(text("ok"), era=EXTENSION)],
+                  answer_input=[None])
+    out = await run(env, fakes, steer=answer)
+    assert out.outcome == Outcome.COMPLETED and fakes.calls["answer_input"] == 1
+    assert fakes.inputs["answer_input"][0].responses == {"k1": {"action": "decline"}}
+
+
+async def test_answers_to_a_task_gone_end_lost_and_may_replay(env: WorkflowEnvironment) -> None:
+    gone = wire(TaskNotFound("tasks/update: Task not found", code=-32602), task_read=True)
+    fakes = Fakes(start_call=[started(EXTENSION), sync(text("ok"))], await_task=[asking()], answer_input=[gone])
+    out = await run(env, fakes, steer=answer, **REPLAY)
+    assert replays(out) == ["replay_lost"]
+
+
+async def test_answers_that_cannot_be_delivered_end_lost_never_replayed(env: WorkflowEnvironment) -> None:
+    fault = wire(JsonRpcError("tasks/update: temporarily unavailable", code=-32603), task_read=True)
+    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[asking()], answer_input=[fault])
+    out = await run(env, fakes, steer=answer, record="input_undeliverable_lost", **REPLAY)
+    assert out.outcome == Outcome.LOST and not replays(out) and fakes.calls["answer_input"] > 1
+    assert out.error is not None and out.error.code == -32603
+
+
+async def test_legacy_input_is_relayed_and_the_relays_payload_ends_the_task(env: WorkflowEnvironment) -> None:
+    relayed = RelayOutput(state=task("completed"), payload=DecodedPayload(result=text("relayed")))
+    fakes = Fakes(start_call=[started(LEGACY)], await_task=[asking(LEGACY)], relay_input=[relayed])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.COMPLETED and out.result == text("relayed")
+
+
+async def test_a_relay_that_fails_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(LEGACY)], await_task=[asking(LEGACY)],
+                  relay_input=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.LOST and not replays(out)
+
+
+# --- CANCELLING -------------------------------------------------------------------------------------------
+
+
+class Blocking(Fakes):
+    """await_task blocks (heartbeating) until cancelled, except the short settle after tasks/cancel."""
+
+    def activities(self) -> list[Callable[..., Any]]:
+        acts = [a for a in super().activities() if getattr(a, "__temporal_activity_definition").name != names.AWAIT_TASK]
+
+        @activity.defn(name=names.AWAIT_TASK)
+        async def await_task(inp: AwaitInput) -> AwaitOutput:
+            self.calls["await_task"] += 1
+            if inp.poll_ceiling_s == 2.0:
+                return self._next("settle", inp)  # type: ignore[no-any-return]
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(0.5)
+
+        return [*acts, await_task]
+
+
+async def cancel_when_working(handle: WorkflowHandle[Any, Any]) -> None:
+    await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=20)
+    await handle.execute_update(McpTaskWorkflow.cancel, "operator")
+
+
+@pytest.mark.parametrize("settled, want", [
+    (AwaitOutput(state=task("cancelled"), polls=1), Outcome.CANCELLED),
+    (done(text("finished first")), Outcome.COMPLETED),
+])
+async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(env: WorkflowEnvironment, settled: AwaitOutput,
+                                                                        want: Outcome) -> None:
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))], settle=[settled])
+    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    assert out.outcome == want and fakes.calls["cancel_task"] == 1 and not replays(out)
+
+
+async def test_a_cancel_of_a_task_already_gone(env: WorkflowEnvironment) -> None:
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(not_found=True)])
+    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    assert out.outcome == Outcome.CANCELLED and "already gone" in (out.reason or "") and not replays(out)
+
+
+async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(env: WorkflowEnvironment) -> None:
+    fault = wire(JsonRpcError("tasks/cancel: temporarily unavailable", code=-32603), task_read=True)
+    fakes = Blocking(start_call=[started()], cancel_task=[fault])
+    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    assert out.outcome == Outcome.CANCELLED and "may still be running" in (out.reason or "")
+    assert out.error is not None and out.error.code == -32603 and fakes.calls["cancel_task"] > 1
+
+
+async def test_a_cancel_whose_final_state_is_unknown(env: WorkflowEnvironment) -> None:
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("working"))],
+                     settle=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+    out = await run(env, fakes, steer=cancel_when_working)
+    assert out.outcome == Outcome.CANCELLED and "final state unknown" in (out.reason or "")
+
+
+# --- AWAITING_APPROVAL → REPLAYING → SUBMITTING ---------------------------------------------------------
+
+
+async def test_a_replay_with_approval_waits_for_an_operator(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(), sync(text("ok"))], await_task=[AwaitOutput(not_found=True)])
+
+    async def approve(handle: WorkflowHandle[Any, Any]) -> None:
+        await wait_for_view(handle, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=20)
+        assert fakes.calls["start_call"] == 1
+        await handle.execute_update(McpTaskWorkflow.approve_replay)
+
+    out = await run(env, fakes, steer=approve, replay=ReplayPolicy.WITH_APPROVAL)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_lost"]
+
+
+async def test_a_replay_not_approved_before_a_cancel_keeps_the_first_ending(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[AwaitOutput(not_found=True)])
+
+    async def refuse(handle: WorkflowHandle[Any, Any]) -> None:
+        await wait_for_view(handle, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=20)
+        await handle.execute_update(McpTaskWorkflow.cancel, "no")
+
+    out = await run(env, fakes, steer=refuse, replay=ReplayPolicy.WITH_APPROVAL)
+    assert out.outcome == Outcome.LOST and "not approved" in (out.reason or "") and fakes.calls["start_call"] == 1
+
+
+async def test_max_replays_is_the_bound(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[AwaitOutput(not_found=True)])
+    out = await run(env, fakes, replay=ReplayPolicy.ALWAYS, idempotent=True, max_replays=2)
+    assert out.outcome == Outcome.LOST and replays(out) == ["replay_lost", "replay_lost"]
+    assert fakes.calls["start_call"] == 3
+
+
+# --- the phases a task went through -------------------------------------------------------------------------
+
+
+async def test_a_run_through_input_a_lost_task_and_a_replay_makes_only_allowed_moves(env: WorkflowEnvironment) -> None:
+    """SUBMITTING → WORKING → INPUT_REQUIRED → WORKING → REPLAYING → SUBMITTING → WORKING → DONE: the machine checks
+    each move against TRANSITIONS itself, and a move it does not allow fails the workflow task (no outcome)."""
+    fakes = Fakes(start_call=[started(EXTENSION)],
+                  await_task=[asking(), AwaitOutput(not_found=True), done(text("ok"), era=EXTENSION)],
+                  answer_input=[None])
+    out = await run(env, fakes, steer=answer, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_lost"]
+    assert fakes.calls["await_task"] == 3 and fakes.calls["answer_input"] == 1
