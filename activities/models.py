@@ -26,7 +26,7 @@ ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
 
 
 class PollSchedule(_Model):
-    """How often a waiting task is polled, by its age (issue 14: the cost of waiting).
+    """How often a waiting task is polled, by its age (the cost of waiting).
 
     During a task's first ``after_s`` the server's ``pollInterval`` is used as is; after that the gap
     between two polls grows to ``age_fraction`` of the task's age (5 %: a task that ends after 40 minutes

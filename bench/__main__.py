@@ -12,10 +12,10 @@ One command, everything local (2-core budget: < 5 min with defaults, ``--quick``
 Phases (each can be skipped): ``floor``, ``ours``, ``naive``, ``minimal`` (same N / concurrency / duration / poll),
 ``light`` (ours and floor at light load), ``history`` (events per task, 5 s vs 1 h), ``inflight`` (RSS of one
 worker holding many tasks: 1,000 by default to stay under 5 minutes; the target, 2,000, with ``--inflight 2000``,
-about 4 minutes alone on 2 cores); issue 14, the cost of waiting (``bench.waiting``): ``aged`` (behind all the
+about 4 minutes alone on 2 cores); the cost of waiting (``bench.waiting``): ``aged`` (behind all the
 others: tasks back-dated to ages 1 min … 3 h), ``naive-wait``, and ``inflight-aged`` (2,000 tasks aged 10 min … 1 h,
 ``--only inflight-aged``, about 4 minutes alone).
-Prints a markdown table, the four targets of issue 14 last, and writes ``bench/results/latest.json``.
+Prints a markdown table, the four cost-of-waiting targets last, and writes ``bench/results/latest.json``.
 """
 
 from __future__ import annotations
@@ -425,7 +425,7 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     rpcs = None if design == "floor" else env.metrics() - rpc0
     state = http_json(base_url(url) + "/bench/state")
     out = summarize(design, records, t0, t1, state, cpu, rpcs, concurrency)
-    if design == "ours" and label == "-light":  # issue 14's delivery bound, for short tasks
+    if design == "ours" and label == "-light":  # the poll schedule's delivery bound, for short tasks
         out["poll_wait_checks"] = poll_wait_checks(records, state, poll_ms / 1000)
     if worker is not None:
         sdk = worker_metrics(sdk_port)
@@ -847,7 +847,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument(f"--skip-{name}", action="store_true")
     p.add_argument("--only", default="", help=f"comma-separated phases to run, all others skipped: {', '.join(PHASES)}"
                                               " (e.g. `--only inflight-aged --inflight-aged 2000`)")
-    g = p.add_argument_group("cost of waiting (issue 14)")
+    g = p.add_argument_group("cost of waiting")
     g.add_argument("--aged-tiles", type=int, default=None,
                    help="aged phase: ours tasks held open, back-dated to ages spread over 60…3600 s (default 40; quick 16)")
     g.add_argument("--aged-probes", type=int, default=None,
@@ -953,7 +953,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await env.start()
         if not args.skip_aged:
-            # Issue 14, T1 and T3: aged tasks wait in the background of every other phase (their own worker and
+            # The cost of waiting, T1 and T3: aged tasks wait in the background of every other phase (their own worker and
             # server; a few polls a minute), so the long window they need costs no wall time of its own.
             aged = AgedBackground(env, poll_ms=args.poll_ms, tiles=args.aged_tiles, probes=args.aged_probes,
                                   probe_max_age_s=args.aged_probe_max_age, minimal_tasks=args.aged_minimal,

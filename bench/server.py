@@ -23,7 +23,7 @@ It is the same stack as ``mcp_temporal_tasks.worker.demo_server`` (``fastmcp[tas
 
   ``POST /bench/reset`` clears it.
 
-**Simulated age** (``age_s``, issue 14): the bench must measure what a task costs an hour into its life without
+**Simulated age** (``age_s``): the bench must measure what a task costs an hour into its life without
 waiting an hour. A tool call with ``age_s = A`` is an ordinary task, but every reply about it says it was created
 ``A`` seconds earlier than it was: ``createdAt`` in the ``tools/call`` reply (``CreateTaskResult``) and in every
 ``tasks/get`` reply is moved back by ``A`` (so is ``lastUpdatedAt`` in the ``tools/call`` reply, where it equals

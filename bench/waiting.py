@@ -1,4 +1,4 @@
-"""Issue 14, the cost of waiting: what a task costs while it waits, by its age, for ours vs naive vs minimal.
+"""The cost of waiting: what a task costs while it waits, by its age, for ours vs naive vs minimal.
 
 Four phases feed the four targets (``waiting_targets``):
 
@@ -86,7 +86,7 @@ PHI = 0.6180339887498949
 FIRST_MINUTE_S = 60.0  # T1 counts the polls after a task's first minute
 HOUR_S = 3600.0
 AGE_FRACTION = 0.05  # T1's delivery bound: max(pollInterval, 5 % of the task's age)
-#: T4's baseline (issue 14, on this machine): CPU ms per 5 s task, worker + Temporal + MCP server.
+#: T4's baseline (on this machine, before the age-aware schedule): CPU ms per 5 s task, worker + Temporal + MCP server.
 BASELINE_OURS_MS, BASELINE_MINIMAL_MS = 92.0, 70.0
 NOISE = 0.05  # CPU per task moves by ±5 % from run to run here (README)
 DELIVERY_SLACK_S = 0.1  # one tasks/get round trip + timer slack on a busy 2-core machine
@@ -94,7 +94,7 @@ HEARTBEAT = "RecordActivityTaskHeartbeat"
 
 
 def schedule_under_test() -> dict[str, Any] | None:
-    """The worker's default age-aware poll schedule, if this checkout has one (issue 14's change)."""
+    """The worker's default age-aware poll schedule, if this checkout has one (the age-aware schedule)."""
     try:
         from mcp_temporal_tasks.activities.models import PollSchedule
     except ImportError:
@@ -868,7 +868,7 @@ def _t4(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def waiting_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 14's four targets: figure(s), threshold, met (None: not measured in this run)."""
+    """The four cost-of-waiting targets: figure(s), threshold, met (None: not measured in this run)."""
     return [_t1(res), _t2(res), _t3(res), _t4(res)]
 
 
@@ -899,7 +899,7 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
     sched_s = (f"after {sched['after_s']:g} s, gap = max(pollInterval, {sched['age_fraction']:g} × age) ≤ "
                f"{sched['max_interval_s']:g} s" if sched else "none in this checkout: ours polls at pollInterval")
     if aged or res.get("naive_wait") or res.get("inflight_aged"):
-        lines += ["", f"### Cost of waiting (issue 14) — the worker's poll schedule: {sched_s}"]
+        lines += ["", f"### Cost of waiting — the worker's poll schedule: {sched_s}"]
     if aged:
         t1 = aged["t1"]
         lines += ["", f"**Polls by age** (T1): {t1['tiles']} tasks back-dated to ages 60…3600 s, held {aged['window_s']:.0f} s "
@@ -959,7 +959,7 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
 
 
 def render_targets(targets: list[dict[str, Any]]) -> list[str]:
-    lines = ["", "### Targets — the cost of waiting (issue 14)", "", "| target | figure | threshold | met |",
+    lines = ["", "### Targets — the cost of waiting", "", "| target | figure | threshold | met |",
              "|---|---|---|---|"]
     for t in targets:
         met = "–" if t["met"] is None else "met" if t["met"] else "**not met**"

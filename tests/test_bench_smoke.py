@@ -1,5 +1,5 @@
 """Smoke test of the benchmark: ``python -m bench --quick`` runs end to end (about 2 minutes on 2 cores) and reports
-every figure for every design, with every task completed, and issue 14's four targets each met or not met."""
+every figure for every design, with every task completed, and the four cost-of-waiting targets each met or not met."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def test_bench_quick(tmp_path: Path) -> None:
     # The markdown table: every design row, the ratios, history, in-flight memory, the cost of waiting, targets.
     for needle in ("| design |", "| ours |", "| naive |", "| floor |", "| minimal durable", "throughput ours/naive",
                    "latency p50 ours/floor", "latency p50 ours−floor ms", "### History events per task",
-                   "tasks in flight on one worker process", "### Earlier targets", "### Cost of waiting (issue 14)",
+                   "tasks in flight on one worker process", "### Earlier targets", "### Cost of waiting",
                    "**Polls by age**", "**Temporal cost per task-hour of waiting**", "tasks in flight aged 10 min…1 h",
-                   "### Targets — the cost of waiting (issue 14)", "Total wall time"):
+                   "### Targets — the cost of waiting", "Total wall time"):
         assert needle in table, f"{needle!r} missing from the table:\n{table}"
 
     res = json.loads(out.read_text())
@@ -70,7 +70,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert {t["target"].split(" (")[0] for t in res["earlier_targets"]} >= {
         "throughput ≥ 2× naive", "latency p50 ≤ floor + 150 ms"}
 
-    # Issue 14: the figures behind the four targets were measured...
+    # The figures behind the four targets were measured...
     t1 = res["aged"]["t1"]
     assert t1["polls_per_task_hour"] > 0 and t1["gaps_measured"] > 0 and t1["deliveries"], t1
     assert all(d["poll_wait_s"] is not None for d in t1["deliveries"]), t1["deliveries"]
@@ -83,7 +83,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     # ...and each target is printed last, met or not met (which one depends on the worker, not on the bench).
     targets = res["targets"]
     assert [t["id"] for t in targets] == ["T1", "T2", "T3", "T4"]
-    section = table.split("### Targets — the cost of waiting (issue 14)", 1)[1]
+    section = table.split("### Targets — the cost of waiting", 1)[1]
     for t in targets:
         assert isinstance(t["met"], bool), t
         row = next(line for line in section.splitlines() if line.startswith(f"| {t['id']}: "))

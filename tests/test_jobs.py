@@ -1,4 +1,4 @@
-"""Job tools and long synchronous tools (issue 15), on servers written with others' SDKs.
+"""Job tools and long synchronous tools, on servers written with others' SDKs.
 
 The job tools (``start_export`` / ``get_export_status`` / ``download_export`` / ``cancel_export``) and the
 synchronous ``slow_progress`` are fixture tools of ours on the TypeScript SDK peer (2025-11-25 era) and on

@@ -1,4 +1,4 @@
-"""The age-aware poll schedule (issue 14), as plain functions: no Temporal, no server.
+"""The age-aware poll schedule, as plain functions: no Temporal, no server.
 
 The bounds asserted here are the issue's: after a task's first minute, at most 1/20 of the polls that
 polling at ``pollInterval`` would cost; every task seen within max(pollInterval, 5 % of its age); never a

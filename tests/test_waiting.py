@@ -1,4 +1,4 @@
-"""The age-aware poll schedule on real peers, through a worker that is SIGKILLed while it waits (issue 14).
+"""The age-aware poll schedule on real peers, through a worker that is SIGKILLed while it waits.
 
 The schedule is compressed so that its shape shows in seconds: the server's pollInterval (100 ms) for the first
 2 s of a task's age, then half the age between polls, at most 6 s. The same code runs with the defaults (60 s,

@@ -509,7 +509,7 @@ async def test_no_tasks_result_before_terminal(peer_logs: Path, ts_stdio: Peer, 
 
     Runs last in this module to scan everything above (and whatever ran earlier in the session against the
     same peers); it also makes a few calls itself so it is not vacuous when run alone. ``input_required`` is
-    the one non-terminal status the spec allows (to receive queued input requests; issue 4's relay uses it):
+    the one non-terminal status the spec allows (to receive queued input requests; the input relay uses it):
     this module never causes it, so here every line must show a terminal status.
     """
     for peer in (ts_stdio, ts_http_stateful, ts_http_stateless):
