@@ -14,7 +14,9 @@ modules (network clients, the CLI):
   :class:`McpTaskOutcome`, :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`,
   :class:`RequestMismatch`;
 * configuration from Python (``McpTasksPlugin(servers=...)``): :class:`ServerConfig`, :class:`ToolPolicy`,
-  :class:`JobBinding`, :class:`PollSchedule`.
+  :class:`JobBinding`, :class:`PollSchedule`, :class:`WorkerSettings`, :class:`Endpoint` (an inline server);
+* the machine itself: :class:`McpTaskWorkflow` (to register or start it by type), :class:`TaskView` (its
+  ``status`` query) and :class:`Phase`.
 """
 
 from __future__ import annotations
@@ -24,15 +26,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp_temporal_tasks.activities.models import JobBinding, PollSchedule, ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
     from mcp_temporal_tasks.workflows.client import RequestMismatch, get_outcome, outcome_of, start_mcp_task
     from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
     from mcp_temporal_tasks.workflows.models import (
         McpTaskOutcome,
         McpTaskRequest,
         Outcome,
+        Phase,
         ReplayPolicy,
         RequestTooLarge,
+        TaskView,
         Timeouts,
     )
     from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
@@ -55,12 +62,18 @@ _WHERE = {
     "ToolPolicy": "mcp_temporal_tasks.activities.models",
     "JobBinding": "mcp_temporal_tasks.activities.models",
     "PollSchedule": "mcp_temporal_tasks.activities.models",
+    "Endpoint": "mcp_temporal_tasks.activities.wire.models",
+    "WorkerSettings": "mcp_temporal_tasks.worker.config",
+    "McpTaskWorkflow": "mcp_temporal_tasks.workflows.mcp_task",
+    "TaskView": "mcp_temporal_tasks.workflows.models",
+    "Phase": "mcp_temporal_tasks.workflows.models",
 }
 
 __all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "outcome_of",
            "RequestMismatch", "McpTaskRequest",
            "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge",
-           "ServerConfig", "ToolPolicy", "JobBinding", "PollSchedule"]
+           "ServerConfig", "ToolPolicy", "JobBinding", "PollSchedule",
+           "Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"]
 
 
 def __getattr__(name: str) -> Any:

@@ -93,3 +93,14 @@ def test_the_diagrams_are_the_table() -> None:
     assert diagram in (ROOT / "README.md").read_text()
     doc = mcp_task.__doc__ or ""
     assert "\n".join("    " + line for line in diagram.splitlines()) in doc
+
+
+def test_the_public_types_a_user_needs_are_exported_lazily() -> None:
+    import mcp_temporal_tasks as api
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.worker.config import WorkerSettings
+    from mcp_temporal_tasks.workflows.models import TaskView
+
+    assert (api.Endpoint, api.WorkerSettings, api.McpTaskWorkflow, api.TaskView, api.Phase) == \
+        (Endpoint, WorkerSettings, mcp_task.McpTaskWorkflow, TaskView, Phase)
+    assert {"Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"} <= set(api.__all__)
