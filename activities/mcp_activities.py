@@ -64,6 +64,7 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
     ToolPolicy,
+    outcome_in_failure,
 )
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import (
@@ -96,8 +97,6 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
 )
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
-from mcp_temporal_tasks.workflows.errors import McpTaskError
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
@@ -596,17 +595,21 @@ class McpActivities:
         return value
 
     @activity.defn(name=FETCH_OUTCOME)
-    async def fetch_outcome(self, inp: FetchOutcomeInput) -> McpTaskOutcome:
-        """The outcome of an existing ``McpTaskWorkflow``: how a reset parent re-attaches to its child."""
+    async def fetch_outcome(self, inp: FetchOutcomeInput) -> dict[str, Any]:
+        """The outcome (JSON) of an existing ``McpTaskWorkflow``: how a reset parent re-attaches to its child.
+
+        A child that did not complete failed with the outcome as its failure's first detail; that is passed on
+        as is (the caller types it). Any other failure is raised: it is not an outcome.
+        """
         handle = activity.client().get_workflow_handle(inp.workflow_id)
         try:
             value = await self._heartbeating(handle.result(), lambda: {"waiting_for": inp.workflow_id})
         except WorkflowFailureError as err:
-            outcome = McpTaskError.outcome_of(err)
+            outcome = outcome_in_failure(err)
             if outcome is None:
                 raise
             return outcome
-        return value if isinstance(value, McpTaskOutcome) else McpTaskOutcome.model_validate(value)
+        return value if isinstance(value, dict) else value.model_dump(mode="json")
 
     @activity.defn(name=RELAY_INPUT)
     async def relay_input(self, inp: RelayInput) -> RelayOutput:

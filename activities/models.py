@@ -290,3 +290,26 @@ class LegacyInputRequest(_Model):
 __all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "DecodedPayload",
            "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
            "CancelInput", "CancelOutput", "AnswerInput"]
+
+
+#: ``ApplicationError.type`` prefix of a task that did not complete (``McpTaskToolError``, ``McpTaskLost``...).
+OUTCOME_FAILURE_PREFIX = "McpTask"
+
+
+def outcome_in_failure(err: BaseException | None) -> dict[str, Any] | None:
+    """The outcome (JSON) a task's failure carries as its first detail, from ``err`` or any of its causes; None
+    when there is none. The one reader of that shape: ``workflows.errors.McpTaskError.outcome_of`` types it, the
+    ``fetch_outcome`` activity passes it on."""
+    from temporalio.exceptions import ApplicationError
+
+    for _ in range(10):
+        if err is None:
+            return None
+        if isinstance(err, ApplicationError) and (err.type or "").startswith(OUTCOME_FAILURE_PREFIX) and err.details:
+            detail = err.details[0]
+            if isinstance(detail, dict):
+                return detail
+            if hasattr(detail, "model_dump"):
+                return detail.model_dump(mode="json")
+        err = getattr(err, "cause", None) or err.__cause__
+    return None

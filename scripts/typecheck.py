@@ -1,12 +1,14 @@
-"""mypy over the package as it installs: ``mcp_temporal_tasks.{workflows,activities,worker}``.
+"""The static gate over the package as it installs (``mcp_temporal_tasks.{workflows,activities,worker}`` and the
+modules of ``api/``): mypy, then the import layers (import-linter contracts in pyproject.toml).
 
-The repository keeps those folders at its top (pyproject's package-dir maps them), which mypy cannot follow;
+The repository keeps those folders at its top (pyproject's package-dir maps them), which neither tool can follow;
 so this builds a view of the installed layout out of symlinks under ``.typecheck/`` and checks that.
-Exit code: mypy's.
+Exit code: the first tool that failed (mypy's, then lint-imports').
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,8 @@ def build_view() -> Path:
     shutil.rmtree(VIEW, ignore_errors=True)
     package = VIEW / "mcp_temporal_tasks"
     package.mkdir(parents=True)
-    (package / "__init__.py").symlink_to(ROOT / "api" / "__init__.py")
+    for module in (ROOT / "api").glob("*.py"):
+        (package / module.name).symlink_to(module)
     for folder in ("workflows", "activities", "worker"):
         (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
     return VIEW
@@ -29,8 +32,14 @@ def build_view() -> Path:
 
 def main() -> int:
     view = build_view()
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "mcp_temporal_tasks"]
-    return subprocess.call(cmd, cwd=view)
+    mypy = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "mcp_temporal_tasks"]
+    code = subprocess.call(mypy, cwd=view)
+    if code:
+        return code
+    # The layers are checked on the same view: grimp finds the package there first (PYTHONPATH), not the
+    # editable install whose folders it could not walk.
+    lint = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache", str(ROOT / "pyproject.toml")]
+    return subprocess.call(lint, cwd=view, env={**os.environ, "PYTHONPATH": str(view)})
 
 
 if __name__ == "__main__":

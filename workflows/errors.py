@@ -11,13 +11,12 @@ is lost: :meth:`McpTaskError.outcome_of` reads it back from any failure that car
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio.exceptions import ApplicationError
 
+from mcp_temporal_tasks.activities.models import OUTCOME_FAILURE_PREFIX, outcome_in_failure
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome
 
-TYPE_PREFIX = "McpTask"
+TYPE_PREFIX = OUTCOME_FAILURE_PREFIX
 #: How much of the server's text the failure message (the UI's one line) carries; the outcome detail has it all.
 DETAIL_CAP = 512
 
@@ -57,16 +56,12 @@ class McpTaskError(ApplicationError):
     @staticmethod
     def outcome_of(err: BaseException | None) -> McpTaskOutcome | None:
         """The outcome carried by ``err`` or any of its causes, or None when it carries none."""
-        seen = 0
-        while err is not None and seen < 10:
-            if isinstance(err, McpTaskError):
-                return err.outcome
-            if isinstance(err, ApplicationError) and (err.type or "").startswith(TYPE_PREFIX) and err.details:
-                detail: Any = err.details[0]
-                if isinstance(detail, McpTaskOutcome):
-                    return detail
-                if isinstance(detail, dict):
-                    return McpTaskOutcome.model_validate(detail)
-            err = getattr(err, "cause", None) or err.__cause__
-            seen += 1
-        return None
+        probe = err
+        for _ in range(10):  # raised in this process: the typed outcome as it was
+            if probe is None:
+                break
+            if isinstance(probe, McpTaskError):
+                return probe.outcome
+            probe = getattr(probe, "cause", None) or probe.__cause__
+        detail = outcome_in_failure(err)  # crossed a process: its JSON
+        return McpTaskOutcome.model_validate(detail) if detail is not None else None

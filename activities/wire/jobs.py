@@ -22,16 +22,48 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcp_temporal_tasks.activities.wire.client import McpTaskClient, ProgressHandler
 from mcp_temporal_tasks.activities.wire.errors import CapabilityUnavailable, PayloadUnusable, ProtocolViolation
 from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text
 from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo, StartResult, TaskPayload, TaskState
 
-if TYPE_CHECKING:  # the binding is configuration, defined above the wire
-    from mcp_temporal_tasks.activities.models import JobBinding
+
+class JobSpec(Protocol):
+    """What the wire reads of a job binding. The binding itself is configuration, defined above the wire
+    (``activities.models.JobBinding``), which the wire does not import."""
+
+    @property
+    def submit(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def job_id_pattern(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def status_arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def states(self) -> Mapping[str, str]: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def result_arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def cancel(self) -> str | None: ...
+    @property
+    def cancel_arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def poll_interval_s(self) -> float: ...
 
 _MISSING = object()
 
@@ -89,7 +121,7 @@ def document_of(reply: dict[str, Any]) -> Any:
 class JobTasks:
     """One server session's job tools, per :class:`JobBinding`, in the interface of :class:`McpTaskClient`."""
 
-    def __init__(self, client: McpTaskClient, binding: JobBinding) -> None:
+    def __init__(self, client: McpTaskClient, binding: JobSpec) -> None:
         self.client = client
         self.binding = binding
 
