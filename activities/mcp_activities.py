@@ -40,9 +40,10 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from mcp_temporal_tasks.activities.models import (
+    OUTCOME_MEMO,
     AnswerInput,
     AwaitInput,
     AwaitOutput,
@@ -606,7 +607,10 @@ class McpActivities:
             value = await self._heartbeating(handle.result(), lambda: {"waiting_for": inp.workflow_id})
         except WorkflowFailureError as err:
             outcome = outcome_in_failure(err)
-            if outcome is None:
+            if outcome is None and isinstance(err.cause, CancelledError):
+                # Cancelled on purpose: the outcome is in the memo (a cancellation carries no details).
+                outcome = (await (await handle.describe()).memo()).get(OUTCOME_MEMO)
+            if not isinstance(outcome, dict):
                 raise
             return outcome
         return value if isinstance(value, dict) else value.model_dump(mode="json")

@@ -294,6 +294,8 @@ __all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "
 
 #: ``ApplicationError.type`` prefix of a task that did not complete (``McpTaskToolError``, ``McpTaskLost``...).
 OUTCOME_FAILURE_PREFIX = "McpTask"
+#: Memo key of the outcome of a task that ended Canceled (a cancellation carries no details).
+OUTCOME_MEMO = "outcome"
 
 
 def outcome_in_failure(err: BaseException | None) -> dict[str, Any] | None:

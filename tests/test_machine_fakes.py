@@ -510,3 +510,33 @@ async def test_a_run_through_input_a_lost_task_and_a_replay_makes_only_allowed_m
     out = await run(env, fakes, steer=answer, **REPLAY)
     assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_lost"]
     assert fakes.calls["await_task"] == 3 and fakes.calls["answer_input"] == 1
+
+
+async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome_kept(env: WorkflowEnvironment) -> None:
+    """handle.cancel() (what `mcp-tasks cancel` sends): the UI shows Canceled, and outcome_of still reads the whole
+    outcome (from the memo: a cancellation carries no details). The cancel update still ends Failed."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
+                     settle=[AwaitOutput(state=task("cancelled"), polls=1)])
+    handles: list[WorkflowHandle[Any, Any]] = []
+
+    async def cancel(handle: WorkflowHandle[Any, Any]) -> None:
+        await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=20)
+        handles.append(handle)
+        await handle.cancel()
+
+    out = await run(env, fakes, steer=cancel, record="cancelled_through_temporal_canceled")
+    assert out.outcome == Outcome.CANCELLED and out.task_id == "t-1" and fakes.calls["cancel_task"] == 1
+    assert (await handles[0].describe()).status == WorkflowExecutionStatus.CANCELED
+
+    by_update: list[WorkflowHandle[Any, Any]] = []
+
+    async def update(handle: WorkflowHandle[Any, Any]) -> None:
+        await cancel_when_working(handle)
+        by_update.append(handle)
+
+    again = await run(env, Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
+                                    settle=[AwaitOutput(state=task("cancelled"), polls=1)]), steer=update)
+    assert again.outcome == Outcome.CANCELLED
+    assert (await by_update[0].describe()).status == WorkflowExecutionStatus.FAILED

@@ -30,7 +30,8 @@ def test_histories_are_committed() -> None:
             "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent",
             "tool_error_legacy_fails_workflow", "job_completed_legacy", "job_completed_extension",
             "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension",
-            "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost"} <= names
+            "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost",
+            "cancelled_through_temporal_canceled"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

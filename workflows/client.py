@@ -11,8 +11,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 
+from mcp_temporal_tasks.activities.models import OUTCOME_MEMO
 from mcp_temporal_tasks.activities.wire.contract import canonical_json
 from mcp_temporal_tasks.workflows.errors import McpTaskError
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
@@ -136,6 +137,10 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
         return await handle.result()
     except WorkflowFailureError as err:
         outcome = McpTaskError.outcome_of(err)
+        if outcome is None and isinstance(err.cause, CancelledError):
+            # Cancelled on purpose shows as Canceled; its outcome is in the memo.
+            memo = await (await handle.describe()).memo()
+            outcome = McpTaskOutcome.model_validate(memo[OUTCOME_MEMO]) if OUTCOME_MEMO in memo else None
         if outcome is None:
             raise
         return outcome

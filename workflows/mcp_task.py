@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         McpActivities,
     )
     from mcp_temporal_tasks.activities.models import (
+        OUTCOME_MEMO,
         AnswerInput,
         AwaitInput,
         AwaitOutput,
@@ -127,6 +128,9 @@ LONG_WAIT_HEARTBEAT = "long-wait-heartbeat"
 #: from a read refused by the server or a gateway ("temporarily unavailable, try again"): it never justifies a
 #: replay by itself. Asked only for such an ending classified retryable; histories from before keep replaying.
 ERROR_REPLY_NEVER_REPLAYS = "error-reply-payload-never-replays"
+#: A task cancelled through Temporal ends as Canceled (its outcome in the memo) instead of failing with
+#: McpTaskCancelled: histories from before keep failing as they did.
+CANCELLED_SHOWS_CANCELED = "cancelled-shows-canceled"
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 LEDGER_CONTRACT_CAP = 16 * 1024
@@ -316,6 +320,14 @@ class McpTaskWorkflow:
         # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only
         # for those outcomes, so a completed task's history does not grow.
         if outcome.outcome != Outcome.COMPLETED and workflow.patched(FAIL_UNLESS_COMPLETED):
+            if (outcome.outcome == Outcome.CANCELLED and self.m.cancel_requested
+                    and workflow.patched(CANCELLED_SHOWS_CANCELED)):
+                # Cancelled on purpose (mcp-tasks cancel, handle.cancel(), a cancelled parent): Temporal shows it
+                # as Canceled. A cancellation carries no details, so the outcome goes to the memo, where
+                # outcome_of and the fetch_outcome activity read it.
+                workflow.upsert_memo({OUTCOME_MEMO: outcome.model_dump(mode="json")})
+                raise CancelledError(f"MCP task {self.req.tool} on {outcome.ledger.server} cancelled: "
+                                     f"{outcome.reason or 'by request'}")
             raise McpTaskError(outcome)
         return outcome
 
@@ -368,13 +380,18 @@ class McpTaskWorkflow:
             reason = replay
 
     async def _settle_after_cancel(self) -> Ending:
-        self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
+        self._cancelled_by_temporal()
         if self.m.task_state is None or self.m.session is None:
             return Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=self.m.cancel_reason)
         try:
             await self._cancel_and_settle(self.m.task_state)
         except _Ended as end:
             return end.ending
+
+    def _cancelled_by_temporal(self) -> None:
+        """The workflow itself was cancelled (not the ``cancel`` update): remembered, and shown as Canceled."""
+        self.m.cancel_requested = True
+        self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
 
     def _max_replays(self) -> int:
         if self.req.max_replays is not None:
@@ -826,7 +843,7 @@ class McpTaskWorkflow:
             except asyncio.CancelledError:
                 if handle.done() and handle.cancelled():
                     raise
-                self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
+                self._cancelled_by_temporal()
 
     async def _interruptible_wait(self, ready: Any, *, timeout_s: float | None = None) -> bool:
         """Wait for ``ready()``; False on cancellation or timeout. Workflow cancellation is remembered."""
@@ -837,7 +854,7 @@ class McpTaskWorkflow:
         except builtins.TimeoutError:
             return False
         except asyncio.CancelledError:
-            self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
+            self._cancelled_by_temporal()
             return False
         return self.m.cancel_reason is None and ready()
 

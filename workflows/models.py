@@ -391,6 +391,8 @@ class MachineState(_Model):
     legacy_inputs: dict[str, LegacyInputRecord] = Field(default_factory=dict)
     #: Why the task is being cancelled (an update, workflow cancellation, the deadline, an input timeout).
     cancel_reason: str | None = None
+    #: The workflow itself was cancelled through Temporal (it then ends as Canceled, not Failed).
+    cancel_requested: bool = False
     approved: bool = False
     output_schema: dict[str, Any] | None = None
     outcome: McpTaskOutcome | None = None
