@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,25 @@ def test_the_public_types_a_user_needs_are_exported_lazily() -> None:
     assert (api.Endpoint, api.WorkerSettings, api.McpTaskWorkflow, api.TaskView, api.Phase) == \
         (Endpoint, WorkerSettings, mcp_task.McpTaskWorkflow, TaskView, Phase)
     assert {"Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"} <= set(api.__all__)
+
+
+def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -> None:
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.converter import DataConverter
+
+    from mcp_temporal_tasks.workflows.errors import McpTaskError, McpTaskFailureConverter
+    from mcp_temporal_tasks.workflows.models import Ledger, McpTaskOutcome
+
+    ledger = Ledger(server="demo", tool="t", request_digest="sha256:0", created_at=datetime.now(UTC))
+    outcome = McpTaskOutcome(workflow_id="w", outcome=Outcome.TOOL_ERROR, ledger=ledger,
+                             result={"content": [{"type": "text", "text": "HTTP 429 Too Many Requests"}],
+                                     "isError": True})
+    converter = McpTaskFailureConverter()
+    for exc, traced in ((McpTaskError(outcome), False), (RuntimeError("a bug"), True)):
+        try:
+            raise exc
+        except BaseException as raised:  # noqa: BLE001
+            failure = Failure()
+            converter.to_failure(raised, DataConverter.default.payload_converter, failure)
+        assert bool(failure.stack_trace) is traced, failure
+    assert "HTTP 429 Too Many Requests" in str(McpTaskError(outcome))

@@ -11,6 +11,8 @@ is lost: :meth:`McpTaskError.outcome_of` reads it back from any failure that car
 
 from __future__ import annotations
 
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError
 
 from mcp_temporal_tasks.activities.models import OUTCOME_FAILURE_PREFIX, outcome_in_failure
@@ -65,3 +67,14 @@ class McpTaskError(ApplicationError):
             probe = getattr(probe, "cause", None) or probe.__cause__
         detail = outcome_in_failure(err)  # crossed a process: its JSON
         return McpTaskOutcome.model_validate(detail) if detail is not None else None
+
+
+class McpTaskFailureConverter(DefaultFailureConverter):
+    """Temporal's failure converter, except that a task's outcome failure carries no Python stack trace: it is an
+    outcome, not a crash, and the UI's Result pane should show the outcome (message and details), not the SDK's
+    frames. ``McpTasksPlugin`` installs it where the data converter still has the default one."""
+
+    def to_failure(self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        if isinstance(exception, ApplicationError) and (exception.type or "").startswith(TYPE_PREFIX):
+            failure.stack_trace = ""
