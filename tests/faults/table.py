@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT = Path(__file__).with_name("last_matrix.json")
-FAULT_ORDER = ["Refuse", "ResetAfterSend", "Stall", "Malformed", "Truncated", "Status500", "RateLimit"]
+FAULT_ORDER = ["Refuse", "ResetAfterSend", "Stall", "Malformed", "Truncated", "Status500", "RateLimit",
+               "RpcError-32603×once", "RpcError-32603×thrice", "RpcError-32603×always"]
 METHOD_ORDER = ["initialize", "server/discover", "tools/list", "tools/call", "tasks/get", "tasks/result",
-                "tasks/update", "tasks/cancel", "hostile"]
+                "tasks/result:failed", "tasks/update", "tasks/cancel", "hostile"]
+TITLES = {"legacy": "2025-11-25, TS SDK stateful HTTP", "extension": "2026-07-28, fastmcp",
+          "legacy-py1": "2025-11-25, the official Python SDK mcp 1.30.0"}
 
 
 def _order(seq: list[str], value: str) -> tuple[int, str]:
@@ -41,7 +44,7 @@ def grids(cells: list[dict[str, Any]]) -> str:
         methods = sorted({c["method"] for c in group}, key=lambda m: _order(METHOD_ORDER, m))
         faults = sorted({c["fault"] for c in group}, key=lambda f: _order(FAULT_ORDER, f))
         by = {(c["fault"], c["method"]): c for c in group}
-        title = "2025-11-25, TS SDK stateful HTTP" if era == "legacy" else "2026-07-28, fastmcp"
+        title = TITLES.get(era, era)
         out.append(f"#### {era} ({title}), replay={'always (idempotent)' if replay else 'never'}\n")
         out.append("| fault | " + " | ".join(f"`{m}`" for m in methods) + " |")
         out.append("|---|" + "---|" * len(methods))
@@ -67,13 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.table", description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=DEFAULT)
     parser.add_argument("--cells", action="store_true", help="one row per cell instead of grids")
+    parser.add_argument("--fault", default="", help="only the cells whose fault starts with this (e.g. RpcError)")
     args = parser.parse_args(argv)
     try:
         data = json.loads(args.file.read_text())
     except FileNotFoundError:
         print(f"{args.file} not found: run `pytest -p tests.strict_skips tests/test_faults.py` first", file=sys.stderr)
         return 1
-    cells = list(data.get("cells", {}).values())
+    cells = [c for c in data.get("cells", {}).values() if str(c.get("fault", "")).startswith(args.fault)]
     passed = sum(1 for c in cells if c.get("passed"))
     print(f"Fault matrix ({data.get('updated', '?')}): {passed}/{len(cells)} cells as expected.\n")
     print(rows(cells) if args.cells else grids(cells))
