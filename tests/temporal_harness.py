@@ -29,6 +29,7 @@ from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.devserver import temporal_binary
 from mcp_temporal_tasks.worker.runner import run_workers
 from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, Timeouts
+from tests.peers.harness import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,9 +196,34 @@ def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 
 
-def tool_calls(peer: Any, mark: int, tool: str) -> list[dict[str, Any]]:
-    """The tools/call requests of ``tool`` the server logged since ``mark`` (what the server counted)."""
-    return [line for line in peer.log_since(mark) if line.get("method") == "tools/call" and line.get("tool") == tool]
+def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "tools/call") -> list[dict[str, Any]]:
+    """The ``method`` requests (of ``tool``, if named) the server logged since ``mark``: what the server counted."""
+    return [line for line in peer.log_since(mark)
+            if line.get("method") == method and (tool is None or line.get("tool") == tool)]
+
+
+async def settled_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "tools/call") -> int:
+    """The server's count once a late request would have shown up (half a second later)."""
+    await asyncio.sleep(0.5)
+    return len(tool_calls(peer, mark, tool, method=method))
+
+
+async def until(predicate: Any, timeout_s: float, what: str) -> Any:
+    """Poll a synchronous ``predicate`` (in a thread) until it is truthy; fail the test naming ``what``."""
+    value = await asyncio.to_thread(wait_until, predicate, timeout_s=timeout_s)
+    assert value, f"timed out after {timeout_s:g}s waiting for {what}"
+    return value
+
+
+async def keep_history(handle: Any, name: str) -> None:
+    """Record ``handle``'s history for the replay test (tests/test_replay.py) when MCP_TASKS_RECORD_HISTORIES=1: a
+    missing one is written; an existing one only with MCP_TASKS_RECORD_HISTORIES_OVERWRITE=1 (old histories are
+    what keeps old runs safe)."""
+    path = REPO_ROOT / "tests" / "histories" / f"{name}.json"
+    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and (
+            not path.exists() or os.environ.get("MCP_TASKS_RECORD_HISTORIES_OVERWRITE") == "1"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text((await handle.fetch_history()).to_json())
 
 
 async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:

@@ -41,13 +41,14 @@ from mcp_temporal_tasks.workflows.models import (
     Timeouts,
 )
 from tests.faults import FaultProxy, Malformed, Rewrite, Stall, Status
-from tests.faults.proxy import wait_for
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     REPO_ROOT,
     address_of,
+    settled_calls,
     tool_calls,
     unique,
+    until,
     wait_for_view,
     worker_process,
     write_config,
@@ -67,22 +68,6 @@ REPLAY_ALWAYS: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": Tr
 
 def measured(name: str, seconds: float, bound: float) -> None:
     print(f"[measured] {name}: {seconds:.1f}s (bound {bound:.0f}s)", flush=True)
-
-
-def calls(peer: Peer, mark: int, tool: str) -> int:
-    return len(tool_calls(peer, mark, tool))
-
-
-async def settled_calls(peer: Peer, mark: int, tool: str) -> int:
-    """The server's tools/call count once a late one would have shown up."""
-    await asyncio.sleep(0.5)
-    return calls(peer, mark, tool)
-
-
-async def until(predicate: Any, timeout_s: float, what: str) -> Any:
-    value = await asyncio.to_thread(wait_for, predicate, timeout_s)
-    assert value, f"timed out after {timeout_s:g}s waiting for {what}"
-    return value
 
 
 async def history_summary(handle: Any) -> list[str]:
@@ -204,7 +189,7 @@ async def test_worker_killed_while_submitting(ts_http_stateful: Peer, temporal_e
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="legacy", tool="slow_echo", arguments={"seconds": 2, "text": "once"}, timeouts=KILL),
                 workflow_id=unique("ksub"), task_queue=queue)
-            await until(lambda: stall.fired == 1 and calls(peer, mark, "slow_echo"), 30,
+            await until(lambda: stall.fired == 1 and len(tool_calls(peer, mark, "slow_echo")), 30,
                         "tools/call at the server")
             await asyncio.sleep(0.5)
             first.kill()
@@ -374,7 +359,7 @@ async def test_oversized_arguments_refused_before_start(size: str, fastmcp_serve
     finally:
         with contextlib.suppress(RPCError):
             await client.get_workflow_handle(wid).terminate("test: an oversized request must never start")
-    assert calls(fastmcp_server, mark, "slow_echo") == 0
+    assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 0
     assert str(MAX_ARGUMENTS_BYTES) in str(refused.value)
     with pytest.raises(RPCError) as missing:
         await client.get_workflow_handle(wid).describe()

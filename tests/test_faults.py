@@ -39,7 +39,7 @@ from tests.faults import (
     Truncated,
 )
 from tests.peers.harness import Peer
-from tests.temporal_harness import unique, wait_for_view
+from tests.temporal_harness import tool_calls, unique, wait_for_view
 
 # --- the expectations ------------------------------------------------------------------------------
 
@@ -149,10 +149,6 @@ def record(cell: dict[str, Any]) -> None:
     MATRIX_FILE.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
-def tool_calls(peer: Peer, mark: int, tool: str) -> int:
-    return len([x for x in peer.log_since(mark) if x.get("method") == "tools/call" and x.get("tool") == tool])
-
-
 # --- one cell ------------------------------------------------------------------------------------
 
 
@@ -204,7 +200,7 @@ async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str,
         got, out, tool, _ = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
         elapsed = time.monotonic() - t0
         await asyncio.sleep(0.5)  # a late tools/call would show up by now
-        calls = tool_calls(peer, mark, tool)
+        calls = len(tool_calls(peer, mark, tool))
         fired = rule.fired
     floor = min_elapsed_s(method, fault)
     checks = {
@@ -303,7 +299,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
             await handle.terminate("hostile payload: no outcome in time")
         elapsed = time.monotonic() - t0
         await asyncio.sleep(0.5)
-        calls = tool_calls(peer, mark, "slow_echo")
+        calls = len(tool_calls(peer, mark, "slow_echo"))
     history = await handle.fetch_history()
     biggest = max(e.ByteSize() for e in history.events)
     checks: dict[str, bool] = {"outcome": got == want, "one_call": calls == 1, "bounded": elapsed < bound,
@@ -444,7 +440,7 @@ async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read:
         elapsed = time.monotonic() - t0
         await asyncio.sleep(0.5)  # a late tools/call would show up by now
         fired = terminal.fired if terminal is not None else rule.fired
-        return {"outcome": got, "out": out, "calls": tool_calls(peer, mark, tool), "seconds": elapsed,
+        return {"outcome": got, "out": out, "calls": len(tool_calls(peer, mark, tool)), "seconds": elapsed,
                 "fired": fired, "seen": proxy.seen(method)}
 
 

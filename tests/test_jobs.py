@@ -28,6 +28,7 @@ from tests.temporal_harness import (
     REPO_ROOT,
     address_of,
     in_process_worker,
+    keep_history,
     tool_calls,
     unique,
     wait_for_view,
@@ -65,14 +66,9 @@ async def run_job(client: Client, servers_cfg: dict[str, ServerConfig], argument
                                       workflow_id=unique("job"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 60)
     # A job's history joins the committed ones (tests/test_replay.py) when recording is asked for.
-    path = REPO_ROOT / "tests" / "histories" / f"{record}.json"
-    if record and os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
-        path.write_text((await handle.fetch_history()).to_json())
+    if record:
+        await keep_history(handle, record)
     return out
-
-
-def calls(peer: Peer, mark: int, tool: str) -> int:
-    return len(tool_calls(peer, mark, tool))
 
 
 async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, client: Client) -> None:
@@ -84,9 +80,9 @@ async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, clien
     assert out.result is not None and [r["n"] for r in out.result["structuredContent"]["rows"]] == [1, 2, 3, 4]
     assert out.ledger.tool == "export" and out.ledger.task_ids == [out.task_id]
     assert [a.reason for a in out.operation_attempts] == ["initial"]
-    assert calls(job_peer, mark, "start_export") == 1
-    assert calls(job_peer, mark, "get_export_status") >= 2
-    assert calls(job_peer, mark, "download_export") == 1
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
+    assert len(tool_calls(job_peer, mark, "get_export_status")) >= 2
+    assert len(tool_calls(job_peer, mark, "download_export")) == 1
 
 
 async def test_a_job_done_before_its_id_came_back_completes_on_the_first_status_read(job_peer: Peer,
@@ -95,7 +91,7 @@ async def test_a_job_done_before_its_id_came_back_completes_on_the_first_status_
     out = await run_job(client, servers(job_peer), {"seconds": 0, "rows": 1})
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
     assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}]
-    assert calls(job_peer, mark, "get_export_status") == 1
+    assert len(tool_calls(job_peer, mark, "get_export_status")) == 1
 
 
 async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_peer: Peer, client: Client) -> None:
@@ -104,7 +100,7 @@ async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_pee
     out = await run_job(client, servers(job_peer, export=binding), {"seconds": 0.5})
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
     assert out.result is not None and out.result["structuredContent"]["state"] == "succeeded"
-    assert calls(job_peer, mark, "download_export") == 0
+    assert len(tool_calls(job_peer, mark, "download_export")) == 0
 
 
 async def test_a_failed_job_keeps_the_servers_error_text(job_peer: Peer, client: Client) -> None:
@@ -113,7 +109,7 @@ async def test_a_failed_job_keeps_the_servers_error_text(job_peer: Peer, client:
     assert out.outcome == Outcome.FAILED, (out.outcome, out.reason)
     assert out.error is not None and "disk quota exceeded on volume exports-1" in out.error.message
     assert out.status_message is not None and "disk quota exceeded" in out.status_message
-    assert calls(job_peer, mark, "start_export") == 1, "a failed job is not submitted again"
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1, "a failed job is not submitted again"
 
 
 async def test_a_job_is_cancelled_through_its_cancel_tool(job_peer: Peer, client: Client) -> None:
@@ -128,8 +124,8 @@ async def test_a_job_is_cancelled_through_its_cancel_tool(job_peer: Peer, client
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.CANCELLED, (out.outcome, out.reason)
     assert out.task_id == view.task_id and out.task_status == "cancelled"
-    assert calls(job_peer, mark, "cancel_export") == 1
-    assert calls(job_peer, mark, "start_export") == 1
+    assert len(tool_calls(job_peer, mark, "cancel_export")) == 1
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
 
 
 async def test_a_status_reply_that_does_not_match_the_binding_is_decode_failed(job_peer: Peer, client: Client) -> None:
@@ -139,7 +135,7 @@ async def test_a_status_reply_that_does_not_match_the_binding_is_decode_failed(j
     assert out.reason is not None and "without a state at /state" in out.reason
     raw = json.dumps(out.raw_payload)
     assert '"phase"' in raw and "??" in raw, f"the status reply was not kept: {raw[:300]}"
-    assert calls(job_peer, mark, "start_export") == 1, "decode_failed is never replayed"
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1, "decode_failed is never replayed"
     # A state the binding does not map is the same: nothing guesses what "running" means without it.
     unmapped = {**EXPORT, "states": {"succeeded": "completed", "failed": "failed"}}
     out = await run_job(client, servers(job_peer, export=unmapped), {"seconds": 30})
@@ -154,7 +150,7 @@ async def test_a_submit_reply_without_a_job_id_is_decode_failed_and_never_resubm
                         replay="always", idempotent=True)
     assert out.outcome == Outcome.DECODE_FAILED, (out.outcome, out.reason)
     assert out.reason is not None and "structuredContent/id" in out.reason
-    assert calls(job_peer, mark, "start_export") == 1
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
 
 
 async def test_a_job_id_can_be_taken_from_text_by_pattern(job_peer: Peer, client: Client) -> None:
@@ -170,7 +166,7 @@ async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: P
         out = await run_job(client, servers(job_peer, url=proxy.url), {"seconds": 1})
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     await asyncio.sleep(0.5)
-    assert calls(job_peer, mark, "start_export") == 1
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
 
 
 TRANSIENT = {"code": -32603, "message": "temporarily unavailable, try again"}
@@ -204,8 +200,8 @@ async def test_a_json_rpc_error_from_a_read_tool_is_retried_never_resubmitted(jo
     assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}, {"n": 2}]
     assert [a.reason for a in out.operation_attempts] == ["initial"]
     await asyncio.sleep(0.5)
-    assert calls(job_peer, mark, "start_export") == 1
-    assert calls(job_peer, mark, "get_export_status" if read == "status" else "download_export") >= 2
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
+    assert len(tool_calls(job_peer, mark, "get_export_status" if read == "status" else "download_export")) >= 2
 
 
 async def test_a_binding_that_allows_replay_resubmits_after_a_lost_reply(job_peer: Peer, client: Client) -> None:
@@ -217,7 +213,7 @@ async def test_a_binding_that_allows_replay_resubmits_after_a_lost_reply(job_pee
         out = await run_job(client, servers(job_peer, url=proxy.url, export=binding), {"seconds": 0.5})
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
     assert [a.reason for a in out.operation_attempts] == ["initial", "replay_unknown_outcome"]
-    assert calls(job_peer, mark, "start_export") == 2
+    assert len(tool_calls(job_peer, mark, "start_export")) == 2
 
 
 async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: Any, tmp_path: Path) -> None:
@@ -232,14 +228,14 @@ async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: A
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await asyncio.sleep(1.5)
         first.kill()
-    polls_before = calls(job_peer, mark, "get_export_status")
+    polls_before = len(tool_calls(job_peer, mark, "get_export_status"))
     with worker_process(address, queue, cfg):
         out = await asyncio.wait_for(outcome_of(handle), 90)
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
     assert out.task_id == view.task_id
     assert out.result is not None and len(out.result["structuredContent"]["rows"]) == 2
-    assert calls(job_peer, mark, "start_export") == 1
-    assert calls(job_peer, mark, "get_export_status") > polls_before, "the new worker never polled the job"
+    assert len(tool_calls(job_peer, mark, "start_export")) == 1
+    assert len(tool_calls(job_peer, mark, "get_export_status")) > polls_before, "the new worker never polled the job"
     events = [e async for e in handle.fetch_history_events()]
     # O(1) whatever the polls: 21 for an undisturbed job, a few more when the kill strands workflow tasks on the
     # dead worker's sticky queue; the activities are the submit and one wait.
@@ -308,7 +304,7 @@ async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_p
     assert out_.result is not None and f"done after {SYNC_S}s" in out_.result["content"][0]["text"]
     steps = [m for m in seen if m.startswith("step ")]
     assert len(steps) >= 3, f"progress seen by `mcp-tasks status`: {seen}; last: {last[:600]}"
-    assert calls(peer, mark, "slow_progress") == 1
+    assert len(tool_calls(peer, mark, "slow_progress")) == 1
 
 
 async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_called_again(
@@ -320,7 +316,7 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
     with worker_process(address, queue, cfg) as first:
         handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sk"), task_queue=queue)
         for _ in range(100):
-            if calls(peer, mark, "slow_progress"):
+            if tool_calls(peer, mark, "slow_progress"):
                 break
             await asyncio.sleep(0.1)
         await asyncio.sleep(3)
@@ -332,7 +328,7 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     assert elapsed < SYNC_S - 10, f"{elapsed:.0f}s after the kill: the call's bound was waited out"
     await asyncio.sleep(1)
-    assert calls(peer, mark, "slow_progress") == 1, "called again after the worker died"
+    assert len(tool_calls(peer, mark, "slow_progress")) == 1, "called again after the worker died"
     # The default policy never replays: the ledger shows one attempt, ended unknown_outcome.
     assert [a.ended for a in out.operation_attempts] == ["unknown_outcome"]
 
@@ -354,4 +350,4 @@ async def test_mcp_tasks_run_runs_a_job_like_a_task(ts_http_stateful: Peer, temp
     outcome = json.loads(out)
     assert outcome["outcome"] == "completed" and outcome["task_id"].startswith("exp-"), out[:500]
     assert outcome["ledger"]["tool"] == "export"
-    assert calls(peer, mark, "start_export") == 1
+    assert len(tool_calls(peer, mark, "start_export")) == 1

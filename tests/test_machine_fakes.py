@@ -10,7 +10,6 @@ One test (or parametrised case) per ending site of ``workflows/mcp_task.py`` and
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -70,7 +69,7 @@ from mcp_temporal_tasks.workflows.models import (
     ReplayPolicy,
     Timeouts,
 )
-from tests.temporal_harness import REPO_ROOT, wait_for_view
+from tests.temporal_harness import keep_history, wait_for_view
 
 pytestmark = pytest.mark.fast
 
@@ -193,9 +192,8 @@ async def run(env: WorkflowEnvironment, fakes: Fakes, *, steer: Callable[[Workfl
         if steer is not None:
             await steer(handle)
         out = await asyncio.wait_for(outcome_of(handle), 30)
-    path = REPO_ROOT / "tests" / "histories" / f"{record}.json"
-    if record and os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
-        path.write_text((await handle.fetch_history()).to_json())
+    if record:
+        await keep_history(handle, record)
     return out
 
 

@@ -42,31 +42,14 @@ from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.fixtures.user_app import Plan, Step, UserAgent
-from tests.peers.harness import Peer, wait_until
-from tests.temporal_harness import ProcessUnderTest, address_of, unique
+from tests.peers.harness import Peer
+from tests.temporal_harness import ProcessUnderTest, address_of, settled_calls, tool_calls, unique, until
 
 HEARTBEAT_S = 2.0
 UNREACHABLE_S = 4.0
 #: Tools offered by both peers (the TS peer has more).
 COMMON_TOOLS = {"slow_echo", "rate_limited", "rpc_error", "cancellable", "ask_user"}
 TOOLS_OF = {"ts": "ts_http_stateful", "fm": "fastmcp_server"}
-
-
-def calls(peer: Peer, mark: int, method: str = "tools/call", tool: str | None = None) -> list[dict[str, Any]]:
-    return [line for line in peer.log_since(mark)
-            if line.get("method") == method and (tool is None or line.get("tool") == tool)]
-
-
-async def settled(peer: Peer, mark: int, method: str = "tools/call", tool: str | None = None) -> int:
-    """The server's count once a late request would have shown up."""
-    await asyncio.sleep(0.5)
-    return len(calls(peer, mark, method, tool))
-
-
-async def until(predicate: Any, timeout_s: float, what: str) -> Any:
-    value = await asyncio.to_thread(wait_until, predicate, timeout_s=timeout_s, interval_s=0.05)
-    assert value, f"timed out after {timeout_s:g}s waiting for {what}"
-    return value
 
 
 async def child_view(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:
@@ -162,8 +145,8 @@ async def test_worker_plugin_call_tool_and_run(request: pytest.FixtureRequest, s
     ok, bad = WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED
     assert statuses == [ok, bad, bad, ok, bad, bad]
     # Each call sent exactly one tools/call, to the server the name designates.
-    assert await settled(peer, mark, tool="slow_echo") == 2
-    assert len(calls(peer, mark, tool="rate_limited")) == 2 and len(calls(peer, mark, tool="rpc_error")) == 2
+    assert await settled_calls(peer, mark, tool="slow_echo") == 2
+    assert len(tool_calls(peer, mark, tool="rate_limited")) == 2 and len(tool_calls(peer, mark, tool="rpc_error")) == 2
 
 
 async def test_list_tools_cached_per_client_object(client: Client, ts_http_stateful: Peer,
@@ -182,8 +165,8 @@ async def test_list_tools_cached_per_client_object(client: Client, ts_http_state
         assert ("forbidden_tool" in r["tools"]) == (step.server == "ts")
     # Three client objects: three activities, three tools/list on the wire (two to ts, one to fm).
     assert (await activity_types(client, wid)).count(LIST_TOOLS) == 3
-    assert await settled(ts_http_stateful, marks["ts"], "tools/list") == 2
-    assert await settled(fastmcp_server, marks["fm"], "tools/list") == 1
+    assert await settled_calls(ts_http_stateful, marks["ts"], method="tools/list") == 2
+    assert await settled_calls(fastmcp_server, marks["fm"], method="tools/list") == 1
 
 
 async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_http_stateful: Peer,
@@ -223,8 +206,8 @@ async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_
     assert run_unknown["type"] == "McpTaskOutcome" and run_unknown["outcome"] == "unknown_outcome", run_unknown
     assert UNREACHABLE_S <= elapsed < UNREACHABLE_S + 20, f"{elapsed:.1f}s"
     # Nothing was sent twice: two calls reached each server, none was replayed.
-    assert await settled(ts_http_stateful, ts_mark, tool="slow_echo") == 2
-    assert await settled(fastmcp_server, fm_mark, tool="slow_echo") == 2
+    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo") == 2
+    assert await settled_calls(fastmcp_server, fm_mark, tool="slow_echo") == 2
 
 
 async def test_uncaught_mcp_task_error_fails_the_parent_with_its_outcome(client: Client, ts_http_stateful: Peer,
@@ -270,8 +253,8 @@ async def test_client_plugin_is_inherited_by_workers(temporal_env: Any, ts_http_
         assert result[7] == result[6]
         assert (await activity_types(client, wid)).count(LIST_TOOLS) == 1
     assert svc.outcome == Outcome.COMPLETED and svc.result and svc.result["content"][0]["text"] == "svc"
-    assert await settled(ts_http_stateful, ts_mark, tool="slow_echo") == 2
-    assert len(calls(fastmcp_server, fm_mark, tool="slow_echo")) == 3
+    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo") == 2
+    assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 3
 
 
 async def test_worker_plugin_without_pydantic_converter_is_a_config_error(temporal_env: Any,
@@ -337,7 +320,7 @@ async def test_worker_killed_mid_task_parent_completes_with_one_call(temporal_en
     child = await outcome_of(client.get_workflow_handle_for(McpTaskWorkflow.run, f"{wid}/mcp/1"))
     assert child.outcome == Outcome.COMPLETED and child.task_id == view.task_id
     assert [a.reason for a in child.operation_attempts] == ["initial"]
-    assert await settled(ts_http_stateful, mark, tool="slow_echo") == 1
+    assert await settled_calls(ts_http_stateful, mark, tool="slow_echo") == 1
     assert elapsed < 60, f"{elapsed:.1f}s"
 
 
@@ -354,7 +337,7 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
         first_run = (await handle.describe()).run_id
         events = [e async for e in handle.fetch_history_events()]
         first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-        assert await settled(fastmcp_server, mark, tool="slow_echo") == 1
+        assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
         reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
             namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=wid, run_id=first_run),
             reason="test: re-run the parent", workflow_task_finish_event_id=first_wft,
@@ -370,8 +353,8 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
         [f"{wid}/mcp/1", f"{wid}/mcp/2"]
     assert (await activity_types(client, wid, reset.run_id)).count(FETCH_OUTCOME) == 2
     # No second tools/call reached the server.
-    assert await settled(fastmcp_server, mark, tool="slow_echo") == 1
-    assert len(calls(fastmcp_server, mark, tool="rpc_error")) == 1
+    assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
+    assert len(tool_calls(fastmcp_server, mark, tool="rpc_error")) == 1
 
 
 async def test_reset_parent_reattaches_to_children_on_another_queue(client: Client, ts_http_stateful: Peer,
@@ -396,7 +379,7 @@ async def test_reset_parent_reattaches_to_children_on_another_queue(client: Clie
             request_id=unique("reset")))
         second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=reset.run_id).result(), 30)
     assert second == first and first[0]["text"] == "elsewhere"
-    assert await settled(fastmcp_server, mark, tool="slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
 
 
 async def test_client_plugin_shared_by_two_workers_one_stops(temporal_env: Any, ts_stdio: Peer,
@@ -418,7 +401,7 @@ async def test_client_plugin_shared_by_two_workers_one_stops(temporal_env: Any, 
             await child_view(client, f"{wid}/mcp/1", lambda v: v.task_id)
         result = await asyncio.wait_for(handle.result(), 60)  # worker A has stopped meanwhile
     assert result[0].get("text") == "kept", result
-    assert await settled(ts_stdio, mark, tool="slow_echo") == 1
+    assert await settled_calls(ts_stdio, mark, tool="slow_echo") == 1
 
 
 # --- 4. what the Temporal UI reads ---------------------------------------------------------------------
@@ -595,4 +578,4 @@ def test_folder_case_user_modules_named_like_ours(tmp_path: Path, temporal_env: 
     assert json.loads(line.removeprefix("RESULT ")) == {
         "parent": {"type": "CallToolResult", "text": "hello folder", "is_error": False},
         "outcome": "completed", "text": "service"}
-    assert len(calls(fastmcp_server, mark, tool="slow_echo")) == 2
+    assert len(tool_calls(fastmcp_server, mark, tool="slow_echo")) == 2

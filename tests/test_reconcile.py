@@ -19,13 +19,9 @@ from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
 from tests.faults import FaultProxy, ResetAfterSend
 from tests.peers.harness import Peer
-from tests.temporal_harness import unique
+from tests.temporal_harness import tool_calls, unique
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, submit_s=60)
-
-
-def tool_calls(peer: Peer, mark: int, tool: str = "slow_echo") -> int:
-    return len([x for x in peer.log_since(mark) if x.get("method") == "tools/call" and x.get("tool") == tool])
 
 
 async def run_through(proxy: FaultProxy, client: Client, queue: str, **kw: Any) -> Any:
@@ -49,7 +45,7 @@ async def test_lost_tools_call_reply_is_reconciled_on_a_session_of_our_own(
         assert proxy.forwarded("tools/call") == 1 and proxy.seen("tasks/list") >= 1
     assert out.outcome == Outcome.COMPLETED, out.reason
     assert out.result is not None and out.result["structuredContent"] == {"echo": "reconciled"}
-    assert tool_calls(peer, mark) == 1
+    assert len(tool_calls(peer, mark, "slow_echo")) == 1
     assert len(out.operation_attempts) == 1 and out.operation_attempts[0].reconciled
     assert out.operation_attempts[0].task_id == out.task_id
     assert elapsed < 30
@@ -64,7 +60,7 @@ async def test_stateless_server_is_not_reconciled(ts_http_stateless: Peer, clien
         out = await run_through(proxy, client, queue)
     assert out.outcome == Outcome.UNKNOWN_OUTCOME
     assert "may have reached the server" in (out.reason or "")
-    assert tool_calls(ts_http_stateless, mark) == 1
+    assert len(tool_calls(ts_http_stateless, mark, "slow_echo")) == 1
 
 
 async def test_extension_era_has_no_reconciliation(fastmcp_server: Peer, client: Client, queue: str,
@@ -75,4 +71,4 @@ async def test_extension_era_has_no_reconciliation(fastmcp_server: Peer, client:
         out = await run_through(proxy, client, queue)
         assert proxy.seen("tasks/list") == 0
     assert out.outcome == Outcome.UNKNOWN_OUTCOME
-    assert tool_calls(fastmcp_server, mark) == 1
+    assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 1

@@ -11,7 +11,6 @@ the history stays the size of a short task's.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
 from tests.temporal_harness import (
-    REPO_ROOT,
     address_of,
+    keep_history,
     tool_calls,
     unique,
     wait_for_view,
@@ -126,9 +125,7 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
     assert any(e.HasField("marker_recorded_event_attributes") for e in events), "the hand-over is patch-guarded"
     # 21 + 8 for the one hand-over, a few more when the kill strands workflow tasks on the dead worker's sticky queue.
     assert len(events) <= 38, f"{len(events)} history events"
-    path = REPO_ROOT / "tests" / "histories" / f"long_wait_{peer.flavour}.json"
-    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and not path.exists():
-        path.write_text((await handle.fetch_history()).to_json())
+    await keep_history(handle, f"long_wait_{peer.flavour}")
     print(f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
           f"{time.monotonic() - killed:.1f}s after the kill", flush=True)
 

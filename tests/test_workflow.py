@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,13 @@ from tests.temporal_harness import (
     FAST,
     address_of,
     in_process_worker,
+    keep_history,
     tool_calls,
     unique,
     wait_for_view,
     worker_process,
     write_config,
 )
-
-HISTORIES = Path(__file__).parent / "histories"
 
 
 def req(peer: Peer, tool: str, args: dict[str, Any] | None = None, **kw: Any) -> McpTaskRequest:
@@ -43,17 +41,6 @@ async def run_to_end(client: Client, request: McpTaskRequest, *, queue: str, wid
 
 async def history_len(handle: WorkflowHandle[Any, Any]) -> int:
     return len([e async for e in handle.fetch_history_events()])
-
-
-async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """Record a history for the replay test when MCP_TASKS_RECORD_HISTORIES=1: a missing one is written; an
-    existing one only with MCP_TASKS_RECORD_HISTORIES_OVERWRITE=1 (old histories are what keeps old runs safe)."""
-    path = HISTORIES / f"{name}.json"
-    if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and (
-            not path.exists() or os.environ.get("MCP_TASKS_RECORD_HISTORIES_OVERWRITE") == "1"):
-        history = await handle.fetch_history()
-        HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 # --- outcomes ------------------------------------------------------------------------------------

@@ -43,7 +43,6 @@ import json
 import socket
 import struct
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -634,13 +633,3 @@ class FaultProxy:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """Poll ``predicate`` until truthy or ``timeout_s`` (returns its last value)."""
-    end = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > end:
-            return value
-        time.sleep(0.02)
