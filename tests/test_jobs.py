@@ -20,7 +20,6 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, ResetAfterSend, Rewrite
 from tests.peers.harness import Peer
@@ -337,7 +336,6 @@ def test_a_tools_own_bound_is_configuration() -> None:
     assert ToolPolicy.model_validate({"max_call_s": 90}).max_call_s == 90
     with pytest.raises(ValueError):
         ToolPolicy.model_validate({"max_call_s": 0})
-    assert McpTaskWorkflow is not None
 
 
 async def test_mcp_tasks_run_runs_a_job_like_a_task(ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
