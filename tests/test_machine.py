@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -127,3 +128,14 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
             converter.to_failure(raised, DataConverter.default.payload_converter, failure)
         assert bool(failure.stack_trace) is traced, failure
     assert "HTTP 429 Too Many Requests" in str(McpTaskError(outcome))
+
+
+@pytest.mark.parametrize("arguments, where", [({"note": "x\ud800y"}, "arguments.note"), ({"\udfff": 1}, "arguments.<key>"),
+                                              ({"rows": [1, {"b": "\ud834"}]}, "arguments.rows[1].b")])
+def test_a_request_that_is_not_unicode_is_refused_naming_where(arguments: dict[str, object], where: str) -> None:
+    """A lone surrogate cannot be sent, hashed for the ledger or indexed: refused by name, like any invalid field."""
+    from mcp_temporal_tasks.workflows.models import McpTaskRequest
+
+    with pytest.raises(ValueError, match=rf"{re.escape(where)} is not valid Unicode text"):
+        McpTaskRequest(server="s", tool="t", arguments=arguments)
+    assert McpTaskRequest(server="s", tool="t", arguments={"note": "é 漢 🙂"}).arguments["note"] == "é 漢 🙂"

@@ -167,7 +167,9 @@ def _placeholder_request(raw: Any) -> McpTaskRequest:
     raw = raw if isinstance(raw, dict) else {}
     tool = raw.get("tool") if isinstance(raw.get("tool"), str) and raw.get("tool") else "?"
     server = raw.get("server") if isinstance(raw.get("server"), str) and raw.get("server", "").strip() else "?"
-    return McpTaskRequest(server=server[:256], tool=tool[:256])
+    # Labels only: whatever made the request invalid (a lone surrogate too) must not make the stand-in invalid.
+    tool, server = (v[:256].encode("utf-8", "replace").decode("utf-8") for v in (tool, server))
+    return McpTaskRequest(server=server, tool=tool)
 
 
 def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dict[str, Any]]:

@@ -51,6 +51,26 @@ class RequestTooLarge(ValueError):
     """A request whose arguments are over :data:`MAX_ARGUMENTS_BYTES`: refused before any workflow starts."""
 
 
+def _not_utf8(value: Any, path: str = "") -> str | None:
+    """The path of the first string (key or value) in ``value`` that UTF-8 cannot encode, or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "<input>"
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str) and _not_utf8(key) is not None:
+                    return f"{where}.<key>" if where else "<key>"
+                stack.append((sub, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+    return None
+
+
 def check_request_size(arguments: dict[str, Any]) -> None:
     """Raise :class:`RequestTooLarge` naming the limit. Pure: the workflow runs it too."""
     size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "replace"))
@@ -197,6 +217,15 @@ class McpTaskRequest(_Model):
         if isinstance(v, str) and not v.strip():
             raise ValueError("server name must not be empty")
         return v
+
+    @model_validator(mode="after")
+    def _utf8_only(self) -> McpTaskRequest:
+        # A lone surrogate (valid JSON text from another SDK, "\ud800") cannot be sent to a server, hashed for the
+        # ledger or written to a search attribute: refused here, named, so the task ends `rejected` at once.
+        where = _not_utf8(self.model_dump(mode="python", exclude={"timeouts"}))
+        if where is not None:
+            raise ValueError(f"{where} is not valid Unicode text (a lone surrogate)")
+        return self
 
     @model_validator(mode="after")
     def _no_inline_secrets(self) -> McpTaskRequest:
