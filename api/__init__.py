@@ -16,7 +16,9 @@ modules (network clients, the CLI):
 * configuration from Python (``McpTasksPlugin(servers=...)``): :class:`ServerConfig`, :class:`ToolPolicy`,
   :class:`JobBinding`, :class:`PollSchedule`, :class:`WorkerSettings`, :class:`Endpoint` (an inline server);
 * the machine itself: :class:`McpTaskWorkflow` (to register or start it by type), :class:`TaskView` (its
-  ``status`` query) and :class:`Phase`.
+  ``status`` query) and :class:`Phase`;
+* agents, each behind its extra and never imported from here: ``mcp_temporal_tasks.pydantic_ai.McpTasksToolset``
+  (``[pydantic-ai]``) and ``mcp_temporal_tasks.openai_agents.mcp_tasks_server`` (``[openai-agents]``).
 """
 
 from __future__ import annotations

@@ -12,14 +12,14 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 
 "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,demo]'
+.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents]'
 (cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 "$PYTHON" -m venv tests/peers/py1/.venv
 tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
 
 # The gate: lint and types fail the run before any test does.
-.venv/bin/ruff check api activities workflows worker tests bench scripts
+.venv/bin/ruff check api activities workflows worker tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 
 # -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).

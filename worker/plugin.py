@@ -6,7 +6,8 @@ A ``temporalio.plugin.SimplePlugin``, shaped like ``temporalio.mcp.MCPPlugin``::
     client = await Client.connect(**ClientConfig.load_client_connect_config(), plugins=[plugin])
     worker = Worker(client, task_queue="agents", workflows=[MyAgent])   # inherits the plugin
 
-Given to ``Client.connect`` it sets the pydantic payload converter our models need (keeping any codec) and
+Given to ``Client.connect`` it sets the pydantic payload converter our models need (keeping any codec, and
+keeping a converter that already handles pydantic models: Pydantic AI's, OpenAI Agents', in either order) and
 every worker built on that client inherits the rest; given to ``Worker(..., plugins=[plugin])`` it needs a
 client that already has that converter and says so if it does not. On each worker it:
 
@@ -30,9 +31,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.converter import DataConverter
+from temporalio.client import Client, ClientConfig
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
@@ -48,17 +49,44 @@ from mcp_temporal_tasks.worker.runner import (
     ensure_search_attributes,
     make_activities,
 )
+from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 
 log = logging.getLogger("mcp_tasks.plugin")
 PASSTHROUGH = ("mcp_temporal_tasks",)
 
 
+def handles_pydantic(converter: DataConverter) -> bool:
+    """Whether ``converter`` already encodes pydantic models as JSON: the pydantic payload converter or a subclass
+    (Pydantic AI's ``PydanticAIPayloadConverter``), or a composite whose JSON converter is the pydantic one
+    (``temporalio.openai_agents.OpenAIPayloadConverter``)."""
+    if issubclass(converter.payload_converter_class, PydanticPayloadConverter):
+        return True
+    try:
+        payload_converter = converter.payload_converter_class()
+    except Exception:  # noqa: BLE001  (a converter that needs arguments: not one we can inspect)
+        return False
+    converters = getattr(payload_converter, "converters", None)
+    return isinstance(converters, Mapping) and any(
+        isinstance(c, PydanticJSONPlainPayloadConverter) for c in converters.values())
+
+
 def with_pydantic(converter: DataConverter | None) -> DataConverter:
-    """``converter`` with the pydantic payload converter; its codec and failure converter are kept."""
+    """``converter`` with a payload converter that handles pydantic models: kept when it already does (another
+    framework's, e.g. OpenAI Agents' or Pydantic AI's), else the pydantic one; its codec is kept, and so is its
+    failure converter unless it is the default one, which becomes :class:`McpTaskFailureConverter`."""
     base = converter or DataConverter.default
-    if issubclass(base.payload_converter_class, PydanticPayloadConverter):
-        return base
-    return dataclasses.replace(base, payload_converter_class=PydanticPayloadConverter)
+    changes: dict[str, Any] = {}
+    if not handles_pydantic(base):
+        changes["payload_converter_class"] = PydanticPayloadConverter
+    if base.failure_converter_class is DefaultFailureConverter:
+        # A task's outcome failure then carries no Python stack trace (the UI's Result pane shows the outcome).
+        changes["failure_converter_class"] = McpTaskFailureConverter
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def _is_openai_agents_plugin(plugin: object) -> bool:
+    kind = type(plugin)
+    return kind.__name__ == "OpenAIAgentsPlugin" and kind.__module__.startswith("temporalio.openai_agents")
 
 
 def _sandbox(runner: WorkflowRunner | None) -> WorkflowRunner:
@@ -114,9 +142,22 @@ class McpTasksPlugin(SimplePlugin):
         assert self.mcp_activities.owner_queue is not None
         return self.mcp_activities.owner_queue
 
+    def configure_client(self, config: ClientConfig) -> ClientConfig:
+        # Listed before OpenAIAgentsPlugin on one client: that plugin refuses any payload converter but the default
+        # one (which it replaces with its own, handling pydantic models too), so ours leaves the default to it.
+        plugins = list(config.get("plugins") or [])
+        later = plugins[plugins.index(self) + 1:] if self in plugins else []
+        current = config.get("data_converter") or DataConverter.default
+        leave_to_later = (current.payload_converter_class is DefaultPayloadConverter
+                          and any(map(_is_openai_agents_plugin, later)))
+        config = super().configure_client(config)
+        if leave_to_later:
+            config["data_converter"] = current
+        return config
+
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         client = config["client"]
-        if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+        if not handles_pydantic(client.data_converter):
             raise ConfigError(
                 "McpTasksPlugin: the worker's client has no pydantic payload converter; give the plugin to "
                 "Client.connect(..., plugins=[plugin]) (workers on that client inherit it), or connect with "

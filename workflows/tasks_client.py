@@ -81,19 +81,12 @@ class McpTasksClient:
         idempotent: bool | None = None,
         ttl_s: float | None = None,
         deadline: datetime | None = None,
+        child_id: str | None = None,
     ) -> mcp_types.CallToolResult:
         """Call a tool as a durable task. ``completed``/``tool_error`` → the result; else :class:`McpTaskError`."""
         outcome = await self.run(name, arguments, idempotency_key=idempotency_key, replay=replay,
-                                 idempotent=idempotent, ttl_s=ttl_s, deadline=deadline)
-        if outcome.outcome not in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
-            raise McpTaskError(outcome)
-        if outcome.result is not None:
-            return mcp_types.CallToolResult.model_validate(outcome.result)
-        ref = outcome.result_ref
-        assert ref is not None, "a completed task carries a result or a reference to it"
-        return mcp_types.CallToolResult.model_validate({
-            "content": [{"type": "text", "text": f"result of {ref.size} bytes kept by reference: {ref.uri}"}],
-            "isError": ref.is_error, "_meta": {RESULT_REF_META: ref.model_dump(mode="json")}})
+                                 idempotent=idempotent, ttl_s=ttl_s, deadline=deadline, child_id=child_id)
+        return call_tool_result(outcome)
 
     async def run(
         self,
@@ -105,14 +98,19 @@ class McpTasksClient:
         idempotent: bool | None = None,
         ttl_s: float | None = None,
         deadline: datetime | None = None,
+        child_id: str | None = None,
     ) -> McpTaskOutcome:
-        """Run a tool as a child ``McpTaskWorkflow`` and return its outcome, whatever it is."""
+        """Run a tool as a child ``McpTaskWorkflow`` and return its outcome, whatever it is.
+
+        ``child_id``: the child's workflow id, when the caller derives its own deterministic one (the agent
+        adapters use the parent's id, the tool and an argument digest); default: the parent's id and a sequence
+        number (or the idempotency key)."""
         request = McpTaskRequest(
             server=self._server, tool=name, arguments=arguments or {}, era=self._era, ttl_s=ttl_s,
             deadline=deadline, idempotency_key=idempotency_key,
             replay=ReplayPolicy(replay) if replay is not None else None, idempotent=idempotent,
             principal=self._principal, timeouts=self._timeouts or Timeouts())
-        child_id = self._child_id(idempotency_key)
+        child_id = child_id or self._child_id(idempotency_key)
         try:
             # REJECT_DUPLICATE: a reset parent must find the child its earlier run started, never start another.
             return await workflow.execute_child_workflow(
@@ -155,3 +153,19 @@ class McpTasksClient:
         seq = getattr(instance, _SEQ_ATTR, 0) + 1
         setattr(instance, _SEQ_ATTR, seq)
         return f"{parent}/mcp/{seq}"
+
+
+def call_tool_result(outcome: McpTaskOutcome) -> mcp_types.CallToolResult:
+    """The ``CallToolResult`` of a ``completed`` or ``tool_error`` outcome; :class:`McpTaskError` for any other.
+
+    A result kept in the worker's result store comes back as a text block naming the reference (see the module
+    docstring)."""
+    if outcome.outcome not in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
+        raise McpTaskError(outcome)
+    if outcome.result is not None:
+        return mcp_types.CallToolResult.model_validate(outcome.result)
+    ref = outcome.result_ref
+    assert ref is not None, "a completed task carries a result or a reference to it"
+    return mcp_types.CallToolResult.model_validate({
+        "content": [{"type": "text", "text": f"result of {ref.size} bytes kept by reference: {ref.uri}"}],
+        "isError": ref.is_error, "_meta": {RESULT_REF_META: ref.model_dump(mode="json")}})

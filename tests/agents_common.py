@@ -1,0 +1,219 @@
+"""Helpers shared by tests/test_agents_*.py (not a test module: no fixtures are defined here)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from temporalio.client import Client
+
+from mcp_temporal_tasks._agent_tools import argument_digest
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from tests.peers.harness import Peer
+from tests.temporal_harness import ProcessUnderTest
+
+HEARTBEAT_S = 2.0
+
+
+def servers(ts: Peer, fm: Peer, **extra: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The plugin's servers: trusted per-tool policies, as a user's configuration gives them."""
+    return {
+        "ts": {"url": ts.url, "tools": {"slow_echo": {"idempotent": False}, "slow_sync": {"idempotent": False}}},
+        "fm": {"url": fm.url, "tools": {"slow_echo": {"idempotent": False}, "quick_sync": {"idempotent": True}}},
+        **extra,
+    }
+
+
+def tool_calls(peer: Peer, mark: int, tool: str) -> list[dict[str, Any]]:
+    return [ln for ln in peer.log_since(mark) if ln.get("method") == "tools/call" and ln.get("tool") == tool]
+
+
+async def settled_calls(peer: Peer, mark: int, tool: str) -> int:
+    """What the server counted, once a late request would have shown up."""
+    await asyncio.sleep(0.5)
+    return len(tool_calls(peer, mark, tool))
+
+
+def child_id(parent: str, key: str, tool: str, arguments: dict[str, Any], *, scope: int = 1, n: int = 1) -> str:
+    base = f"{parent}/mcp/{key}/r{scope}/{tool}/{argument_digest(arguments)}"
+    return base if n == 1 else f"{base}.{n}"
+
+
+async def wait_child(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:
+    handle = client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        with contextlib.suppress(Exception):
+            view = await handle.query(McpTaskWorkflow.status)
+            if pred(view):
+                return view
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"child {workflow_id} never reached the expected state")
+
+
+def seen(output: str) -> list[dict[str, Any]]:
+    """The scripted model's final answer: what each tool call returned, as the model saw it."""
+    value = json.loads(output)
+    assert isinstance(value, list), output
+    return value
+
+
+class AgentWorkerProcess(ProcessUnderTest):
+    """``python -m MODULE``: an agent application's worker (both plugins on its client), in its own process."""
+
+    def __init__(self, module: str, address: str, queue: str, servers_: dict[str, Any]) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(TEMPORAL_ADDRESS=address, AGENT_APP_QUEUE=queue, AGENT_APP_SERVERS=json.dumps(servers_))
+        super().__init__([sys.executable, "-m", module], ready="READY", env=env, name=f"{module} worker")
+
+
+@contextlib.contextmanager
+def agent_worker(module: str, address: str, queue: str, servers_: dict[str, Any]) -> Iterator[AgentWorkerProcess]:
+    proc = AgentWorkerProcess(module, address, queue, servers_)
+    try:
+        proc.wait_ready(60)
+        yield proc
+    finally:
+        proc.stop()
+
+
+#: The measured scenario of the README: a worker killed (kill -9) a few seconds into a 20 s tool call.
+KILL_TOOL_S = 20
+
+
+async def killed_mid_call(client: Client, module: str, run: Any, address: str, servers_: dict[str, Any],
+                          ts: Peer, fm: Peer) -> dict[str, Any]:
+    """Three agent runs on one worker *process* of ``module``: a 20 s task tool on each era and a 20 s synchronous
+    tool; the process is SIGKILLed once each call is under way, then replaced. Returns what each run ended with
+    (``("ok", output)`` or ``("failed", WorkflowFailureError)``), the calls each server counted, and the time to the
+    last ending after the kill."""
+    import time
+
+    from temporalio.client import WorkflowFailureError
+
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    queue = unique("kill-q")
+    texts = {era: unique(f"kill-{era}") for era in ("ts", "fm")}
+    runs = {
+        "ts": script("ts", [("slow_echo", {"seconds": KILL_TOOL_S, "text": texts["ts"]})]),
+        "fm": script("fm", [("slow_echo", {"seconds": KILL_TOOL_S, "text": texts["fm"]})]),
+        "sync": script("ts", [("slow_sync", {"seconds": KILL_TOOL_S})]),
+    }
+    marks = {"ts": ts.log_mark(), "fm": fm.log_mark()}
+    wids = {name: unique(f"kill-{name}") for name in runs}
+    children = {
+        "ts": child_id(wids["ts"], "ts", "slow_echo", {"seconds": KILL_TOOL_S, "text": texts["ts"]}),
+        "fm": child_id(wids["fm"], "fm", "slow_echo", {"seconds": KILL_TOOL_S, "text": texts["fm"]}),
+    }
+    with agent_worker(module, address, queue, servers_) as first:
+        handles = {name: await client.start_workflow(run, prompt, id=wids[name], task_queue=queue)
+                   for name, prompt in runs.items()}
+        for cid in children.values():
+            await wait_child(client, cid, lambda v: v.task_id, timeout_s=60)
+        deadline = time.monotonic() + 30
+        while not tool_calls(ts, marks["ts"], "slow_sync") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert tool_calls(ts, marks["ts"], "slow_sync"), "the synchronous tools/call never reached the server"
+        await asyncio.sleep(3)
+        first.kill()
+        assert first.proc.returncode == -9
+    t0 = time.monotonic()
+    ended: dict[str, Any] = {}
+    with agent_worker(module, address, queue, servers_):
+        for name, handle in handles.items():
+            try:
+                ended[name] = ("ok", await asyncio.wait_for(handle.result(), 120))
+            except WorkflowFailureError as err:
+                ended[name] = ("failed", err)
+    elapsed = time.monotonic() - t0
+    print(f"{module}: every run ended {elapsed:.1f}s after the replacement worker started", flush=True)
+    await asyncio.sleep(0.5)
+    counts = {"ts/slow_echo": len(tool_calls(ts, marks["ts"], "slow_echo")),
+              "fm/slow_echo": len(tool_calls(fm, marks["fm"], "slow_echo")),
+              "ts/slow_sync": len(tool_calls(ts, marks["ts"], "slow_sync"))}
+    return {"ended": ended, "counts": counts, "elapsed": elapsed, "texts": texts, "wids": wids}
+
+
+async def mcp_tasks_cli(*args: str, timeout: float = 90) -> tuple[int, str, str]:
+    """The ``mcp-tasks`` CLI, as an operator runs it."""
+    from tests.temporal_harness import REPO_ROOT
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def parked_until_approved(client: Client, run: Any, address: str, queue: str, prompt_of: Any,
+                                fm: Peer, proxy: Any) -> dict[str, Any]:
+    """An agent calls a ``with_approval`` tool whose ``tools/call`` reply is lost (reset after the server got it):
+    the agent waits while the child is AWAITING_APPROVAL; ``mcp-tasks approve CHILD`` lets it replay and finish."""
+    from mcp_temporal_tasks.workflows.models import Phase
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    mark = fm.log_mark()
+    text = unique("approved")
+    args = {"seconds": 0.3, "text": text}
+    wid = unique("approval")
+    handle = await client.start_workflow(run, prompt_of(script("lossy", [("slow_echo", args)])), id=wid,
+                                         task_queue=queue)
+    cid = child_id(wid, "lossy", "slow_echo", args)
+    view = await wait_child(client, cid, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=60)
+    await asyncio.sleep(2)  # parked: nothing else happens while nobody approves
+    parked = {"agent_running": (await handle.describe()).status.name, "calls_while_parked": len(
+        tool_calls(fm, mark, "slow_echo")), "attempts": [a.reason for a in view.operation_attempts]}
+    # the operator's view while the agent waits: the child's live status
+    _, out, err = await mcp_tasks_cli("status", cid, "--address", address, "--json")
+    parked["status_phase"] = json.loads(out).get("phase") if out.strip() else err
+    rc, out, err = await mcp_tasks_cli("approve", cid, "--address", address)
+    assert rc == 0, (out, err)
+    output = await asyncio.wait_for(handle.result(), 60)
+    await asyncio.sleep(0.5)
+    child = await client.get_workflow_handle_for(McpTaskWorkflow.run, cid).query(McpTaskWorkflow.status)
+    return {"parked": parked, "output": output, "text": text, "calls": len(tool_calls(fm, mark, "slow_echo")),
+            "attempts": [a.reason for a in child.operation_attempts], "proxy_calls": proxy.forwarded("tools/call")}
+
+
+async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> dict[str, Any]:
+    """An agent run that called a tool, reset to its first workflow task: the new run calls the tool again, finds
+    the child its first run started (same deterministic id) and reads its outcome; the server counts one call."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+
+    from mcp_temporal_tasks.activities.mcp_activities import FETCH_OUTCOME
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    mark = fm.log_mark()
+    args = {"seconds": 0.3, "text": unique("reset")}
+    wid = unique("agent-reset")
+    first = await asyncio.wait_for(client.execute_workflow(run, script("fm", [("slow_echo", args)]), id=wid,
+                                                           task_queue=queue), 90)
+    handle = client.get_workflow_handle(wid)
+    first_run = (await handle.describe()).run_id
+    events = [e async for e in handle.fetch_history_events()]
+    first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
+        namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=wid, run_id=first_run),
+        reason="test: re-run the agent", workflow_task_finish_event_id=first_wft, request_id=unique("reset")))
+    again = client.get_workflow_handle(wid, run_id=reset.run_id)
+    second = await asyncio.wait_for(again.result(), 90)
+    new_events = [e async for e in again.fetch_history_events()]
+    refused = [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in new_events
+               if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED]
+    fetched = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+               and e.activity_task_scheduled_event_attributes.activity_type.name == FETCH_OUTCOME]
+    return {"same": first == second, "refused": refused, "expected_child": child_id(wid, "fm", "slow_echo", args),
+            "fetched": len(fetched), "calls": await settled_calls(fm, mark, "slow_echo"), "output": second,
+            "text": args["text"]}
