@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from temporalio import activity
+from temporalio import activity, workflow
 from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -69,6 +69,7 @@ from mcp_temporal_tasks.workflows.models import (
     ReplayPolicy,
     Timeouts,
 )
+from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
 from tests.temporal_harness import keep_history, wait_for_view
 
 pytestmark = pytest.mark.fast
@@ -538,3 +539,31 @@ async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome
                                     settle=[AwaitOutput(state=task("cancelled"), polls=1)]), steer=update)
     assert again.outcome == Outcome.CANCELLED
     assert (await by_update[0].describe()).status == WorkflowExecutionStatus.FAILED
+
+
+@workflow.defn(name="FastParent", sandboxed=False)
+class Parent:
+    """A parent workflow calling one tool through McpTasksClient, as agent adapters do."""
+
+    @workflow.run
+    async def run(self, child_id: str) -> McpTaskOutcome:
+        return await McpTasksClient("fake").run("t", {}, child_id=child_id)
+
+
+async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outcome(env: WorkflowEnvironment) -> None:
+    """The child ends Canceled (no details); the parent reads its outcome from the child's memo."""
+    from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
+                     settle=[AwaitOutput(state=task("cancelled"), polls=1)])
+    queue, child_id = f"fast-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow, Parent],
+                      activities=[*fakes.activities(), McpActivities().fetch_outcome],
+                      workflow_runner=workflow_runner()):
+        parent = await env.client.start_workflow(Parent.run, child_id, id=f"parent-{uuid.uuid4().hex[:8]}",
+                                                 task_queue=queue)
+        child = env.client.get_workflow_handle(child_id)
+        await wait_for_view(child, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=20)
+        await child.cancel()
+        out = await asyncio.wait_for(parent.result(), 30)
+    assert out.outcome == Outcome.CANCELLED and out.workflow_id == child_id and fakes.calls["start_call"] == 1

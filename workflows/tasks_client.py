@@ -30,7 +30,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     import mcp_types
@@ -119,15 +119,22 @@ class McpTasksClient:
                 static_summary=f"MCP {name} on {request.server_label()}"[:200])
         except ChildWorkflowError as err:
             outcome = McpTaskError.outcome_of(err)
+            if outcome is None and isinstance(err.cause, CancelledError):
+                # Cancelled on purpose, the child ended Canceled: its outcome is in its memo.
+                return await self._fetch_outcome(child_id)
             if outcome is None:
                 raise
             return outcome
         except WorkflowAlreadyStartedError:
-            # On the children's queue: that is where the plugin (and this activity) is registered.
-            return await workflow.execute_activity(
-                FETCH_OUTCOME, FetchOutcomeInput(workflow_id=child_id), result_type=McpTaskOutcome,
-                start_to_close_timeout=timedelta(days=30), heartbeat_timeout=timedelta(seconds=60),
-                task_queue=self._task_queue, summary=f"outcome of {child_id}")
+            return await self._fetch_outcome(child_id)
+
+    async def _fetch_outcome(self, child_id: str) -> McpTaskOutcome:
+        """An existing child's outcome, through the ``fetch_outcome`` activity (it waits for the child's end)."""
+        # On the children's queue: that is where the plugin (and this activity) is registered.
+        return await workflow.execute_activity(
+            FETCH_OUTCOME, FetchOutcomeInput(workflow_id=child_id), result_type=McpTaskOutcome,
+            start_to_close_timeout=timedelta(days=30), heartbeat_timeout=timedelta(seconds=60),
+            task_queue=self._task_queue, summary=f"outcome of {child_id}")
 
     async def list_tools(self) -> mcp_types.ListToolsResult:
         """The server's tools (one activity, every page), cached on this object."""
