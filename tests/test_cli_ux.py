@@ -1,4 +1,4 @@
-"""The CLI and the embedded Temporal as a person meets them (issue 12): every check runs the real ``mcp-tasks``
+"""The CLI and the embedded Temporal as a person meets them: every check runs the real ``mcp-tasks``
 as a process against the real dev server and real MCP peers, and asserts the exit code and the one-line message
 (never a traceback), or the corrected behaviour."""
 
@@ -68,9 +68,22 @@ async def wait_status(wid: str, address: str, needle: str, timeout_s: float = 30
     raise AssertionError(f"{wid} never showed {needle!r}; last: {out!r}")
 
 
+#: The workers' configuration `run --detach --url` is given: they take inline URLs (else it is refused up front).
+TRUSTED_TOML = "[worker]\nallow_inline_endpoints = true\nallow_inline_commands = true\n"
+
+
+def trusted_env() -> dict[str, str]:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="mcp-tasks-trusted-", suffix=".toml")
+    os.write(fd, TRUSTED_TOML.encode())
+    os.close(fd)
+    return {"MCP_TASKS_CONFIG": path}
+
+
 async def detach(tool: str, url: str, wid: str, queue: str, address: str, args: str = "{}") -> None:
     rc, _, err = await cli("run", tool, "--url", url, "--args", args, "--id", wid, "--detach", "--task-queue", queue,
-                           "--address", address)
+                           "--address", address, env=trusted_env())
     assert rc == 0, err
 
 
@@ -274,7 +287,8 @@ async def test_idempotency_key_help_and_behaviour_agree(client: Client, temporal
     assert rc == 0 and "mcp-task-KEY" in re.sub(r"\s+", " ", out)
     key = unique("order")
     rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--idempotency-key", key,
-                             "--detach", "--json", "--task-queue", unique("nobody"), "--address", address)
+                             "--detach", "--json", "--task-queue", unique("nobody"), "--address", address,
+                             env=trusted_env())
     assert rc == 0 and one_json(out) == {"workflow_id": f"mcp-task-{key}"}, err
     rc, _, err = await cli("status", key, "--address", address)
     one_line(err, code=2, rc=rc, message=f"did you mean mcp-task-{key}")
@@ -540,7 +554,7 @@ def _default_port_free() -> None:
 async def test_detach_refuses_an_embedded_server(fastmcp_server: Peer, tmp_path: Path) -> None:
     _default_port_free()
     rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--detach",
-                             env={"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": ""})
+                             env={"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "", **trusted_env()})
     one_line(err, code=2, rc=rc, message="--detach needs a Temporal that outlives this command")
     assert "mcp-tasks dev-server" in err and not (tmp_path / "temporal.db").exists()
 
@@ -570,7 +584,7 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
             rc, out, err = await cli("demo", env=env, timeout=180)
             assert rc == 0, err[-3000:]
             assert "using the Temporal already serving at localhost:7233" in err and "embedded Temporal at" not in err
-            assert "list:     mcp-tasks list\n" in out
+            assert re.search(r"list: +\S*mcp-tasks list\n", out), out
             ids = set(re.findall(r"/workflows/(demo-build-\w+)", out))
             rc, listed, _ = await cli("list", "--json", env=env)  # the hint, after the demo exited
             assert ids <= {r["workflow_id"] for r in one_json(listed)["workflows"]}

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import shlex
+import shutil
+import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,13 @@ DEFAULT_ADDRESS = "localhost:7233"
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
 #: Longest workflow id the CLI accepts (Temporal's own default limit is 1,000 bytes; ids are also shown in links).
 MAX_ID_CHARS = 255
+#: A task that `run` starts with its own in-process worker goes to a task queue of that command alone (this
+#: prefix and a random suffix): no other worker, with another configuration, can take it.
+RUN_QUEUE_PREFIX = "mcp-tasks-run-"
+#: After the first Ctrl-C (or SIGTERM) of a foreground `run`: how long the task has to report how it ended.
+CANCEL_WAIT_S = 4.0
+#: `status`: how long a worker has to answer the status query.
+STATUS_QUERY_S = 5.0
 _KINDS = {EXIT_ENDED: "ended", EXIT_USAGE: "usage", EXIT_UNREACHABLE: "unreachable", EXIT_INTERRUPTED: "interrupted"}
 
 
@@ -46,7 +57,21 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (and, with --json, one JSON error object), never argparse's exit."""
 
     def error(self, message: str) -> Any:
-        raise CliError(f"{self.prog}: {message} (see {self.prog} --help)", EXIT_USAGE)
+        # Reported as "mcp-tasks: ..." already: name only the subcommand, if any.
+        sub = self.prog.removeprefix("mcp-tasks").strip()
+        raise CliError(f"{sub + ': ' if sub else ''}{message} (see {self.prog} --help)", EXIT_USAGE)
+
+
+def prog() -> str:
+    """How to type ``mcp-tasks`` in a hint so that it works as printed: ``mcp-tasks`` when that is on PATH, else the
+    path of the script beside this Python (a venv that is not activated), else ``python -m``."""
+    script = Path(sys.executable).parent / "mcp-tasks"
+    on_path = shutil.which("mcp-tasks")
+    if on_path and (not script.exists() or Path(on_path).resolve() == script.resolve()):
+        return "mcp-tasks"
+    if script.exists():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m mcp_temporal_tasks.worker.cli"
 
 
 def err(msg: str) -> None:
@@ -79,6 +104,14 @@ def _address(args: argparse.Namespace) -> tuple[str, str, bool]:
     return options["target_host"], options["namespace"], explicit
 
 
+def _why(exc: BaseException) -> str:
+    """An exception as one line that is never empty (a bare TimeoutError has no text)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, TimeoutError) and not text:
+        return "no answer in time"
+    return printable(text) or type(exc).__name__
+
+
 def check_address(address: str, source: str) -> None:
     """``HOST:PORT`` or exit 2 naming where the address came from."""
     host, sep, port = address.rpartition(":")
@@ -103,23 +136,46 @@ async def check_namespace(client: Any, namespace: str, address: str) -> None:
         # Anything else (e.g. not permitted to describe it): the commands themselves will say.
 
 
-def _ui_base(address: str) -> str:
+def check_ui_url(url: str, source: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        raise CliError(f"{source} {url!r} is not an http(s) URL (e.g. http://localhost:8080)", EXIT_USAGE)
+    return url.rstrip("/")
+
+
+def ui_base(address: str, *, given: str | None = None, configured: str | None = None,
+            started: str | None = None) -> str | None:
+    """Where the Temporal UI of ``address`` is, or None when nothing says so (no link rather than a dead one):
+    ``--ui-url``, then ``$MCP_TASKS_UI_URL``, then ``[temporal] ui_url``, then the dev server this command
+    started, then the lock file of a dev server serving the default state at ``address``."""
+    from mcp_temporal_tasks.worker.devserver import ui_for_address
+
+    if given:
+        return check_ui_url(given, "--ui-url")
     if os.environ.get("MCP_TASKS_UI_URL"):
-        return os.environ["MCP_TASKS_UI_URL"].rstrip("/")
-    host = address.rsplit(":", 1)[0]
-    return f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:8233"
+        return check_ui_url(os.environ["MCP_TASKS_UI_URL"], "$MCP_TASKS_UI_URL")
+    if configured:
+        return check_ui_url(configured, "[temporal] ui_url")
+    if started:
+        return started.rstrip("/")
+    return ui_for_address(address)
 
 
-def ui_link(base: str, namespace: str, workflow_id: str) -> str:
+def ui_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
     from urllib.parse import quote
 
+    if base is None:
+        return None
     return f"{base}/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"
 
 
 @contextlib.asynccontextmanager
-async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False,
-                   detached: bool = False) -> AsyncIterator[tuple[Any, str]]:
-    """Yield (client, ui_base). Starts the embedded default when allowed and nothing listens at the default.
+async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, detached: bool = False,
+                   configured_ui: str | None = None) -> AsyncIterator[tuple[Any, str | None]]:
+    """Yield (client, UI base URL or None). Starts the embedded default when allowed and nothing listens at the
+    default.
 
     ``detached``: the caller exits before the task runs, so an embedded server (which would stop with it) is
     refused with the command that starts one that outlives it.
@@ -150,9 +206,10 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False,
             wait_s = 5.0 if server is None and port_open(host, int(port)) else 0.0
             client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
         except Exception as exc:
-            raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
+            raise CliError(f"Temporal is unreachable at {address}: {_why(exc)}", EXIT_UNREACHABLE) from None
         await check_namespace(client, namespace, address)
-        yield client, (server.ui_url if server and server.ui_url else _ui_base(address))
+        yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=configured_ui,
+                              started=server.ui_url if server else None)
     finally:
         if server is not None:
             server.stop()
@@ -268,7 +325,7 @@ async def _preflight(request: Any, cfg: Any, *, stdio: bool) -> None:
         err(f"note: MCP server at {endpoint.identity()} answered the handshake with: {printable(exc)}")
 
 
-async def follow(handle: Any, *, ui: str, quiet: bool = False) -> Any:
+async def follow(handle: Any, *, ui: str | None, quiet: bool = False) -> Any:
     """Print live progress to stderr until the workflow ends; return its outcome."""
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
@@ -278,7 +335,7 @@ async def follow(handle: Any, *, ui: str, quiet: bool = False) -> Any:
     result = asyncio.create_task(outcome_of(handle))
     last = ""
     if not quiet:
-        err(f"following {handle.id}  ·  UI: {ui}")
+        err(f"following {handle.id}" + (f"  ·  UI: {ui}" if ui else ""))
     while not result.done():
         line = await _progress_line(handle, McpTaskWorkflow)
         if line and line != last and not quiet:
@@ -371,7 +428,7 @@ def _load_config(args: argparse.Namespace) -> Any:
     try:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
 
 
 def _run_logging() -> Path | None:
@@ -426,15 +483,110 @@ async def _existing(client: Any, wid: str) -> Any:
         raise
 
 
+def _resume_command(wid: str) -> str:
+    """The command line of this `run`, with ``--id``: typed again, it re-attaches to the task and runs its worker."""
+    argv = sys.argv[1:]
+    if "--id" not in argv and not any(a.startswith("--id=") for a in argv):
+        argv = [*argv, "--id", wid]
+    return f"{prog()} {shlex.join(argv)}"
+
+
+class _Interrupts:
+    """SIGINT/SIGTERM while a foreground `run` follows its task. The first asks the workflow to cancel the task
+    (``first`` is set); the second calls ``leave`` (which exits at once)."""
+
+    def __init__(self) -> None:
+        self.first = asyncio.Event()
+        self.count = 0
+        self.leave: Callable[[], None] = lambda: None
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.first.set()
+        else:
+            self.leave()
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        installed: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self)
+                installed.append(sig)
+        return installed
+
+
+def _leave_now(args: argparse.Namespace, message: str) -> None:
+    """The second Ctrl-C: say where the task stands and how to follow it, then exit 130 at once."""
+    _report(CliError(message, EXIT_INTERRUPTED), getattr(args, "json", False))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+async def _start_again(client: Any, request: Any, wid: str, queue: str) -> Any:
+    """Start ``wid`` again after a run that was refused before anything was sent (``rejected``, no tools/call).
+
+    Only a *failed* earlier run may be replaced (a rejection fails its workflow): if the id has meanwhile
+    completed, Temporal refuses and its outcome stands."""
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
+
+    try:
+        return await client.start_workflow(
+            McpTaskWorkflow.run, request, id=wid, task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            search_attributes=initial_search_attributes(request),
+            static_summary=f"MCP {request.tool} on {request.server_label()}",
+            static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "
+                           f"replay `{(request.replay.value if request.replay else 'configured')}`")
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+
+
+def _refused_before_sending(outcome: Any) -> bool:
+    """``rejected`` with no tools/call sent (unknown server, inline endpoint refused, invalid request, server
+    unreachable before the call): nothing happened that running it again could repeat."""
+    return outcome.outcome.value == "rejected" and not outcome.operation_attempts
+
+
+def check_inline_for_workers(request: Any, cfg: Any, how: str) -> None:
+    """``--detach``/``--no-worker`` with ``--url``/``--command``: the running workers decide, and a worker refuses an
+    inline endpoint unless its ``[worker]`` table allows that kind. Refused here (exit 2) unless the configuration
+    this command was given (``--config``/``$MCP_TASKS_CONFIG``, the workers' own) allows it."""
+    from mcp_temporal_tasks.activities.wire.models import Endpoint
+
+    server = request.server
+    if not isinstance(server, Endpoint):
+        return
+    w = cfg.worker
+    if server.url is not None and not w.allow_inline_endpoints:
+        key, flag = "allow_inline_endpoints", "--url"
+    elif server.command is not None and not w.allow_inline_commands:
+        key, flag = "allow_inline_commands", "--command"
+    else:
+        return
+    raise CliError(f"{how} {flag}: a worker refuses an inline endpoint unless its [worker] {key} = true (see "
+                   f"Trust model), so no worker would run this task; use --server NAME (a configured server), run "
+                   f"without {how} (this command's own worker takes the endpoint you typed), or give --config with "
+                   f"the workers' configuration if it allows it", EXIT_USAGE)
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowExecutionStatus
 
     from mcp_temporal_tasks.activities.wire.models import Endpoint
     from mcp_temporal_tasks.worker.runner import make_activities, run_workers
-    from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, start_mcp_task
+    from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, outcome_of, start_mcp_task
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     request = _request(args)
     cfg = _load_config(args)
+    if args.ui_url:
+        check_ui_url(args.ui_url, "--ui-url")
     if isinstance(request.server, str) and request.server not in cfg.servers and not args.no_worker:
         known = ", ".join(sorted(cfg.servers)) or "none"
         raise CliError(f"unknown server {request.server!r} (configured: {known}); use --config, --url or --command",
@@ -443,33 +595,64 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if in_process:  # this process is the worker: its configuration must be complete
         check_env_refs(cfg, only=[request.server] if isinstance(request.server, str) else [],
                        inline=request.server if isinstance(request.server, Endpoint) else None)
+    else:
+        check_inline_for_workers(request, cfg, "--detach" if args.detach else "--no-worker")
     wid = args.id or default_workflow_id(request)
     _check_id(wid, "--id")
     _address(args)  # a malformed address is bad input (exit 2), whatever the MCP server does
+    # The queue: a private one for a task this command's own worker runs (no other worker, with another
+    # configuration, may take it); --task-queue when given; else the configured one the running workers poll.
+    queue = args.task_queue or (f"{RUN_QUEUE_PREFIX}{uuid.uuid4().hex[:12]}" if in_process else cfg.temporal.task_queue)
     await _preflight(request, cfg, stdio=in_process)
     if in_process:
         _run_logging()
-    async with temporal(args, allow_embedded=True, detached=args.detach) as (client, ui_base):
+    loop = asyncio.get_running_loop()
+    interrupts = _Interrupts()
+    installed: list[int] = []
+    async with temporal(args, allow_embedded=True, detached=args.detach, configured_ui=cfg.temporal.ui_url) \
+            as (client, ui):
         existing = await _existing(client, wid)
+        again = False
+        if existing is not None and existing.status == WorkflowExecutionStatus.RUNNING:
+            if in_process and not args.task_queue:
+                if existing.task_queue.startswith(RUN_QUEUE_PREFIX):
+                    queue = existing.task_queue  # left by an earlier `run`: this command is its worker now
+                else:
+                    in_process = False  # the workers of its queue run it; ours would take nothing
+                    queue = existing.task_queue
+        elif existing is not None:
+            with contextlib.suppress(Exception):
+                again = _refused_before_sending(await asyncio.wait_for(outcome_of(client.get_workflow_handle(wid)), 10))
         stop = asyncio.Event()
         worker_task = None
+        if not args.detach:
+            installed = interrupts.install(loop)
         if in_process:
             from mcp_temporal_tasks.worker.runner import ensure_search_attributes
 
             await ensure_search_attributes(client, client.namespace)
-            cfg.temporal.task_queue = args.task_queue
+            cfg.temporal.task_queue = queue
             # The in-process worker may reach the one endpoint its user typed (--url/--command), and nothing
             # else inline beyond what the configuration allows. --no-worker: the running workers decide.
             typed = [request.server] if isinstance(request.server, Endpoint) else []
             worker_task = asyncio.create_task(run_workers(
-                client, cfg, stop=stop, activities=make_activities(cfg, inline_allowlist=typed)))
+                client, cfg, stop=stop, activities=make_activities(cfg, inline_allowlist=typed), handle_signals=False))
+        interrupted = False
         try:
             try:
-                handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=args.task_queue)
+                if again:
+                    handle = await _start_again(client, request, wid, queue)
+                else:
+                    handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
-            link = ui_link(ui_base, client.namespace, wid)
-            if existing is not None:
+            handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+            link = ui_link(ui, client.namespace, wid)
+            at = f" (UI: {link})" if link else ""
+            if again:
+                err(f"note: {wid} was refused before anything was sent (rejected, no tools/call): running it again "
+                    "with the same id")
+            elif existing is not None:
                 when = existing.start_time.strftime("%Y-%m-%d %H:%M:%S UTC") if existing.start_time else "earlier"
                 if existing.status == WorkflowExecutionStatus.RUNNING:
                     err(f"note: {wid} is already running (started {when}): following it; no new tools/call is sent. "
@@ -479,14 +662,46 @@ async def cmd_run(args: argparse.Namespace) -> int:
                         f"was sent. To run the tool again: mcp-tasks run ... --id NEW (any new workflow id)")
             if args.detach:
                 emit(args, {"workflow_id": wid}, wid)
-                err(f"started; a worker on task queue {args.task_queue!r} runs it (mcp-tasks worker). UI: {link}")
+                err(f"started; a worker on task queue {queue!r} runs it (mcp-tasks worker --task-queue {queue}).{at}")
                 return EXIT_OK
-            outcome = await follow(handle, ui=link)
+            if in_process:
+                left = (f"{wid} has no worker now (it ran in this command, on task queue {queue}); resume it with "
+                        f"the same command: {_resume_command(wid)}")
+            else:
+                left = (f"the workers on task queue {queue} finish it; follow it with: {prog()} result "
+                        f"{shlex.quote(wid)} --wait")
+            cancel_sent = False
+            interrupts.leave = lambda: _leave_now(
+                args, f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); {left}")
+            following = asyncio.create_task(follow(handle, ui=link))
+            first = asyncio.create_task(interrupts.first.wait())
+            await asyncio.wait({following, first}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                interrupted = True
+                err(f"interrupted: cancelling {wid} through its workflow (tasks/cancel); waiting up to "
+                    f"{CANCEL_WAIT_S:g} s for how it ends. Ctrl-C again to leave at once")
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(handle.cancel(), CANCEL_WAIT_S)
+                    cancel_sent = True
+                await asyncio.wait({following}, timeout=max(0.1, CANCEL_WAIT_S - 0.5))
+                if not following.done():
+                    following.cancel()
+                    raise CliError(f"interrupted: {wid} did not end within {CANCEL_WAIT_S:g} s of the cancel; {left}",
+                                   EXIT_INTERRUPTED)
+            first.cancel()
+            outcome = following.result()
         finally:
             stop.set()
             if worker_task is not None:
-                await worker_task
+                # After an interrupt the outcome is known: the worker gets a moment, not its whole graceful timeout.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(worker_task), 1.0 if interrupted else None)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
     emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
+    if interrupted:
+        err(f"mcp-tasks: interrupted: {wid} ended {outcome.outcome.value} after the cancel")
+        return EXIT_INTERRUPTED
     return exit_code(outcome)
 
 
@@ -544,15 +759,14 @@ async def cmd_status(args: argparse.Namespace) -> int:
             try:
                 outcome = await outcome_of(handle)
             except Exception as exc:
-                emit(args, {"workflow_id": args.id, "workflow_status": desc.status.name, "error": str(exc)},
-                     f"{printable(args.id)}: workflow {desc.status.name}: {printable(exc)}")
+                # No outcome (terminated, timed out, cancelled before it could record one): say what Temporal says.
+                why = _why(getattr(exc, "cause", None) or exc)
+                emit(args, {"workflow_id": args.id, "workflow_status": desc.status.name, "error": why},
+                     f"{printable(args.id)}: workflow {desc.status.name}, no outcome recorded: {why}")
                 return EXIT_ENDED
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
-        try:
-            await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
-        except Exception as exc:
-            raise CliError(f"{args.id} is running but no worker answered the status query: {exc}", EXIT_UNREACHABLE) from None
+        await query_status(client, handle, desc)
         view = await live_view(handle, McpTaskWorkflow)
         if view is None:
             raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
@@ -561,15 +775,68 @@ async def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_ENDED
 
 
+async def _pollers(client: Any, queue: str) -> int | None:
+    """How many workers the server has seen polling ``queue`` for workflow tasks lately (None: unknown)."""
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    try:
+        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=queue))), 5)
+    except Exception:
+        return None
+    return len(resp.pollers)
+
+
+def _no_worker_hint(queue: str, wid: str) -> str:
+    if queue.startswith(RUN_QUEUE_PREFIX):
+        return (f"it was started by `mcp-tasks run` with its own worker, which is gone: run that same command again "
+                f"with --id {shlex.quote(wid)} to resume it (its worker runs a cancel too)")
+    return f"start one: {prog()} worker --task-queue {shlex.quote(queue)}"
+
+
+async def query_status(client: Any, handle: Any, desc: Any) -> Any:
+    """The ``status()`` query's answer, or exit 3 at once naming why: no worker polls the task's queue, or none
+    answered within STATUS_QUERY_S."""
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+
+    queue = desc.task_queue
+    if await _pollers(client, queue) == 0:
+        raise CliError(f"{handle.id} is running but no worker polls its task queue {queue!r}: "
+                       f"{_no_worker_hint(queue, handle.id)}",
+                       EXIT_UNREACHABLE, kind="no_worker")
+    try:
+        return await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=STATUS_QUERY_S)
+    except Exception as exc:
+        raise CliError(f"{handle.id} is running but no worker answered the status query within {STATUS_QUERY_S:g} s "
+                       f"(task queue {queue!r}; {_why(exc)}); if its workers have stopped: "
+                       f"{_no_worker_hint(queue, handle.id)}",
+                       EXIT_UNREACHABLE, kind="no_worker") from None
+
+
+async def _ended(handle: Any, desc: Any) -> str:
+    """How a finished task ended, for messages: its outcome (``cancelled``), else the workflow's status."""
+    from mcp_temporal_tasks.workflows.client import outcome_of
+
+    try:
+        outcome = await asyncio.wait_for(outcome_of(handle), 10)
+    except Exception:
+        return f"workflow {desc.status.name.lower()}"
+    return outcome.outcome.value
+
+
 async def cmd_result(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowExecutionStatus
 
-    async with temporal(args) as (client, ui_base):
+    async with temporal(args) as (client, ui):
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
+        if desc.status == WorkflowExecutionStatus.RUNNING and await _pollers(client, desc.task_queue) == 0:
+            err(f"note: no worker polls task queue {desc.task_queue!r}, so {args.id} cannot end until one does: "
+                f"{_no_worker_hint(desc.task_queue, args.id)}")
         try:
-            outcome = await follow(handle, ui=ui_link(ui_base, client.namespace, args.id), quiet=not args.wait)
+            outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait)
         except Exception as exc:
             raise CliError(f"{args.id}: workflow did not produce an outcome: {exc}", EXIT_ENDED) from None
     outcome = _resolve_ref(outcome)
@@ -583,7 +850,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     async with temporal(args) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise CliError(f"{args.id} has already ended ({desc.status.name})", EXIT_ENDED)
+            raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to cancel", EXIT_ENDED)
         # Workflow cancellation is accepted by the server even while no worker runs; the workflow then
         # sends tasks/cancel and keeps the true outcome if the task had already finished.
         await handle.cancel()
@@ -591,26 +858,34 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _update(args: argparse.Namespace, name: str, *update_args: Any) -> Any:
+async def _update(args: argparse.Namespace, name: str, *update_args: Any, what: str | None = None,
+                  refused_code: int = EXIT_ENDED) -> Any:
+    what = what or name
     from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
     async with temporal(args) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise CliError(f"{name} refused: {args.id} has already ended ({desc.status.name})", EXIT_ENDED)
+            raise CliError(f"{what} refused: {args.id} has already ended: {await _ended(handle, desc)}", EXIT_ENDED)
+        if await _pollers(client, desc.task_queue) == 0:
+            raise CliError(f"{what}: {args.id} is running but no worker polls its task queue {desc.task_queue!r}: "
+                           f"{_no_worker_hint(desc.task_queue, args.id)}", EXIT_UNREACHABLE, kind="no_worker")
         try:
             return await asyncio.wait_for(handle.execute_update(name, *update_args), timeout=30)
         except WorkflowUpdateFailedError as exc:
-            raise CliError(f"{name} refused: {getattr(exc.cause, 'message', None) or exc}", EXIT_ENDED) from None
+            # The task runs but is not in a state that takes this (nothing to approve, the answer does not fit).
+            raise CliError(f"{what} refused: {getattr(exc.cause, 'message', None) or exc}", refused_code,
+                           kind="refused") from None
         except RPCError as exc:
-            raise CliError(f"{name} refused: {exc.message}", EXIT_ENDED) from None
+            raise CliError(f"{what} refused: {exc.message}", EXIT_ENDED, kind="refused") from None
         except TimeoutError:
-            raise CliError(f"{name}: no worker processed the update within 30 s", EXIT_UNREACHABLE) from None
+            raise CliError(f"{what}: no worker processed the update within 30 s (task queue {desc.task_queue!r})",
+                           EXIT_UNREACHABLE, kind="no_worker") from None
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
-    attempt = await _update(args, "approve_replay")
+    attempt = await _update(args, "approve_replay", what="approve")
     emit(args, {"workflow_id": args.id, "approved": True, "attempt": attempt},
          f"replay approved for {args.id} (tools/call #{attempt} will be sent)")
     return EXIT_OK
@@ -619,7 +894,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 def cmd_answer(args: argparse.Namespace) -> int:
     """Synchronous on purpose: the prompts run outside the event loop, so the first Ctrl-C stops at once
     (``asyncio.run`` would turn it into a task cancellation that a blocked ``input()`` never sees)."""
-    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+    from mcp_temporal_tasks.workflows.mcp_task import validate_input_response
 
     if args.response is None and not sys.stdin.isatty():
         raise CliError("answer: standard input is not a terminal, so there is nobody to prompt: give the answer "
@@ -627,16 +902,13 @@ def cmd_answer(args: argparse.Namespace) -> int:
 
     async def read_view() -> Any:
         async with temporal(args) as (client, _):
-            handle, desc = await _handle(client, args.id)
-            try:
-                return await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=10)
-            except Exception as exc:
-                from temporalio.client import WorkflowExecutionStatus
+            from temporalio.client import WorkflowExecutionStatus
 
-                if desc.status != WorkflowExecutionStatus.RUNNING:
-                    raise CliError(f"{args.id} has already ended ({desc.status.name}): nothing to answer",
-                                   EXIT_ENDED) from None
-                raise CliError(f"{args.id}: no worker answered the status query: {exc}", EXIT_UNREACHABLE) from None
+            handle, desc = await _handle(client, args.id)
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to answer",
+                               EXIT_ENDED)
+            return await query_status(client, handle, desc)
 
     view = asyncio.run(read_view())
     pending = {p.key: p for p in view.pending_inputs}
@@ -654,10 +926,17 @@ def cmd_answer(args: argparse.Namespace) -> int:
         if not isinstance(given, dict):
             raise CliError("--response must be an object: an ElicitResult, or {key: ElicitResult}", EXIT_USAGE)
         responses = given if set(given) <= set(pending) and given else {k: given for k in keys}
+        for key, response in responses.items():  # what the workflow would refuse, refused here as bad input
+            if not isinstance(response, dict):
+                raise CliError(f"--response [{printable(key)}]: an ElicitResult must be an object", EXIT_USAGE)
+            try:
+                validate_input_response(pending[key], response)
+            except ValueError as exc:
+                raise CliError(f"--response: {printable(exc)}", EXIT_USAGE) from None
     else:
         for key in keys:
             responses[key] = prompt_elicitation(pending[key])
-    accepted = asyncio.run(_update(args, "provide_input", responses))
+    accepted = asyncio.run(_update(args, "provide_input", responses, what="answer", refused_code=EXIT_USAGE))
     emit(args, {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
          f"answered {printable(', '.join(sorted(responses)))}"
          + (f"; still outstanding: {printable(accepted)}" if accepted else ""))
@@ -848,23 +1127,29 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     try:
         activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
     except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
     from mcp_temporal_tasks.worker.runner import connect_options
 
     try:
         options, _ = connect_options(cfg=cfg)
     except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE) from None
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
     check_address(options["target_host"], "--address" if args.address else "[temporal] address")
     # What the logs below name: the effective address and namespace, wherever they came from.
     cfg.temporal.address, cfg.temporal.namespace = options["target_host"], options["namespace"]
+    # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so with an address from
+    # the environment or configuration it waits, and says so at once. An address typed with --address is
+    # expected to serve: nothing there fails at once.
+    wait_s = 0.0 if args.address else WORKER_CONNECT_WAIT_S
+    if wait_s:
+        log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
     try:
-        # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so it waits.
-        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port,
-                                                wait_s=WORKER_CONNECT_WAIT_S),
-                                        timeout=WORKER_CONNECT_WAIT_S + 15)
+        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port, wait_s=wait_s),
+                                        timeout=wait_s + 15)
     except Exception as exc:
-        raise CliError(f"Temporal is unreachable at {cfg.temporal.address}: {exc}", EXIT_UNREACHABLE) from None
+        waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
+        raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {_why(exc)}",
+                       EXIT_UNREACHABLE) from None
     await check_namespace(client, cfg.temporal.namespace, cfg.temporal.address)
     added = await ensure_search_attributes(client, cfg.temporal.namespace)
     if added:
@@ -885,18 +1170,30 @@ async def cmd_dev_server(args: argparse.Namespace) -> int:
     from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse
 
     server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip)
+    # SIGINT and SIGTERM stop the server (terminated, killed after 10 s) and release the state file; the server
+    # is in our process group and dies with us even if we are killed (DevServer). Installed before it starts:
+    # a signal during the start is acted on once it serves.
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
     try:
         server.start(foreground=True)
     except StateInUse as exc:
         raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
     except DevServerError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
-    err(f"Temporal dev server at {server.address} · UI {server.ui_url} · state {server.db} (Ctrl-C stops)")
+    err(f"Temporal dev server at {server.address} · UI {server.ui_url or 'off'} · state {server.db} (Ctrl-C stops)")
     try:
-        while server.proc and server.proc.poll() is None:
-            await asyncio.sleep(0.5)
+        while server.proc and server.proc.poll() is None and not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 0.5)
+        code = server.proc.returncode if server.proc and not stopping.is_set() else None
     finally:
-        server.stop()
+        await asyncio.to_thread(server.stop)
+    if code is not None:
+        raise CliError(f"the Temporal dev server exited by itself (code {code}); state {server.db}", EXIT_ENDED)
+    err("stopped")
     return EXIT_OK
 
 
@@ -918,8 +1215,20 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_demo_server(args: argparse.Namespace) -> int:
     _require_demo_extra()
+    import socket
+
     from mcp_temporal_tasks.worker import demo_server
 
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    try:  # what uvicorn would fail on, said in one line
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((args.host, args.port))
+    except OSError as exc:
+        raise CliError(f"demo-server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                       + (" (pick another with --port, or --port 0 for a free one)"
+                          if exc.errno == errno.EADDRINUSE else ""),
+                       EXIT_USAGE) from None
     argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
     demo_server.main(argv)
     return 0
@@ -948,6 +1257,10 @@ def _port(text: str) -> int:
     return value
 
 
+def _port_or_0(text: str) -> int:
+    return 0 if text.strip() == "0" else _port(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mcp-tasks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -956,6 +1269,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--address", help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS, a temporal.toml "
                                          "profile, else localhost:7233)")
         p.add_argument("--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)")
+
+    def ui_opt(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--ui-url", metavar="URL",
+                       help="the Temporal UI for printed links, e.g. http://localhost:8080 (default: "
+                            "$MCP_TASKS_UI_URL, [temporal] ui_url, else the dev server's own when mcp-tasks runs it; "
+                            "no link otherwise)")
 
     def json_opt(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true",
@@ -988,9 +1307,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "Temporal that outlives this command: --address, or `mcp-tasks dev-server`)")
     p.add_argument("--no-worker", action="store_true", help="do not run an in-process worker; rely on running ones")
     p.add_argument("--config", help="worker TOML configuration (default: $MCP_TASKS_CONFIG)")
-    p.add_argument("--task-queue", default=os.environ.get("MCP_TASKS_TASK_QUEUE", "mcp-tasks"),
-                   help="task queue of the workflow (default: $MCP_TASKS_TASK_QUEUE or mcp-tasks); with --no-worker "
-                        "or --detach, the queue your workers poll")
+    p.add_argument("--task-queue", metavar="Q",
+                   help="task queue of the workflow. Default: with the in-process worker, a queue of this command "
+                        f"alone ({RUN_QUEUE_PREFIX}<random>), so no other worker takes the task; with --no-worker "
+                        "or --detach, the queue your workers poll ([temporal] task_queue, $MCP_TASKS_TASK_QUEUE, "
+                        "else mcp-tasks)")
+    ui_opt(p)
     temporal_opts(p)
     json_opt(p)
     p.set_defaults(func=cmd_run)
@@ -1003,6 +1325,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", help="workflow id")
         if name == "result":
             p.add_argument("--wait", action="store_true", help="wait for the outcome (exits like run)")
+            ui_opt(p)
         temporal_opts(p)
         json_opt(p)
         p.set_defaults(func=fn)
@@ -1048,11 +1371,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="embedded Temporal + demo MCP server + worker: see the point in a minute")
     p.add_argument("--keep", action="store_true",
                    help="keep Temporal, the demo server and the worker running after the demo (Ctrl-C stops)")
+    ui_opt(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("demo-server", help="the bundled task-capable demo MCP server (streamable HTTP)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    p.add_argument("--port", type=_port_or_0, default=8000, help="port (default: 8000; 0 picks a free one)")
     p.add_argument("--poll-interval-ms", type=_positive_int, default=500,
                    help="pollInterval the server suggests to clients, in ms (default: 500)")
     p.set_defaults(func=cmd_demo_server)
@@ -1080,6 +1404,27 @@ def _report(exc: CliError, as_json: bool) -> None:
         print(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}), flush=True)
 
 
+def _run_async(coro: Any) -> int:
+    """``asyncio.run`` without its unbounded end: tasks still running when the command returns (an MCP session or
+    an SDK poller that ignores cancellation) get 2 s after being cancelled, then the process leaves anyway
+    (``main`` exits with ``os._exit``). Ctrl-C before a command installs its own handlers is KeyboardInterrupt,
+    as with ``asyncio.run``."""
+    runner = asyncio.Runner()
+    loop = runner.get_loop()
+    try:
+        return int(runner.run(coro))
+    finally:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(asyncio.wait(pending, timeout=2.0))
+        for task in pending:  # retrieved: asyncio would log "Task exception was never retrieved" for each
+            if task.done() and not task.cancelled():
+                task.exception()
+
+
 def main(argv: list[str] | None = None) -> int:
     from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 
@@ -1091,7 +1436,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_text(args)
         install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)
         if asyncio.iscoroutinefunction(args.func):
-            code = asyncio.run(args.func(args))
+            code = _run_async(args.func(args))
         else:
             code = args.func(args)
     except CliError as exc:
@@ -1113,4 +1458,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the module's canonical copy: as ``python -m`` this file is ``__main__``, and an error class raised by
+    # another module (``CliError`` from worker/demo.py) would not be the one ``__main__.main`` catches.
+    from mcp_temporal_tasks.worker.cli import main as _main
+
+    _main()

@@ -6,6 +6,7 @@ address = "localhost:7233"      # env TEMPORAL_ADDRESS
 namespace = "default"           # env TEMPORAL_NAMESPACE
 task_queue = "mcp-tasks"        # env MCP_TASKS_TASK_QUEUE
 tls = false                     # true, or implied by TEMPORAL_TLS_CERT / TEMPORAL_API_KEY
+ui_url = "http://localhost:8080"  # env MCP_TASKS_UI_URL: the Temporal UI for links the CLI prints (default: none)
 # API key and client certificate only from env: TEMPORAL_API_KEY, TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY (paths)
 
 [worker]
@@ -73,6 +74,8 @@ class TemporalSettings(_Strict):
     namespace: str = "default"
     task_queue: str = DEFAULT_TASK_QUEUE
     tls: bool = False
+    #: The Temporal UI of this Temporal, for the links the CLI prints (none: only a dev server's own UI is linked).
+    ui_url: str | None = None
 
     @field_validator("address")
     @classmethod
@@ -214,9 +217,15 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
     raw: dict[str, Any] = {}
     if path:
         try:
-            raw = tomllib.loads(Path(path).read_text())
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     unknown = set(raw) - {"temporal", "worker", "servers"}

@@ -10,13 +10,20 @@ Runs four tasks that show what the project is for:
 
 Temporal: a server already serving at the default address (``mcp-tasks dev-server``, or the one
 ``TEMPORAL_ADDRESS`` / temporal.toml names) is used as it is; otherwise the embedded one is started on the default
-state file, never on a state file another server holds. Its closing hints work after it exits.
+state file, never on a state file another server holds. Its closing hints work after it exits, typed as they are
+printed (the path of ``mcp-tasks`` when its venv is not activated).
+
+Its tasks go to a task queue of this demo alone (``mcp-tasks-demo-<run>``): a worker it did not start (another
+``mcp-tasks worker`` on that Temporal, with another configuration) never takes them. Ctrl-C (or SIGTERM) cancels
+its tasks through their workflows, waits a few seconds for their outcomes, and stops what it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -27,14 +34,16 @@ from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolP
 from mcp_temporal_tasks.worker.cli import (
     DEFAULT_ADDRESS,
     EXIT_ENDED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     CliError,
-    _ui_base,
     check_address,
     err,
     follow,
+    prog,
+    ui_base,
     ui_link,
 )
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
@@ -42,6 +51,7 @@ from mcp_temporal_tasks.worker.devserver import (
     DevServer,
     DevServerError,
     StateInUse,
+    die_with_parent,
     free_port,
     port_open,
     state_holder,
@@ -60,7 +70,8 @@ REPORT_JOB = JobBinding(submit="start_export", status="get_export_status", resul
 
 def start_demo_server() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
-                             "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True)
+                             "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=die_with_parent)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     if not line.startswith("LISTENING "):
@@ -69,8 +80,9 @@ def start_demo_server() -> tuple[subprocess.Popen[str], str]:
     return proc, line.split()[1]
 
 
-async def _temporal() -> tuple[Any, DevServer | None, str, str]:
-    """(client, the server we started or None, its address, UI base): reuse what serves, else start the embedded one."""
+async def _temporal(ui_url: str | None = None) -> tuple[Any, DevServer | None, str, str | None]:
+    """(client, the server we started or None, its address, UI base or None): reuse what serves, else start the
+    embedded one."""
     try:
         options, explicit = connect_options()
     except ConfigError as exc:
@@ -87,16 +99,16 @@ async def _temporal() -> tuple[Any, DevServer | None, str, str]:
                 raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
             client = None  # something else listens on the default port: start our own beside it
         if client is not None:
-            ui = str(holder["ui"]) if holder and holder.get("address") in (address, f"127.0.0.1:{port}") \
-                and holder.get("ui") else _ui_base(address)
-            err(f"▶ using the Temporal already serving at {address} · UI {ui}")
+            ui = ui_base(address, given=ui_url)
+            err(f"▶ using the Temporal already serving at {address}" + (f" · UI {ui}" if ui else ""))
             return client, None, address, ui
     if holder and holder.get("address"):
         # The default state file is held by a server elsewhere (another port): use it rather than open the file.
         try:
             client = await connect(str(holder["address"]), "default", wait_s=5.0)
-            ui = str(holder.get("ui") or _ui_base(str(holder["address"])))
-            err(f"▶ using the Temporal already serving the default state at {holder['address']} · UI {ui}")
+            ui = ui_base(str(holder["address"]), given=ui_url, started=str(holder["ui"]) if holder.get("ui") else None)
+            err(f"▶ using the Temporal already serving the default state at {holder['address']}"
+                + (f" · UI {ui}" if ui else ""))
             return client, None, str(holder["address"]), ui
         except Exception:
             pass
@@ -114,14 +126,14 @@ async def _temporal() -> tuple[Any, DevServer | None, str, str]:
     except Exception:
         server.stop()
         raise
-    return client, server, server.address, server.ui_url or _ui_base(server.address)
+    return client, server, server.address, ui_base(server.address, given=ui_url, started=server.ui_url)
 
 
 async def run_demo(args: argparse.Namespace) -> int:
     from mcp_temporal_tasks.worker.cli import _run_logging
 
     _run_logging()  # the worker's logs go to the log file; the demo prints what it shows
-    client, server, address, ui_base = await _temporal()
+    client, server, address, ui = await _temporal(getattr(args, "ui_url", None))
     try:
         mcp_proc, url = start_demo_server()
     except Exception:
@@ -129,14 +141,25 @@ async def run_demo(args: argparse.Namespace) -> int:
             server.stop()
         raise
     err(f"▶ demo MCP server (fastmcp, tasks extension 2026-07-28) at {url}")
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    installed: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, interrupted.set)
+            installed.append(sig)
+    stop = asyncio.Event()
+    worker_task: asyncio.Task[None] | None = None
     try:
         await ensure_search_attributes(client, client.namespace)
+        run = uuid.uuid4().hex[:6]
+        # A queue of this demo alone: a worker it did not start never takes its tasks.
+        queue = f"mcp-tasks-demo-{run}"
         cfg = WorkerConfig(servers={"demo": ServerConfig(url=url, principal="demo", tools={
             "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
             "charge_card": ToolPolicy(idempotent=False, replay="with_approval")}, jobs={"monthly_report": REPORT_JOB})})
-        stop = asyncio.Event()
-        worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop))
-        run = uuid.uuid4().hex[:6]
+        cfg.temporal.task_queue = queue
+        worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop, handle_signals=False))
         jobs: dict[str, McpTaskRequest] = {
             "build": McpTaskRequest(server="demo", tool="slow_echo",
                                     arguments={"seconds": 3, "text": "build #42: 118 tests passed"}),
@@ -144,8 +167,9 @@ async def run_demo(args: argparse.Namespace) -> int:
             "payment": McpTaskRequest(server="demo", tool="cancellable", arguments={"seconds": 60}),
             "report": McpTaskRequest(server="demo", tool="monthly_report", arguments={"seconds": 2, "rows": 3}),
         }
-        handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}") for name, req in jobs.items()}
-        links = {name: ui_link(ui_base, client.namespace, h.id) for name, h in handles.items()}
+        handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}", task_queue=queue)
+                   for name, req in jobs.items()}
+        links = {name: ui_link(ui, client.namespace, h.id) for name, h in handles.items()}
 
         async def cancel_payment() -> None:
             await asyncio.sleep(2.5)
@@ -154,35 +178,61 @@ async def run_demo(args: argparse.Namespace) -> int:
 
         t0 = time.monotonic()
         canceller = asyncio.create_task(cancel_payment())
-        outcomes = dict(zip(handles, await asyncio.gather(
-            *(follow(h, ui=links[n], quiet=n != "build") for n, h in handles.items()))))
+        gathered = asyncio.gather(*(follow(h, ui=links[n], quiet=n != "build") for n, h in handles.items()))
+        waiters: set[asyncio.Future[Any]] = {gathered, asyncio.ensure_future(interrupted.wait())}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not gathered.done():
+            # Ctrl-C: the demo's tasks are cancelled through their workflows while its worker still runs, so none
+            # is left running with no worker.
+            err("▶ interrupted: cancelling the demo's tasks (tasks/cancel through each workflow)")
+            canceller.cancel()
+            for h in handles.values():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(h.cancel(), 2)
+            await asyncio.wait({gathered}, timeout=4)
+            if not gathered.done():
+                gathered.cancel()
+            raise CliError("interrupted: the demo's tasks were cancelled", EXIT_INTERRUPTED)
+        outcomes = dict(zip(handles, gathered.result()))
         await canceller
         print(f"\n{'task':<9} {'tool':<15} {'outcome':<11} {'detail'}")
         for name, o in outcomes.items():
             print(f"{name:<9} {o.ledger.tool:<15} {o.outcome.value:<11} {_detail(o)}")
-        print(f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect:")
+        print(f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect"
+              + (":" if ui else f" (mcp-tasks status ID): {', '.join(h.id for h in handles.values())}"))
         for name, link in links.items():
-            print(f"  {name:<9} {link}")
+            if link:
+                print(f"  {name:<9} {link}")
+        me = prog()
         at = "" if address in (DEFAULT_ADDRESS, "127.0.0.1:7233") else f" --address {address}"
         if server is None or args.keep:
             # The server outlives the demo (it was running already, or --keep): the hints work as printed.
-            print(f"  list:     mcp-tasks list{at}")
+            print(f"  list:     {me} list{at}")
         else:
             # We started Temporal and stop it on exit: say how to serve this state again, and the flag that keeps it.
             port = "" if server.port == 7233 else f" --port {server.port}"
+            ui_port = "" if server.ui_port in (None, 8233) else f" --ui-port {server.ui_port}"
             print(f"Temporal stops with the demo; its history stays in {server.db}. To look again:")
-            print(f"  serve it: mcp-tasks dev-server{port}   (UI http://localhost:8233)")
-            print(f"  list:     mcp-tasks list{at}   (while dev-server runs)")
-            print("  or keep everything running after the demo: mcp-tasks demo --keep")
+            print(f"  serve it: {me} dev-server{port}{ui_port}   (it prints its UI address)")
+            print(f"  list:     {me} list{at}   (while dev-server runs)")
+            print(f"  or keep everything running after the demo: {me} demo --keep")
         ok = all(outcomes[n].outcome.value == want for n, want in EXPECTED.items())
         if args.keep:
             err("▶ --keep: Temporal, the demo server and the worker keep running; Ctrl-C stops them")
-            await asyncio.Event().wait()
-        stop.set()
-        await worker_task
+            await interrupted.wait()
         return EXIT_OK if ok else EXIT_ENDED
     finally:
+        stop.set()
+        if worker_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(worker_task), 10)
+        for signum in installed:
+            loop.remove_signal_handler(signum)
         mcp_proc.terminate()
+        try:
+            await asyncio.to_thread(mcp_proc.wait, 5)
+        except subprocess.TimeoutExpired:
+            mcp_proc.kill()
         if server is not None:
             server.stop()
 

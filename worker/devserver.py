@@ -7,6 +7,9 @@ One server per state file: a lock file beside it (``temporal.db.lock``) names th
 and is held, with ``flock``, by the process that started the server and by the server itself. Another start
 on the same file is refused with :class:`StateInUse`, naming the holder: two servers on one SQLite file would
 corrupt it.
+
+The server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``, so even a ``SIGKILL`` of ours
+stops it and releases the lock); :meth:`DevServer.stop` terminates it, then kills it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -35,11 +39,35 @@ class StateInUse(DevServerError):
 
     def __init__(self, db: Path, holder: dict[str, object]) -> None:
         address = holder.get("address") or "an unknown address"
-        super().__init__(f"the state file {db} is in use by another Temporal dev server (pid {holder.get('pid', '?')}, "
+        pid = holder.get("pid", "?")
+        if isinstance(pid, int) and not pid_alive(pid) and isinstance(holder.get("server_pid"), int):
+            pid = holder["server_pid"]  # its starter is gone; the server itself still holds the file
+        super().__init__(f"the state file {db} is in use by another Temporal dev server (pid {pid}, "
                          f"serving at {address}): use that one (--address {address}) or stop it, "
                          "or give this one another state file (--db FILE)")
         self.db = db
         self.holder = holder
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when the process that started it dies (Linux only; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001  (best effort: stop() still terminates it)
+            pass
 
 
 def lock_path(db: Path) -> Path:
@@ -66,6 +94,19 @@ def state_holder(db: str | Path | None = None) -> dict[str, object] | None:
         return None
     finally:
         os.close(fd)
+
+
+def ui_for_address(address: str) -> str | None:
+    """The UI of the dev server serving ``address`` according to the default state file's lock (a server started
+    by ``mcp-tasks dev-server``, ``run`` or ``demo`` on the default state), else None."""
+    holder = state_holder()
+    if not holder or not holder.get("ui") or not isinstance(holder.get("address"), str):
+        return None
+    local = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]")
+    host, _, port = address.rpartition(":")
+    h_host, _, h_port = str(holder["address"]).rpartition(":")
+    same_host = host == h_host or (host in local and h_host in local)
+    return str(holder["ui"]).rstrip("/") if same_host and port == h_port else None
 
 
 def temporal_binary() -> str:
@@ -157,8 +198,11 @@ class DevServer:
         assert self._lock_fd is not None
         # The server inherits the lock: the state file stays held as long as the server runs, whatever happens
         # to this process.
+        # foreground (`mcp-tasks dev-server`): in our process group, so a terminal's Ctrl-C reaches it too;
+        # otherwise in a session of its own, so the Ctrl-C that `run` turns into a cancel does not stop Temporal
+        # under the cancel. Either way it dies with us (die_with_parent) and stop() ends it.
         self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground,
-                                     pass_fds=(self._lock_fd,))
+                                     pass_fds=(self._lock_fd,), preexec_fn=die_with_parent)
         self._write_lock()
         deadline = time.monotonic() + timeout_s
         while not self._ready():
@@ -190,6 +234,7 @@ class DevServer:
         return probe.returncode == 0
 
     def stop(self) -> None:
+        """Terminate the server (then kill it after 10 s) and release the state file."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -38,12 +40,21 @@ from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import PROCESS_ID, Endpoint, SessionPool
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 log = logging.getLogger("mcp_tasks.worker")
 WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
+#: The pydantic converter our models need, whose failures of a task that did not complete carry no stack trace.
+DATA_CONVERTER = dataclasses.replace(pydantic_data_converter, failure_converter_class=McpTaskFailureConverter)
+#: How long a stopping worker lets running activities finish before it cancels them (Worker's
+#: ``graceful_shutdown_timeout``).
+GRACEFUL_SHUTDOWN_S = 5.0
+#: After that, how long cancelled activities and MCP sessions get to wind down before the worker leaves anyway:
+#: a stop never waits on a task that ignores cancellation (a SIGTERM'd worker once hung > 70 s in asyncio).
+SHUTDOWN_GRACE_S = 2.0
 
 _runtime: Runtime | None = None
 
@@ -67,8 +78,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+def _not_poll_shutdown(record: logging.LogRecord) -> bool:
+    """Drop asyncio's "Task exception was never retrieved" for the SDK's own pollers ended by a shutdown
+    (``PollShutdownError``): the expected end of a worker that stops, not an error."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (record.name == "asyncio" and exc is not None and type(exc).__name__ == "PollShutdownError")
+
+
 def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_not_poll_shutdown)
     handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     # Resolved secret values (credential references) never reach a log line, whatever echoed them.
     install_log_redaction(handler)
@@ -151,7 +170,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     delay = 0.1
     while True:
         try:
-            return await Client.connect(target, data_converter=pydantic_data_converter, runtime=runtime(metrics_port),
+            return await Client.connect(target, data_converter=DATA_CONVERTER, runtime=runtime(metrics_port),
                                         **options)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
@@ -197,7 +216,8 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
     plugin = McpTasksPlugin(activities.servers, settings=s, activities=activities)
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
     options: dict[str, Any] = dict(
-        max_concurrent_activities=s.max_concurrent_activities, graceful_shutdown_timeout=timedelta(seconds=5),
+        max_concurrent_activities=s.max_concurrent_activities,
+        graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S),
         max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks, max_cached_workflows=s.max_cached_workflows,
         workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
             s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
@@ -260,14 +280,16 @@ async def wait_until_polling(client: Client, task_queue: str, identity: str, tim
 
 
 async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event | None = None,
-                      on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None) -> None:
-    """Run until ``stop`` is set (or SIGTERM/SIGINT), then shut down gracefully and close MCP sessions."""
+                      on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None,
+                      handle_signals: bool = True) -> None:
+    """Run until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT), then shut down gracefully and
+    close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + 2 * SHUTDOWN_GRACE_S`` whatever the activities do."""
     activities = activities or make_activities(cfg)
     workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT) if handle_signals else ():
         try:
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
@@ -285,8 +307,14 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
                 raise t.exception()  # type: ignore[misc]
         stopper.cancel()
     finally:
-        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        # Bounded: the SDK waits GRACEFUL_SHUTDOWN_S for running activities, then cancels them and waits for
+        # them again, without limit; an activity (or an MCP session) that ignores cancellation must not hold
+        # the process.
+        with contextlib.suppress(TimeoutError, Exception):
+            await asyncio.wait_for(asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
+                                   GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
         shutdown_executors(workers)
-        await activities.pool.aclose()
+        with contextlib.suppress(TimeoutError, Exception):
+            await asyncio.wait_for(activities.pool.aclose(), SHUTDOWN_GRACE_S)
         for sig in installed:
             loop.remove_signal_handler(sig)
