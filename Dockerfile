@@ -2,7 +2,8 @@
 #   docker build -t mcp-temporal-tasks .
 #   docker run mcp-temporal-tasks worker --config /etc/mcp-tasks/worker.toml
 #   docker run -p 8000:8000 mcp-temporal-tasks demo-server --host 0.0.0.0 --port 8000
-FROM python:3.11-slim
+# Pinned to a patch release: a floating tag changes the image under the same Dockerfile.
+FROM python:3.11.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

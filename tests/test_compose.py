@@ -646,7 +646,7 @@ def test_dockerfile_contract():
     for kind, args in instructions:
         by_kind.setdefault(kind, []).append(args)
 
-    assert by_kind["FROM"] == ["python:3.11-slim"]
+    assert by_kind["FROM"] == ["python:3.11.11-slim"]  # a patch release, never a floating tag
     assert [json.loads(a) for a in by_kind["ENTRYPOINT"]] == [["mcp-tasks"]]
     assert [json.loads(a) for a in by_kind["CMD"]] == [["worker"]]
 

@@ -13,6 +13,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -567,3 +568,61 @@ async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outco
         await child.cancel()
         out = await asyncio.wait_for(parent.result(), 30)
     assert out.outcome == Outcome.CANCELLED and out.workflow_id == child_id and fakes.calls["start_call"] == 1
+
+
+async def test_an_attempt_is_dated_when_tools_call_was_sent_not_when_its_reply_came(env: WorkflowEnvironment) -> None:
+    """A synchronous tool that takes 2 s: operation_attempts[].at is the send time, as it is for a task."""
+
+    async def slow(_: StartCallInput) -> StartCallOutput:
+        await asyncio.sleep(2)
+        return sync(text("done"))
+
+    fakes = Fakes()
+    queue = f"fast-{uuid.uuid4().hex[:8]}"
+
+    @activity.defn(name=names.START_CALL)
+    async def start_call(inp: StartCallInput) -> StartCallOutput:
+        return await slow(inp)
+
+    acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.START_CALL]
+    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, start_call],
+                      workflow_runner=workflow_runner()):
+        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
+                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        out = await asyncio.wait_for(outcome_of(handle), 30)
+    events = [e async for e in handle.fetch_history_events()]
+    scheduled = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
+                     if e.activity_task_scheduled_event_attributes.activity_type.name == names.START_CALL)
+    completed = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
+                     if e.HasField("activity_task_completed_event_attributes"))
+    at = out.operation_attempts[0].at
+    assert out.outcome == Outcome.COMPLETED and (completed - scheduled).total_seconds() >= 1.9
+    assert abs((at - scheduled).total_seconds()) < 1.0, (at, scheduled, completed)
+
+
+async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(env: WorkflowEnvironment) -> None:
+    """Cancelled while its server is being resolved: Canceled, with a cancelled outcome and nothing sent."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    fakes = Fakes()
+    resolving = asyncio.Event()
+
+    @activity.defn(name=names.RESOLVE)
+    async def resolve(inp: ResolveInput) -> ServerProfile:
+        resolving.set()
+        while True:  # until the cancel reaches it
+            activity.heartbeat()
+            await asyncio.sleep(0.1)
+
+    acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.RESOLVE]
+    queue = f"fast-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, resolve],
+                      workflow_runner=workflow_runner()):
+        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
+                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        await asyncio.wait_for(resolving.wait(), 20)
+        await handle.cancel()
+        out = await asyncio.wait_for(outcome_of(handle), 30)
+    assert out.outcome == Outcome.CANCELLED and "before tools/call was sent" in (out.reason or "")
+    assert not out.operation_attempts and fakes.calls["start_call"] == 0
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED

@@ -98,3 +98,13 @@ def test_readme_shows_the_table_as_the_code_has_it() -> None:
     m = re.search(r"<!-- read-error-table:start -->\n(.*?)\n<!-- read-error-table:end -->", readme, re.S)
     assert m is not None, "README lost its read-error table markers"
     assert m.group(1).strip() == read_error_table()
+
+
+def test_a_decoded_result_carries_what_the_server_sent_and_no_field_it_did_not() -> None:
+    """The SDK model defaults resultType to "complete" (a 2026-07-28 field): a 2025-11-25 result never gains it."""
+    from mcp_temporal_tasks.activities.wire import decode_result
+
+    legacy = decode_result({"content": [{"type": "text", "text": "done"}]}, None)
+    assert "resultType" not in legacy and legacy["content"] == [{"type": "text", "text": "done"}]
+    extension = decode_result({"content": [], "resultType": "complete"}, None)
+    assert extension["resultType"] == "complete"

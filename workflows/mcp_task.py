@@ -345,7 +345,16 @@ class McpTaskWorkflow:
                                                     principal=request.principal, era=request.era),
                 start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
                 summary="resolve server configuration")
-        except (ActivityError, ApplicationError) as err:
+        except (asyncio.CancelledError, ActivityError, ApplicationError) as err:
+            # Cancelled before anything was sent (the cancel reaches the local activity): a cancelled outcome,
+            # readable from the memo, instead of a bare cancel or a "rejected". Histories from before: unchanged.
+            cancelled = isinstance(err, asyncio.CancelledError) or isinstance(err.cause, CancelledError)
+            if cancelled and workflow.patched(CANCELLED_SHOWS_CANCELED):
+                self._cancelled_by_temporal()
+                return self._finish(Ending(outcome=Outcome.CANCELLED, stage=Stage.REQUEST,
+                                           reason=f"{self.m.cancel_reason} before tools/call was sent"))
+            if isinstance(err, asyncio.CancelledError):
+                raise
             kind, _, info = _failure_info(err)
             return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
                 code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
@@ -497,6 +506,8 @@ class McpTaskWorkflow:
         self._enter(Phase.SUBMITTING, "submitting")
         resends = 0
         while True:
+            # operation_attempts[].at is when tools/call was sent, for a task and a synchronous call alike.
+            sent_at = workflow.now()
             handle = workflow.start_activity_method(
                 McpActivities.start_call,
                 StartCallInput(profile=self.m.profile, tool=self.req.tool, arguments=self.req.arguments,
@@ -525,7 +536,7 @@ class McpTaskWorkflow:
                 error = RpcErrorInfo(code=info.get("code") or -32000, message=info.get("message") or str(err.cause),
                                      data={"kind": kind})
                 if verdict == "rejected":
-                    self._record(reason, ended=Outcome.REJECTED.value)
+                    self._record(reason, sent_at, ended=Outcome.REJECTED.value)
                     cls, _ = decisions.classify_failure(None, error)
                     if kind == "AuthorizationRequired":
                         cls = Classification.AUTHORIZATION_REQUIRED
@@ -535,10 +546,10 @@ class McpTaskWorkflow:
                                  classification=Classification.RETRYABLE,
                                  retry_after_s=retry_after or None,
                                  reason="server unreachable; tools/call was never sent"))
-                self._record(reason, ended=Outcome.UNKNOWN_OUTCOME.value)
+                self._record(reason, sent_at, ended=Outcome.UNKNOWN_OUTCOME.value)
                 raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, stage=Stage.SUBMITTING, error=error,
                              reason=f"tools/call may have reached the server but its reply was lost ({kind})"))
-            self._record(reason)
+            self._record(reason, sent_at)
             self.m.ledger.sdk_version = out.sdk_version
             self.m.ledger.era = out.start.era
             self.m.ledger.protocol_version = out.start.session.protocol_version
@@ -546,9 +557,9 @@ class McpTaskWorkflow:
                 self._learn_tool(out)
             return out
 
-    def _record(self, reason: str, *, ended: str = "in_flight") -> None:
+    def _record(self, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
         self.m.attempts.append(OperationAttempt(n=len(self.m.attempts) + 1, reason=reason,  # type: ignore[arg-type]
-                                              at=workflow.now(), ended=ended))
+                                              at=sent_at, ended=ended))
 
     def _learn_tool(self, out: StartCallOutput) -> None:
         assert out.tool is not None and self.m.profile is not None

@@ -247,6 +247,7 @@ class OperationAttempt(_Model):
     n: int
     reason: Literal["initial", "replay_lost", "replay_expired", "replay_unknown_outcome", "replay_retryable",
                     "input_response"]
+    #: When ``tools/call`` was sent (workflow time), for a task and a synchronous call alike.
     at: datetime
     task_id: str | None = None
     ended: str | None = None  # how it ended: an Outcome value, or "in_flight"

@@ -57,4 +57,9 @@ def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict
             raise ResultDecodeError(f"structuredContent does not match outputSchema at {path}: {exc.message}", raw=raw) from exc
         except jsonschema.SchemaError as exc:
             raise ResultDecodeError(f"pinned outputSchema is itself invalid: {exc.message}", raw=raw) from exc
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    out: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if isinstance(raw, dict) and "resultType" not in raw:
+        # The SDK model defaults resultType to "complete" (a 2026-07-28 field): a 2025-11-25 server never sent it,
+        # and the outcome carries what the server sent.
+        out.pop("resultType", None)
+    return out
