@@ -98,6 +98,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
 )
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
+from mcp_temporal_tasks.activities.wire.tracing import annotate
 
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
@@ -364,6 +365,7 @@ class McpActivities:
         where that is sound (:meth:`McpTaskClient.reconcile_lost_call`); otherwise it may have reached the
         server. Heartbeats run for the whole activity, so only a dead worker times it out."""
         profile = inp.profile
+        annotate(server=profile.name, tool=inp.tool)
         beat: dict[str, Any] = {"step": "connecting", "tool": inp.tool}
         sent = False
 
@@ -411,6 +413,7 @@ class McpActivities:
                 payload = self._decode(TaskPayload(result=start.result), schema)
             if start.task is not None:
                 self.pool.track(client, start.task.task_id)
+                annotate(task_id=start.task.task_id, status=start.task.status)
             return StartCallOutput(start=start, tool=tool, payload=payload, sdk_version=installed_sdk_version(),
                                    owner_queue=self.owner_queue if profile.endpoint.command else None,
                                    reconciled=reconciled)
@@ -436,6 +439,7 @@ class McpActivities:
         one goes to the result store, never into history).
         """
         info = activity.info()
+        annotate(task_id=inp.task_id)
         hb_every = _beat_every(info)
         previous = info.heartbeat_details[0] if info.heartbeat_details else None
         failing_since: float | None = previous.get("failingSince") if isinstance(previous, dict) else None
@@ -488,6 +492,7 @@ class McpActivities:
                        "statusMessage": state.status_message, "polls": polls}
             activity.heartbeat(details)
             if state.terminal:
+                annotate(status=state.status, polls=polls)
                 out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
                 out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
                 self.pool.track(session, state.task_id, done=True)
@@ -546,6 +551,7 @@ class McpActivities:
             return RetrieveOutput(payload=payload)
 
         beat = {"taskId": _short(inp.state.task_id), "step": "retrieving", "status": inp.state.status}
+        annotate(task_id=inp.state.task_id, status=inp.state.status)
         try:
             out = await self._on_task(RetrieveOutput, retrieve, beat)
         except ApplicationError:
@@ -562,6 +568,7 @@ class McpActivities:
             state = await client.cancel(inp.task_id)
             return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 
+        annotate(task_id=inp.task_id)
         return await self._on_task(CancelOutput, cancel, {"taskId": _short(inp.task_id), "step": "cancelling"})
 
     @activity.defn(name=ANSWER_INPUT)

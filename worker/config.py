@@ -116,6 +116,9 @@ class WorkerSettings(_Strict):
     #: Longest gap the SDK leaves between two heartbeats it sends (it sends one per min(0.8 × heartbeat
     #: timeout, this)). Safe to raise: every heartbeat still arrives within its own timeout.
     max_heartbeat_throttle_s: float = Field(120.0, gt=0, le=3600)
+    #: Temporal's OpenTelemetry interceptor on this worker, and W3C trace context on every MCP request (the
+    #: ``[tracing]`` extra; spans go wherever the process's OpenTelemetry SDK exports them).
+    tracing: bool = False
 
 
 class WorkerConfig(_Strict):

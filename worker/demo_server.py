@@ -452,6 +452,8 @@ class PeerLogMiddleware:
                         "tool": params.get("name") if method == "tools/call" else None,
                         "taskId": params.get("taskId") if isinstance(method, str) and method.startswith("tasks/") else None,
                         "mcpName": mcp_name,
+                        "traceparent": (params.get("_meta") or {}).get("traceparent")
+                        if isinstance(params.get("_meta"), dict) else None,
                     }
                 )
                 + "\n"

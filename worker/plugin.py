@@ -52,6 +52,15 @@ from mcp_temporal_tasks.worker.runner import (
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 
 log = logging.getLogger("mcp_tasks.plugin")
+
+
+def tracing_interceptor() -> Any:
+    """Temporal's OpenTelemetry interceptor (``temporalio.contrib.opentelemetry``), or one error naming the extra."""
+    try:
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+    except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
+        raise ConfigError(f"tracing needs OpenTelemetry: pip install 'mcp-temporal-tasks[tracing]' ({exc})") from exc
+    return TracingInterceptor()
 PASSTHROUGH = ("mcp_temporal_tasks",)
 
 
@@ -109,7 +118,9 @@ class _Owner:
 class McpTasksPlugin(SimplePlugin):
     """Register durable MCP tasks on a worker. ``servers``: name → :class:`ServerConfig`, or the same table as a
     ``[servers.NAME]`` of the TOML configuration (``headers = {Authorization = {env = "VAR"}}``, ``tools``...).
-    ``settings``: the ``[worker]`` table (result store, inline endpoints, session idle time...)."""
+    ``settings``: the ``[worker]`` table (result store, inline endpoints, session idle time...). ``tracing``: add
+    Temporal's OpenTelemetry interceptor, so the starter, the workflow and each activity share one trace, which
+    every MCP request carries on in ``params._meta`` (``traceparent``/``tracestate``)."""
 
     def __init__(
         self,
@@ -118,6 +129,7 @@ class McpTasksPlugin(SimplePlugin):
         settings: WorkerSettings | None = None,
         register_search_attributes: bool = True,
         activities: McpActivities | None = None,
+        tracing: bool = False,
     ) -> None:
         parsed = {name: cfg if isinstance(cfg, ServerConfig) else server_config(name, cfg)
                   for name, cfg in (servers or {}).items()}
@@ -129,7 +141,8 @@ class McpTasksPlugin(SimplePlugin):
         self._owners: dict[tuple[int, str], _Owner] = {}
         # (SimplePlugin keeps its own `activities` attribute: ours is `mcp_activities`.)
         super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=with_pydantic,
-                         activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox)
+                         activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox,
+                         interceptors=[tracing_interceptor()] if tracing or self.config.worker.tracing else None)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> McpTasksPlugin:

@@ -49,6 +49,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
+from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import (
     HttpTransport,
     NotificationHandler,
@@ -350,6 +351,7 @@ class McpTaskClient:
                        timeout_s: float | None = None,
                        on_notification: NotificationHandler | None = None) -> dict[str, Any]:
         headers = None
+        params = with_trace_context(params)
         if self.era == EXTENSION:
             params = {**params, "_meta": {**(params.get("_meta") or {}), **sdk_compat.extension_meta()}}
             if isinstance(self.transport, HttpTransport):

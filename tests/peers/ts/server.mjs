@@ -338,7 +338,8 @@ function intercept(transport) {
           task: tool !== null && p.task !== undefined,
           taskId,
           statusAtReceipt: taskId ? taskStore.peekStatus(taskId) : null,
-          session: transport.sessionId ?? null
+          session: transport.sessionId ?? null,
+          traceparent: p._meta?.traceparent ?? null
         }) + '\n');
       }
       if (tool === 'plain_fallback' && p.task !== undefined) {
