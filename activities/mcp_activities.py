@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 
 from mcp_temporal_tasks.activities.models import (
     OUTCOME_MEMO,
@@ -438,6 +438,14 @@ class McpActivities:
         here too: on 2026-07-28 it is inline, and is dropped from the returned state once decoded (a large
         one goes to the result store, never into history).
         """
+        # A worker that stops hands its waits on at once instead of holding them through its graceful timeout.
+        shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        try:
+            return await self._poll_until_moved(inp, shutdown)
+        finally:
+            shutdown.cancel()
+
+    async def _poll_until_moved(self, inp: AwaitInput, shutdown: asyncio.Future[None]) -> AwaitOutput:
         info = activity.info()
         annotate(task_id=inp.task_id)
         hb_every = _beat_every(info)
@@ -483,7 +491,7 @@ class McpActivities:
                 details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since,
                                faults=faults)
                 activity.heartbeat(details)
-                await self._sleep_beating(wait, hb_every, details)
+                await self._sleep_beating(wait, hb_every, details, shutdown)
                 continue
             polls += 1
             self._counter("mcp_tasks_polls", "tasks/get polls")
@@ -507,15 +515,27 @@ class McpActivities:
                 return AwaitOutput(state=state, polls=polls, long_wait=True)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
-            await self._sleep_beating(delay, hb_every, details)
+            await self._sleep_beating(delay, hb_every, details, shutdown)
 
     @staticmethod
-    async def _sleep_beating(seconds: float, every: float, details: dict[str, Any]) -> None:
-        """Sleep without outlasting the heartbeat timeout."""
+    async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],
+                             shutdown: asyncio.Future[None] | None = None) -> None:
+        """Sleep without outlasting the heartbeat timeout. When this worker starts shutting down, the wait is
+        handed on: a retryable failure (after one last heartbeat, so the next attempt keeps the unreachable clock),
+        retried at once by another worker. Only waits between polls are cut short, never a request in flight."""
         remaining = seconds
         while remaining > 0:
             step = min(remaining, every)
-            await asyncio.sleep(step)
+            if shutdown is None:
+                await asyncio.sleep(step)
+            else:
+                await asyncio.wait({shutdown}, timeout=step)
+                if shutdown.done():
+                    activity.heartbeat(details)
+                    # BENIGN: an expected hand-over, not an error (the SDK logs it at debug, with no traceback).
+                    raise ApplicationError("this worker is shutting down: another one goes on waiting for the task",
+                                           type="WorkerShutdown", next_retry_delay=timedelta(milliseconds=100),
+                                           category=ApplicationErrorCategory.BENIGN)
             remaining -= step
             if remaining > 0:
                 activity.heartbeat(details)
