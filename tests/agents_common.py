@@ -15,7 +15,7 @@ from temporalio.client import Client
 from mcp_temporal_tasks._agent_tools import argument_digest
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.peers.harness import Peer
-from tests.temporal_harness import ProcessUnderTest
+from tests.temporal_harness import ProcessUnderTest, child_view
 
 HEARTBEAT_S = 2.0
 
@@ -42,18 +42,6 @@ async def settled_calls(peer: Peer, mark: int, tool: str) -> int:
 def child_id(parent: str, key: str, tool: str, arguments: dict[str, Any], *, scope: int = 1, n: int = 1) -> str:
     base = f"{parent}/mcp/{key}/r{scope}/{tool}/{argument_digest(arguments)}"
     return base if n == 1 else f"{base}.{n}"
-
-
-async def wait_child(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:
-    handle = client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id)
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        with contextlib.suppress(Exception):
-            view = await handle.query(McpTaskWorkflow.status)
-            if pred(view):
-                return view
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"child {workflow_id} never reached the expected state")
 
 
 def seen(output: str) -> list[dict[str, Any]]:
@@ -116,7 +104,7 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
         handles = {name: await client.start_workflow(run, prompt, id=wids[name], task_queue=queue)
                    for name, prompt in runs.items()}
         for cid in children.values():
-            await wait_child(client, cid, lambda v: v.task_id, timeout_s=60)
+            await child_view(client, cid, lambda v: v.task_id, timeout_s=60)
         deadline = time.monotonic() + 30
         while not tool_calls(ts, marks["ts"], "slow_sync") and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -168,7 +156,7 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
     handle = await client.start_workflow(run, prompt_of(script("lossy", [("slow_echo", args)])), id=wid,
                                          task_queue=queue)
     cid = child_id(wid, "lossy", "slow_echo", args)
-    view = await wait_child(client, cid, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=60)
+    view = await child_view(client, cid, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=60)
     await asyncio.sleep(2)  # parked: nothing else happens while nobody approves
     parked = {"agent_running": (await handle.describe()).status.name, "calls_while_parked": len(
         tool_calls(fm, mark, "slow_echo")), "attempts": [a.reason for a in view.operation_attempts]}

@@ -240,3 +240,10 @@ async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
             pass
         await asyncio.sleep(0.1)
     raise AssertionError("workflow never reached the expected state")
+
+
+async def child_view(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:
+    """:func:`wait_for_view` on an ``McpTaskWorkflow`` by id (a parent's child, which may not exist yet)."""
+    from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+
+    return await wait_for_view(client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id), pred, timeout_s)

@@ -43,26 +43,21 @@ from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer
-from tests.temporal_harness import ProcessUnderTest, address_of, settled_calls, tool_calls, unique, until
+from tests.temporal_harness import (
+    ProcessUnderTest,
+    address_of,
+    child_view,
+    settled_calls,
+    tool_calls,
+    unique,
+    until,
+)
 
 HEARTBEAT_S = 2.0
 UNREACHABLE_S = 4.0
 #: Tools offered by both peers (the TS peer has more).
 COMMON_TOOLS = {"slow_echo", "rate_limited", "rpc_error", "cancellable", "ask_user"}
 TOOLS_OF = {"ts": "ts_http_stateful", "fm": "fastmcp_server"}
-
-
-async def child_view(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:
-    """The child McpTaskWorkflow's ``status`` once ``pred`` holds (the child may not exist yet)."""
-    handle = client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            view = await handle.query(McpTaskWorkflow.status)
-            if pred(view):
-                return view
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"child {workflow_id} never reached the expected state")
 
 
 async def activity_types(client: Client, workflow_id: str, run_id: str | None = None) -> list[str]:
