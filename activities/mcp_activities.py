@@ -65,6 +65,7 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
     ToolPolicy,
+    failed_read_error,
     outcome_in_failure,
 )
 from mcp_temporal_tasks.activities.result_store import ResultStore
@@ -208,11 +209,8 @@ def _short(task_id: str, n: int = 64) -> str:
 
 
 def read_error_info(exc: McpWireError) -> RpcErrorInfo:
-    """The server's last answer to a read that kept failing, as the outcome's ``error`` (bounded: the wire
-    error's message and data are already capped). A failure without a JSON-RPC code is ``-32000`` + its kind."""
-    if exc.code is not None:
-        return RpcErrorInfo(code=exc.code, message=exc.message, data=exc.data)
-    return RpcErrorInfo(code=-32000, message=f"{exc.kind}: {exc.message}", data=exc.data)
+    """The server's last answer to a read that kept failing (the wire error's message and data are capped)."""
+    return failed_read_error(exc.kind, exc.code, exc.message, exc.data)
 
 
 def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | JobTasks:

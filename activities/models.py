@@ -315,3 +315,12 @@ def outcome_in_failure(err: BaseException | None) -> dict[str, Any] | None:
                 return detail.model_dump(mode="json")
         err = getattr(err, "cause", None) or err.__cause__
     return None
+
+
+def failed_read_error(kind: str, code: Any, message: str, data: Any = None) -> RpcErrorInfo:
+    """The server's last answer to a read that kept failing, as an outcome's ``error``: its JSON-RPC error as
+    is, or ``-32000`` with the failure's kind when it gave none (a transport fault, a garbled reply). Built from a
+    wire error in the activity, or from the failure's details in the workflow: the same rule for both."""
+    if isinstance(code, int) and not isinstance(code, bool):
+        return RpcErrorInfo(code=code, message=message, data=data)
+    return RpcErrorInfo(code=-32000, message=f"{kind}: {message}"[:1024], data=data)

@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         RetrieveInput,
         StartCallInput,
         StartCallOutput,
+        failed_read_error,
     )
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
     from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
@@ -193,15 +194,9 @@ def _last_read_failure(err: ActivityError) -> tuple[str, dict[str, Any], RpcErro
     cause: BaseException | None = err.cause
     while cause is not None and not isinstance(cause, ApplicationError):
         cause = cause.cause if isinstance(cause, (TimeoutError, ActivityError)) else None
-    if cause is None:
-        kind, _, info = _failure_info(err)
-        return kind, info, RpcErrorInfo(code=-32000, message=f"{kind}: {info.get('message', '')}"[:1024])
-    kind, _, info = _failure_info(cause)
-    code = info.get("code")
-    message = str(info.get("message") or cause.message)
-    error = RpcErrorInfo(code=code if isinstance(code, int) else -32000,
-                         message=message if isinstance(code, int) else f"{kind}: {message}", data=info.get("data"))
-    return kind, info, error
+    kind, _, info = _failure_info(cause if cause is not None else err)
+    message = str(info.get("message") or (cause.message if cause is not None else ""))
+    return kind, info, failed_read_error(kind, info.get("code"), message, info.get("data"))
 
 
 def _read_budget(budget_s: float, *, max_interval_s: float = 30.0) -> dict[str, Any]:
