@@ -154,8 +154,10 @@ class ProcessUnderTest:
 class WorkerProcess(ProcessUnderTest):
     """``mcp-tasks worker`` in its own process, ready once it logged that it polls its queue."""
 
-    def __init__(self, address: str, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
-        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address,
+    def __init__(self, address: str | None, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
+        """``address`` None: the worker finds Temporal as a deployed one does (``TEMPORAL_ADDRESS`` in ``env``)."""
+        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker",
+               *(["--address", address] if address else []),
                "--task-queue", task_queue, "--config", str(config), "--plain-logs"]
         super().__init__(cmd, ready="ready: polling task queue", name="worker",
                          env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)})

@@ -27,9 +27,9 @@ from mcp_temporal_tasks.worker.config import load_config
 from mcp_temporal_tasks.worker.devserver import free_port, pid_alive, port_open, state_holder
 from mcp_temporal_tasks.worker.runner import GRACEFUL_SHUTDOWN_S
 from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Phase
 from tests.peers.harness import Peer
-from tests.temporal_harness import FAST, REPO_ROOT, address_of, in_process_worker, unique, worker_process
+from tests.temporal_harness import FAST, REPO_ROOT, address_of, in_process_worker, unique, wait_for_view, worker_process
 from tests.test_cli_ux import CLI, ENV, cli, one_json, one_line
 
 #: A shell whose PATH does not have the venv: a user who did not activate it.
@@ -512,11 +512,9 @@ async def test_messages_about_finished_and_running_tasks(client: Client, tempora
     request = McpTaskRequest(server=fastmcp_server.endpoint, tool="ask_user", arguments={"question": "ok?"})
     async with in_process_worker(client, task_queue=queue):
         handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)
-        for _ in range(100):
-            rc, out, _ = await cli("status", wid, "--address", address)
-            if "needs input" in out:
-                break
-            await asyncio.sleep(0.2)
+        await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=60)
+        rc, out, _ = await cli("status", wid, "--address", address)
+        assert "needs input" in out, out
         # approve on a running task that awaits no approval: refused, kind `refused` (not `ended`).
         rc, out, err = await cli("approve", wid, "--address", address, "--json")
         assert rc == 1 and one_json(out)["error"]["kind"] == "refused", (out, err)

@@ -70,10 +70,11 @@ async def test_dev_server_start_returns_only_when_it_serves(tmp_path: Path) -> N
 
 
 async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer, tmp_path: Path) -> None:
-    # The compose / Kubernetes order: the worker process comes up first and waits for Temporal.
+    # The compose / Kubernetes order: the worker process comes up first and waits for Temporal, whose address it
+    # has from its environment (an address typed with --address must serve at once: tests/test_operator.py).
     port = free_port()
     cfg = write_config(tmp_path / "w.toml", {"demo": {"url": fastmcp_server.url}})
-    proc = WorkerProcess(f"127.0.0.1:{port}", unique("early"), cfg)
+    proc = WorkerProcess(None, unique("early"), cfg, env={"TEMPORAL_ADDRESS": f"127.0.0.1:{port}"})
     server = DevServer(db=tmp_path / "early.db", port=port, ui_port=None)
     try:
         await asyncio.sleep(2.0)
