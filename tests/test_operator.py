@@ -5,6 +5,7 @@ real MCP peers, and sends real signals to real pids."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from mcp_temporal_tasks.worker.devserver import free_port, pid_alive, port_open,
 from mcp_temporal_tasks.worker.runner import GRACEFUL_SHUTDOWN_S
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Phase
-from tests.peers.harness import Peer
+from tests.peers.harness import Peer, fastmcp_peer
 from tests.temporal_harness import FAST, REPO_ROOT, address_of, in_process_worker, unique, wait_for_view, worker_process
 from tests.test_cli_ux import CLI, ENV, cli, one_json, one_line
 
@@ -415,6 +416,9 @@ async def test_worker_stops_in_time_on_every_sigterm(client: Client, temporal_en
     address = address_of(temporal_env)
     queue = unique("q-sigterm")
     config = tmp_path / "w.toml"
+    # A peer of its own: the 20 two-minute tasks left running on it must not hold the shared peer's task workers.
+    own = contextlib.ExitStack()
+    fastmcp_server = own.enter_context(fastmcp_peer(tmp_path, name="fastmcp-sigterm"))
     config.write_text(f'[servers.demo]\nurl = "{fastmcp_server.url}"\n')
     handles = []
     times = []
@@ -438,6 +442,7 @@ async def test_worker_stops_in_time_on_every_sigterm(client: Client, temporal_en
                 await h.terminate()
             except Exception:  # noqa: BLE001  (already ended)
                 pass
+        own.close()
     print("seconds from SIGTERM to exit:", " ".join(f"{t:.2f}" for t in times))
     assert len(times) == 20 and max(times) < GRACEFUL_SHUTDOWN_S + 3, times
 
