@@ -628,7 +628,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if not args.detach:
             installed = interrupts.install(loop)
         if in_process:
-            from mcp_temporal_tasks.worker.runner import ensure_search_attributes
+            from mcp_temporal_tasks.worker.registry import ensure_search_attributes
 
             await ensure_search_attributes(client, client.namespace)
             cfg.temporal.task_queue = queue
@@ -1109,7 +1109,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
 async def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
-    from mcp_temporal_tasks.worker.runner import connect, ensure_search_attributes, run_workers, setup_logging
+    from mcp_temporal_tasks.worker.registry import ensure_search_attributes
+    from mcp_temporal_tasks.worker.runner import connect, run_workers, setup_logging
 
     setup_logging(args.log_level, json_logs=not args.plain_logs)
     log = logging.getLogger("mcp_tasks.worker")

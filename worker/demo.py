@@ -56,7 +56,8 @@ from mcp_temporal_tasks.worker.devserver import (
     port_open,
     state_holder,
 )
-from mcp_temporal_tasks.worker.runner import connect, connect_options, ensure_search_attributes, run_workers
+from mcp_temporal_tasks.worker.registry import ensure_search_attributes
+from mcp_temporal_tasks.worker.runner import connect, connect_options, run_workers
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest
 

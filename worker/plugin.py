@@ -43,13 +43,9 @@ from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
-from mcp_temporal_tasks.worker.runner import (
-    SEARCH_ATTRIBUTE_NAMES,
-    WORKFLOWS,
-    ensure_search_attributes,
-    make_activities,
-)
+from mcp_temporal_tasks.worker.registry import WORKFLOWS, ensure_search_attributes, make_activities
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
+from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 log = logging.getLogger("mcp_tasks.plugin")
 

@@ -18,13 +18,10 @@ import json
 import logging
 import signal
 import sys
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
@@ -36,17 +33,13 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
-from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.activities.wire import PROCESS_ID, Endpoint, SessionPool
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
+from mcp_temporal_tasks.worker.registry import make_activities
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
-from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
-from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 log = logging.getLogger("mcp_tasks.worker")
-WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
 #: The pydantic converter our models need, whose failures of a task that did not complete carry no stack trace.
 DATA_CONVERTER = dataclasses.replace(pydantic_data_converter, failure_converter_class=McpTaskFailureConverter)
 #: How long a stopping worker lets running activities finish before it cancels them (Worker's
@@ -179,17 +172,6 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
         delay = min(delay * 2, 1.0)
 
 
-async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
-    """Register our Keyword search attributes where the namespace lacks them; returns those added."""
-    existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
-    known = set(existing.custom_attributes) | set(existing.system_attributes)
-    missing = [n for n in SEARCH_ATTRIBUTE_NAMES if n not in known]
-    if missing:
-        await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-            namespace=namespace, search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in missing}))
-    return missing
-
-
 def workflow_runner() -> SandboxedWorkflowRunner:
     """The sandbox, with our own packages passed through.
 
@@ -210,8 +192,6 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
     Memory is bounded by ``max_cached_workflows`` rather than by the tasks in flight (see WorkerSettings).
     ``shared_overrides`` replace Worker options (the benchmark's experiments use it).
     """
-    from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
-
     s = settings or WorkerSettings()
     plugin = McpTasksPlugin(activities.servers, settings=s, activities=activities)
     # Waiting activities are coroutines parked in a poll loop: thousands per process cost little memory.
@@ -237,26 +217,6 @@ def shutdown_executors(workers: list[Worker]) -> None:
         executor = w.config().get("workflow_task_executor")
         if executor is not None:
             executor.shutdown(wait=False)
-
-
-def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = ()) -> McpActivities:
-    """The activities of ``cfg``. ``inline_allowlist``: inline endpoints allowed whatever ``[worker]`` says
-    (the CLI's in-process worker allows the one endpoint its user typed, nothing else)."""
-    w = cfg.worker
-    store = ResultStore(f"{w.state_dir}/results" if w.state_dir else None, inline_limit=w.inline_result_bytes)
-    try:
-        store.ensure_writable()
-    except OSError as exc:
-        raise ConfigError(f"worker.state_dir: the result store {store.root} is not writable "
-                          f"({type(exc).__name__}: {exc.strerror or exc}); set [worker] state_dir or "
-                          "MCP_TASKS_STATE_DIR to a writable directory") from None
-    # Each set of activities owns its stdio children and has a queue of its own: two plugins in one process
-    # (two clients, say) must not take each other's stdio tasks.
-    owner = f"{PROCESS_ID}-{uuid.uuid4().hex[:6]}"
-    return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s, owner=owner), store=store,
-                         allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
-                         allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
-                         owner_queue=owner)
 
 
 async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0) -> bool:
