@@ -320,8 +320,8 @@ class McpActivities:
         if endpoint.url is not None and not self.allow_inline_endpoints:
             refused.append("inline URLs are not reached by this worker "
                            "(set [worker] allow_inline_endpoints = true to allow them)")
-        if (endpoint.header_refs or endpoint.env_refs) and not self.allow_inline_credentials:
-            refused.append("inline credential references (header_refs/env_refs) are not resolved by this worker "
+        if (endpoint.header_refs or endpoint.env_refs or endpoint.auth) and not self.allow_inline_credentials:
+            refused.append("inline credential references (header_refs/env_refs/auth) are not resolved by this worker "
                            "(set [worker] allow_inline_credentials = true to allow them)")
         return "; ".join(refused) or None
 

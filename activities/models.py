@@ -14,6 +14,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     Endpoint,
     Era,
     InputRequest,
+    OAuthClient,
     RpcErrorInfo,
     SessionRef,
     StartResult,
@@ -109,6 +110,7 @@ class ServerConfig(_Model):
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict, description="child env var -> worker env var name")
     headers: dict[str, str] = Field(default_factory=dict, description="header -> worker env var name")
+    auth: OAuthClient | None = Field(None, description="OAuth client credentials, by reference")
     principal: str | None = None
     era: Era | None = None
     trust_annotations: bool = False
@@ -117,7 +119,8 @@ class ServerConfig(_Model):
     jobs: dict[str, JobBinding] = Field(default_factory=dict)
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers)
+        return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers,
+                        auth=self.auth)
 
 
 class ServerProfile(_Model):

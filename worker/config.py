@@ -31,6 +31,11 @@ trust_annotations = false                 # believe idempotentHint/readOnlyHint 
 Authorization = { env = "BILLING_MCP_TOKEN" }   # values only by reference
 [servers.NAME.env]                        # stdio children: env var -> worker env var
 API_KEY = { env = "BILLING_API_KEY" }
+[servers.NAME.auth]                       # OAuth client credentials (HTTP servers); tokens stay in worker memory
+type = "client_credentials"               # or "private_key_jwt" with private_key = { env = ... } / { file = ... }
+client_id = "svc-billing"
+client_secret = { env = "BILLING_CLIENT_SECRET" }
+scope = "mcp:tools"                       # optional; issuer = "https://auth.example.com" pins the server
 [servers.NAME.tools.charge_card]
 idempotent = false
 replay = "with_approval"                  # never | if_idempotent | always | with_approval
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,16 +162,67 @@ def _refs(table: Any, where: str) -> dict[str, str]:
     return out
 
 
-def server_config(name: str, raw: Any) -> ServerConfig:
-    """One ``[servers.NAME]`` table (as parsed from TOML, or the same shape from Python), validated."""
-    return _server(name, raw)
+AUTH_TYPES = ("client_credentials", "private_key_jwt")
+_AUTH_KEYS = {"type", "client_id", "client_secret", "private_key", "scope", "issuer", "token_endpoint_auth_method",
+              "signing_alg"}
 
 
-def _server(name: str, raw: Any) -> ServerConfig:
+def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """``[servers.NAME.auth]`` → :class:`~mcp_temporal_tasks.activities.wire.models.OAuthClient` fields.
+
+    Checked at start, so a worker never runs without the credentials it will need: the referenced variables must
+    be set and the key file readable (their values are not kept here; the wire reads them when it needs a token).
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for key in raw:
+        if key not in _AUTH_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key")
+    kind = raw.get("type")
+    if kind not in AUTH_TYPES:
+        raise ConfigError(f"{where}.type: must be one of {', '.join(AUTH_TYPES)} (got {kind!r})")
+    if not isinstance(raw.get("client_id"), str) or not raw["client_id"]:
+        raise ConfigError(f"{where}.client_id: missing (the OAuth client id this worker authenticates as)")
+    out = {k: v for k, v in raw.items() if k not in ("client_secret", "private_key")}
+    secret_key, other = ("client_secret", "private_key") if kind == "client_credentials" else ("private_key",
+                                                                                                "client_secret")
+    if other in raw:
+        raise ConfigError(f"{where}.{other}: not used by auth type {kind!r} (it takes {secret_key})")
+    ref = raw.get(secret_key)
+    forms = '{ env = "VAR" }' if secret_key == "client_secret" else '{ env = "VAR" } or { file = "PATH" }'
+    if ref is None:
+        raise ConfigError(f"{where}.{secret_key}: missing, give it by reference as {forms}")
+    if isinstance(ref, dict) and len(ref) == 1 and isinstance(ref.get("env"), str) and ref["env"]:
+        if not env.get(ref["env"]):
+            raise ConfigError(f"{where}.{secret_key}: environment variable {ref['env']} is not set")
+        out[f"{secret_key}_env"] = ref["env"]
+    elif (secret_key == "private_key" and isinstance(ref, dict) and len(ref) == 1 and isinstance(ref.get("file"), str)
+          and ref["file"]):
+        if not os.access(ref["file"], os.R_OK) or not Path(ref["file"]).is_file():
+            raise ConfigError(f"{where}.private_key: file {ref['file']} does not exist or cannot be read")
+        out["private_key_file"] = ref["file"]
+    else:
+        raise ConfigError(f"{where}.{secret_key}: given by reference only, as {forms}")
+    return out
+
+
+def server_config(name: str, raw: Any, *, env: Mapping[str, str] | None = None) -> ServerConfig:
+    """One ``[servers.NAME]`` table (as parsed from TOML, or the same shape from Python), validated.
+
+    ``env``: where the auth table's references are checked (default: this process's environment).
+    """
+    return _server(name, raw, os.environ if env is None else env)
+
+
+def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
     where = f"servers.{name}"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a table")
     raw = dict(raw)
+    if "auth" in raw:
+        raw["auth"] = _auth(raw["auth"], f"{where}.auth", env)
+        if "command" in raw:
+            raise ConfigError(f"{where}.auth: OAuth is for servers reached by 'url', not stdio commands")
     if "headers" in raw:
         raw["headers"] = _refs(raw["headers"], f"{where}.headers")
     if "env" in raw:
@@ -244,5 +301,5 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
         cfg = WorkerConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_explain(exc)) from None
-    cfg.servers = {name: _server(name, s) for name, s in servers_raw.items()}
+    cfg.servers = {name: _server(name, s, env) for name, s in servers_raw.items()}
     return cfg

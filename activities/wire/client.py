@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire import redact, sdk_compat
+from mcp_temporal_tasks.activities.wire.auth import bearer_auth
 from mcp_temporal_tasks.activities.wire.errors import (
     INTERNAL_ERROR,
     CapabilityUnavailable,
@@ -243,7 +244,9 @@ class McpTaskClient:
                               protocol_version: str | None = None) -> Transport:
         if endpoint.url:
             headers = resolve_refs(endpoint.header_refs, what="header")
-            return HttpTransport(endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version)
+            auth = bearer_auth(endpoint.url, endpoint.auth) if endpoint.auth is not None else None
+            return HttpTransport(endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version,
+                                 auth=auth)
         env = dict(sdk_compat.default_stdio_environment())
         referenced = resolve_refs(endpoint.env_refs, what="environment variable")
         env.update(referenced)

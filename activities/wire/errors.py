@@ -154,11 +154,15 @@ class RateLimited(TransportError):
 
 
 class AuthorizationRequired(McpWireError):
-    """HTTP 401/403: credentials are missing, wrong or insufficient. Not retryable as is."""
+    """HTTP 401/403: credentials are missing, wrong or insufficient. Not retryable as is.
+
+    Also no access token to be had (``status`` None): the authorization server refused the client, is down,
+    or discovery led nowhere (:mod:`.auth`). The request was not sent.
+    """
 
     kind = "AuthorizationRequired"
 
-    def __init__(self, message: str, *, status: int, **kw: Any) -> None:
+    def __init__(self, message: str, *, status: int | None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.status = status
 

@@ -30,6 +30,34 @@ class StrictModel(BaseModel):
 
 
 
+class OAuthClient(StrictModel):
+    """How this worker gets OAuth access tokens for a server (machine to machine: the client credentials grant).
+
+    *References* only, like ``header_refs``: the secret (``client_secret_env``) and the private key
+    (``private_key_env`` or ``private_key_file``) are read in the worker when a token is needed, never carried.
+    The token endpoint is discovered from the server (protected resource metadata, then the authorization
+    server's metadata); ``issuer`` pins which authorization server may receive the credentials.
+    """
+
+    type: Literal["client_credentials", "private_key_jwt"]
+    client_id: str = Field(min_length=1)
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    private_key_env: str | None = None
+    private_key_file: str | None = None
+    signing_alg: str = "RS256"
+    scope: str | None = None
+    issuer: str | None = None
+
+    def model_post_init(self, _ctx: Any) -> None:
+        if self.type == "client_credentials" and not self.client_secret_env:
+            raise ValueError("auth type 'client_credentials' needs client_secret = { env = \"VAR\" }")
+        if self.type == "private_key_jwt" and (self.private_key_env is None) == (self.private_key_file is None):
+            raise ValueError("auth type 'private_key_jwt' needs private_key = { env = \"VAR\" } or { file = \"PATH\" }")
+        if self.issuer is not None and not self.issuer.startswith(("http://", "https://")):
+            raise ValueError(f"auth issuer must be an http(s) URL, got {self.issuer!r}")
+
+
 class Endpoint(StrictModel):
     """Where an MCP server is. Exactly one of ``url`` / ``command``.
 
@@ -42,6 +70,8 @@ class Endpoint(StrictModel):
     cwd: str | None = None
     env_refs: dict[str, str] = Field(default_factory=dict)
     header_refs: dict[str, str] = Field(default_factory=dict)
+    #: OAuth for an HTTP server; tokens stay in the worker's memory (``wire.auth``).
+    auth: OAuthClient | None = None
 
     def model_post_init(self, _ctx: Any) -> None:
         if (self.url is None) == (self.command is None):
@@ -50,6 +80,8 @@ class Endpoint(StrictModel):
             raise ValueError("endpoint 'command' must not be empty")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint 'url' must be http(s), got {self.url!r}")
+        if self.auth is not None and self.url is None:
+            raise ValueError("endpoint 'auth' needs a 'url': OAuth is for servers reached over HTTP")
 
     @property
     def transport(self) -> Literal["http", "stdio"]:

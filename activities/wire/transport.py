@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import httpx2
 
+from mcp_temporal_tasks.activities.wire import redact
+from mcp_temporal_tasks.activities.wire.auth import BearerAuth
 from mcp_temporal_tasks.activities.wire.errors import (
     AuthorizationRequired,
     HttpRefusal,
@@ -115,15 +117,22 @@ class HttpTransport:
         session_id: str | None = None,
         protocol_version: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        auth: BearerAuth | None = None,
     ) -> None:
         self.url = url
         self.session_id = session_id
         self.protocol_version = protocol_version
         self._headers = dict(headers or {})
         #: Header values are resolved credentials (references only ever name secrets): never in an error text.
-        self.secrets = register_secrets(self._headers.values())
-        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0))
+        self._secrets = register_secrets(self._headers.values())
+        self._auth = auth
+        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0), auth=auth)
         self.closed = False
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        # OAuth tokens arrive after this transport was made (and change): the process registry has them all.
+        return self._secrets | redact.registered() if self._auth is not None else self._secrets
 
     def _base_headers(self, extra: dict[str, str] | None) -> dict[str, str]:
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

@@ -162,14 +162,37 @@ def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, state
 
 
 @contextlib.contextmanager
-def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None) -> Iterator[Peer]:
-    """TS peer over streamable HTTP (stateful, or ``stateless``)."""
+def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None,
+                 auth: dict[str, str] | None = None, name: str | None = None) -> Iterator[Peer]:
+    """TS peer over streamable HTTP (stateful, or ``stateless``).
+
+    ``auth``: ``{"issuer", "client_id", "client_secret"}`` makes it a protected resource of that authorization
+    server (:func:`oauth_server`), checking tokens by introspection as that client."""
     node = require_ts_peer()
-    name = "ts-http-stateless" if stateless else "ts-http-stateful"
+    name = name or ("ts-http-stateless" if stateless else "ts-http-stateful")
     cmd = [node, str(TS_SERVER), "--transport", "http", "--port", "0"] + (["--stateless"] if stateless else [])
-    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else None
+    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else {}
+    if auth is not None:
+        extra.update(PEER_AUTH_ISSUER=auth["issuer"], PEER_AUTH_CLIENT_ID=auth["client_id"],
+                     PEER_AUTH_CLIENT_SECRET=auth["client_secret"])
     with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="legacy",
                     stateful=not stateless, cwd=TS_DIR, extra_env=extra) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
+def oauth_server(log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int = 600,
+                 name: str = "oauth") -> Iterator[Peer]:
+    """A real authorization server (oidc-provider, ``tests/peers/ts/oauth.mjs``) with these registered clients.
+
+    ``Peer.url`` is its issuer; ``Peer.log()`` has one line per issued token (``client``, ``ttl``)."""
+    node = require_ts_peer()
+    if not (TS_DIR / "node_modules" / "oidc-provider").is_dir():
+        pytest.fail(f"{TS_DIR}/node_modules/oidc-provider is missing: run npm ci in tests/peers/ts", pytrace=False)
+    log_path = _fresh_log(log_dir, name)
+    extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
+    with _http_peer([node, str(TS_DIR / "oauth.mjs"), "--port", "0"], name=name, log_path=log_path,
+                    flavour="oauth", stateful=False, cwd=TS_DIR, extra_env=extra) as peer:
         yield peer
 
 
@@ -324,5 +347,5 @@ __all__ = [
     # fixtures
     "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
     "fastmcp_short_ttl", "all_peers",
-    "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http",
+    "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http", "oauth_server",
 ]

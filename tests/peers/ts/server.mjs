@@ -9,6 +9,10 @@
 //
 // Env: PEER_LOG=/path.jsonl (one line per incoming JSON-RPC request),
 //      PEER_POLL_MS (pollInterval, default 200), PEER_ELICIT_TIMEOUT_MS (default 600000).
+//      PEER_AUTH_ISSUER (HTTP only): demand OAuth bearer tokens from that authorization server (oauth.mjs),
+//      checked by the SDK's requireBearerAuth with RFC 7662 introspection as PEER_AUTH_CLIENT_ID /
+//      PEER_AUTH_CLIENT_SECRET; the SDK's mcpAuthMetadataRouter serves the protected resource metadata.
+//      A refused request is logged as {denied: status, deniedMethod} (never as a "method" line).
 import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -377,12 +381,52 @@ async function readJson(req) {
   }
 }
 
+// The MCP endpoint behind the SDK's bearer-token middleware, as a real protected resource would run it.
+async function protectedApp(resourceUrl, serve) {
+  const { default: express } = await import('express');
+  const { requireBearerAuth } = await import('@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js');
+  const { mcpAuthMetadataRouter, getOAuthProtectedResourceMetadataUrl } =
+    await import('@modelcontextprotocol/sdk/server/auth/router.js');
+  const { InvalidTokenError } = await import('@modelcontextprotocol/sdk/server/auth/errors.js');
+  const issuer = process.env.PEER_AUTH_ISSUER;
+  const metadata = await (await fetch(`${issuer}/.well-known/openid-configuration`)).json();
+  const basic = Buffer.from(`${process.env.PEER_AUTH_CLIENT_ID}:${process.env.PEER_AUTH_CLIENT_SECRET}`).toString('base64');
+  const verifier = {
+    async verifyAccessToken(token) {
+      const reply = await fetch(metadata.introspection_endpoint, {
+        method: 'POST',
+        headers: { authorization: `Basic ${basic}`, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ token })
+      });
+      const info = await reply.json();
+      if (!info.active) throw new InvalidTokenError('token is not active');
+      return { token, clientId: info.client_id, scopes: (info.scope ?? '').split(' ').filter(Boolean),
+               expiresAt: info.exp, resource: info.aud };
+    }
+  };
+  const app = express();
+  app.use(mcpAuthMetadataRouter({ oauthMetadata: metadata, resourceServerUrl: resourceUrl, scopesSupported: ['mcp:tools'] }));
+  app.use('/mcp', express.json({ limit: '64mb' }), (req, res, next) => {
+    res.on('finish', () => {
+      if (PEER_LOG && (res.statusCode === 401 || res.statusCode === 403)) {
+        appendFileSync(PEER_LOG, JSON.stringify({ ts: Date.now(), pid: process.pid, denied: res.statusCode,
+          deniedMethod: req.body?.method ?? null, tool: req.body?.params?.name ?? null }) + '\n');
+      }
+    });
+    next();
+  }, requireBearerAuth({ verifier, requiredScopes: ['mcp:tools'], expectedResource: resourceUrl,
+                          resourceMetadataUrl: getOAuthProtectedResourceMetadataUrl(resourceUrl) }));
+  app.use((req, res) => serve(req, res));
+  return app;
+}
+
 async function serveHttp() {
   const sessions = new Map(); // stateful: mcp-session-id -> transport
 
   const handle = async (req, res) => {
     if (new URL(req.url, 'http://127.0.0.1').pathname !== '/mcp') return jsonError(res, 404, -32000, 'Not found');
-    const body = req.method === 'POST' ? await readJson(req) : undefined;
+    // In auth mode express has parsed the body already (to log which method a refusal was for).
+    const body = req.method === 'POST' ? (req.body !== undefined ? req.body : await readJson(req)) : undefined;
     if (req.method === 'POST' && body === undefined) return jsonError(res, 400, -32700, 'Parse error: Invalid JSON');
 
     if (opts.stateless) {
@@ -413,13 +457,17 @@ async function serveHttp() {
     return transport.handleRequest(req, res, body);
   };
 
-  const http = createServer((req, res) => {
+  const serve = (req, res) => {
     handle(req, res).catch(err => {
       process.stderr.write(`[peer] http: ${err.stack}\n`);
       if (!res.headersSent) jsonError(res, 500, -32603, 'Internal server error');
     });
-  });
+  };
+  const http = createServer();
   await new Promise(resolve => http.listen(Number(opts.port), '127.0.0.1', resolve));
+  http.on('request', process.env.PEER_AUTH_ISSUER
+    ? await protectedApp(new URL(`http://127.0.0.1:${http.address().port}/mcp`), serve)
+    : serve);
   process.stderr.write(`LISTENING http://127.0.0.1:${http.address().port}/mcp\n`);
 }
 
