@@ -2,11 +2,16 @@
 interceptor, and every MCP request we send carries the current ``traceparent`` in ``params._meta`` (SEP-414).
 
 Spans are collected in memory (the OpenTelemetry SDK's own exporter); the peers log the ``traceparent`` each
-request arrived with: the TypeScript SDK peer (2025-11-25) and the fastmcp peer (2026-07-28)."""
+request arrived with: the TypeScript SDK peer (2025-11-25) and the fastmcp peer (2026-07-28). The server's own
+spans come from ``tests/peers/fastmcp_otel.py``: the fastmcp peer with mcp 2.3.0's ``OpenTelemetryMiddleware``
+(which fastmcp removes; it opens its own span instead) and a span file, so the official SDK's extraction of
+``params._meta`` is what parents the server's ``tools/call`` and ``tasks/get`` spans."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +25,7 @@ from temporalio.worker import Worker
 from mcp_temporal_tasks import McpTasksPlugin, ServerConfig
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
-from tests.peers.harness import Peer
+from tests.peers.harness import Peer, fastmcp_otel_peer
 from tests.temporal_harness import FAST, address_of, unique
 
 EXPORTER = InMemorySpanExporter()
@@ -36,27 +41,39 @@ def tracer_provider() -> None:
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
 
 
+@pytest.fixture(scope="module")
+def fastmcp_otel(peer_logs: Path) -> Iterator[Peer]:
+    with fastmcp_otel_peer(peer_logs) as peer:
+        yield peer
+
+
 def trace_id_of(traceparent: str | None) -> int | None:
     """The trace id of a W3C ``traceparent`` (``00-<32 hex>-<16 hex>-<2 hex>``)."""
     parts = (traceparent or "").split("-")
     return int(parts[1], 16) if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
-@pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
-async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to_the_server(
-        request: pytest.FixtureRequest, peer_name: str, temporal_env: Any) -> None:
-    peer: Peer = request.getfixturevalue(peer_name)
+async def run_traced_task(peer: Peer, temporal_env: Any) -> Any:
+    """One ``slow_echo`` task on ``peer`` through a worker with ``McpTasksPlugin(tracing=True)``; its outcome."""
     plugin = McpTasksPlugin(servers={"peer": ServerConfig(url=peer.url)}, tracing=True)
     client = await Client.connect(address_of(temporal_env), plugins=[plugin])
     queue = unique("trace")
-    EXPORTER.clear()
-    mark = peer.log_mark()
     async with Worker(client, task_queue=queue):
         handle = await start_mcp_task(client, McpTaskRequest(
             server="peer", tool="slow_echo", arguments={"seconds": 1, "text": unique("traced")}, timeouts=FAST),
             workflow_id=unique("traced"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED, out.reason
+    return out
+
+
+@pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
+async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to_the_server(
+        request: pytest.FixtureRequest, peer_name: str, temporal_env: Any) -> None:
+    peer: Peer = request.getfixturevalue(peer_name)
+    EXPORTER.clear()
+    mark = peer.log_mark()
+    out = await run_traced_task(peer, temporal_env)
     spans = EXPORTER.get_finished_spans()
     starter = [s for s in spans if s.name == "StartWorkflow:McpTaskWorkflow"]
     assert len(starter) == 1, [s.name for s in spans]
@@ -75,6 +92,42 @@ async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to
     gets = [x for x in lines if x["method"] == "tasks/get"]
     assert len(calls) == 1 and gets, lines
     assert {trace_id_of(x.get("traceparent")) for x in calls + gets} == {trace_id}, lines
+
+
+async def test_the_sdk_server_records_the_callers_trace_for_tools_call_and_every_tasks_get(
+        fastmcp_otel: Peer, temporal_env: Any) -> None:
+    """The server's own spans. mcp 2.3.0's ``OpenTelemetryMiddleware`` (scope ``mcp-python-sdk``) opens one SERVER
+    span per request, parented by the context it extracts from ``params._meta``: each is in the starter's trace
+    and its (remote) parent is the span of the activity that sent the request. fastmcp's own span (scope
+    ``fastmcp``) keeps an active span rather than extracting ``_meta``, so here it nests under the SDK's."""
+    EXPORTER.clear()
+    log_mark, span_mark = fastmcp_otel.log_mark(), len(fastmcp_otel.spans())
+    await run_traced_task(fastmcp_otel, temporal_env)
+    ours = EXPORTER.get_finished_spans()
+    starter = [s for s in ours if s.name == "StartWorkflow:McpTaskWorkflow"]
+    assert len(starter) == 1, [s.name for s in ours]
+    trace_id = format(starter[0].context.trace_id, "032x")
+    activity = {format(s.context.span_id, "016x"): s.name for s in ours if s.name.startswith("RunActivity:")}
+    received = [x["method"] for x in fastmcp_otel.log_since(log_mark) if x.get("method") in ("tools/call", "tasks/get")]
+    assert received.count("tools/call") == 1 and "tasks/get" in received, received
+    server = [x for x in fastmcp_otel.spans()[span_mark:]
+              if x["kind"] == "SERVER" and x["method"] in ("tools/call", "tasks/get")]
+    sdk = [x for x in server if x["scope"] == "mcp-python-sdk"]
+    # One SDK span per request the peer received, every tasks/get included, all in the starter's trace.
+    assert sorted(x["method"] for x in sdk) == sorted(received), (received, server)
+    assert {x["trace_id"] for x in sdk} == {trace_id}, sdk
+    assert all(x["parent_remote"] for x in sdk), sdk
+    parents = {m: {activity.get(x["parent_span_id"]) for x in sdk if x["method"] == m} for m in set(received)}
+    assert parents == {"tools/call": {"RunActivity:mcp-tasks.start_call.v1"},
+                       "tasks/get": {"RunActivity:mcp-tasks.await_task.v1"}}, parents
+    call = next(x for x in sdk if x["method"] == "tools/call")
+    assert call["name"] == "tools/call slow_echo" and call["attributes"]["gen_ai.tool.name"] == "slow_echo", call
+    # fastmcp's span of each request: same trace, child of the SDK's span of that request.
+    sdk_ids = {x["span_id"]: x["method"] for x in sdk}
+    own = [x for x in server if x["scope"] == "fastmcp"]
+    assert sorted(x["method"] for x in own) == sorted(received), (received, server)
+    assert {x["trace_id"] for x in own} == {trace_id}, own
+    assert all(sdk_ids.get(x["parent_span_id"]) == x["method"] for x in own), (own, sdk)
 
 
 async def test_without_tracing_requests_carry_no_trace_context(ts_http_stateful: Peer, client: Client, queue: str,

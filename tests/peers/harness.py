@@ -2,7 +2,9 @@
 
 * TypeScript SDK 1.32.2 task runtime (2025-11-25): ``tests/peers/ts/server.mjs``, over stdio, stateful
   streamable HTTP and stateless streamable HTTP;
-* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m mcp_temporal_tasks.worker.demo_server``;
+* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m mcp_temporal_tasks.worker.demo_server``; the same server
+  with the official SDK's own server span per request written to a ``PEER_SPANS`` file:
+  ``python -m tests.peers.fastmcp_otel`` (:func:`fastmcp_otel_peer`, read with :meth:`Peer.spans`);
 * official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
   stateful streamable HTTP, run by its own venv ``tests/peers/py1/.venv`` (the project pins mcp 2.x).
 
@@ -94,6 +96,8 @@ class Peer:
     stateful: bool = True
     proc: subprocess.Popen[bytes] | None = None
     stderr_lines: list[str] = field(default_factory=list)
+    #: ``PEER_SPANS`` file (one JSON line per finished server span), for peers that export spans.
+    spans_path: Path | None = None
 
     @property
     def url(self) -> str | None:
@@ -109,6 +113,10 @@ class Peer:
 
     def log_since(self, mark: int) -> list[dict[str, Any]]:
         return read_peer_log(self.log_path)[mark:]
+
+    def spans(self) -> list[dict[str, Any]]:
+        """The server's finished spans so far (``PEER_SPANS`` lines); empty for a peer that exports none."""
+        return read_peer_log(self.spans_path) if self.spans_path is not None else []
 
     def __repr__(self) -> str:  # shows up in parametrized test ids and failure messages
         return f"Peer({self.name})"
@@ -233,6 +241,21 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
 
 
 @contextlib.contextmanager
+def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str = "fastmcp-otel") -> Iterator[Peer]:
+    """The fastmcp demo server with mcp 2.3.0's ``OpenTelemetryMiddleware`` put back (fastmcp removes it) and an
+    OpenTelemetry SDK provider exporting every finished span to ``Peer.spans_path`` (``tests/peers/fastmcp_otel.py``)."""
+    cmd = [sys.executable, "-m", "tests.peers.fastmcp_otel", "--host", "127.0.0.1", "--port", "0",
+           "--poll-interval-ms", str(poll_interval_ms)]
+    spans_path = _fresh_log(log_dir, f"{name}.spans")
+    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+             "PEER_SPANS": str(spans_path)}
+    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
+                    cwd=REPO_ROOT, extra_env=extra) as peer:
+        peer.spans_path = spans_path
+        yield peer
+
+
+@contextlib.contextmanager
 def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http") -> Iterator[Peer]:
     """The official Python SDK 1.30.0 task server (2025-11-25) over stateful streamable HTTP."""
     python = require_py1_peer()
@@ -342,7 +365,7 @@ def all_peers(ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer, f
 
 
 __all__ = [
-    "Peer", "REPO_ROOT", "TS_DIR", "TS_SERVER", "fastmcp_peer", "peer_log_dir", "read_peer_log",
+    "Peer", "REPO_ROOT", "TS_DIR", "TS_SERVER", "fastmcp_peer", "fastmcp_otel_peer", "peer_log_dir", "read_peer_log",
     "require_ts_peer", "ts_http_peer", "ts_stdio_peer", "wait_until", "poll_until_terminal", "stdio_child_pid",
     # fixtures
     "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
