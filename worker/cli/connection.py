@@ -1,0 +1,140 @@
+"""Where the CLI's Temporal is: address, namespace and TLS (``runner.connect_options``: flags over Temporal's
+environment configuration), the one ``HOST:PORT`` check every address goes through, the embedded server when
+nothing serves the default address, and the UI links the commands print."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from urllib.parse import quote, urlsplit
+
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err
+from mcp_temporal_tasks.worker.config import ConfigError
+from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, port_open, ui_for_address
+from mcp_temporal_tasks.worker.printable import printable
+from mcp_temporal_tasks.worker.runner import connect, connect_options
+
+DEFAULT_ADDRESS = "localhost:7233"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """(host, port) of an address ``check_address`` accepted; an IPv6 host loses its brackets."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def check_address(address: str, source: str) -> None:
+    """``HOST:PORT`` or exit 2 naming where the address came from."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() for c in address) or "/" in host or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise CliError(f"{source} {address!r} is not HOST:PORT (e.g. localhost:7233)", EXIT_USAGE)
+
+
+def resolve_address(args: argparse.Namespace) -> tuple[str, str, bool]:
+    """(address, namespace, explicit): explicit when given by flag, TEMPORAL_ADDRESS or a temporal.toml profile
+    (Temporal's environment configuration); otherwise the default, where the embedded Temporal may start."""
+    try:
+        options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None))
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    check_address(options["target_host"], "--address" if args.address else "the Temporal address (TEMPORAL_ADDRESS "
+                  "or temporal.toml)")
+    return options["target_host"], options["namespace"], explicit
+
+
+def why(exc: BaseException) -> str:
+    """An exception as one line that is never empty (a bare TimeoutError has no text)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, TimeoutError) and not text:
+        return "no answer in time"
+    return printable(text) or type(exc).__name__
+
+
+async def check_namespace(client: Client, namespace: str, address: str) -> None:
+    """An unknown namespace is exit 2, named as such (the server would answer each call with NOT_FOUND)."""
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace), timeout=None)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"namespace {namespace!r} does not exist at {address} (--namespace or TEMPORAL_NAMESPACE; "
+                           "create it with `temporal operator namespace create`)", EXIT_USAGE,
+                           kind="namespace") from None
+        # Anything else (e.g. not permitted to describe it): the commands themselves will say.
+
+
+def check_ui_url(url: str, source: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        raise CliError(f"{source} {url!r} is not an http(s) URL (e.g. http://localhost:8080)", EXIT_USAGE)
+    return url.rstrip("/")
+
+
+def ui_base(address: str, *, given: str | None = None, configured: str | None = None,
+            started: str | None = None) -> str | None:
+    """Where the Temporal UI of ``address`` is, or None when nothing says so (no link rather than a dead one):
+    ``--ui-url``, then ``$MCP_TASKS_UI_URL``, then ``[temporal] ui_url``, then the dev server this command
+    started, then the lock file of a dev server serving the default state at ``address``."""
+    if given:
+        return check_ui_url(given, "--ui-url")
+    if os.environ.get("MCP_TASKS_UI_URL"):
+        return check_ui_url(os.environ["MCP_TASKS_UI_URL"], "$MCP_TASKS_UI_URL")
+    if configured:
+        return check_ui_url(configured, "[temporal] ui_url")
+    if started:
+        return started.rstrip("/")
+    return ui_for_address(address)
+
+
+def ui_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
+    if base is None:
+        return None
+    return f"{base}/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"
+
+
+@contextlib.asynccontextmanager
+async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, detached: bool = False,
+                   configured_ui: str | None = None) -> AsyncIterator[tuple[Client, str | None]]:
+    """Yield (client, UI base URL or None). Starts the embedded default when allowed and nothing listens at the
+    default.
+
+    ``detached``: the caller exits before the task runs, so an embedded server (which would stop with it) is
+    refused with the command that starts one that outlives it.
+    """
+    address, namespace, explicit = resolve_address(args)
+    server = None
+    host, port = split_address(address)
+    if not explicit and allow_embedded and not port_open(host, port):
+        if detached:
+            raise CliError(f"--detach needs a Temporal that outlives this command, and none serves at {address}: "
+                           "start one with `mcp-tasks dev-server` (and a worker with `mcp-tasks worker`), "
+                           "or run without --detach", EXIT_USAGE)
+        try:
+            server = DevServer(port=port).start()
+        except StateInUse as exc:
+            raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_USAGE, kind="state_in_use") from None
+        except DevServerError as exc:
+            raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_UNREACHABLE) from None
+        err(f"started the embedded Temporal at {address} (state: {server.db}; UI {server.ui_url})")
+    try:
+        try:
+            # An embedded server we started already serves (DevServer.start waits for that). Another that
+            # listens may still be starting: it gets time to become healthy; nothing listening fails at once.
+            wait_s = 5.0 if server is None and port_open(host, port) else 0.0
+            client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
+        except Exception as exc:
+            raise CliError(f"Temporal is unreachable at {address}: {why(exc)}", EXIT_UNREACHABLE) from None
+        await check_namespace(client, namespace, address)
+        yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=configured_ui,
+                              started=server.ui_url if server else None)
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,392 @@
+"""The processes the CLI serves: ``worker``, ``dev-server``, ``demo`` and ``demo-server``, and what an in-process
+worker needs (its configuration checked up front, its logs in a file), which ``run`` uses as well."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from mcp_temporal_tasks.activities.result_store import state_dir
+from mcp_temporal_tasks.activities.wire.models import Endpoint
+from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+from mcp_temporal_tasks.worker.cli.connection import (
+    DEFAULT_ADDRESS,
+    check_address,
+    check_namespace,
+    split_address,
+    ui_base,
+    ui_link,
+    why,
+)
+from mcp_temporal_tasks.worker.cli.following import follow
+from mcp_temporal_tasks.worker.cli.parser import (
+    EXIT_ENDED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CliError,
+    err,
+    prog,
+)
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, load_config
+from mcp_temporal_tasks.worker.demo import EXPECTED, demo_config, demo_requests, detail, start_demo_server
+from mcp_temporal_tasks.worker.devserver import (
+    DevServer,
+    DevServerError,
+    StateInUse,
+    free_port,
+    port_open,
+    state_holder,
+)
+from mcp_temporal_tasks.worker.printable import printable
+from mcp_temporal_tasks.worker.registry import ensure_search_attributes, make_activities
+from mcp_temporal_tasks.worker.runner import (
+    JsonFormatter,
+    connect,
+    connect_options,
+    run_workers,
+    setup_logging,
+)
+from mcp_temporal_tasks.workflows.client import start_mcp_task
+
+WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
+
+
+def configuration(args: argparse.Namespace) -> WorkerConfig:
+    """The worker configuration of ``--config`` (else ``$MCP_TASKS_CONFIG``, else the defaults); exit 2 when invalid."""
+    try:
+        return load_config(getattr(args, "config", None))
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+
+
+def missing_env_refs(where: str, endpoint: Endpoint) -> list[str]:
+    """``where.headers.NAME`` / ``where.env.NAME`` entries whose environment variable is not set."""
+    missing = []
+    for table, refs in (("headers", endpoint.header_refs or {}), ("env", endpoint.env_refs or {})):
+        for name, var in refs.items():
+            if var not in os.environ:
+                missing.append(f"{where}.{table}.{name} = {{ env = \"{var}\" }}: ${var} is not set")
+    return missing
+
+
+def check_env_refs(cfg: WorkerConfig, only: list[str] | None = None, inline: Endpoint | None = None) -> None:
+    """A credential reference to an unset variable is a configuration error, named before anything runs."""
+    missing = []
+    for name, server in sorted(cfg.servers.items()):
+        if only is None or name in only:
+            missing += missing_env_refs(f"servers.{name}", server.endpoint())
+    if inline is not None:
+        missing += missing_env_refs("the request's server", inline)
+    if missing:
+        raise CliError("configuration: " + "; ".join(missing), EXIT_USAGE, kind="config")
+
+
+def run_logging() -> Path | None:
+    """``run``'s (and ``demo``'s) in-process worker logs (activity failures with their tracebacks) go to a log file; the user
+    gets the outcome. Errors still reach stderr as one line each, naming the file."""
+    root = logging.getLogger()
+    path: Path | None = state_dir() / "run.log"
+    handlers: list[logging.Handler] = []
+    try:
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(path, encoding="utf-8")
+        file_handler.setFormatter(JsonFormatter())
+        install_log_redaction(file_handler)
+        handlers.append(file_handler)
+    except OSError:
+        path = None
+
+    class OneLine(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            where = f" (details: {path})" if path else ""
+            return f"mcp-tasks: {record.levelname.lower()}: {printable(record.getMessage())}{where}"
+
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.ERROR)
+    console.setFormatter(OneLine())
+    # asyncio's "Task exception was never retrieved" at shutdown (the SDK's pollers): for the log file only.
+    console.addFilter(lambda record: not record.name.startswith("asyncio"))
+    install_log_redaction(console)
+    root.handlers[:] = [*handlers, console]
+    root.setLevel(logging.INFO)
+    for noisy in ("httpx2", "httpcore2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return path
+
+
+# --- worker / dev-server -------------------------------------------------------------------------
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, json_logs=not args.plain_logs)
+    log = logging.getLogger("mcp_tasks.worker")
+    cfg = configuration(args)
+    if args.address:
+        cfg.temporal.address = args.address
+    if args.namespace:
+        cfg.temporal.namespace = args.namespace
+    if args.task_queue:
+        cfg.temporal.task_queue = args.task_queue
+    check_env_refs(cfg)  # a credential reference to an unset variable: named now, not as each task's failure
+    try:
+        activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+    try:
+        options, _ = connect_options(cfg=cfg)
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+    check_address(options["target_host"], "--address" if args.address else "[temporal] address")
+    # What the logs below name: the effective address and namespace, wherever they came from.
+    cfg.temporal.address, cfg.temporal.namespace = options["target_host"], options["namespace"]
+    # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so with an address from
+    # the environment or configuration it waits, and says so at once. An address typed with --address is
+    # expected to serve: nothing there fails at once.
+    wait_s = 0.0 if args.address else WORKER_CONNECT_WAIT_S
+    if wait_s:
+        log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
+    try:
+        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port, wait_s=wait_s),
+                                        timeout=wait_s + 15)
+    except Exception as exc:
+        waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
+        raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}",
+                       EXIT_UNREACHABLE) from None
+    await check_namespace(client, cfg.temporal.namespace, cfg.temporal.address)
+    added = await ensure_search_attributes(client, cfg.temporal.namespace)
+    if added:
+        log.info("registered search attributes %s in namespace %s", ", ".join(added), cfg.temporal.namespace)
+    else:
+        log.info("search attributes already registered in namespace %s", cfg.temporal.namespace)
+    if cfg.worker.metrics_port:
+        log.info("Prometheus metrics on :%d/metrics", cfg.worker.metrics_port)
+    await run_workers(client, cfg, activities=activities, on_ready=lambda: log.info(
+        "ready: polling task queue %s on %s (namespace %s; servers: %s)", cfg.temporal.task_queue,
+        cfg.temporal.address, cfg.temporal.namespace, ", ".join(sorted(cfg.servers)) or "none",
+        extra={"event": "ready", "task_queue": cfg.temporal.task_queue}))
+    log.info("stopped")
+    return EXIT_OK
+
+
+async def cmd_dev_server(args: argparse.Namespace) -> int:
+    server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip)
+    # SIGINT and SIGTERM stop the server (terminated, killed after 10 s) and release the state file; the server
+    # is in our process group and dies with us even if we are killed (DevServer). Installed before it starts:
+    # a signal during the start is acted on once it serves.
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        server.start(foreground=True)
+    except StateInUse as exc:
+        raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
+    except DevServerError as exc:
+        raise CliError(str(exc), EXIT_UNREACHABLE) from None
+    err(f"Temporal dev server at {server.address} · UI {server.ui_url or 'off'} · state {server.db} (Ctrl-C stops)")
+    try:
+        while server.proc and server.proc.poll() is None and not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 0.5)
+        code = server.proc.returncode if server.proc and not stopping.is_set() else None
+    finally:
+        await asyncio.to_thread(server.stop)
+    if code is not None:
+        raise CliError(f"the Temporal dev server exited by itself (code {code}); state {server.db}", EXIT_ENDED)
+    err("stopped")
+    return EXIT_OK
+
+
+# --- demo / demo-server --------------------------------------------------------------------------
+
+
+def _require_demo_extra() -> None:
+    """The demo server's fastmcp is an extra: a worker image does not carry it."""
+    if importlib.util.find_spec("fastmcp") is None:
+        raise CliError("the demo needs the [demo] extra: pip install 'mcp-temporal-tasks[demo]' "
+                       "(from a checkout: pip install '.[demo]')", EXIT_USAGE)
+
+
+async def _demo_temporal(ui_url: str | None = None) -> tuple[Client, DevServer | None, str, str | None]:
+    """(client, the server we started or None, its address, UI base or None): reuse what serves, else start the
+    embedded one."""
+    try:
+        options, explicit = connect_options()
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    address, namespace = options["target_host"], options["namespace"]
+    check_address(address, "the Temporal address (TEMPORAL_ADDRESS or temporal.toml)")
+    host, port = split_address(address)
+    holder = state_holder()
+    if explicit or port_open(host, port):
+        client: Client | None
+        try:
+            client = await connect(address, namespace, wait_s=5.0)
+        except Exception as exc:
+            if explicit:
+                raise CliError(f"Temporal is unreachable at {address}: {exc}", EXIT_UNREACHABLE) from None
+            client = None  # something else listens on the default port: start our own beside it
+        if client is not None:
+            ui = ui_base(address, given=ui_url)
+            err(f"▶ using the Temporal already serving at {address}" + (f" · UI {ui}" if ui else ""))
+            return client, None, address, ui
+    if holder and holder.get("address"):
+        # The default state file is held by a server elsewhere (another port): use it rather than open the file.
+        try:
+            held = await connect(str(holder["address"]), "default", wait_s=5.0)
+            ui = ui_base(str(holder["address"]), given=ui_url, started=str(holder["ui"]) if holder.get("ui") else None)
+            err(f"▶ using the Temporal already serving the default state at {holder['address']}"
+                + (f" · UI {ui}" if ui else ""))
+            return held, None, str(holder["address"]), ui
+        except Exception:
+            pass
+    port_n = port if not port_open("127.0.0.1", port) else free_port()
+    ui_port = 8233 if not port_open("127.0.0.1", 8233) else free_port()
+    try:
+        server = DevServer(port=port_n, ui_port=ui_port).start()
+    except StateInUse as exc:
+        raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
+    except DevServerError as exc:
+        raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_UNREACHABLE) from None
+    err(f"▶ embedded Temporal at {server.address} (state {server.db}) · UI {server.ui_url}")
+    try:
+        started = await connect(server.address, "default")
+    except Exception:
+        server.stop()
+        raise
+    return started, server, server.address, ui_base(server.address, given=ui_url, started=server.ui_url)
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    _require_demo_extra()
+    run_logging()  # the worker's logs go to the log file; the demo prints what it shows
+    client, server, address, ui = await _demo_temporal(getattr(args, "ui_url", None))
+    try:
+        mcp_proc, url = start_demo_server()
+    except Exception:
+        if server is not None:
+            server.stop()
+        raise
+    err(f"▶ demo MCP server (fastmcp, tasks extension 2026-07-28) at {url}")
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    installed: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, interrupted.set)
+            installed.append(sig)
+    stop = asyncio.Event()
+    worker_task: asyncio.Task[None] | None = None
+    try:
+        await ensure_search_attributes(client, client.namespace)
+        run = uuid.uuid4().hex[:6]
+        # A queue of this demo alone: a worker it did not start never takes its tasks.
+        queue = f"mcp-tasks-demo-{run}"
+        cfg = demo_config(url, queue)
+        worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop, handle_signals=False))
+        handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}", task_queue=queue)
+                   for name, req in demo_requests().items()}
+        links = {name: ui_link(ui, client.namespace, h.id) for name, h in handles.items()}
+
+        async def cancel_payment() -> None:
+            await asyncio.sleep(2.5)
+            err("▶ cancelling the payment task (the workflow sends tasks/cancel)")
+            await handles["payment"].cancel()
+
+        t0 = time.monotonic()
+        canceller = asyncio.create_task(cancel_payment())
+        gathered = asyncio.gather(*(follow(h, ui=links[n], quiet=n != "build") for n, h in handles.items()))
+        waiters: set[asyncio.Future[Any]] = {gathered, asyncio.ensure_future(interrupted.wait())}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not gathered.done():
+            # Ctrl-C: the demo's tasks are cancelled through their workflows while its worker still runs, so none
+            # is left running with no worker.
+            err("▶ interrupted: cancelling the demo's tasks (tasks/cancel through each workflow)")
+            canceller.cancel()
+            for h in handles.values():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(h.cancel(), 2)
+            await asyncio.wait({gathered}, timeout=4)
+            if not gathered.done():
+                gathered.cancel()
+            raise CliError("interrupted: the demo's tasks were cancelled", EXIT_INTERRUPTED)
+        outcomes = dict(zip(handles, gathered.result()))
+        await canceller
+        print(f"\n{'task':<9} {'tool':<15} {'outcome':<11} {'detail'}")
+        for name, o in outcomes.items():
+            print(f"{name:<9} {o.ledger.tool:<15} {o.outcome.value:<11} {detail(o)}")
+        print(f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect"
+              + (":" if ui else f" (mcp-tasks status ID): {', '.join(h.id for h in handles.values())}"))
+        for name, link in links.items():
+            if link:
+                print(f"  {name:<9} {link}")
+        me = prog()
+        at = "" if address in (DEFAULT_ADDRESS, "127.0.0.1:7233") else f" --address {address}"
+        if server is None or args.keep:
+            # The server outlives the demo (it was running already, or --keep): the hints work as printed.
+            print(f"  list:     {me} list{at}")
+        else:
+            # We started Temporal and stop it on exit: say how to serve this state again, and the flag that keeps it.
+            port = "" if server.port == 7233 else f" --port {server.port}"
+            ui_port = "" if server.ui_port in (None, 8233) else f" --ui-port {server.ui_port}"
+            print(f"Temporal stops with the demo; its history stays in {server.db}. To look again:")
+            print(f"  serve it: {me} dev-server{port}{ui_port}   (it prints its UI address)")
+            print(f"  list:     {me} list{at}   (while dev-server runs)")
+            print(f"  or keep everything running after the demo: {me} demo --keep")
+        ok = all(outcomes[n].outcome.value == want for n, want in EXPECTED.items())
+        if args.keep:
+            err("▶ --keep: Temporal, the demo server and the worker keep running; Ctrl-C stops them")
+            await interrupted.wait()
+        return EXIT_OK if ok else EXIT_ENDED
+    finally:
+        stop.set()
+        if worker_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(worker_task), 10)
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        mcp_proc.terminate()
+        try:
+            await asyncio.to_thread(mcp_proc.wait, 5)
+        except subprocess.TimeoutExpired:
+            mcp_proc.kill()
+        if server is not None:
+            server.stop()
+
+
+def cmd_demo_server(args: argparse.Namespace) -> int:
+    _require_demo_extra()
+    # Imported only here: it needs fastmcp, the [demo] extra, which a worker image does not carry.
+    from mcp_temporal_tasks.worker import demo_server
+
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    try:  # what uvicorn would fail on, said in one line
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((args.host, args.port))
+    except OSError as exc:
+        raise CliError(f"demo-server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                       + (" (pick another with --port, or --port 0 for a free one)"
+                          if exc.errno == errno.EADDRINUSE else ""),
+                       EXIT_USAGE) from None
+    argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
+    demo_server.main(argv)
+    return 0
