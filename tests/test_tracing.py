@@ -92,6 +92,9 @@ async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to
     gets = [x for x in lines if x["method"] == "tasks/get"]
     assert len(calls) == 1 and gets, lines
     assert {trace_id_of(x.get("traceparent")) for x in calls + gets} == {trace_id}, lines
+    # So did the handshake this worker's fresh session opened with (initialize, or server/discover).
+    opened = [x for x in peer.log_since(mark) if x.get("method") in ("initialize", "server/discover")]
+    assert opened and {trace_id_of(x.get("traceparent")) for x in opened} == {trace_id}, opened
 
 
 async def test_the_sdk_server_records_the_callers_trace_for_tools_call_and_every_tasks_get(

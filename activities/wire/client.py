@@ -283,7 +283,7 @@ class McpTaskClient:
         """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
         try:
             reply = await transport.request(
-                "server/discover", {"_meta": sdk_compat.extension_meta()},
+                "server/discover", with_trace_context({"_meta": sdk_compat.extension_meta()}),
                 headers=sdk_compat.extension_headers("server/discover", None) if isinstance(transport, HttpTransport) else None,
             )
         except JsonRpcError as exc:
@@ -308,12 +308,13 @@ class McpTaskClient:
 
     @staticmethod
     async def _initialize(transport: Transport) -> dict[str, Any]:
-        reply = await transport.request("initialize", {
+        # The handshake joins the caller's trace too: a server's spans for it belong to the task that opened it.
+        reply = await transport.request("initialize", with_trace_context({
             "protocolVersion": LEGACY,
             # Input requests of this era (elicitation) are relayed to a human by the relay_input activity.
             "capabilities": {"elicitation": {}},
             "clientInfo": sdk_compat.CLIENT_INFO,
-        })
+        }))
         version = reply.get("protocolVersion")
         if version != LEGACY:
             raise CapabilityUnavailable(f"server negotiated protocol {version!r}; tasks need {LEGACY}", raw=reply)
