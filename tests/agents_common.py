@@ -15,7 +15,7 @@ from temporalio.client import Client
 from mcp_temporal_tasks._agent_tools import argument_digest
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.peers.harness import Peer
-from tests.temporal_harness import ProcessUnderTest, child_view
+from tests.temporal_harness import ProcessUnderTest, child_view, cli, settled_calls, tool_calls
 
 HEARTBEAT_S = 2.0
 
@@ -27,16 +27,6 @@ def servers(ts: Peer, fm: Peer, **extra: dict[str, Any]) -> dict[str, dict[str, 
         "fm": {"url": fm.url, "tools": {"slow_echo": {"idempotent": False}, "quick_sync": {"idempotent": True}}},
         **extra,
     }
-
-
-def tool_calls(peer: Peer, mark: int, tool: str) -> list[dict[str, Any]]:
-    return [ln for ln in peer.log_since(mark) if ln.get("method") == "tools/call" and ln.get("tool") == tool]
-
-
-async def settled_calls(peer: Peer, mark: int, tool: str) -> int:
-    """What the server counted, once a late request would have shown up."""
-    await asyncio.sleep(0.5)
-    return len(tool_calls(peer, mark, tool))
 
 
 def child_id(parent: str, key: str, tool: str, arguments: dict[str, Any], *, scope: int = 1, n: int = 1) -> str:
@@ -129,18 +119,6 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
     return {"ended": ended, "counts": counts, "elapsed": elapsed, "texts": texts, "wids": wids}
 
 
-async def mcp_tasks_cli(*args: str, timeout: float = 90) -> tuple[int, str, str]:
-    """The ``mcp-tasks`` CLI, as an operator runs it."""
-    from tests.temporal_harness import REPO_ROOT
-
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
 async def parked_until_approved(client: Client, run: Any, address: str, queue: str, prompt_of: Any,
                                 fm: Peer, proxy: Any) -> dict[str, Any]:
     """An agent calls a ``with_approval`` tool whose ``tools/call`` reply is lost (reset after the server got it):
@@ -161,9 +139,9 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
     parked = {"agent_running": (await handle.describe()).status.name, "calls_while_parked": len(
         tool_calls(fm, mark, "slow_echo")), "attempts": [a.reason for a in view.operation_attempts]}
     # the operator's view while the agent waits: the child's live status
-    _, out, err = await mcp_tasks_cli("status", cid, "--address", address, "--json")
+    _, out, err = await cli("status", cid, "--address", address, "--json")
     parked["status_phase"] = json.loads(out).get("phase") if out.strip() else err
-    rc, out, err = await mcp_tasks_cli("approve", cid, "--address", address)
+    rc, out, err = await cli("approve", cid, "--address", address)
     assert rc == 0, (out, err)
     output = await asyncio.wait_for(handle.result(), 60)
     await asyncio.sleep(0.5)
@@ -175,27 +153,19 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
 async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> dict[str, Any]:
     """An agent run that called a tool, reset to its first workflow task: the new run calls the tool again, finds
     the child its first run started (same deterministic id) and reads its outcome; the server counts one call."""
-    from temporalio.api.common.v1 import WorkflowExecution
     from temporalio.api.enums.v1 import EventType
-    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 
     from mcp_temporal_tasks.activities.mcp_activities import FETCH_OUTCOME
     from tests.fixtures.agent_scripts import script
-    from tests.temporal_harness import unique
+    from tests.temporal_harness import reset_to_first_workflow_task, unique
 
     mark = fm.log_mark()
     args = {"seconds": 0.3, "text": unique("reset")}
     wid = unique("agent-reset")
     first = await asyncio.wait_for(client.execute_workflow(run, script("fm", [("slow_echo", args)]), id=wid,
                                                            task_queue=queue), 90)
-    handle = client.get_workflow_handle(wid)
-    first_run = (await handle.describe()).run_id
-    events = [e async for e in handle.fetch_history_events()]
-    first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-    reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
-        namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=wid, run_id=first_run),
-        reason="test: re-run the agent", workflow_task_finish_event_id=first_wft, request_id=unique("reset")))
-    again = client.get_workflow_handle(wid, run_id=reset.run_id)
+    _, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the agent")
+    again = client.get_workflow_handle(wid, run_id=new_run)
     second = await asyncio.wait_for(again.result(), 90)
     new_events = [e async for e in again.fetch_history_events()]
     refused = [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in new_events

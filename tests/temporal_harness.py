@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -32,6 +35,9 @@ from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, Timeouts
 from tests.peers.harness import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: ``mcp-tasks``, run from this checkout as the tests import it.
+CLI = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli"]
+ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
 def unique(prefix: str) -> str:
@@ -111,6 +117,16 @@ async def in_process_worker(client: Client, *, task_queue: str, servers: dict[st
         await task
 
 
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
+    """Send ``sig`` and wait for the process to leave; SIGKILL it if it has not within ``timeout_s``."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 class ProcessUnderTest:
     """A process of ours (a worker) that a test can SIGKILL; ready once a line of its output contains ``ready``."""
 
@@ -156,7 +172,7 @@ class WorkerProcess(ProcessUnderTest):
 
     def __init__(self, address: str | None, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
         """``address`` None: the worker finds Temporal as a deployed one does (``TEMPORAL_ADDRESS`` in ``env``)."""
-        cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker",
+        cmd = [*CLI, "worker",
                *(["--address", address] if address else []),
                "--task-queue", task_queue, "--config", str(config), "--plain-logs"]
         super().__init__(cmd, ready="ready: polling task queue", name="worker",
@@ -193,6 +209,37 @@ def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
             lines.extend(f"{k} = {value(v)}" for k, v in policy.items())
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+async def cli(*args: str | bytes, timeout: float = 90, env: dict[str, str] | None = None,
+              stdin: bytes | None = None) -> tuple[int, str, str]:
+    """``mcp-tasks ARGS`` as a process, as an operator runs it: (exit code, stdout, stderr). Arguments may be bytes
+    (what a shell passes as is); stdin is not a terminal (``stdin`` or nothing)."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args, cwd=REPO_ROOT, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    return proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode()
+
+
+def one_json(stdout: str) -> Any:
+    """stdout must be exactly one JSON object and nothing else."""
+    obj, end = json.JSONDecoder().raw_decode(stdout.strip())
+    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
+    assert isinstance(obj, dict)
+    return obj
+
+
+async def listed_under(status: str, workflow_id: str, address: str, timeout_s: float = 20) -> None:
+    """Wait until ``mcp-tasks list --status STATUS`` shows ``workflow_id`` (visibility is eventually consistent)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        _, out, _ = await cli("list", "--status", status, "--json", "--address", address)
+        if any(r["workflow_id"] == workflow_id for r in one_json(out)["workflows"]):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{workflow_id} never showed in `mcp-tasks list --status {status}`")
 
 
 #: Short bounds for tests: a dead worker is noticed in 2 s, a stdio owner's queue given up in 4 s.
@@ -249,3 +296,16 @@ async def child_view(client: Client, workflow_id: str, pred: Any, timeout_s: flo
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
     return await wait_for_view(client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id), pred, timeout_s)
+
+
+async def reset_to_first_workflow_task(client: Client, workflow_id: str, reason: str) -> tuple[str, str]:
+    """Reset ``workflow_id``'s current run to the end of its first workflow task, as an operator would to re-run a
+    workflow's code: (the first run's id, the new run's id)."""
+    handle = client.get_workflow_handle(workflow_id)
+    first_run = (await handle.describe()).run_id
+    events = [e async for e in handle.fetch_history_events()]
+    first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
+        namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=first_run),
+        reason=reason, workflow_task_finish_event_id=first_wft, request_id=unique("reset")))
+    return first_run, reset.run_id

@@ -14,26 +14,10 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 from tests.peers.harness import Peer
-from tests.temporal_harness import REPO_ROOT, address_of, in_process_worker, unique
+from tests.temporal_harness import REPO_ROOT, address_of, cli, in_process_worker, listed_under, one_json, unique
 
 COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
             "demo-server"]
-
-
-async def cli(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
-def one_json(stdout: str) -> Any:
-    """stdout must be exactly one JSON object and nothing else."""
-    obj, end = json.JSONDecoder().raw_decode(stdout.strip())
-    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
-    assert isinstance(obj, dict)
-    return obj
 
 
 #: The workers' configuration `run --detach --url` is given: they take inline URLs (else it is refused up front).
@@ -168,13 +152,7 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
     wid = unique("answer")
     async with in_process_worker(client, task_queue=queue):
         await start_detached("ask_user", fastmcp_server, wid, queue, address)
-        for _ in range(100):
-            rc, out, _ = await cli("list", "--status", "input_required", "--json", "--address", address)
-            if any(r["workflow_id"] == wid for r in one_json(out)["workflows"]):
-                break
-            await asyncio.sleep(0.2)
-        else:
-            raise AssertionError("the waiting task never showed in `list --status input_required`")
+        await listed_under("input_required", wid, address)
         rc, out, err = await cli("status", wid, "--address", address)
         assert rc == 1 and "needs input" in out and f"mcp-tasks answer {wid}" in out
         rc, _, err = await cli("answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}',

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import termios
 import time
 from pathlib import Path
@@ -24,27 +23,18 @@ from mcp_temporal_tasks.workflows.client import RequestMismatch, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest
 from tests.faults.proxy import FaultProxy, Status
 from tests.peers.harness import TS_SERVER, Peer, require_ts_peer
-from tests.temporal_harness import REPO_ROOT, address_of, in_process_worker, unique
-
-CLI = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli"]
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-
-
-async def cli(*args: str | bytes, timeout: float = 90, env: dict[str, str] | None = None,
-              stdin: bytes | None = None) -> tuple[int, str, str]:
-    """``mcp-tasks ARGS`` as a process; arguments may be bytes (what a shell passes as is)."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, *args, cwd=REPO_ROOT, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**ENV, **(env or {})})
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    return proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode()
-
-
-def one_json(stdout: str) -> Any:
-    obj, end = json.JSONDecoder().raw_decode(stdout.strip())
-    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
-    assert isinstance(obj, dict)
-    return obj
+from tests.temporal_harness import (
+    CLI,
+    ENV,
+    REPO_ROOT,
+    address_of,
+    cli,
+    in_process_worker,
+    listed_under,
+    one_json,
+    stop_process,
+    unique,
+)
 
 
 def one_line(stderr: str, *, code: int, rc: int, message: str) -> str:
@@ -450,13 +440,7 @@ async def test_awaiting_approval_is_visible_and_searchable(temporal_env: Any, fa
             assert line, f"run ended before waiting for approval: {seen}"
             seen += line.decode()
         assert "AWAITING_APPROVAL" in seen and "the last call ended tool_error" in seen
-        for _ in range(50):
-            rc, out, _ = await cli("list", "--status", "awaiting_approval", "--json", "--address", address)
-            if any(r["workflow_id"] == wid for r in one_json(out)["workflows"]):
-                break
-            await asyncio.sleep(0.2)
-        else:
-            raise AssertionError("the task waiting for approval is not found by `list --status awaiting_approval`")
+        await listed_under("awaiting_approval", wid, address, timeout_s=10)
         rc, out, _ = await cli("status", wid, "--address", address)
         assert rc == 1 and f"mcp-tasks approve {wid}" in out
         rc, _, err = await cli("cancel", wid, "--address", address)
@@ -592,12 +576,7 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
         line = one_line(err, code=2, rc=rc, message=f"the state file {tmp_path / 'temporal.db'} is in use")
         assert f"pid {server.pid}" in line and "127.0.0.1:7233" in line
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop_process(server, signal.SIGINT)
 
 
 # --- README agrees with behaviour -----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from tests.peers.harness import Peer
 from tests.temporal_harness import (
     FAST,
     address_of,
+    tool_calls,
     unique,
     wait_for_view,
     worker_process,
@@ -137,7 +138,7 @@ async def test_worker_killed_while_waiting_for_the_human(request: pytest.Fixture
         await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED and text_of(out) == "approved account=acct-7"
-    assert len([x for x in peer.log_since(mark) if x["method"] == "tools/call"]) == 1
+    assert len(tool_calls(peer, mark)) == 1
     if peer.flavour == "extension":
         updates = [x for x in peer.log_since(mark) if x["method"] == "tasks/update"]
         assert len(updates) == 1

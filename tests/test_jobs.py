@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,13 @@ from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, 
 from tests.faults import FaultProxy, ResetAfterSend, Rewrite
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
-    REPO_ROOT,
     address_of,
+    cli,
     in_process_worker,
     keep_history,
     tool_calls,
     unique,
+    until,
     wait_for_view,
     worker_process,
     write_config,
@@ -268,17 +268,6 @@ def slow_config(tmp_path: Path, peer: Peer) -> Path:
                                                        "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
 
 
-async def cli(*args: str) -> tuple[int, str]:
-    import sys
-
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mcp_temporal_tasks.worker.cli", *args, cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode()
-
-
 async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_progress(
         ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
     peer = ts_http_stateful
@@ -291,7 +280,7 @@ async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_p
         handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sync"), task_queue=queue)
         result = asyncio.ensure_future(outcome_of(handle))
         while not result.done():
-            rc, out = await cli("status", handle.id, "--json", "--address", address)
+            rc, out, _ = await cli("status", handle.id, "--json", "--address", address, timeout=60)
             last = out
             if rc in (0, 1):  # 1: still running (`status` exits 0 only for a completed task)
                 message = json.loads(out).get("status_message")
@@ -314,10 +303,7 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
     cfg = slow_config(tmp_path, peer)
     with worker_process(address, queue, cfg) as first:
         handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sk"), task_queue=queue)
-        for _ in range(100):
-            if tool_calls(peer, mark, "slow_progress"):
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: tool_calls(peer, mark, "slow_progress"), 10, "the slow_progress call")
         await asyncio.sleep(3)
         first.kill()
         killed = time.monotonic()
@@ -342,7 +328,7 @@ async def test_mcp_tasks_run_runs_a_job_like_a_task(ts_http_stateful: Peer, temp
     peer = ts_http_stateful
     mark = peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"exports": {"url": peer.url, "jobs": {"export": EXPORT}}})
-    rc, out = await cli("run", "export", "--server", "exports", "--config", str(cfg), "--args", '{"seconds": 1}',
+    rc, out, _ = await cli("run", "export", "--server", "exports", "--config", str(cfg), "--args", '{"seconds": 1}',
                         "--address", address_of(temporal_env), "--task-queue", unique("cli-job"), "--json")
     assert rc == 0, out
     outcome = json.loads(out)

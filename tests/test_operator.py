@@ -30,8 +30,21 @@ from mcp_temporal_tasks.worker.runner import GRACEFUL_SHUTDOWN_S
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Phase
 from tests.peers.harness import Peer, fastmcp_peer
-from tests.temporal_harness import FAST, REPO_ROOT, address_of, in_process_worker, unique, wait_for_view, worker_process
-from tests.test_cli_ux import CLI, ENV, cli, one_json, one_line
+from tests.temporal_harness import (
+    CLI,
+    ENV,
+    FAST,
+    REPO_ROOT,
+    address_of,
+    cli,
+    in_process_worker,
+    one_json,
+    stop_process,
+    unique,
+    wait_for_view,
+    worker_process,
+)
+from tests.test_cli_ux import one_line
 
 #: A shell whose PATH does not have the venv: a user who did not activate it.
 NO_VENV_PATH = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
@@ -365,12 +378,7 @@ async def test_dev_server_links_signals_and_lock(fastmcp_server: Peer, tmp_path:
         server = await asyncio.to_thread(start)  # and a new dev-server on the same state starts
         assert state_holder(db)["pid"] == server.pid  # type: ignore[index]
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop_process(server)
     assert _temporal_pids(db) == set()
 
 

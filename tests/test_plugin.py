@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
@@ -47,6 +45,7 @@ from tests.temporal_harness import (
     ProcessUnderTest,
     address_of,
     child_view,
+    reset_to_first_workflow_task,
     settled_calls,
     tool_calls,
     unique,
@@ -328,25 +327,18 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
     plan = Plan([Step("call", "fm", "slow_echo", {"seconds": 0.3, "text": text}), Step("run", "fm", "rpc_error")])
     async with started(Worker(client, task_queue=queue, workflows=[UserAgent], plugins=[plugin])):
         wid, first = await run_plan(client, queue, plan)
-        handle = client.get_workflow_handle(wid)
-        first_run = (await handle.describe()).run_id
-        events = [e async for e in handle.fetch_history_events()]
-        first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
         assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
-        reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
-            namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=wid, run_id=first_run),
-            reason="test: re-run the parent", workflow_task_finish_event_id=first_wft,
-            request_id=unique("reset")))
-        assert reset.run_id and reset.run_id != first_run
-        second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=reset.run_id).result(), 60)
+        first_run, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the parent")
+        assert new_run and new_run != first_run
+        second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=new_run).result(), 60)
     assert second == first
     assert first[0]["text"] == text and first[1]["outcome"] == "failed"
     # The reset run found both children already started (REJECT_DUPLICATE) and read their outcomes.
-    new_events = [e async for e in client.get_workflow_handle(wid, run_id=reset.run_id).fetch_history_events()]
+    new_events = [e async for e in client.get_workflow_handle(wid, run_id=new_run).fetch_history_events()]
     refused = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED]
     assert [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in refused] == \
         [f"{wid}/mcp/1", f"{wid}/mcp/2"]
-    assert (await activity_types(client, wid, reset.run_id)).count(FETCH_OUTCOME) == 2
+    assert (await activity_types(client, wid, new_run)).count(FETCH_OUTCOME) == 2
     # No second tools/call reached the server.
     assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
     assert len(tool_calls(fastmcp_server, mark, tool="rpc_error")) == 1
@@ -364,15 +356,8 @@ async def test_reset_parent_reattaches_to_children_on_another_queue(client: Clie
             started(Worker(client, task_queue=parent_queue, workflows=[UserAgent])):
         wid, first = await run_plan(client, parent_queue, plan)
         assert (await client.get_workflow_handle(f"{wid}/mcp/1").describe()).task_queue == mcp_queue
-        handle = client.get_workflow_handle(wid)
-        first_run = (await handle.describe()).run_id
-        events = [e async for e in handle.fetch_history_events()]
-        first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-        reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
-            namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=wid, run_id=first_run),
-            reason="test: re-run the parent", workflow_task_finish_event_id=first_wft,
-            request_id=unique("reset")))
-        second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=reset.run_id).result(), 30)
+        _, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the parent")
+        second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=new_run).result(), 30)
     assert second == first and first[0]["text"] == "elsewhere"
     assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
 

@@ -42,8 +42,7 @@ from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 from tests.peers.harness import Peer
-from tests.temporal_harness import address_of, in_process_worker, unique
-from tests.test_cli import cli, one_json
+from tests.temporal_harness import address_of, cli, in_process_worker, one_json, unique
 
 FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 #: A credential value no test output could contain by chance.
