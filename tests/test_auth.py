@@ -33,7 +33,7 @@ from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_c
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
 from tests.peers.harness import Peer, oauth_server, ts_http_peer
-from tests.temporal_harness import FAST, address_of, in_process_worker, tool_calls, unique
+from tests.temporal_harness import FAST, address_of, in_process_worker, tool_calls, unique, until
 from tests.test_cli import cli
 from tests.test_security import _history_text
 
@@ -257,6 +257,41 @@ async def test_authorization_server_down_is_rejected_within_the_bound(
     assert took < DOWN_BOUND_S, took
     assert "cannot reach" in (out.error.message if out.error else ""), out
     assert tool_calls(peer, mark) == []
+
+
+async def test_authorization_server_lost_while_polling_spends_the_poll_budget_never_replays(
+        client: Client, tmp_path: Path, issued: list[str], texts: list[str]) -> None:
+    """With the authorization server gone, polls fail (the MCP server cannot check tokens; once ours expires, no new
+    one can be had). That is a read fault, the task is not known to be gone: retried for ``unreachable_s``, then
+    ``lost`` with the server's last answer, one ``tools/call``, no replay whatever the policy."""
+    unreachable_s = 6.0
+    with oauth_server(tmp_path, clients=CLIENTS, name="oauth-lost") as lost:
+        with ts_http_peer(tmp_path, name="ts-protected-lost", auth={
+                "issuer": lost.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET}) as peer:
+            mark = peer.log_mark()
+            queue = unique("auth")
+            servers = {"p": server_config("p", {"url": peer.url, "auth": secret_auth(lost)})}
+            async with in_process_worker(client, task_queue=queue, servers=servers, settings=WorkerSettings()):
+                handle = await start_mcp_task(client, McpTaskRequest(
+                    server="p", tool="slow_echo", arguments={"seconds": 60, "text": "orphaned"},
+                    timeouts=FAST.model_copy(update={"unreachable_s": unreachable_s}), replay="always",
+                    idempotent=True), workflow_id=unique("auth"), task_queue=queue)
+                await until(lambda: tool_calls(peer, mark, method="tasks/get"), 20, "the first poll")
+                assert lost.proc is not None
+                lost.proc.kill()
+                lost.proc.wait(10)
+                killed = time.monotonic()
+                out = await asyncio.wait_for(outcome_of(handle), TOKEN_TTL_S + unreachable_s + 40)
+                took = time.monotonic() - killed
+            await keep(texts, handle, out)
+    assert out.outcome == Outcome.LOST, out
+    # Which read fails first depends on the MCP server: it checks tokens by introspection at the same authorization
+    # server, so it answers 500 while its cached check lapses; our next token request cannot reach it either.
+    message = out.error.message if out.error else ""
+    assert ("cannot reach" in message or "HTTP 500" in message) and "not replayed" in (out.reason or ""), out
+    assert len(tool_calls(peer, mark, "slow_echo")) == 1 and len(out.operation_attempts) == 1
+    # The token's remaining life, then the budget, then one poll's backoff at most.
+    assert took < TOKEN_TTL_S + unreachable_s + 15, took
 
 
 # --- nothing leaks -------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from mcp_temporal_tasks.activities.mcp_activities import to_application_error
 from mcp_temporal_tasks.activities.wire.errors import (
     READ_ERROR_RULES,
+    AuthorizationRequired,
     InvalidParams,
     JsonRpcError,
     MethodNotFound,
@@ -84,6 +85,11 @@ def test_activity_failures_are_retryable_exactly_for_faults() -> None:
     assert to_application_error(fault, read=True).non_retryable is True
     assert to_application_error(ProtocolViolation("garbled"), read=True).non_retryable is False
     assert to_application_error(TransportError("reset", sent=True), task_read=True).non_retryable is False
+    # Refused credentials on a read of a task that exists: retried within the budget, never "gone"; but before
+    # tools/call (not a task read) they end the task rejected at once.
+    for refused in (AuthorizationRequired("forbidden", status=403), AuthorizationRequired("no token", status=None)):
+        assert is_read_fault(refused) and to_application_error(refused, task_read=True).non_retryable is False
+        assert to_application_error(refused).non_retryable is True
     huge = error_from_rpc({"code": -32603, "message": "m" * (3 * 1024 * 1024)}, method="tasks/result")
     assert isinstance(huge, JsonRpcError) and is_read_fault(huge) and len(huge.message) < 64 * 1024
 

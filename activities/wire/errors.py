@@ -350,8 +350,12 @@ def read_error_table() -> str:
 def is_read_fault(exc: McpWireError) -> bool:
     """Worth asking again, for a read of an existing task: transport faults, garbled replies and every JSON-RPC
     error the table calls a fault. ``TaskNotFound`` is the table's "gone" (decided by :func:`error_from_rpc`);
-    "payload" and "empty" never reach here (the client returns them as the payload)."""
-    if isinstance(exc, (TransportError, ProtocolViolation)):
+    "payload" and "empty" never reach here (the client returns them as the payload).
+
+    A 401 that survived a fresh token, a 403, or no token to be had (authorization server down or refusing) is a
+    fault too: the task is not known to be gone, and credentials or an authorization server may recover within
+    the budget (an operator fixing a grant); if they do not, the task is reported as out of reach, never gone."""
+    if isinstance(exc, (TransportError, ProtocolViolation, AuthorizationRequired)):
         return True
     return isinstance(exc, JsonRpcError) and not isinstance(exc, TaskNotFound)
 
