@@ -75,6 +75,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def is_host_port(address: str) -> bool:
+    """The one HOST:PORT rule, for every address a person or a file gives (the CLI's options, TEMPORAL_ADDRESS,
+    ``[temporal] address``): a host (``[v6]`` bracketed), a colon, a port 1–65535; no spaces, no scheme or path."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536 and "/" not in host
+                and not any(c.isspace() for c in address))
+
+
 class TemporalSettings(_Strict):
     address: str = "localhost:7233"
     namespace: str = "default"
@@ -86,9 +95,8 @@ class TemporalSettings(_Strict):
     @field_validator("address")
     @classmethod
     def _host_port(cls, v: str) -> str:
-        host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"must be HOST:PORT, got {v!r}")
+        if not is_host_port(v):
+            raise ValueError(f"must be HOST:PORT (e.g. localhost:7233), got {v!r}")
         return v
 
 

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err
-from mcp_temporal_tasks.worker.config import ConfigError
+from mcp_temporal_tasks.worker.config import ConfigError, is_host_port
 from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, port_open, ui_for_address
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.runner import connect, connect_options
@@ -32,10 +32,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 def check_address(address: str, source: str) -> None:
     """``HOST:PORT`` or exit 2 naming where the address came from."""
-    host, sep, port = address.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or any(c.isspace() for c in address) or "/" in host or not port.isdigit() \
-            or not 0 < int(port) < 65536:
+    if not is_host_port(address):
         raise CliError(f"{source} {address!r} is not HOST:PORT (e.g. localhost:7233)", EXIT_USAGE)
 
 
