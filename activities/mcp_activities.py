@@ -21,6 +21,11 @@ them across deployments. Failure semantics, per activity:
     reported as ``no_answer`` with the server's last error. Ends early, without raising, on ``-32602``
     (``not_found``) or an unreachable session. When terminal it also reads the payload
     (legacy ``tasks/result``); if that read fails it says so and the workflow retries retrieval alone.
+``poll_task``
+    One ``tasks/get`` per attempt, for a wait whose polls are far apart: a working task ends the attempt with a
+    benign, retryable ``TaskStillWorking`` whose ``next_retry_delay`` is the schedule's gap, so nothing runs (no
+    slot, no heartbeat, no history event) until the next poll. Terminal, input, gone, unreachable and
+    ``no_answer`` return as from ``await_task``; read faults are retried attempt by attempt for ``unreachable_s``.
 ``retrieve_result``
     Legacy ``tasks/result`` for a terminal task. Idempotent; read faults (JSON-RPC errors included) retry
     with bounded backoff (the workflow bounds them by the task's TTL or the deadline). Never re-calls the tool.
@@ -114,6 +119,9 @@ ANSWER_INPUT = "mcp-tasks.provide_input.v1"  # the name stays: histories refer t
 RELAY_INPUT = "mcp-tasks.relay_input.v1"
 LIST_TOOLS = "mcp-tasks.list_tools.v1"
 FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
+POLL_TASK = "mcp-tasks.poll_task.v1"
+#: The benign failure type of a ``poll_task`` attempt that found the task still working.
+STILL_WORKING = "TaskStillWorking"
 
 # Workflow messages the relay uses (defined by McpTaskWorkflow).
 INPUT_REQUESTED_SIGNAL = "legacy_input_requested"
@@ -208,6 +216,25 @@ def _short(task_id: str, n: int = 64) -> str:
     return task_id if len(task_id) <= n else f"{task_id[:n]}…"
 
 
+def _after_read_fault(exc: McpWireError, inp: AwaitInput, failing_since: float, faults: int,
+                      tries: int) -> tuple[AwaitOutput | None, float]:
+    """What a failed poll leads to: ``(no_answer, 0)`` once the server has given no usable answer for
+    ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, a 429's
+    ``Retry-After``, never past the budget. A failure that is not a read fault raises the activity's typed error."""
+    if not is_read_fault(exc):
+        raise to_application_error(exc, task_read=True) from exc
+    now = time.time()
+    if now - failing_since >= inp.unreachable_s:
+        what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
+        return AwaitOutput(
+            no_answer=f"{what} got no usable answer in {faults} attempts over {now - failing_since:.0f}s "
+                      f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
+            last_error=read_error_info(exc)), 0.0
+    backoff = min(30.0, 0.5 * 2 ** min(tries, 6))
+    wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
+    return None, min(wait, max(0.1, failing_since + inp.unreachable_s - now))
+
+
 def read_error_info(exc: McpWireError) -> RpcErrorInfo:
     """The server's last answer to a read that kept failing (the wire error's message and data are capped)."""
     return failed_read_error(exc.kind, exc.code, exc.message, exc.data)
@@ -246,7 +273,7 @@ class McpActivities:
         self.owner_queue = owner_queue
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.resolve, self.start_call, self.await_task, self.retrieve_result, self.cancel_task,
+        return [self.resolve, self.start_call, self.await_task, self.poll_task, self.retrieve_result, self.cancel_task,
                 self.answer_input, self.relay_input, self.list_tools, self.fetch_outcome]
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -471,21 +498,12 @@ class McpActivities:
             except TaskUnreachable as exc:
                 return AwaitOutput(unreachable=exc.message, polls=polls)
             except McpWireError as exc:
-                if not is_read_fault(exc):
-                    raise to_application_error(exc, task_read=True) from exc
-                now = time.time()
-                failing_since = failing_since or now
-                faults += 1
-                if now - failing_since >= inp.unreachable_s:
-                    what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
-                    return AwaitOutput(
-                        no_answer=f"{what} got no usable answer in {faults} attempts over {now - failing_since:.0f}s "
-                                  f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
-                        last_error=read_error_info(exc), polls=polls)
+                failing_since, faults = failing_since or time.time(), faults + 1
                 transient += 1
-                backoff = min(30.0, 0.5 * 2 ** min(transient, 6))
-                wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
-                wait = min(wait, max(0.1, failing_since + inp.unreachable_s - now))
+                gave_up, wait = _after_read_fault(exc, inp, failing_since, faults, transient)
+                if gave_up is not None:
+                    gave_up.polls = polls
+                    return gave_up
                 details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since,
                                faults=faults)
                 activity.heartbeat(details)
@@ -509,10 +527,12 @@ class McpActivities:
                 if fresh or state.era == LEGACY:
                     return AwaitOutput(state=state, polls=polls)
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
-            if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
-                return AwaitOutput(state=state, polls=polls, long_wait=True)
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
+            if inp.hand_over_gap_s is not None and delay >= inp.hand_over_gap_s:
+                return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + delay)
+            if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
+                return AwaitOutput(state=state, polls=polls, long_wait=True)
             await self._sleep_beating(delay, hb_every, details, shutdown)
 
     @staticmethod
@@ -537,6 +557,95 @@ class McpActivities:
             remaining -= step
             if remaining > 0:
                 activity.heartbeat(details)
+
+    @activity.defn(name=POLL_TASK)
+    async def poll_task(self, inp: AwaitInput) -> AwaitOutput:
+        """One ``tasks/get`` per attempt, for a wait whose polls are far apart: nothing runs between polls.
+
+        While the task works, the attempt ends with a benign, retryable ``ApplicationError(type="TaskStillWorking")``
+        whose ``next_retry_delay`` is the schedule's gap (``next_poll_delay``: age, ``pollInterval``): Temporal
+        starts the next attempt then, adds no history event for it, and holds no worker slot meanwhile; its
+        message and details are what the UI shows as the pending activity's last failure. The attempt returns
+        (as ``await_task`` does) when the task is terminal (its payload read here), needs input, is gone or
+        unreachable. A read fault is retried as a regular failure after a backoff (or a 429's ``Retry-After``)
+        until the server has given no usable answer for ``unreachable_s``, then ``no_answer``: that clock
+        travels between attempts in the heartbeat details, the only state Temporal hands to the next attempt,
+        so it costs a heartbeat only when a read fails and once when reads recover. Never re-calls the tool.
+        """
+        info = activity.info()
+        annotate(task_id=inp.task_id)
+        previous = info.heartbeat_details[0] if info.heartbeat_details else None
+        failing_since: float | None = previous.get("failingSince") if isinstance(previous, dict) else None
+        faults = int(previous.get("faults") or 0) if isinstance(previous, dict) and failing_since else 0
+        details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": info.attempt}
+        early = (inp.first_poll_at or 0.0) - time.time()
+        if info.attempt == 1 and early > 0.05:
+            # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
+            # server's pollInterval), at the price of the one poll it replaces.
+            raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
+                                   next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
+        try:
+            session = await self.pool.for_task(inp.session, principal=inp.principal)
+            client = _tasks(session, inp.job)
+            state = await self._beating_when_slow(client.get(inp.task_id), details)
+        except JobReplyMismatch as exc:
+            ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
+                              status_message=cap_text(exc.message, 512))
+            return AwaitOutput(state=ended, polls=1, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
+        except TaskNotFound:
+            return AwaitOutput(not_found=True, polls=1)
+        except TaskUnreachable as exc:
+            return AwaitOutput(unreachable=exc.message, polls=1)
+        except McpWireError as exc:
+            failing_since, faults = failing_since or time.time(), faults + 1
+            gave_up, wait = _after_read_fault(exc, inp, failing_since, faults, faults)
+            if gave_up is not None:
+                return gave_up
+            activity.heartbeat({**details, "failingSince": failing_since, "faults": faults,
+                                "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)})
+            raise ApplicationError(f"{'tasks/get' if inp.job is None else inp.job.status} failed ({faults} in a row, "
+                                   f"retrying in {wait:.1f}s): {exc.kind}: {cap_text(exc.message, 512)}",
+                                   type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from exc
+        self._counter("mcp_tasks_polls", "tasks/get polls")
+        details.update(status=state.status, statusMessage=state.status_message)
+        if failing_since:
+            activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
+        if state.terminal:
+            annotate(status=state.status, polls=info.attempt)
+            out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=1)
+            out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
+            self.pool.track(session, state.task_id, done=True)
+            return out
+        if state.status == "input_required":
+            fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
+            if fresh or state.era == LEGACY:
+                return AwaitOutput(state=state, polls=1)
+        age = task_age_s(state.created_at, inp.submitted_at, time.time())
+        # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
+        delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
+                                previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
+        details["nextPollS"] = round(delay, 1)
+        message = state.status_message and cap_text(state.status_message, 256)
+        # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
+        raise ApplicationError(f"{state.status}{f': {message}' if message else ''} (poll {info.attempt}; next in "
+                               f"{delay:.0f}s)", details, type=STILL_WORKING, next_retry_delay=timedelta(seconds=delay),
+                               category=ApplicationErrorCategory.BENIGN)
+
+    @staticmethod
+    async def _beating_when_slow(coro: Awaitable[T], details: dict[str, Any]) -> T:
+        """Await ``coro``; heartbeat only if it outlasts half the heartbeat timeout (a poll normally takes
+        milliseconds, and a heartbeat is a billable action: an attempt should cost exactly one)."""
+        every = _beat_every(activity.info())
+        task = asyncio.ensure_future(coro)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=every)
+                if done:
+                    return task.result()
+                activity.heartbeat(details)
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def _read_payload(self, client: McpTaskClient | JobTasks, state: TaskState, output_schema: dict[str, Any] | None,
                             beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:

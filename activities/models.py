@@ -198,6 +198,11 @@ class AwaitInput(_Model):
     return_after_age_s: float | None = None
     #: When tools/call was sent (epoch seconds): the task's age when the server gives no ``createdAt``.
     submitted_at: float | None = None
+    #: Return (``idle``) as soon as the next poll is at least this far away, so the workflow can wait for it
+    #: without an activity running (``poll_task``). None: wait here to the end.
+    hand_over_gap_s: float | None = Field(None, gt=0)
+    #: ``poll_task``: no poll before this (epoch seconds): the gap the wait that handed over had scheduled.
+    first_poll_at: float | None = None
 
 
 class AwaitOutput(_Model):
@@ -216,6 +221,10 @@ class AwaitOutput(_Model):
     retrieval_error: str | None = None
     #: The task is still working and older than ``return_after_age_s``.
     long_wait: bool = False
+    #: The task is still working and its next poll is at least ``hand_over_gap_s`` away.
+    idle: bool = False
+    #: With ``idle``: when the schedule wants the next poll (epoch seconds).
+    next_poll_at: float | None = None
     polls: int = 0
 
 

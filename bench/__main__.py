@@ -61,6 +61,7 @@ from .common import (
     worker_metrics,
 )
 from .floor import run_floor
+from .idle import idle_targets, phase_idle_waits, render_idle
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
 from .waiting import (
@@ -809,6 +810,7 @@ def render(res: dict[str, Any]) -> str:
             met = "–" if x["met"] is None else "yes" if x["met"] else "**NO**"
             lines.append(f"| {x['target']} | {x['value']} | {met} |")
     lines += render_waiting(res)
+    lines += render_idle(res)
     lines += render_targets(res.get("targets") or [])
     lines += ["", f"Total wall time: {res['wall_s']:.1f} s"]
     return "\n".join(lines)
@@ -817,7 +819,8 @@ def render(res: dict[str, Any]) -> str:
 # --- main -----------------------------------------------------------------------------------------------
 
 
-PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged")
+PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged",
+          "idle-waits")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -873,6 +876,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "SDK lets one heartbeat per 0.8 × this reach Temporal. A caller's setting, reported in the config")
     g.add_argument("--inflight-aged-poll-ms", type=int, default=None,
                    help="T2: the server's pollIntervalMs (default: --poll-ms)")
+    g = p.add_argument_group("waiting at the limit (bench/idle.py; `--only idle-waits`, ~20 min; not in the default run)")
+    g.add_argument("--idle-tiles", type=int, default=None, help="tasks aged 60 s … 1 h per design (default 60; quick 8)")
+    g.add_argument("--idle-old", type=int, default=None, help="tasks aged 2 … 5 h per design (default 40; quick 4)")
+    g.add_argument("--idle-probes", type=int, default=None, help="delivery probes per design (default 8; quick 2)")
+    g.add_argument("--idle-window", type=float, default=None, help="the cost window, s (default 300; quick 30)")
+    g.add_argument("--idle-inflight", type=int, default=None,
+                   help="idle tasks aged 10 min … 1 h on one worker (default 10000; quick 100)")
+    g.add_argument("--idle-inflight-before", type=int, default=None,
+                   help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)")
+    g.add_argument("--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)")
     p.add_argument("--no-bytecode", action="store_true",
                    help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
     p.add_argument("--experiment", default="",
@@ -891,7 +904,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 "aged_tiles": 16 if q else 40, "aged_probes": 6 if q else 12, "aged_probe_max_age": 400.0 if q else 2600.0,
                 "aged_window": 45.0 if q else 180.0, "aged_old": 2 if q else 4,
                 "naive_wait_s": 8.0 if q else 20.0, "inflight_aged": 150 if q else 0,
-                "inflight_aged_window": 10.0 if q else 120.0}
+                "inflight_aged_window": 10.0 if q else 120.0,
+                "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
+                "idle_window": 30.0 if q else 300.0, "idle_inflight": 100 if q else 10000,
+                "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -910,6 +926,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.inflight_aged = 2000
     if args.skip_inflight_aged:
         args.inflight_aged = 0
+    if not args.only or "idle-waits" not in args.only:
+        args.skip_idle_waits = True  # ~20 minutes: asked for by name only
     if q:
         args.naive_fit_polls = min(args.naive_fit_polls, 10)
         args.light_concurrency = min(args.light_concurrency, args.light_tasks)
@@ -1012,10 +1030,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                                                              cache=args.inflight_cache)
         if aged is not None:
             res["aged"] = await aged.finish()
+        if not args.skip_idle_waits:
+            res["idle_waits"] = await phase_idle_waits(env, args)
     finally:
         env.stop()
     res["earlier_targets"] = targets(res)
     res["targets"] = waiting_targets(res)
+    res["idle_targets"] = idle_targets(res)
     res["wall_s"] = round(time.monotonic() - t_start, 1)
     return res
 

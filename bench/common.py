@@ -215,9 +215,12 @@ class RssSampler:
 OURS_TIMEOUTS: dict[str, Any] = {}
 
 
-def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1) -> McpTaskRequest:
+def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1,
+                 timeouts: dict[str, Any] | None = None) -> McpTaskRequest:
+    """``timeouts``: fields of :class:`Timeouts` over the run's (``idle_gap_s=0``: the heartbeating wait alone)."""
     return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2026-07-28",
-                          idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s, **OURS_TIMEOUTS))
+                          idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s,
+                                                                 **{**OURS_TIMEOUTS, **(timeouts or {})}))
 
 
 

@@ -52,7 +52,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -616,31 +616,39 @@ async def phase_naive_wait(env: Any, *, poll_ms: int, tasks: int, window_s: floa
 
 
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
-                              timeout_s: float = 600) -> dict[str, Any]:
-    """``n`` ours tasks back-dated uniformly over 10 min … 1 h, gated, on one worker: the sustained cost."""
+                              timeout_s: float = 600, timeouts: dict[str, Any] | None = None,
+                              name: str = "inflight-aged", handover: bool = True,
+                              after_window: Callable[[str, float, float], None] | None = None,
+                              before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
+                              ) -> dict[str, Any]:
+    """``n`` ours tasks back-dated uniformly over 10 min … 1 h, gated, on one worker: the sustained cost.
+
+    ``timeouts``: fields of the tasks' Timeouts; ``handover``: wait for the long-wait hand-over before the window;
+    ``after_window(url, w0, w1)`` and ``before_release(client, url, keys)`` let another phase look at the same run."""
     assert env.client is not None
     client = env.client
-    child, url = env.server(poll_ms, name="inflight-aged", ttl_s=6 * 3600)
-    tq, port = f"bench-inflight-aged-{env.run_id}", free_port()
+    child, url = env.server(poll_ms, name=name, ttl_s=6 * 3600)
+    tq, port = f"bench-{name}-{env.run_id}", free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=port)
     out: dict[str, Any] = {"tasks": n, "poll_ms": poll_ms, "ages_s": "600…3600, uniform (age_s back-dates createdAt)"}
     gate = f"inflight-aged-{env.run_id}"
     try:
-        warm = [await start_mcp_task(client, ours_request(url, {"seconds": 0.2}, f"warm-ia-{env.run_id}-{i}"),
-                                     workflow_id=f"warm-ia-{env.run_id}-{i}", task_queue=tq) for i in range(8)]
+        warm = [await start_mcp_task(client, ours_request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
+                                     workflow_id=f"warm-{name}-{env.run_id}-{i}", task_queue=tq) for i in range(8)]
         await asyncio.gather(*(outcome_of(h) for h in warm))
         http_json(base_url(url) + "/bench/reset", method="POST")
         await asyncio.sleep(0.5)
         out["rss_idle_mb"] = round(rss_mb(w.pid)[0], 1)
         sampler = RssSampler(w.pid)
         sem = asyncio.Semaphore(200)
-        keys = [f"inflight-aged-{env.run_id}-{i}" for i in range(n)]
+        keys = [f"{name}-{env.run_id}-{i}" for i in range(n)]  # a phase run twice must not meet its own ids
         t0 = time.monotonic()
 
         async def start(i: int, key: str) -> Any:
             age = 600.0 + 3000.0 * ((i * PHI) % 1.0)
             async with sem:
-                return await start_mcp_task(client, ours_request(url, {"gate": gate, "age_s": round(age, 1)}, key),
+                return await start_mcp_task(client, ours_request(url, {"gate": gate, "age_s": round(age, 1)}, key,
+                                                                 timeouts=timeouts),
                                             workflow_id=key, task_queue=tq)
 
         await asyncio.gather(*(start(i, k) for i, k in enumerate(keys)))
@@ -652,7 +660,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if polled >= n:
                 break
             await asyncio.sleep(0.5)
-        handover = long_wait()
+        handover = long_wait() if handover else None
         while handover and time.monotonic() < deadline:  # tasks past the hand-over: in their long wait (2nd poll)
             aged = http_json(base_url(url) + "/bench/state")["aged"]
             if all(len(a["polls"]) >= 2 for a in aged.values() if a["age_s"] >= handover[0]):
@@ -664,7 +672,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         log(f"inflight-aged: {polled}/{n} polled after {out['all_polling_s']}s; measuring {window_s:g}s")
         # The sustained window: every task is parked in await_task; nothing else runs on this worker.
         c0 = http_json(base_url(url) + "/bench/counts")
-        sdk0, rpc0 = sdk_requests(port), env.metrics()
+        sdk0, rpc0, w0 = sdk_requests(port), env.metrics(), time.time()
         meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
                           "mcp_server": child.pid})
         spy = (start_py_spy(w.pid, Path(env.args.profile_dir) / "inflight-aged-worker.txt")
@@ -685,6 +693,8 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             stop_profiler(spy)
         c1 = http_json(base_url(url) + "/bench/counts")
         sdk1, rpcs = sdk_requests(port), env.metrics() - rpc0
+        if after_window is not None:
+            after_window(url, w0, time.time())
         wall = cpu["wall_s"]
         out["window_s"] = wall
         out["worker_cpu_pct_of_core"] = round(100 * cpu["worker"] / wall, 1)
@@ -702,6 +712,8 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         out["dev_server_rpcs_per_s_all_workers"] = round(sum(rpcs.values()) / wall, 2)
         out["rss_in_window_mb"] = round(max(rss_window), 1) if rss_window else None
         out["machine_other_pct"] = round(100 * cpu["other_processes"] / max(cpu["capacity"], 1e-9), 1)
+        if before_release is not None:
+            await before_release(client, url, keys)
         http_json(base_url(url) + f"/bench/open?gate={gate}", method="POST")
         t1 = time.monotonic()
         tsem = asyncio.Semaphore(100)
@@ -721,7 +733,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             "rss_peak_mb": round(out["rss_idle_mb"] + (out["rss_peak_mb"] - out["rss_idle_mb"]) * scale, 1)}
     finally:
         env.stop_worker(w)
-        env.stop_server(poll_ms, name="inflight-aged")
+        env.stop_server(poll_ms, name=name)
     log(f"inflight-aged: {out}")
     return out
 

@@ -47,6 +47,14 @@ async def main_async(args: argparse.Namespace) -> None:
     client = await connect(args.address, "default", metrics_port=args.metrics_port)
     closers: list[Any] = []
     if args.design == "ours":
+        # The bench simulates a task's age through the server's createdAt (bench.server's age_s); the shipped worker
+        # counts a task's age from its own send time (a server clock hours behind must not stretch a fresh task's
+        # polls), which would make every back-dated task look fresh. The bench's worker alone reads createdAt.
+        from mcp_temporal_tasks.activities import mcp_activities
+
+        age_from_send_time = mcp_activities.task_age_s
+        mcp_activities.task_age_s = lambda created_at, submitted_at, now: age_from_send_time(  # type: ignore[assignment]
+            created_at, None, now) if created_at else age_from_send_time(created_at, submitted_at, now)
         # The benchmark's requests name their server inline (a trusted caller): allowed explicitly.
         acts = make_activities(WorkerConfig(worker=WorkerSettings(allow_inline_endpoints=True)))
         settings = WorkerSettings(max_concurrent_activities=args.max_activities)

@@ -13,13 +13,13 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 from temporalio import activity, workflow
 from temporalio.client import WorkflowHandle
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -43,7 +43,6 @@ from mcp_temporal_tasks.activities.models import (
 )
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.activities.wire.errors import (
-    AuthorizationRequired,
     JsonRpcError,
     McpWireError,
     TaskNotFound,
@@ -71,7 +70,7 @@ from mcp_temporal_tasks.workflows.models import (
     Timeouts,
 )
 from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
-from tests.temporal_harness import keep_history, wait_for_view
+from tests.temporal_harness import keep_history, until, wait_for_view
 
 pytestmark = pytest.mark.fast
 
@@ -115,6 +114,10 @@ def wire(exc: McpWireError, **kw: Any) -> ApplicationError:
     return to_application_error(exc, **kw)
 
 
+#: A failure of an activity on an existing task that no retry can mend (a bug, a refused configuration).
+UNEXPECTED = ApplicationError("unexpected failure", {"may_have_reached_server": False}, type="Unexpected",
+                              non_retryable=True)
+
 Step = Any  # a value to return, an exception to raise, or a callable of the input giving either
 
 
@@ -157,6 +160,10 @@ class Fakes:
         async def await_task(inp: AwaitInput) -> AwaitOutput:
             return self._next("await_task", inp)  # type: ignore[no-any-return]
 
+        @activity.defn(name=names.POLL_TASK)
+        async def poll_task(inp: AwaitInput) -> AwaitOutput:
+            return self._next("poll_task", inp)  # type: ignore[no-any-return]
+
         @activity.defn(name=names.RETRIEVE_RESULT)
         async def retrieve_result(inp: RetrieveInput) -> RetrieveOutput:
             return self._next("retrieve_result", inp)  # type: ignore[no-any-return]
@@ -173,7 +180,7 @@ class Fakes:
         async def relay_input(inp: RelayInput) -> RelayOutput:
             return self._next("relay_input", inp)  # type: ignore[no-any-return]
 
-        return [resolve, start_call, await_task, retrieve_result, cancel_task, answer_input, relay_input]
+        return [resolve, start_call, await_task, poll_task, retrieve_result, cancel_task, answer_input, relay_input]
 
 
 @pytest.fixture(scope="module")
@@ -300,7 +307,7 @@ async def test_no_usable_answer_is_lost_with_the_servers_error_never_replayed(en
 
 
 async def test_a_wait_that_fails_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started()], await_task=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+    fakes = Fakes(start_call=[started()], await_task=[UNEXPECTED])
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.LOST and "could not follow" in (out.reason or "") and not replays(out)
 
@@ -402,9 +409,92 @@ async def test_legacy_input_is_relayed_and_the_relays_payload_ends_the_task(env:
 
 async def test_a_relay_that_fails_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
     fakes = Fakes(start_call=[started(LEGACY)], await_task=[asking(LEGACY)],
-                  relay_input=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+                  relay_input=[UNEXPECTED])
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.LOST and not replays(out)
+
+
+# --- WORKING, nothing running between polls ------------------------------------------------------------
+
+
+def still_working(gap_s: float = 600.0) -> ApplicationError:
+    """A poll_task attempt that found the task working, exactly as the real one ends it."""
+    return ApplicationError(f"working (next in {gap_s:.0f}s)", {"status": "working"}, type=names.STILL_WORKING,
+                            next_retry_delay=timedelta(seconds=gap_s), category=ApplicationErrorCategory.BENIGN)
+
+
+IDLE = AwaitOutput(state=task(), polls=3, idle=True)
+
+
+def scheduled(events: list[Any], activity_type: str) -> int:
+    return sum(1 for e in events if e.HasField("activity_task_scheduled_event_attributes")
+               and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type)
+
+
+async def test_a_wait_whose_polls_are_far_apart_goes_on_with_nothing_running_between_them(
+        env: WorkflowEnvironment) -> None:
+    handles: list[WorkflowHandle[Any, Any]] = []
+
+    async def keep(handle: WorkflowHandle[Any, Any]) -> None:
+        handles.append(handle)
+
+    fakes = Fakes(start_call=[started()], await_task=[IDLE],
+                  poll_task=[still_working(), still_working(), still_working(), done(text("built"))])
+    out = await run(env, fakes, steer=keep, record="idle_wait_completed")
+    assert out.outcome == Outcome.COMPLETED and out.result == text("built")
+    assert fakes.calls["await_task"] == 1 and fakes.calls["poll_task"] == 4
+    # The heartbeating wait hands over once the gap reaches 0.8 × the heartbeat timeout.
+    assert fakes.inputs["await_task"][0].hand_over_gap_s == pytest.approx(0.8 * TIMEOUTS.heartbeat_s)
+    events = [e async for e in handles[0].fetch_history_events()]
+    # Four polls, one scheduled activity: retries of poll_task add no history events.
+    assert scheduled(events, names.POLL_TASK) == 1 and scheduled(events, names.AWAIT_TASK) == 1
+    assert not any(e.HasField("timer_started_event_attributes") for e in events)  # no deadline: no timer
+
+
+async def test_idle_gap_zero_keeps_the_whole_wait_in_one_heartbeating_activity(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[done(text("built"))])
+    out = await run(env, fakes, timeouts=TIMEOUTS.model_copy(update={"idle_gap_s": 0}))
+    assert out.outcome == Outcome.COMPLETED and fakes.inputs["await_task"][0].hand_over_gap_s is None
+
+
+async def test_input_asked_during_an_idle_wait_is_answered_and_the_wait_goes_on_idle(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[IDLE], answer_input=[None],
+                  poll_task=[still_working(0.2), asking(), still_working(0.2), done(text("ok"), era=EXTENSION)])
+    out = await run(env, fakes, steer=answer)  # short gaps: the test server skips time only while a result is awaited
+    assert out.outcome == Outcome.COMPLETED and fakes.calls["answer_input"] == 1
+    assert fakes.calls["await_task"] == 1 and fakes.calls["poll_task"] == 4  # after the answer: still no heartbeats
+
+
+async def test_a_cancel_reaches_an_idle_wait_without_waiting_for_its_next_poll(env: WorkflowEnvironment) -> None:
+    # Every gap is a day: a cancel that waited for the next attempt would not end this test in time.
+    fakes = Fakes(start_call=[started()], await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
+                  poll_task=[still_working(86400.0)], cancel_task=[CancelOutput(state=task("cancelled"))])
+
+    async def cancel(handle: WorkflowHandle[Any, Any]) -> None:
+        await until(lambda: fakes.calls["poll_task"] >= 1, 20, "the first idle poll")
+        await handle.execute_update(McpTaskWorkflow.cancel, "operator")
+
+    out = await run(env, fakes, steer=cancel, **REPLAY)
+    assert out.outcome == Outcome.CANCELLED and fakes.calls["cancel_task"] == 1 and fakes.calls["poll_task"] == 1
+    assert not replays(out)
+
+
+async def test_the_deadline_ends_an_idle_wait_by_a_timer(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
+                  poll_task=[still_working(600.0)], cancel_task=[CancelOutput(state=task("cancelled"))])
+    deadline = await env.get_current_time() + timedelta(hours=1)
+    out = await run(env, fakes, deadline=deadline, **REPLAY)
+    assert out.outcome == Outcome.CANCELLED and "deadline" in (out.reason or "") and fakes.calls["cancel_task"] == 1
+    # One attempt per 600 s gap within the hour (the time-skipping server runs the gaps), not one per heartbeat.
+    assert 2 <= fakes.calls["poll_task"] <= 8 and not replays(out)
+
+
+async def test_a_poll_that_keeps_failing_idle_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
+    last = RpcErrorInfo(code=-32603, message="temporarily unavailable")
+    fakes = Fakes(start_call=[started()], await_task=[IDLE],
+                  poll_task=[still_working(), AwaitOutput(no_answer="9 attempts over 20s", last_error=last)])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.LOST and out.error == last and not replays(out)
 
 
 # --- CANCELLING -------------------------------------------------------------------------------------------
@@ -460,7 +550,7 @@ async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(env
 
 async def test_a_cancel_whose_final_state_is_unknown(env: WorkflowEnvironment) -> None:
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("working"))],
-                     settle=[wire(AuthorizationRequired("forbidden", status=403), task_read=True)])
+                     settle=[UNEXPECTED])
     out = await run(env, fakes, steer=cancel_when_working)
     assert out.outcome == Outcome.CANCELLED and "final state unknown" in (out.reason or "")
 

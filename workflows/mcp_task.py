@@ -19,7 +19,9 @@ anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLA
 * **Submit** is the one dangerous step: ``tools/call`` runs with a single attempt. A failure that surely
   never reached the server is resent; anything else ends ``unknown_outcome`` unless the replay policy
   allows a new call.
-* **Wait** is one heartbeating activity per wait (``await_task``): O(1) history whatever the duration.
+* **Wait** is one heartbeating activity per wait (``await_task``) while polls are close together; once the next poll
+  is ≥ 0.8 × the heartbeat timeout away, ``poll_task``: one attempt per poll, retried by Temporal at the gap, nothing
+  running in between. O(1) history whatever the duration, either way.
   A dead worker is noticed by the heartbeat timeout and the next attempt resumes polling elsewhere.
 * **Retrieve** is retried alone (never re-calling the tool), bounded by the task's TTL or the deadline.
 * **Replay** is a new ``tools/call``, only through ``decisions.decide_replay``, recorded in
@@ -113,6 +115,12 @@ WAIT = ActivityConfig(retry_policy=RetryPolicy(initial_interval=timedelta(second
 RETRIEVE = ActivityConfig(start_to_close_timeout=timedelta(minutes=5))
 #: One idempotent request on an existing task (tasks/cancel, tasks/update).
 TASK_STEP = ActivityConfig(start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT["retry_policy"])
+#: Waiting on a task with nothing running between polls (``poll_task``): each attempt is one poll, retried at the
+#: gap the attempt names (``next_retry_delay``), so the backoff here only paces attempts a worker's death cut short.
+#: No schedule-to-close: a deadline is a workflow timer (a retry past schedule-to-close would be refused early).
+IDLE_POLL = ActivityConfig(start_to_close_timeout=timedelta(minutes=5),
+                           retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                                                    maximum_interval=timedelta(seconds=60)))
 LONG_WAIT = timedelta(days=7)
 #: Longest Retry-After honoured before a resend of a tools/call that never reached the tool; a longer one
 #: ends the task (``rejected``, ``retryable``, with ``retry_after_s``) so the caller decides when to come back.
@@ -125,6 +133,9 @@ FAIL_UNLESS_COMPLETED = "fail-unless-completed"
 SEARCHABLE_PHASES = "searchable-approval-and-outcome"
 #: A wait on an old task is handed to a second activity with a longer heartbeat timeout (asked only then).
 LONG_WAIT_HEARTBEAT = "long-wait-heartbeat"
+#: Once a wait's next poll is far enough away, it goes on in ``poll_task`` (one attempt per poll, nothing running in
+#: between) instead of a heartbeating activity. Asked only when a wait hands over that way.
+IDLE_WAITS = "idle-waits-between-polls"
 #: A 2025-11-25 failed task's payload that arrived as a JSON-RPC error reply to ``tasks/result`` cannot be told
 #: from a read refused by the server or a gateway ("temporarily unavailable, try again"): it never justifies a
 #: replay by itself. Asked only for such an ending classified retryable; histories from before keep replaying.
@@ -598,23 +609,36 @@ class McpTaskWorkflow:
         # A wait on an old task goes on under a longer heartbeat timeout: one more activity per task, far fewer
         # heartbeats (billable actions, server writes) for the hours it may still take.
         hand_over = timeouts.long_wait_heartbeat_s > timeouts.heartbeat_s
-        long_wait = False
+        # Past this gap a poll as an attempt of its own costs less than the heartbeats that would hold it (the SDK
+        # sends one per 0.8 × the heartbeat timeout).
+        idle_gap = timeouts.idle_gap_s if timeouts.idle_gap_s is not None else 0.8 * timeouts.heartbeat_s
+        long_wait = idle = False
+        first_poll_at: float | None = None
         while True:
             self._enter(Phase.WORKING)
-            aw = await self._wait_for_task(AwaitInput(
+            arg = AwaitInput(
                 session=self.m.session, task_id=task.task_id, principal=self._principal(),
                 poll_floor_s=timeouts.poll_floor_s, poll_ceiling_s=timeouts.poll_ceiling_s,
                 output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
                 unreachable_s=timeouts.unreachable_s,
                 schedule=self.m.profile.polling if self.m.profile else PollSchedule(), job=self._job(),
                 submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None,
-                return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None),
-                summary=f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else ""),
-                heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
+                return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None,
+                hand_over_gap_s=idle_gap or None, first_poll_at=first_poll_at)
+            first_poll_at = None
+            if idle:
+                aw = await self._wait_idle(arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)")
+            else:
+                aw = await self._wait_for_task(
+                    arg, summary=f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else ""),
+                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
             if aw is None:
                 await self._cancel_and_settle(task)
             self._after_wait(aw)
             assert self.m.task_state is not None
+            if aw.idle and workflow.patched(IDLE_WAITS):
+                idle, first_poll_at = True, aw.next_poll_at
+                continue
             if aw.long_wait and workflow.patched(LONG_WAIT_HEARTBEAT):
                 long_wait = True
                 continue
@@ -889,6 +913,30 @@ class McpTaskWorkflow:
             if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
                 self.m.cancel_reason = "deadline exceeded"
                 return None
+            raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
+
+    async def _wait_idle(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | None:
+        """Poll with nothing running between polls (``poll_task``); None if a cancel or the deadline came first.
+
+        A cancel cancels the activity wherever it is: between two attempts Temporal cancels it at once, so the cancel
+        reaches the server without waiting for the next poll. The deadline is a timer here (two history events),
+        not a schedule-to-close: Temporal would refuse a retry scheduled past it, up to a whole gap early.
+        """
+        deadline = self.req.deadline
+        config = self._config(IDLE_POLL, summary=summary)
+        if deadline is None:
+            config["schedule_to_close_timeout"] = LONG_WAIT
+        handle = workflow.start_activity_method(McpActivities.poll_task, arg, **config)
+        left = (deadline - workflow.now()).total_seconds() if deadline else None
+        await self._interruptible_wait(lambda: handle.done(), timeout_s=max(left, 0.001) if left is not None else None)
+        if not handle.done():
+            if self.m.cancel_reason is None:
+                self.m.cancel_reason = "deadline exceeded"
+            await self._abandon(handle)
+            return None
+        try:
+            return await handle
+        except ActivityError as err:
             raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
 
     @staticmethod

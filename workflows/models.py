@@ -179,6 +179,12 @@ class Timeouts(_Model):
     #: age) that it is in scale.
     long_wait_after_s: float = Field(2400.0, gt=0)
     long_wait_heartbeat_s: float = Field(120.0, gt=0)
+    #: Once the gap to a task's next poll is at least this long, the wait holds no activity open: each poll is one
+    #: short attempt of ``poll_task`` that, while the task works, ends with a benign retryable error whose
+    #: ``next_retry_delay`` is the gap (no heartbeats, no worker slot, no history events). One attempt costs one
+    #: billable action, a heartbeat-held gap one per 0.8 × ``heartbeat_s``: None hands over where the attempt gets
+    #: cheaper (24 s at the default 30 s heartbeat: a task's 8th minute on the default schedule); 0 never does.
+    idle_gap_s: float | None = Field(None, ge=0)
     #: Default human-answer timeout for input requests.
     input_s: float = Field(24 * 3600.0, gt=0)
     #: How long a task's server may give no usable answer (refused, reset, garbled, 5xx) before the task

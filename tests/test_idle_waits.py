@@ -1,0 +1,173 @@
+"""Waiting with nothing running between polls, on real peers, through workers killed with SIGKILL.
+
+Once the gap to a task's next poll reaches 0.8 × the heartbeat timeout, the wait goes on in ``poll_task``: one short
+attempt per poll, retried by Temporal at the gap the attempt names (``next_retry_delay``), so no activity runs, no
+worker slot is held and no heartbeat is sent between polls. The schedule is compressed as in tests/test_waiting.py
+(pollInterval 100 ms for the first second, then half the task's age between polls, at most 3 s; heartbeat timeout
+2 s, so the hand-over comes at a 1.6 s gap). What must hold on both eras and for a job: the task completes with one
+``tools/call`` although one worker is killed between two polls and another during a poll; the workers that take
+over keep the stretched schedule and never undercut the server's pollInterval; the history stays a short task's;
+and a cancel reaches the server without waiting for the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import WorkflowHandle
+
+from mcp_temporal_tasks.activities.mcp_activities import POLL_TASK
+from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from tests.faults import FaultProxy, Stall
+from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
+from tests.temporal_harness import address_of, tool_calls, unique, until, wait_for_view, worker_process, write_config
+
+POLL_MS = 100
+SCHEDULE = {"after_s": 1.0, "age_fraction": 0.5, "max_interval_s": 3.0}
+TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
+TASK_S = 22.0
+JOB = {"submit": "start_export", "job_id": "/jobId", "status": "get_export_status", "state": "/state",
+       "states": {"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
+       "message": "/message", "error": "/error", "result": "download_export", "cancel": "cancel_export",
+       "poll_interval_s": 0.1}
+
+
+class Case:
+    """A peer and what a task on it is: the tool called, the request that reads its status, its arguments."""
+
+    def __init__(self, peer: Peer, *, job: bool) -> None:
+        self.peer, self.job = peer, job
+        self.tool = "export" if job else "slow_echo"
+        self.submit = "start_export" if job else "slow_echo"
+        self.arguments: dict[str, Any] = {"seconds": TASK_S, "rows": 2} if job else {"seconds": TASK_S, "text": "idle"}
+
+    def server(self, url: str) -> dict[str, Any]:
+        table: dict[str, Any] = {"url": url, "polling": SCHEDULE}
+        if self.job:
+            table["jobs"] = {"export": JOB}
+        return table
+
+    def polls(self, mark: int, task_id: str) -> list[float]:
+        """Server times of the status reads of this task."""
+        lines = self.peer.log_since(mark)
+        if self.job:
+            return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tools/call"
+                          and x.get("tool") == "get_export_status")
+        return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tasks/get" and x.get("taskId") == task_id)
+
+
+@pytest.fixture(params=["ts-http", "fastmcp", "job-fastmcp"])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
+    if request.param == "ts-http":
+        with ts_http_peer(tmp_path, poll_ms=POLL_MS) as peer:
+            yield Case(peer, job=False)
+    else:
+        with fastmcp_peer(tmp_path, poll_interval_ms=POLL_MS, name=f"fastmcp-idle-{request.param}") as peer:
+            yield Case(peer, job=request.param.startswith("job"))
+
+
+async def idle_poll_state(handle: WorkflowHandle[Any, Any]) -> tuple[int, int] | None:
+    """(state, attempt) of the pending ``poll_task``, None when the wait is not idle."""
+    desc = await handle.describe()
+    for act in desc.raw_description.pending_activities:
+        if act.activity_type.name == POLL_TASK:
+            return act.state, act.attempt
+    return None
+
+
+async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1) -> None:
+    """Wait until the task's idle wait sits between two attempts (nothing running)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = await idle_poll_state(handle)
+        if seen is not None and seen[0] == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED \
+                and seen[1] > min_attempt:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the wait never went idle: {await idle_poll_state(handle)}")
+
+
+async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_killed_during_a_poll(
+        case: Case, temporal_env: Any, tmp_path: Path) -> None:
+    address, queue = address_of(temporal_env), unique("idle")
+    mark = case.peer.log_mark()
+    status_method = "tools/call" if case.job else "tasks/get"
+    with FaultProxy(case.peer.url) as proxy:
+        cfg = write_config(tmp_path / "w.toml", {"srv": case.server(proxy.url)})
+        with worker_process(address, queue, cfg) as first:
+            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+                server="srv", tool=case.tool, arguments=case.arguments, timeouts=TIMEOUTS),
+                workflow_id=unique("idle"), task_queue=queue)
+            view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+            await until_between_polls(handle)
+            first.kill()  # nothing of the task runs on it now: the next attempt simply goes to whoever polls
+        with worker_process(address, queue, cfg) as second:
+            seen = proxy.seen(status_method)
+            await until(lambda: proxy.seen(status_method) > seen, 20, "the second worker's first poll")
+            proxy.add(status_method, Stall(8.0))
+            seen = proxy.seen(status_method)
+            await until(lambda: proxy.seen(status_method) > seen, 20, "a poll to stall")
+            second.kill()  # its poll is in flight: the attempt times out on its heartbeat and is retried
+            killed = time.monotonic()
+        with worker_process(address, queue, cfg):
+            out = await asyncio.wait_for(outcome_of(handle), 90)
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    assert len(tool_calls(case.peer, mark, case.submit)) == 1, "the tool was called again"
+
+    polls = case.polls(mark, view.task_id or "")
+    created = polls[0]
+    gaps = [b - a for a, b in zip(polls, polls[1:], strict=False)]
+    assert min(gaps) >= POLL_MS / 1000 - 0.02, f"a poll {min(gaps):.3f}s after the previous one"
+    late = [t for t in polls if t - created > 2.5]
+    # Ages 2.5 → 22 s at half the age (at most 3 s) per gap is ~9 polls, plus the two take-overs' first polls.
+    assert len(late) <= 14, f"{len(late)} polls past 2.5 s of age (at pollInterval: {(TASK_S - 2.5) / 0.1:.0f})"
+    resumed = [t for t in polls if t > time.time() - (time.monotonic() - killed)]
+    assert resumed and len([t for t in resumed if t - resumed[0] < 1.0]) <= 2, "the schedule restarted after the kill"
+
+    events = [e async for e in handle.fetch_history_events()]
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled == ["mcp-tasks.start_call.v1", "mcp-tasks.await_task.v1", POLL_TASK], scheduled
+    # A short task's 21, the hand-over's marker and activity, and workflow tasks stranded on the killed workers'
+    # sticky queues: constant, whatever the number of polls and kills.
+    assert len(events) <= 38, f"{len(events)} history events"
+    print(f"[measured] {case.peer.name}{' job' if case.job else ''}: {len(polls)} status reads in "
+          f"{polls[-1] - created:.1f}s ({len(late)} past 2.5 s of age), {len(events)} history events, outcome "
+          f"{time.monotonic() - killed:.1f}s after the kill during a poll", flush=True)
+
+
+@pytest.mark.parametrize("case", ["ts-http", "fastmcp"], indirect=True)
+async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_for_the_next_poll(
+        case: Case, temporal_env: Any, tmp_path: Path) -> None:
+    address, queue = address_of(temporal_env), unique("idle-cancel")
+    mark = case.peer.log_mark()
+    # A gap as long as the task's age, up to a minute: by 8 s of age the next poll is ≥ 8 s away.
+    cfg = write_config(tmp_path / "w.toml", {"srv": {"url": case.peer.url, "polling": {
+        "after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}})
+    with worker_process(address, queue, cfg):
+        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+            server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS),
+            workflow_id=unique("idle-cancel"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        await asyncio.sleep(8)
+        await until_between_polls(handle)
+        last_poll = case.polls(mark, view.task_id or "")[-1]
+        asked = time.time()
+        await handle.execute_update(McpTaskWorkflow.cancel, "operator")
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+    cancels = [x["ts"] / 1000 for x in case.peer.log_since(mark) if x.get("method") == "tasks/cancel"]
+    assert out.outcome == Outcome.CANCELLED and len(cancels) == 1, (out.outcome, cancels)
+    reached = cancels[0] - asked
+    gap = asked - last_poll
+    # The bound stated in the README: max(5 s, ...) is never needed, the cancel goes out at once.
+    assert reached < 5.0, f"tasks/cancel reached the server {reached:.1f}s after the cancel"
+    print(f"[measured] {case.peer.name}: tasks/cancel at the server {reached:.2f}s after the cancel, "
+          f"{gap:.1f}s into a gap of ≥ 8 s", flush=True)
