@@ -13,6 +13,7 @@ import time
 
 from temporalio.client import WorkflowHandle
 
+from mcp_temporal_tasks.activities.mcp_activities import STILL_WORKING
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, err
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
@@ -51,6 +52,10 @@ async def live_view(handle: TaskHandle) -> TaskView | None:
         for act in desc.raw_description.pending_activities:
             if act.heartbeat_details.payloads:
                 live = json.loads(act.heartbeat_details.payloads[0].data)
+            # A wait idle between polls sends no heartbeats: its last attempt's benign failure says what it saw.
+            still = act.last_failure.application_failure_info
+            if still.type == STILL_WORKING and still.details.payloads:
+                live = json.loads(still.details.payloads[0].data)
     except Exception:
         pass
     if isinstance(live, dict):
