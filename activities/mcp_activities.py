@@ -515,17 +515,9 @@ class McpActivities:
             details = {"taskId": _short(state.task_id), "status": state.status,
                        "statusMessage": state.status_message, "polls": polls}
             activity.heartbeat(details)
-            if state.terminal:
-                annotate(status=state.status, polls=polls)
-                out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
-                out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
-                self.pool.track(session, state.task_id, done=True)
-                return out
-            if state.status == "input_required":
-                fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
-                # Legacy input arrives only on a tasks/result stream: nothing to wait for here.
-                if fresh or state.era == LEGACY:
-                    return AwaitOutput(state=state, polls=polls)
+            moved = await self._if_moved(session, client, state, inp, details, polls)
+            if moved is not None:
+                return moved
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
@@ -610,16 +602,9 @@ class McpActivities:
         details.update(status=state.status, statusMessage=state.status_message)
         if failing_since:
             activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
-        if state.terminal:
-            annotate(status=state.status, polls=info.attempt)
-            out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=1)
-            out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
-            self.pool.track(session, state.task_id, done=True)
-            return out
-        if state.status == "input_required":
-            fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
-            if fresh or state.era == LEGACY:
-                return AwaitOutput(state=state, polls=1)
+        moved = await self._if_moved(session, client, state, inp, details, 1)
+        if moved is not None:
+            return moved
         age = task_age_s(state.created_at, inp.submitted_at, time.time())
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
@@ -630,6 +615,23 @@ class McpActivities:
         raise ApplicationError(f"{state.status}{f': {message}' if message else ''} (poll {info.attempt}; next in "
                                f"{delay:.0f}s)", details, type=STILL_WORKING, next_retry_delay=timedelta(seconds=delay),
                                category=ApplicationErrorCategory.BENIGN)
+
+    async def _if_moved(self, session: McpTaskClient, client: McpTaskClient | JobTasks, state: TaskState,
+                        inp: AwaitInput, details: dict[str, Any], polls: int) -> AwaitOutput | None:
+        """How a wait ends once the task moved: terminal (its payload read here too), or input to answer; None while
+        it works (input already answered counts as working: servers acknowledge lazily)."""
+        if state.terminal:
+            annotate(status=state.status, polls=polls)
+            out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
+            out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
+            self.pool.track(session, state.task_id, done=True)
+            return out
+        if state.status == "input_required":
+            fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
+            # Legacy input arrives only on a tasks/result stream: nothing to wait for here.
+            if fresh or state.era == LEGACY:
+                return AwaitOutput(state=state, polls=polls)
+        return None
 
     @staticmethod
     async def _beating_when_slow(coro: Awaitable[T], details: dict[str, Any]) -> T:

@@ -88,11 +88,14 @@ async def start_mcp_task(
     *,
     workflow_id: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
+    replace_failed: bool = False,
 ) -> WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]:
     """Start (or attach to) the workflow for ``request``. Safe to call again with the same id.
 
     A running workflow with this id is reused (``USE_EXISTING``); a finished one is never re-run
-    (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome.
+    (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome. ``replace_failed``: a
+    finished run that *failed* may be replaced (``ALLOW_DUPLICATE_FAILED_ONLY``): for a caller that knows it was
+    refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands.
 
     Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
     arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
@@ -105,7 +108,8 @@ async def start_mcp_task(
         handle = await client.start_workflow(
             McpTaskWorkflow.run, request, id=wid, task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY if replace_failed
+                             else WorkflowIDReusePolicy.REJECT_DUPLICATE),
             search_attributes=initial_search_attributes(request),
             static_summary=f"MCP {request.tool} on {request.server_label()}",
             static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "

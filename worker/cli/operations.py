@@ -25,8 +25,6 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.activities.result_store import ResultStore
@@ -65,7 +63,7 @@ from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.registry import ensure_search_attributes, make_activities
 from mcp_temporal_tasks.worker.runner import run_workers
 from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes, validate_input_response
+from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, validate_input_response
 from mcp_temporal_tasks.workflows.models import (
     McpTaskOutcome,
     McpTaskRequest,
@@ -213,24 +211,6 @@ def _leave_now(args: argparse.Namespace, message: str) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-async def _start_again(client: Client, request: McpTaskRequest, wid: str, queue: str) -> TaskHandle:
-    """Start ``wid`` again after a run that was refused before anything was sent (``rejected``, no tools/call).
-
-    Only a *failed* earlier run may be replaced (a rejection fails its workflow): if the id has meanwhile
-    completed, Temporal refuses and its outcome stands."""
-    try:
-        return await client.start_workflow(
-            McpTaskWorkflow.run, request, id=wid, task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            search_attributes=initial_search_attributes(request),
-            static_summary=f"MCP {request.tool} on {request.server_label()}",
-            static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "
-                           f"replay `{(request.replay.value if request.replay else 'configured')}`")
-    except WorkflowAlreadyStartedError:
-        return client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
-
-
 def _refused_before_sending(outcome: McpTaskOutcome) -> bool:
     """``rejected`` with no tools/call sent (unknown server, inline endpoint refused, invalid request, server
     unreachable before the call): nothing happened that running it again could repeat."""
@@ -313,10 +293,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
         interrupted = False
         try:
             try:
-                if again:
-                    await _start_again(client, request, wid, queue)
-                else:
-                    await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)
+                # Again: only a run refused before anything was sent (a failed one) is replaced.
+                await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again)
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
             handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
