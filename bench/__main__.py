@@ -881,6 +881,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--idle-old", type=int, default=None, help="tasks aged 2 … 5 h per design (default 40; quick 4)")
     g.add_argument("--idle-probes", type=int, default=None, help="delivery probes per design (default 8; quick 2)")
     g.add_argument("--idle-window", type=float, default=None, help="the cost window, s (default 300; quick 30)")
+    g.add_argument("--idle-old-window", type=float, default=None,
+                   help="the old tasks' window, s: they stay open behind the other phases (default 1500; quick 40)")
     g.add_argument("--idle-inflight", type=int, default=None,
                    help="idle tasks aged 10 min … 1 h on one worker (default 10000; quick 100)")
     g.add_argument("--idle-inflight-before", type=int, default=None,
@@ -906,7 +908,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 "naive_wait_s": 8.0 if q else 20.0, "inflight_aged": 150 if q else 0,
                 "inflight_aged_window": 10.0 if q else 120.0,
                 "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
-                "idle_window": 30.0 if q else 300.0, "idle_inflight": 100 if q else 10000,
+                "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0, "idle_inflight": 100 if q else 10000,
                 "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20}
     for k, v in defaults.items():
         if getattr(args, k) is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.worker.devserver import die_with_parent
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,8 +46,10 @@ class Child:
         self.argv = argv
         full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                     **(env or {})}
+        # Its own session (a Ctrl-C reaches the bench, which stops its children in order), and dead with the bench
+        # if the bench is killed: a worker or server left behind would load the next run's machine.
         self.proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+                                     text=True, start_new_session=True, preexec_fn=die_with_parent)
         pipe = self.proc.stderr if stream == "stderr" else self.proc.stdout
         other = self.proc.stdout if stream == "stderr" else self.proc.stderr
         assert pipe is not None and other is not None
