@@ -548,7 +548,13 @@ class AgedBackground:
         t3: dict[str, Any] = {"window_s": round(window, 1),
                               "handover": None if not self.handover else {"after_s": self.handover[0],
                                                                           "heartbeat_s": self.handover[1]}}
-        ours = per_task_hour(events_in_window(tile_h, w0, w1), ours_hb, len(self.tile_ids) * window / HOUR_S,
+        tile_counts = events_in_window(tile_h, w0, w1)
+        # A wait idle between polls retries one poll_task attempt per poll: no history event, so counted from the
+        # worker's RespondActivityTaskFailed RPCs, over the same waiting task-hours as the heartbeats.
+        failed = sdk1["ours"]["RespondActivityTaskFailed"] - self.sdk0["ours"]["RespondActivityTaskFailed"]
+        if waiting_s > 0:
+            tile_counts["activity_retries"] += round(failed * len(self.tile_ids) * window / waiting_s)
+        ours = per_task_hour(tile_counts, ours_hb, len(self.tile_ids) * window / HOUR_S,
                              heartbeat_task_hours=waiting_s / HOUR_S)
         ours["tasks"] = len(self.tile_ids)
         ours["how"] = (f"{len(self.tile_ids)} tasks aged 60…3600 s held {window:.0f}s = a task's first hour "
@@ -556,7 +562,9 @@ class AgedBackground:
         t3["ours"] = ours
         if self.old_w is not None:
             old_hb = sdk1["old"][HEARTBEAT] - self.sdk0["old"][HEARTBEAT]
-            o = per_task_hour(events_in_window(old_h, w0, w1), old_hb, len(self.old_ids) * window / HOUR_S)
+            old_counts = events_in_window(old_h, w0, w1)
+            old_counts["activity_retries"] += sdk1["old"]["RespondActivityTaskFailed"] - self.sdk0["old"]["RespondActivityTaskFailed"]
+            o = per_task_hour(old_counts, old_hb, len(self.old_ids) * window / HOUR_S)
             o["tasks"] = len(self.old_ids)
             o["how"] = (f"{len(self.old_ids)} tasks aged {min(self.old_ages) / 3600:g}…"
                         f"{(max(self.old_ages) + window) / 3600:.2f} h held {window:.0f}s")
