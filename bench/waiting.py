@@ -119,10 +119,14 @@ def heartbeat_s() -> float:
     return Timeouts(**OURS_TIMEOUTS).heartbeat_s
 
 
-def long_wait() -> tuple[float, float] | None:
+def long_wait(timeouts: dict[str, Any] | None = None) -> tuple[float, float] | None:
     """(age, heartbeat timeout) of the hand-over of an old task's wait to a longer heartbeat timeout, when this
-    checkout has it (``Timeouts.long_wait_after_s`` / ``long_wait_heartbeat_s``) and it is on."""
-    t = Timeouts(**OURS_TIMEOUTS)
+    checkout has it (``Timeouts.long_wait_after_s`` / ``long_wait_heartbeat_s``) and it is on. None with idle waits
+    (``idle_gap_s`` not 0): a wait goes idle at its first 24 s gap, long before the 40-minute hand-over, and an old
+    task's second poll is then minutes away (nothing to wait for before a window opens)."""
+    t = Timeouts(**{**OURS_TIMEOUTS, **(timeouts or {})})
+    if getattr(t, "idle_gap_s", 0) != 0:
+        return None
     after, hb = getattr(t, "long_wait_after_s", None), getattr(t, "long_wait_heartbeat_s", None)
     return (after, hb) if after is not None and hb is not None and hb > t.heartbeat_s else None
 
@@ -668,7 +672,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if polled >= n:
                 break
             await asyncio.sleep(0.5)
-        handover = long_wait() if handover else None
+        handover = long_wait(timeouts) if handover else None
         while handover and time.monotonic() < deadline:  # tasks past the hand-over: in their long wait (2nd poll)
             aged = http_json(base_url(url) + "/bench/state")["aged"]
             if all(len(a["polls"]) >= 2 for a in aged.values() if a["age_s"] >= handover[0]):
