@@ -241,9 +241,11 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
 
 
 @contextlib.contextmanager
-def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str = "fastmcp-otel") -> Iterator[Peer]:
+def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str = "otel-fastmcp") -> Iterator[Peer]:
     """The fastmcp demo server with mcp 2.3.0's ``OpenTelemetryMiddleware`` put back (fastmcp removes it) and an
-    OpenTelemetry SDK provider exporting every finished span to ``Peer.spans_path`` (``tests/peers/fastmcp_otel.py``)."""
+    OpenTelemetry SDK provider exporting every finished span to ``Peer.spans_path`` (``tests/peers/fastmcp_otel.py``).
+    Named apart from ``fastmcp*``: its log (the demo server's) records no ``Mcp-Name`` header, which the checks over
+    every fastmcp peer log (tests/test_wire_extension.py) read."""
     cmd = [sys.executable, "-m", "tests.peers.fastmcp_otel", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", str(poll_interval_ms)]
     spans_path = _fresh_log(log_dir, f"{name}.spans")
