@@ -49,6 +49,8 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, Ca
 
 from mcp_temporal_tasks.activities.models import (
     OUTCOME_MEMO,
+    STILL_WORKING,
+    WORKER_SHUTDOWN,
     AnswerInput,
     AwaitInput,
     AwaitOutput,
@@ -120,8 +122,6 @@ RELAY_INPUT = "mcp-tasks.relay_input.v1"
 LIST_TOOLS = "mcp-tasks.list_tools.v1"
 FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
 POLL_TASK = "mcp-tasks.poll_task.v1"
-#: The benign failure type of a ``poll_task`` attempt that found the task still working.
-STILL_WORKING = "TaskStillWorking"
 
 # Workflow messages the relay uses (defined by McpTaskWorkflow).
 INPUT_REQUESTED_SIGNAL = "legacy_input_requested"
@@ -295,20 +295,27 @@ class McpActivities:
         return DecodedPayload(result=inline, result_ref=ref)
 
     @staticmethod
-    async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None) -> T:
-        """Await ``coro`` while heartbeating, so a dead worker is noticed and cancellation gets through."""
+    async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None, *,
+                            at_once: bool = True) -> T:
+        """Await ``coro`` while heartbeating every ``every_s`` (default half the heartbeat timeout), so a dead
+        worker is noticed and a cancel gets through; the first beat at once, or (``at_once=False``) only once the
+        coroutine has outlasted a period: a ``poll_task`` read normally takes milliseconds, and a heartbeat is a
+        billable action, so an attempt should cost exactly one. A timer, not a task of its own: thousands of short
+        attempts a minute pay for no task, no ``asyncio.wait`` and no cancellation of either."""
         every = every_s or _beat_every(activity.info())
-        task = asyncio.ensure_future(coro)
-        try:
+        loop = asyncio.get_running_loop()
+
+        def beat() -> None:
             activity.heartbeat(details())
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=every)
-                if done:
-                    return task.result()
-                activity.heartbeat(details())
+            timer[0] = loop.call_later(every, beat)  # runs in the activity's context, copied by call_later
+
+        if at_once:
+            activity.heartbeat(details())
+        timer = [loop.call_later(every, beat)]
+        try:
+            return await coro
         finally:
-            if not task.done():
-                task.cancel()
+            timer[0].cancel()
 
     @classmethod
     async def _on_task(cls, out_type: type[T], fn: Callable[[], Awaitable[T]], beat: dict[str, Any]) -> T:
@@ -544,7 +551,7 @@ class McpActivities:
                     activity.heartbeat(details)
                     # BENIGN: an expected hand-over, not an error (the SDK logs it at debug, with no traceback).
                     raise ApplicationError("this worker is shutting down: another one goes on waiting for the task",
-                                           type="WorkerShutdown", next_retry_delay=timedelta(milliseconds=100),
+                                           type=WORKER_SHUTDOWN, next_retry_delay=timedelta(milliseconds=100),
                                            category=ApplicationErrorCategory.BENIGN)
             remaining -= step
             if remaining > 0:
@@ -579,7 +586,7 @@ class McpActivities:
         try:
             session = await self.pool.for_task(inp.session, principal=inp.principal)
             client = _tasks(session, inp.job)
-            state = await self._beating_when_slow(client.get(inp.task_id), details)
+            state = await self._heartbeating(client.get(inp.task_id), lambda: details, at_once=False)
         except JobReplyMismatch as exc:
             ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
                               status_message=cap_text(exc.message, 512))
@@ -632,22 +639,6 @@ class McpActivities:
             if fresh or state.era == LEGACY:
                 return AwaitOutput(state=state, polls=polls)
         return None
-
-    @staticmethod
-    async def _beating_when_slow(coro: Awaitable[T], details: dict[str, Any]) -> T:
-        """Await ``coro``; heartbeat only if it outlasts half the heartbeat timeout (a poll normally takes
-        milliseconds, and a heartbeat is a billable action: an attempt should cost exactly one)."""
-        every = _beat_every(activity.info())
-        task = asyncio.ensure_future(coro)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=every)
-                if done:
-                    return task.result()
-                activity.heartbeat(details)
-        finally:
-            if not task.done():
-                task.cancel()
 
     async def _read_payload(self, client: McpTaskClient | JobTasks, state: TaskState, output_schema: dict[str, Any] | None,
                             beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:

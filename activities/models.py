@@ -306,6 +306,14 @@ __all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "
 
 #: ``ApplicationError.type`` prefix of a task that did not complete (``McpTaskToolError``, ``McpTaskLost``...).
 OUTCOME_FAILURE_PREFIX = "McpTask"
+#: ``ApplicationError.type`` of a ``poll_task`` attempt that found the task still working (benign, retried after the
+#: schedule's gap: the idle wait's every poll ends so).
+STILL_WORKING = "TaskStillWorking"
+#: ``ApplicationError.type`` of a wait handed to another worker because this one is shutting down (benign).
+WORKER_SHUTDOWN = "WorkerShutdown"
+#: The benign failures the activities end attempts with by design: expected, not crashes, so they carry no stack
+#: trace (formatting one costs more worker CPU than the ``tasks/get`` the attempt made; see ``McpTaskFailureConverter``).
+EXPECTED_ATTEMPT_ENDS = frozenset({STILL_WORKING, WORKER_SHUTDOWN})
 #: Memo key of the outcome of a task that ended Canceled (a cancellation carries no details).
 OUTCOME_MEMO = "outcome"
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from mcp_temporal_tasks.workflows import mcp_task
 from mcp_temporal_tasks.workflows.decisions import replay_reason
@@ -119,14 +120,28 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
     outcome = McpTaskOutcome(workflow_id="w", outcome=Outcome.TOOL_ERROR, ledger=ledger,
                              result={"content": [{"type": "text", "text": "HTTP 429 Too Many Requests"}],
                                      "isError": True})
+    from mcp_temporal_tasks.activities.models import STILL_WORKING, WORKER_SHUTDOWN
+
     converter = McpTaskFailureConverter()
-    for exc, traced in ((McpTaskError(outcome), False), (RuntimeError("a bug"), True)):
+    benign = ApplicationError("working (poll 3; next in 95s)", {"status": "working"}, type=STILL_WORKING,
+                              next_retry_delay=timedelta(seconds=95), category=ApplicationErrorCategory.BENIGN)
+    cases = ((McpTaskError(outcome), False), (RuntimeError("a bug"), True), (benign, False),
+             (ApplicationError("handing over", type=WORKER_SHUTDOWN), False),
+             (ApplicationError("a user's own benign error", type="Other", category=ApplicationErrorCategory.BENIGN), True))
+    for exc, traced in cases:
         try:
             raise exc
         except BaseException as raised:  # noqa: BLE001
             failure = Failure()
             converter.to_failure(raised, DataConverter.default.payload_converter, failure)
+            assert raised.__traceback__ is not None  # the exception itself keeps its traceback (logs, causes)
         assert bool(failure.stack_trace) is traced, failure
+    # Only the stack is left out: the message, type, details and retry delay the UI and the next attempt read are there.
+    failure = Failure()
+    converter.to_failure(benign, DataConverter.default.payload_converter, failure)
+    info = failure.application_failure_info
+    assert (failure.message, info.type, info.next_retry_delay.seconds) == ("working (poll 3; next in 95s)", STILL_WORKING, 95)
+    assert DataConverter.default.payload_converter.from_payloads(info.details.payloads) == [{"status": "working"}]
     assert "HTTP 429 Too Many Requests" in str(McpTaskError(outcome))
 
 

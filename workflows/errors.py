@@ -15,7 +15,7 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError
 
-from mcp_temporal_tasks.activities.models import OUTCOME_FAILURE_PREFIX, outcome_in_failure
+from mcp_temporal_tasks.activities.models import EXPECTED_ATTEMPT_ENDS, OUTCOME_FAILURE_PREFIX, outcome_in_failure
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome
 
 TYPE_PREFIX = OUTCOME_FAILURE_PREFIX
@@ -70,11 +70,27 @@ class McpTaskError(ApplicationError):
 
 
 class McpTaskFailureConverter(DefaultFailureConverter):
-    """Temporal's failure converter, except that a task's outcome failure carries no Python stack trace: it is an
-    outcome, not a crash, and the UI's Result pane should show the outcome (message and details), not the SDK's
-    frames. ``McpTasksPlugin`` installs it where the data converter still has the default one."""
+    """Temporal's failure converter, except that two kinds of failure carry no Python stack trace: a task's outcome
+    (an outcome, not a crash: the UI's Result pane should show the outcome, message and details, not the SDK's
+    frames) and the benign attempt ends of a wait (``TaskStillWorking``: an idle wait ends every poll so, and
+    formatting its traceback, which Python 3.11+ does with column positions read from source, cost a third of
+    the attempt's worker CPU). The stack is never formatted for them, not formatted and dropped.
+    ``McpTasksPlugin`` installs it where the data converter still has the default one."""
 
     def to_failure(self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure) -> None:
-        super().to_failure(exception, payload_converter, failure)
-        if isinstance(exception, ApplicationError) and (exception.type or "").startswith(TYPE_PREFIX):
-            failure.stack_trace = ""
+        if not _stackless(exception):
+            super().to_failure(exception, payload_converter, failure)
+            return
+        tb = exception.__traceback__
+        exception.__traceback__ = None  # the only input of the stack trace the default converter formats
+        try:
+            super().to_failure(exception, payload_converter, failure)
+        finally:
+            exception.__traceback__ = tb
+
+
+def _stackless(exception: BaseException) -> bool:
+    if not isinstance(exception, ApplicationError):
+        return False
+    kind = exception.type or ""
+    return kind.startswith(TYPE_PREFIX) or kind in EXPECTED_ATTEMPT_ENDS

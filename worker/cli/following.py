@@ -13,7 +13,7 @@ import time
 
 from temporalio.client import WorkflowHandle
 
-from mcp_temporal_tasks.activities.mcp_activities import STILL_WORKING
+from mcp_temporal_tasks.activities.models import STILL_WORKING
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, err
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
