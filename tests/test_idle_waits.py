@@ -27,7 +27,7 @@ from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, Stall
-from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
+from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer, ts_stdio_peer
 from tests.temporal_harness import address_of, tool_calls, unique, until, wait_for_view, worker_process, write_config
 
 POLL_MS = 100
@@ -171,3 +171,41 @@ async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_f
     assert reached < 5.0, f"tasks/cancel reached the server {reached:.1f}s after the cancel"
     print(f"[measured] {case.peer.name}: tasks/cancel at the server {reached:.2f}s after the cancel, "
           f"{gap:.1f}s into a gap of ≥ 8 s", flush=True)
+
+
+async def test_an_idle_wait_on_a_stdio_server_stays_with_the_child_that_owns_the_task(
+        temporal_env: Any, tmp_path: Path) -> None:
+    """A stdio server's task lives in one child process of one worker: its idle attempts go to that worker's own
+    queue (another worker would spawn a child that never heard of the task) and read it from the same child."""
+    address, queue = address_of(temporal_env), unique("idle-stdio")
+    with ts_stdio_peer(tmp_path, env_var="MCP_TEST_PEER_LOG_TS_STDIO_IDLE") as peer:
+        mark = peer.log_mark()
+        cfg = write_config(tmp_path / "w.toml", {"local": {
+            "command": peer.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO_IDLE"}},
+            "polling": SCHEDULE}})
+        with worker_process(address, queue, cfg):
+            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+                server="local", tool="slow_echo", arguments={"seconds": 12, "text": "stdio idle"}, timeouts=TIMEOUTS),
+                workflow_id=unique("idle-stdio"), task_queue=queue)
+            view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+            await until_between_polls(handle)  # idle: nothing of the task runs, its child lives on
+            out = await asyncio.wait_for(outcome_of(handle), 60)
+        lines = peer.log_since(mark)
+    assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
+    calls = [x for x in lines if x.get("method") == "tools/call" and x.get("tool") == "slow_echo"]
+    reads = [x for x in lines if x.get("method") == "tasks/get" and x.get("taskId") == view.task_id]
+    assert len(calls) == 1, calls
+    assert {x["pid"] for x in reads} == {calls[0]["pid"]}, "a read went to a child that does not own the task"
+    created = reads[0]["ts"] / 1000
+    late = [x for x in reads if x["ts"] / 1000 - created > 2.5]
+    assert len(late) <= 8, f"{len(late)} polls past 2.5 s of age (the stretched schedule asks ~5)"
+
+    events = [e async for e in handle.fetch_history_events()]
+    scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name:
+                 e.activity_task_scheduled_event_attributes.task_queue.name for e in events
+                 if e.HasField("activity_task_scheduled_event_attributes")}
+    assert POLL_TASK in scheduled, scheduled
+    # The wait, idle or not, runs on the worker that started the call, never on the shared queue.
+    assert scheduled[POLL_TASK] == scheduled["mcp-tasks.await_task.v1"] != queue, scheduled
+    print(f"[measured] ts-stdio: {len(reads)} reads by pid {calls[0]['pid']} ({len(late)} past 2.5 s of age), "
+          f"idle attempts on {scheduled[POLL_TASK]}", flush=True)
