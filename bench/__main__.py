@@ -893,7 +893,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--experiment", default="",
                    help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
                         "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S (sticky_queue_schedule_to_start_timeout, s), wft-threads=N (WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), unsandboxed (UnsandboxedWorkflowRunner), "
-                        "passthrough-wf (workflows.* passed through the sandbox); reported in the config")
+                        "passthrough-wf (workflows.* passed through the sandbox), uvloop (uvloop's event loop; `pip install uvloop` first); "
+                        "reported in the config")
     p.add_argument("--profile-dir", default="", help="py-spy each design's worker and perf the Temporal server during "
                                                      "its run (read them with python -m bench.profile_summary)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")

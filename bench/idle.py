@@ -246,7 +246,7 @@ async def phase_inflight(env: Any, *, n: int, design: str, poll_ms: int, window_
     out = await phase_inflight_aged(env, n=n, poll_ms=poll_ms, window_s=window_s, cache=0,
                                     timeouts=DESIGNS[design], name=f"inflight-{design}", after_window=check,
                                     before_release=cancel_some if cancels else None, handover=design == "heartbeating",
-                                    timeout_s=1200)
+                                    settle_polls=2 if design == "idle" else 1, timeout_s=1200)
     out.update(hooks)
     out["design"] = design
     if "cancels" in out:

@@ -632,10 +632,13 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
                               name: str = "inflight-aged", handover: bool = True,
                               after_window: Callable[[str, float, float], None] | None = None,
                               before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
-                              ) -> dict[str, Any]:
+                              settle_polls: int = 1) -> dict[str, Any]:
     """``n`` ours tasks back-dated uniformly over 10 min … 1 h, gated, on one worker: the sustained cost.
 
     ``timeouts``: fields of the tasks' Timeouts; ``handover``: wait for the long-wait hand-over before the window;
+    ``settle_polls``: the window opens once every task has been polled that many times (2 with idle waits: the second
+    poll is the first of the idle attempts, so every wait has handed over and the window sees the holding cost alone,
+    not the starts' and hand-overs' burst);
     ``after_window(url, w0, w1)`` and ``before_release(client, url, keys)`` let another phase look at the same run."""
     assert env.client is not None
     client = env.client
@@ -672,6 +675,11 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if polled >= n:
                 break
             await asyncio.sleep(0.5)
+        while settle_polls > 1 and time.monotonic() < deadline:
+            aged = http_json(base_url(url) + "/bench/state")["aged"]
+            if sum(len(a["polls"]) >= settle_polls for a in aged.values()) >= n:
+                break
+            await asyncio.sleep(2)
         handover = long_wait(timeouts) if handover else None
         while handover and time.monotonic() < deadline:  # tasks past the hand-over: in their long wait (2nd poll)
             aged = http_json(base_url(url) + "/bench/state")["aged"]

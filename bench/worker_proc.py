@@ -131,7 +131,8 @@ def main() -> None:
                    help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
                         "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
                         "sdk-threads (the SDK's pool: a thread per slot), gc=S (gc.collect() every S s), unsandboxed, "
-                        "passthrough-wf (workflow modules passed through the sandbox). Not ours as shipped")
+                        "passthrough-wf (workflow modules passed through the sandbox), uvloop (the worker on uvloop's event "
+                        "loop; `pip install uvloop` first). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -145,6 +146,11 @@ def main() -> None:
         finally:
             prof.disable()
             prof.dump_stats(args.profile)
+    elif "uvloop" in args.experiment.split(","):
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main_async(args))
     else:
         asyncio.run(main_async(args))
 
