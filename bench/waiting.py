@@ -675,15 +675,15 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if polled >= n:
                 break
             await asyncio.sleep(0.5)
-        while settle_polls > 1 and time.monotonic() < deadline:
-            aged = http_json(base_url(url) + "/bench/state")["aged"]
-            if sum(len(a["polls"]) >= settle_polls for a in aged.values()) >= n:
-                break
-            await asyncio.sleep(2)
         handover = long_wait(timeouts) if handover else None
-        while handover and time.monotonic() < deadline:  # tasks past the hand-over: in their long wait (2nd poll)
-            aged = http_json(base_url(url) + "/bench/state")["aged"]
-            if all(len(a["polls"]) >= 2 for a in aged.values() if a["age_s"] >= handover[0]):
+
+        def settled(task: dict[str, Any]) -> bool:
+            """Polled ``settle_polls`` times, and a second time if past the hand-over (then in its long wait)."""
+            past_handover = handover is not None and task["age_s"] >= handover[0]
+            return len(task["polls"]) >= max(settle_polls, 2 if past_handover else 1)
+
+        while (handover or settle_polls > 1) and time.monotonic() < deadline:
+            if all(settled(a) for a in http_json(base_url(url) + "/bench/state")["aged"].values()):
                 break
             await asyncio.sleep(1)
         out["all_polling_s"] = round(time.monotonic() - t0, 1)

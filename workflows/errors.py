@@ -73,7 +73,7 @@ class McpTaskFailureConverter(DefaultFailureConverter):
     """Temporal's failure converter, except that two kinds of failure carry no Python stack trace: a task's outcome
     (an outcome, not a crash: the UI's Result pane should show the outcome, message and details, not the SDK's
     frames) and the benign attempt ends of a wait (``TaskStillWorking``: an idle wait ends every poll so, and
-    formatting its traceback, which Python 3.11+ does with column positions read from source, cost a third of
+    formatting its traceback, which Python 3.11+ does with column positions read from source, cost a sixth of
     the attempt's worker CPU). The stack is never formatted for them, not formatted and dropped.
     ``McpTasksPlugin`` installs it where the data converter still has the default one."""
 
