@@ -15,8 +15,12 @@ import argparse
 import asyncio
 import os
 import random
+import signal
+import sys
 import time
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
@@ -27,6 +31,7 @@ from temporalio.worker import Worker
 from mcp_temporal_tasks.worker.devserver import temporal_binary
 
 ATTEMPTS = [0]
+T = TypeVar("T")
 
 
 @activity.defn(name="bench.idle_attempt")
@@ -80,13 +85,26 @@ async def measure(tasks: int, gap_s: float, window_s: float) -> dict[str, float]
             "other_threads_ms": round(1000 * (total - used.get("main", 0.0)) / attempts, 2)}
 
 
+async def _stoppable(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; SIGINT or SIGTERM cancels it, so the worker and the dev server it started are shut down."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    return await task
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=int, default=600)
     p.add_argument("--gap-s", type=float, default=7.0, help="seconds between a workflow's attempts (±20 %%)")
     p.add_argument("--window-s", type=float, default=60.0)
     args = p.parse_args()
-    out = asyncio.run(measure(args.tasks, args.gap_s, args.window_s))
+    try:
+        out = asyncio.run(_stoppable(measure(args.tasks, args.gap_s, args.window_s)))
+    except asyncio.CancelledError:  # SIGINT/SIGTERM: the worker and the dev server were stopped on the way out
+        print("attempt_floor: stopped", file=sys.stderr)
+        raise SystemExit(130) from None
     print(f"{args.tasks} idle workflows, one attempt per {args.gap_s:g} s: {out['attempts_per_s']} attempts/s, worker "
           f"{out['cpu_pct_of_core']} % of a core = {out['ms_per_attempt']} ms per attempt (Python main thread "
           f"{out['main_thread_ms']} ms, Temporal core threads {out['other_threads_ms']} ms)", flush=True)
