@@ -28,7 +28,16 @@ from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, Stall
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer, ts_stdio_peer
-from tests.temporal_harness import address_of, tool_calls, unique, until, wait_for_view, worker_process, write_config
+from tests.temporal_harness import (
+    WorkerProcess,
+    address_of,
+    tool_calls,
+    unique,
+    until,
+    wait_for_view,
+    worker_process,
+    write_config,
+)
 
 POLL_MS = 100
 SCHEDULE = {"after_s": 1.0, "age_fraction": 0.5, "max_interval_s": 3.0}
@@ -83,7 +92,28 @@ async def idle_poll_state(handle: WorkflowHandle[Any, Any]) -> tuple[int, int] |
     return None
 
 
-async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1) -> None:
+async def what_happened(handle: WorkflowHandle[Any, Any], worker: WorkerProcess | None) -> str:
+    """The workflow's activity events, its pending activities and the worker's last lines: what a failure names."""
+    lines = []
+    async for e in handle.fetch_history_events():
+        kind = e.WhichOneof("attributes") or "?"
+        if kind.startswith("activity_task"):
+            attrs = getattr(e, kind)
+            name = attrs.activity_type.name if kind == "activity_task_scheduled_event_attributes" else ""
+            failure = attrs.failure.message if kind == "activity_task_failed_event_attributes" else ""
+            lines.append(f"  {e.event_time.ToDatetime():%H:%M:%S.%f} {kind.removesuffix('_event_attributes')} "
+                         f"{name}{failure}")
+    desc = await handle.describe()
+    for act in desc.raw_description.pending_activities:
+        lines.append(f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
+                     f"last_failure={act.last_failure.message!r}")
+    if worker is not None:
+        lines.extend(f"  worker: {line}" for line in worker.lines[-30:])
+    return "\n".join(lines)
+
+
+async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1,
+                              worker: WorkerProcess | None = None) -> None:
     """Wait until the task's idle wait sits between two attempts (nothing running)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -92,7 +122,8 @@ async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: 
                 and seen[1] > min_attempt:
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the wait never went idle: {await idle_poll_state(handle)}")
+    raise AssertionError(f"the wait never went idle: {await idle_poll_state(handle)}\n"
+                         f"{await what_happened(handle, worker)}")
 
 
 async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_killed_during_a_poll(
@@ -107,7 +138,7 @@ async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_kille
                 server="srv", tool=case.tool, arguments=case.arguments, timeouts=TIMEOUTS),
                 workflow_id=unique("idle"), task_queue=queue)
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await until_between_polls(handle)
+            await until_between_polls(handle, worker=first)
             first.kill()  # nothing of the task runs on it now: the next attempt simply goes to whoever polls
         with worker_process(address, queue, cfg) as second:
             seen = proxy.seen(status_method)
@@ -152,13 +183,13 @@ async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_f
     # A gap as long as the task's age, up to a minute: by 8 s of age the next poll is ≥ 8 s away.
     cfg = write_config(tmp_path / "w.toml", {"srv": {"url": case.peer.url, "polling": {
         "after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}})
-    with worker_process(address, queue, cfg):
+    with worker_process(address, queue, cfg) as worker:
         handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
             server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS),
             workflow_id=unique("idle-cancel"), task_queue=queue)
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await asyncio.sleep(8)
-        await until_between_polls(handle)
+        await until_between_polls(handle, worker=worker)
         last_poll = case.polls(mark, view.task_id or "")[-1]
         asked = time.time()
         await handle.execute_update(McpTaskWorkflow.cancel, "operator")
@@ -183,12 +214,12 @@ async def test_an_idle_wait_on_a_stdio_server_stays_with_the_child_that_owns_the
         cfg = write_config(tmp_path / "w.toml", {"local": {
             "command": peer.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO_IDLE"}},
             "polling": SCHEDULE}})
-        with worker_process(address, queue, cfg):
+        with worker_process(address, queue, cfg) as worker:
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="local", tool="slow_echo", arguments={"seconds": 12, "text": "stdio idle"}, timeouts=TIMEOUTS),
                 workflow_id=unique("idle-stdio"), task_queue=queue)
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await until_between_polls(handle)  # idle: nothing of the task runs, its child lives on
+            await until_between_polls(handle, worker=worker)  # idle: nothing of the task runs, its child lives on
             out = await asyncio.wait_for(outcome_of(handle), 60)
         lines = peer.log_since(mark)
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
