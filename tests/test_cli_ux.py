@@ -63,11 +63,13 @@ TRUSTED_TOML = "[worker]\nallow_inline_endpoints = true\nallow_inline_commands =
 
 
 def trusted_env() -> dict[str, str]:
+    import atexit
     import tempfile
 
     fd, path = tempfile.mkstemp(prefix="mcp-tasks-trusted-", suffix=".toml")
     os.write(fd, TRUSTED_TOML.encode())
     os.close(fd)
+    atexit.register(os.unlink, path)  # the file outlives the detached run's start, not the test session
     return {"MCP_TASKS_CONFIG": path}
 
 

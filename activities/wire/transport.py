@@ -42,6 +42,7 @@ from mcp_temporal_tasks.activities.wire.errors import (
     error_from_rpc,
     parse_retry_after,
 )
+from mcp_temporal_tasks.activities.wire.keepalive import KeepAliveReads, NotPlain
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES, loads_bounded
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.redact import scrub_error
@@ -69,6 +70,9 @@ ServerRequestHandler = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, 
 NotificationHandler = Callable[[dict[str, Any]], None]
 
 DEFAULT_TIMEOUT_S = 60.0
+#: Reads sent on a kept-alive connection of our own once the server has answered one plainly (see .keepalive):
+#: the requests a waiting worker sends by the thousand. Only reads: one may be sent twice.
+KEPT_ALIVE_READS = frozenset({"tasks/get"})
 
 
 def _message_from_body(body: Any, *, method: str) -> dict[str, Any]:
@@ -127,6 +131,11 @@ class HttpTransport:
         self._secrets = register_secrets(self._headers.values())
         self._auth = auth
         self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0), auth=auth)
+        self._timeout_s = timeout_s
+        self._keepalive = KeepAliveReads(url) if KeepAliveReads.usable(url) else None
+        #: Whether reads take the kept-alive path: None until the server answered one through httpx (True from
+        #: then on), False for good once a reply there was framed otherwise (a read is sent twice at most once).
+        self._plain_reads: bool | None = None
         self.closed = False
 
     @property
@@ -156,6 +165,11 @@ class HttpTransport:
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
+        if self._plain_reads and method in KEPT_ALIVE_READS and on_server_request is None \
+                and on_notification is None and self._keepalive is not None:
+            result = await self._kept_alive_read(method, params, headers, timeout_s or self._timeout_s)
+            if result is not None:
+                return result
         msg_id, body = _request_body(method, params)
         try:
             req = self._client.build_request(
@@ -168,7 +182,10 @@ class HttpTransport:
         except httpx2.HTTPError as exc:
             raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
         try:
-            return await self._read_reply(response, method, msg_id, on_server_request, on_notification)
+            result = await self._read_reply(response, method, msg_id, on_server_request, on_notification)
+            if method in KEPT_ALIVE_READS and response.status_code == 200 and self._plain_reads is None:
+                self._plain_reads = True
+            return result
         except httpx2.SSEError as exc:
             if "exceeded" in str(exc):
                 raise PayloadUnusable(f"{method}: a reply event exceeds {MAX_REPLY_BYTES} bytes", raw=str(exc)) from exc
@@ -177,6 +194,52 @@ class HttpTransport:
             raise TransportError(f"{method}: reply interrupted: {type(exc).__name__}: {exc}", sent=True) from exc
         finally:
             await response.aclose()
+
+    async def _kept_alive_read(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
+                               timeout_s: float) -> dict[str, Any] | None:
+        """A read on a kept-alive connection; None when it must go through httpx (every connection busy, a 401 to
+        refresh the token on, a reply not framed plainly). Errors mean what they mean on the httpx path."""
+        assert self._keepalive is not None
+        msg_id, body = _request_body(method, params)
+        sent_headers = self._base_headers(headers)
+        if self._auth is not None:
+            sent_headers["authorization"] = f"Bearer {await self._auth.source.token()}"
+        def on_event(data: str) -> dict[str, Any] | None:
+            """The same reading of an SSE event as on the httpx path; a server request needs its handler there."""
+            if not data.strip():
+                return None  # a priming event
+            try:
+                message = _message_from_body(loads_bounded(data), method=method)
+            except ValueError as exc:
+                raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=data) from exc
+            if "method" in message:
+                if "id" in message:
+                    raise NotPlain("a request from the server in the reply stream")
+                return None
+            return message if message.get("id") == msg_id else None
+
+        try:
+            reply = await self._keepalive.post(json.dumps(body).encode(), sent_headers, timeout_s=timeout_s,
+                                               connect_s=10.0, what=method, on_event=on_event)
+        except NotPlain:
+            self._plain_reads = False  # this server's reads go through httpx from now on, for good
+            return None
+        if reply is None:
+            return None
+        ctype = reply.header("content-type").lower()
+        if reply.status >= 400:
+            if reply.status == 401 and self._auth is not None:
+                return None  # httpx's auth flow fetches a new token and sends it again
+            raise self._http_error(method, reply.status, ctype, reply.headers.get,
+                                   reply.body.decode("utf-8", "replace"))
+        if reply.status == 202:
+            raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
+        if reply.message is not None:
+            return _result_of(reply.message, method=method)
+        if ctype.startswith("application/json"):
+            return _json_result(reply.body, method, msg_id)
+        raw_text = reply.body[:2048].decode("utf-8", "replace")
+        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
 
     async def _read_reply(
         self,
@@ -192,45 +255,42 @@ class HttpTransport:
             self.session_id = response.headers["mcp-session-id"]
         if status >= 400:
             raw = (await _read_bounded(response, method, limit=64 * 1024, truncate=True)).decode("utf-8", "replace")
-            if status == 429:
-                raise RateLimited(
-                    f"{method}: HTTP 429 from {self.url}",
-                    retry_after_s=parse_retry_after(response.headers.get("retry-after")), raw=raw,
-                )
-            if status in (401, 403):
-                raise AuthorizationRequired(f"{method}: HTTP {status} from {self.url}", status=status, raw=raw)
-            rpc_error = None
-            if ctype.startswith("application/json"):
-                try:
-                    parsed = json.loads(raw)
-                    rpc_error = parsed.get("error") if isinstance(parsed, dict) else None
-                except ValueError:
-                    pass
-            # 404 with a session is "session gone" unless the body says which method is missing.
-            if status == 404 and self.session_id and method != "initialize" and (
-                    rpc_error is None or rpc_error.get("code") not in (-32601, -32602)):
-                raise SessionGone(f"{method}: session {self.session_id} is gone (HTTP 404)", raw=raw)
-            if status >= 500:
-                raise TransportError(f"{method}: HTTP {status} from {self.url}", sent=True, status=status, raw=raw)
-            if rpc_error is not None:
-                raise error_from_rpc(rpc_error, method=method, raw=raw)
-            raise HttpRefusal(f"{method}: HTTP {status} without a JSON-RPC error", code=None, raw=raw)
+            raise self._http_error(method, status, ctype, response.headers.get, raw)
         if status == 202:
             raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
         if ctype.startswith("application/json"):
-            raw_bytes = await _read_bounded(response, method)
-            try:
-                message = loads_bounded(raw_bytes)
-            except ValueError as exc:
-                raise ProtocolViolation(f"{method}: malformed JSON reply", raw=raw_bytes.decode("utf-8", "replace")) from exc
-            message = _message_from_body(message, method=method)
-            if message.get("id") not in (msg_id, None):  # null id: error raised before the id was read
-                raise ProtocolViolation(f"{method}: reply carries id {message.get('id')!r}, not {msg_id!r}", raw=message)
-            return _result_of(message, method=method)
+            return _json_result(await _read_bounded(response, method), method, msg_id)
         if ctype.startswith("text/event-stream"):
             return await self._read_sse(response, method, msg_id, on_server_request, on_notification)
         raw_text = (await _read_bounded(response, method, limit=2048, truncate=True)).decode("utf-8", "replace")
         raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
+
+    def _http_error(self, method: str, status: int, ctype: str, header: Callable[[str], str | None],
+                    raw: str) -> McpWireError:
+        """What an HTTP status ≥ 400 means, whichever path read it (``raw``: the body, at most 64 KiB)."""
+        if status == 429:
+            return RateLimited(
+                f"{method}: HTTP 429 from {self.url}",
+                retry_after_s=parse_retry_after(header("retry-after")), raw=raw,
+            )
+        if status in (401, 403):
+            return AuthorizationRequired(f"{method}: HTTP {status} from {self.url}", status=status, raw=raw)
+        rpc_error = None
+        if ctype.startswith("application/json"):
+            try:
+                parsed = json.loads(raw)
+                rpc_error = parsed.get("error") if isinstance(parsed, dict) else None
+            except ValueError:
+                pass
+        # 404 with a session is "session gone" unless the body says which method is missing.
+        if status == 404 and self.session_id and method != "initialize" and (
+                rpc_error is None or rpc_error.get("code") not in (-32601, -32602)):
+            return SessionGone(f"{method}: session {self.session_id} is gone (HTTP 404)", raw=raw)
+        if status >= 500:
+            return TransportError(f"{method}: HTTP {status} from {self.url}", sent=True, status=status, raw=raw)
+        if rpc_error is not None:
+            return error_from_rpc(rpc_error, method=method, raw=raw)
+        return HttpRefusal(f"{method}: HTTP {status} without a JSON-RPC error", code=None, raw=raw)
 
     async def _read_sse(
         self,
@@ -298,7 +358,21 @@ class HttpTransport:
                 await self._client.delete(self.url, headers=self._base_headers(None))
             except httpx2.HTTPError:
                 pass
+        if self._keepalive is not None:
+            self._keepalive.aclose()
         await self._client.aclose()
+
+
+def _json_result(raw_bytes: bytes, method: str, msg_id: str) -> dict[str, Any]:
+    """The ``result`` of a JSON reply body (a JSON-RPC error raises its typed error)."""
+    try:
+        message = loads_bounded(raw_bytes)
+    except ValueError as exc:
+        raise ProtocolViolation(f"{method}: malformed JSON reply", raw=raw_bytes.decode("utf-8", "replace")) from exc
+    message = _message_from_body(message, method=method)
+    if message.get("id") not in (msg_id, None):  # null id: error raised before the id was read
+        raise ProtocolViolation(f"{method}: reply carries id {message.get('id')!r}, not {msg_id!r}", raw=message)
+    return _result_of(message, method=method)
 
 
 async def _read_bounded(response: httpx2.Response, method: str, *, limit: int = MAX_REPLY_BYTES,

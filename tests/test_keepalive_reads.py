@@ -1,0 +1,233 @@
+"""``tasks/get`` on a kept-alive connection of our own (activities/wire/keepalive.py), against the real peers.
+
+Once a server has answered a read through httpx, the next reads go out on a kept-alive socket: what a waiting
+worker sends ~80 times a second at 10,000 tasks. What must hold: the same answers as the httpx path (JSON bodies
+and SSE streams, the TS SDK's chunked ones included), one request per read at the server, one connection for reads
+a poll apart, every HTTP fault mapped to the error the httpx path gives, and a server that drops a kept-alive
+connection or frames a reply another way costs no error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_temporal_tasks.activities.wire import (
+    Endpoint,
+    McpTaskClient,
+    ProtocolViolation,
+    RateLimited,
+    TransportError,
+)
+from mcp_temporal_tasks.activities.wire.keepalive import KeepAliveReads
+from mcp_temporal_tasks.activities.wire.transport import HttpTransport
+from tests.faults import FaultProxy, Malformed, RateLimit, ResetAfterSend, Status, Truncated
+from tests.peers.harness import REPO_ROOT, Peer, _http_peer
+
+PEERS = ["fastmcp_server", "ts_http_stateful", "fastmcp_json"]
+
+
+@pytest.fixture(scope="module")
+def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
+    """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
+    import os
+
+    log = peer_logs / "fastmcp-json-keepalive.jsonl"
+    log.write_text("")
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+           "--poll-interval-ms", "100", "--json-response"]
+    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with _http_peer(cmd, name="fastmcp-json", log_path=log, flavour="extension", stateful=False, cwd=REPO_ROOT,
+                    extra_env=extra) as peer:
+        yield peer
+
+
+@pytest.fixture(params=PEERS)
+def peer(request: pytest.FixtureRequest) -> Peer:
+    return request.getfixturevalue(request.param)
+
+
+def kept_alive(client: McpTaskClient) -> KeepAliveReads:
+    transport = client.transport
+    assert isinstance(transport, HttpTransport) and transport._keepalive is not None
+    return transport._keepalive
+
+
+async def test_reads_after_the_first_share_one_kept_alive_connection(peer: Peer) -> None:
+    mark = peer.log_mark()
+    client = await McpTaskClient.connect(Endpoint(url=peer.url))
+    try:
+        start = await client.start("slow_echo", {"seconds": 1.0, "text": "kept alive"})
+        assert start.task is not None
+        states = []
+        for _ in range(100):
+            states.append(await client.get(start.task.task_id))
+            if states[-1].terminal:
+                break
+            await asyncio.sleep(0.1)
+        payload = await client.result(states[-1])
+        path = kept_alive(client)
+        replies, connections = path.replies, path.connections
+    finally:
+        await client.aclose(terminate=True)
+    assert states[-1].status == "completed" and {s.task_id for s in states} == {start.task.task_id}
+    assert payload.result is not None and payload.result["content"][0]["text"] == "kept alive"
+    # The first read went through httpx; every later one on the same socket, once each at the server.
+    assert len(states) >= 5 and replies == len(states) - 1 and connections == 1, (len(states), replies, connections)
+    gets = [x for x in peer.log_since(mark) if x.get("method") == "tasks/get"]
+    assert len(gets) == len(states), (len(gets), len(states))
+
+
+@pytest.mark.parametrize("fault, check", [
+    (RateLimit(retry_after_s=3), lambda e: isinstance(e, RateLimited) and e.retry_after_s == 3
+     and not e.may_have_reached_server),
+    (Status(500), lambda e: isinstance(e, TransportError) and e.status == 500 and e.sent),
+    (Status(503, "busy"), lambda e: isinstance(e, TransportError) and e.status == 503),
+    (Malformed(), lambda e: isinstance(e, ProtocolViolation)),
+    (Truncated(), lambda e: isinstance(e, TransportError) and e.sent),
+    # A kept-alive connection closed before any byte of a reply is what a server dropping an idle connection looks
+    # like: the read is sent once more on a new connection (it is a read), and answered.
+    (ResetAfterSend(), None),
+], ids=["429", "500", "503", "malformed", "truncated", "reset-then-resent"])
+@pytest.mark.parametrize("peer", ["fastmcp_server", "fastmcp_json"], indirect=True)
+async def test_a_fault_on_a_kept_alive_read_is_the_httpx_paths_error(peer: Peer, fault: Any, check: Any) -> None:
+    with FaultProxy(peer.url or "") as proxy:
+        client = await McpTaskClient.connect(Endpoint(url=proxy.url))
+        try:
+            start = await client.start("slow_echo", {"seconds": 5.0, "text": "faulty"})
+            assert start.task is not None
+            await client.get(start.task.task_id)  # through httpx: the server answers reads with a status
+            await client.get(start.task.task_id)  # kept alive from here
+            before = kept_alive(client).replies
+            assert before == 1
+            rule = proxy.add("tasks/get", fault)
+            seen = proxy.seen("tasks/get")
+            try:
+                await client.get(start.task.task_id)
+            except Exception as exc:  # noqa: BLE001
+                assert check is not None and check(exc), repr(exc)
+            else:
+                assert check is None, f"{type(fault).__name__}: no error"
+            assert rule.fired == 1 and proxy.seen("tasks/get") == seen + (2 if check is None else 1)
+            state = await client.get(start.task.task_id)  # the next read is fine, still on this path
+            assert state.status == "working" and kept_alive(client).replies > before
+        finally:
+            await client.aclose(terminate=True)
+
+
+# --- framing our peers do not use: a scripted HTTP/1.1 server -------------------------------------------------
+
+TASK = {"taskId": "t-1", "status": "working", "createdAt": "2026-12-01T00:00:00Z",
+        "lastUpdatedAt": "2026-12-01T00:00:00Z", "ttl": 60000, "pollInterval": 500}
+
+
+class Scripted:
+    """Answers each POST by the next framing in ``script`` (cycling the last): ``json``, ``json-then-close`` (a
+    kept-alive connection dropped after the reply, without saying so), ``sse-open`` (the answer, then the stream
+    left open), ``close-delimited`` (no length, the body ends with the connection)."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script, self.requests = script, 0
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/mcp"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                msg = json.loads(await reader.readexactly(length))
+                mode = self.script[min(self.requests, len(self.script) - 1)]
+                self.requests += 1
+                body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": TASK}).encode()
+                if mode.startswith("json"):
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                                 % len(body) + body)
+                    await writer.drain()
+                    if mode == "json-then-close":
+                        break
+                elif mode == "sse-open":
+                    event = b"id: 1\ndata: \n\nevent: message\ndata: " + body + b"\n\n"
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked"
+                                 b"\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+                    await writer.drain()
+                    await asyncio.sleep(30)  # never ends the stream
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+                                 + body)
+                    await writer.drain()
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Scripted]:
+    s = Scripted([])
+    s.server = await asyncio.start_server(s.handle, "127.0.0.1", 0)
+    yield s
+    s.server.close()
+
+
+async def reads(scripted: Scripted, script: list[str], n: int) -> HttpTransport:
+    scripted.script = script
+    transport = HttpTransport(scripted.url, timeout_s=5)
+    for _ in range(n):
+        assert (await transport.request("tasks/get", {"taskId": "t-1"}))["taskId"] == "t-1"
+    return transport
+
+
+async def test_a_dropped_kept_alive_connection_is_replaced_without_an_error(scripted: Scripted) -> None:
+    transport = await reads(scripted, ["json", "json-then-close"], 6)
+    path = transport._keepalive
+    await transport.aclose()
+    # Each read the server answered once: the request written into a closed connection never reached it.
+    assert scripted.requests == 6 and path is not None and path.replies == 5 and path.connections >= 3
+
+
+async def test_an_sse_stream_left_open_is_answered_and_not_waited_for(scripted: Scripted) -> None:
+    transport = await reads(scripted, ["json", "sse-open"], 3)
+    path = transport._keepalive
+    await transport.aclose()
+    assert scripted.requests == 3 and path is not None and path.replies == 2 and path.connections == 2
+
+
+async def test_a_reply_framed_another_way_sends_that_read_through_httpx_from_then_on(scripted: Scripted) -> None:
+    transport = await reads(scripted, ["json", "close-delimited"], 4)
+    await transport.aclose()
+    # The one read it could not frame went again through httpx (a read: nothing repeats), the rest only there.
+    assert scripted.requests == 5 and transport._plain_reads is False
+
+
+async def test_a_header_with_a_line_break_never_reaches_the_socket(scripted: Scripted) -> None:
+    scripted.script = ["json"]
+    transport = HttpTransport(scripted.url, timeout_s=5)
+    await transport.request("tasks/get", {"taskId": "t-1"})
+    with pytest.raises(Exception) as caught:
+        await transport.request("tasks/get", {"taskId": "t-1"}, headers={"x-injected": "a\r\nx-evil: 1"})
+    await transport.aclose()
+    assert scripted.requests == 1, "a request with a split header was sent"
+    assert "x-evil" not in str(caught.value) or "header" in str(caught.value).lower()
+
+
+def test_a_proxy_or_the_switch_keeps_reads_on_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert KeepAliveReads.usable("http://127.0.0.1:1/mcp") and KeepAliveReads.usable("https://example.com/mcp")
+    assert not KeepAliveReads.usable("http://user:pw@example.com/mcp")
+    monkeypatch.setenv("MCP_TASKS_KEEPALIVE_READS", "0")
+    assert not KeepAliveReads.usable("http://127.0.0.1:1/mcp")
+    monkeypatch.delenv("MCP_TASKS_KEEPALIVE_READS")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert not KeepAliveReads.usable("https://example.com/mcp")
