@@ -131,10 +131,10 @@ class KeepAliveReads:
         kept-alive connections whenever they like, and the request is a read."""
         if self.closed:
             return None
+        request = self._encode(body, headers)
         conn, reused = self._take()
         if conn is None and self._open >= self.max_connections:
             return None
-        request = self._encode(body, headers)
         stale = f"{what}: the server closed the connection without a reply"
         try:
             async with asyncio.timeout(timeout_s):
