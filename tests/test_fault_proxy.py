@@ -7,10 +7,8 @@ proxy's counters must say what reached the upstream.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,24 +31,9 @@ from tests.faults import (
     Status,
     Truncated,
 )
-from tests.peers.harness import REPO_ROOT, Peer, _http_peer
+from tests.peers.harness import Peer
 
 PEERS = ["fastmcp_server", "ts_http_stateful", "fastmcp_json"]
-
-
-@pytest.fixture(scope="module")
-def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
-    """fastmcp answering POSTs with plain JSON bodies (``--json-response``): the proxy's JSON path."""
-    import os
-
-    log = peer_logs / "fastmcp-json.jsonl"
-    log.write_text("")
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", "100", "--json-response"]
-    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    with _http_peer(cmd, name="fastmcp-json", log_path=log, flavour="extension", stateful=False, cwd=REPO_ROOT,
-                    extra_env=extra) as peer:
-        yield peer
 
 
 @pytest.fixture(params=PEERS)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,24 +26,9 @@ from mcp_temporal_tasks.activities.wire import (
 from mcp_temporal_tasks.activities.wire.keepalive import KeepAliveReads
 from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.faults import FaultProxy, Malformed, RateLimit, ResetAfterSend, Status, Truncated
-from tests.peers.harness import REPO_ROOT, Peer, _http_peer
+from tests.peers.harness import Peer
 
 PEERS = ["fastmcp_server", "ts_http_stateful", "fastmcp_json"]
-
-
-@pytest.fixture(scope="module")
-def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
-    """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
-    import os
-
-    log = peer_logs / "fastmcp-json-keepalive.jsonl"
-    log.write_text("")
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", "100", "--json-response"]
-    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    with _http_peer(cmd, name="fastmcp-json", log_path=log, flavour="extension", stateful=False, cwd=REPO_ROOT,
-                    extra_env=extra) as peer:
-        yield peer
 
 
 @pytest.fixture(params=PEERS)

@@ -138,22 +138,17 @@ class KeepAliveReads:
         stale = f"{what}: the server closed the connection without a reply"
         try:
             async with asyncio.timeout(timeout_s):
-                if conn is None:
-                    conn = await self._connect(connect_s, what)
-                try:
-                    return await self._exchange(conn, request, what, on_event)
-                except _StaleConnection:
-                    self._drop(conn)
-                    conn = None
-                    if not reused:
-                        raise TransportError(stale, sent=True) from None
-                conn = await self._connect(connect_s, what)
-                try:
-                    return await self._exchange(conn, request, what, on_event)
-                except _StaleConnection:
-                    self._drop(conn)
-                    conn = None
-                    raise TransportError(stale, sent=True) from None
+                while True:  # twice at most: a reused connection found closed, then a new one
+                    if conn is None:
+                        conn = await self._connect(connect_s, what)
+                    try:
+                        return await self._exchange(conn, request, what, on_event)
+                    except _StaleConnection:
+                        self._drop(conn)
+                        conn = None
+                        if not reused:
+                            raise TransportError(stale, sent=True) from None
+                        reused = False
         except TimeoutError:
             sent = conn is not None
             if conn is not None and conn not in self._idle:

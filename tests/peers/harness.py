@@ -348,6 +348,17 @@ def fastmcp_server(peer_logs: Path) -> Iterator[Peer]:
 
 
 @pytest.fixture(scope="session")
+def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
+    """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+           "--poll-interval-ms", "100", "--json-response"]
+    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    with _http_peer(cmd, name="fastmcp-json", log_path=_fresh_log(peer_logs, "fastmcp-json"), flavour="extension",
+                    stateful=False, cwd=REPO_ROOT, extra_env=extra) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
 def fastmcp_short_ttl(peer_logs: Path) -> Iterator[Peer]:
     """fastmcp with ``--task-ttl-ms 1000``: tasks are purged about a second after they end."""
     with fastmcp_peer(peer_logs, task_ttl_ms=1000) as peer:
@@ -371,6 +382,6 @@ __all__ = [
     "require_ts_peer", "ts_http_peer", "ts_stdio_peer", "wait_until", "poll_until_terminal", "stdio_child_pid",
     # fixtures
     "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
-    "fastmcp_short_ttl", "all_peers",
+    "fastmcp_json", "fastmcp_short_ttl", "all_peers",
     "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http", "oauth_server",
 ]
