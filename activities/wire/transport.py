@@ -206,12 +206,9 @@ class HttpTransport:
             sent_headers["authorization"] = f"Bearer {await self._auth.source.token()}"
         def on_event(data: str) -> dict[str, Any] | None:
             """The same reading of an SSE event as on the httpx path; a server request needs its handler there."""
-            if not data.strip():
-                return None  # a priming event
-            try:
-                message = _message_from_body(loads_bounded(data), method=method)
-            except ValueError as exc:
-                raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=data) from exc
+            message = _sse_message(data, method)
+            if message is None:
+                return None
             if "method" in message:
                 if "id" in message:
                     raise NotPlain("a request from the server in the reply stream")
@@ -301,13 +298,9 @@ class HttpTransport:
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
         async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
-            if not event.data or not event.data.strip():
-                continue  # priming events carry no data
-            try:
-                message = loads_bounded(event.data)
-            except ValueError as exc:
-                raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=event.data) from exc
-            message = _message_from_body(message, method=method)
+            message = _sse_message(event.data, method)
+            if message is None:
+                continue
             if "method" in message and "id" in message:
                 await self._answer_server_request(message, on_server_request)
             elif "method" in message:
@@ -361,6 +354,16 @@ class HttpTransport:
         if self._keepalive is not None:
             self._keepalive.aclose()
         await self._client.aclose()
+
+
+def _sse_message(data: str | None, method: str) -> dict[str, Any] | None:
+    """The JSON-RPC message an SSE event carries, None for a priming event (no data), whichever path read it."""
+    if not data or not data.strip():
+        return None
+    try:
+        return _message_from_body(loads_bounded(data), method=method)
+    except ValueError as exc:
+        raise ProtocolViolation(f"{method}: malformed JSON in SSE event", raw=data) from exc
 
 
 def _json_result(raw_bytes: bytes, method: str, msg_id: str) -> dict[str, Any]:
