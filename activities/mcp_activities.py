@@ -137,6 +137,16 @@ def legacy_input_key(method: str, params: dict[str, Any]) -> str:
     return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+#: Temporal keeps the failure of an attempt that will be retried only up to 4 KiB
+#: (``limit.mutableStateActivityFailureSize.error``); a larger one is replaced by "Failure exceeds size limit." and
+#: the reason is lost from the UI and ``describe``. A retryable failure's message is cut to this, ...
+RETRYABLE_MESSAGE_CAP = 1024
+#: ... its details' ``data`` and ``raw`` to this (their ``message`` is the failure's own), and it carries no cause
+#: chain (the wire error it stands for is in the details): message, details and the stack trace of its raise stay
+#: under that limit with room to spare (``tests/test_failure_bounds.py`` measures one on a real server).
+RETRYABLE_DETAIL_CAP = 256
+
+
 def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bool = False,
                          sent: bool | None = None) -> ApplicationError:
     """The one mapping from wire failures to Temporal failures: type = error kind, details = info.
@@ -147,6 +157,10 @@ def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bo
     details say which attempt it was (the workflow reports how many there were).
     ``sent=False``: the failure happened before ``tools/call`` left (discovery, ``tools/list``, connect),
     whatever the failing request itself may have reached: the tool surely did not run.
+
+    A retryable failure is bounded (:data:`RETRYABLE_MESSAGE_CAP`, :data:`RETRYABLE_DETAIL_CAP`, the cut said in the
+    text) and suppresses its context: raise it plainly (``raise to_application_error(exc)``), not ``from exc``. A
+    final one keeps the wire error's 16 KiB texts (the outcome reads them) and its cause.
     """
     delay = timedelta(seconds=exc.retry_after_s) if isinstance(exc, RateLimited) and exc.retry_after_s else None
     info = exc.info()
@@ -159,7 +173,16 @@ def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bo
     retryable = exc.retryable or (read and is_transient_read_error(exc)) or (task_read and is_read_fault(exc))
     if task_read and activity.in_activity():
         info["attempt"] = activity.info().attempt
-    return ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
+    if retryable:
+        message = cap_text(message, RETRYABLE_MESSAGE_CAP)
+        info.pop("message", None)
+        info.update({k: safe_raw(info[k], RETRYABLE_DETAIL_CAP) for k in ("data", "raw") if info.get(k) is not None})
+    err = ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
+    if retryable:
+        err.__suppress_context__ = True
+    else:
+        err.__cause__ = exc
+    return err
 
 
 #: A server's ``pollInterval`` is honoured up to this (a longer one is a server bug, not a reason to wait a day).
@@ -222,7 +245,7 @@ def _after_read_fault(exc: McpWireError, inp: AwaitInput, failing_since: float, 
     ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, a 429's
     ``Retry-After``, never past the budget. A failure that is not a read fault raises the activity's typed error."""
     if not is_read_fault(exc):
-        raise to_application_error(exc, task_read=True) from exc
+        raise to_application_error(exc, task_read=True)
     now = time.time()
     if now - failing_since >= inp.unreachable_s:
         what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
@@ -328,7 +351,7 @@ class McpActivities:
         except TaskUnreachable as exc:
             return out_type(unreachable=exc.message)  # type: ignore[call-arg]
         except McpWireError as exc:
-            raise to_application_error(exc, task_read=True) from exc
+            raise to_application_error(exc, task_read=True)
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -455,7 +478,7 @@ class McpActivities:
                 self.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call),
                 lambda: beat)
         except McpWireError as exc:
-            raise to_application_error(exc, sent=None if sent else False) from exc
+            raise to_application_error(exc, sent=None if sent else False)
         self._counter("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
         return out
 
@@ -491,9 +514,9 @@ class McpActivities:
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
         while True:
             try:
-                session = await self.pool.for_task(inp.session, principal=inp.principal)
+                session, state = await self.pool.read_task(inp.session, principal=inp.principal,
+                                                           fn=lambda s: _tasks(s, inp.job).get(inp.task_id))
                 client = _tasks(session, inp.job)
-                state = await client.get(inp.task_id)
                 transient, failing_since, faults = 0, None, 0
             except JobReplyMismatch as exc:
                 # The job's status cannot be known from this reply, and asking again gets the same: decode_failed.
@@ -584,9 +607,10 @@ class McpActivities:
             raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
                                    next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
         try:
-            session = await self.pool.for_task(inp.session, principal=inp.principal)
+            session, state = await self._heartbeating(self.pool.read_task(
+                inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)),
+                lambda: details, at_once=False)
             client = _tasks(session, inp.job)
-            state = await self._heartbeating(client.get(inp.task_id), lambda: details, at_once=False)
         except JobReplyMismatch as exc:
             ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
                               status_message=cap_text(exc.message, 512))
@@ -604,7 +628,7 @@ class McpActivities:
                                 "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)})
             raise ApplicationError(f"{'tasks/get' if inp.job is None else inp.job.status} failed ({faults} in a row, "
                                    f"retrying in {wait:.1f}s): {exc.kind}: {cap_text(exc.message, 512)}",
-                                   type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from exc
+                                   type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from None
         self._counter("mcp_tasks_polls", "tasks/get polls")
         details.update(status=state.status, statusMessage=state.status_message)
         if failing_since:
@@ -663,9 +687,10 @@ class McpActivities:
         that cannot be carried comes back as decode_failed.
         """
         async def retrieve() -> RetrieveOutput:
-            client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
             try:
-                payload = self._decode(await client.result(inp.state), inp.output_schema)
+                _, raw = await self.pool.read_task(inp.session, principal=inp.principal,
+                                                   fn=lambda s: _tasks(s, inp.job).result(inp.state))
+                payload = self._decode(raw, inp.output_schema)
             except PayloadUnusable as exc:
                 payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
             return RetrieveOutput(payload=payload)
@@ -684,8 +709,8 @@ class McpActivities:
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, inp: CancelInput) -> CancelOutput:
         async def cancel() -> CancelOutput:
-            client = _tasks(await self.pool.for_task(inp.session, principal=inp.principal), inp.job)
-            state = await client.cancel(inp.task_id)
+            _, state = await self.pool.read_task(inp.session, principal=inp.principal,
+                                                 fn=lambda s: _tasks(s, inp.job).cancel(inp.task_id))
             return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 
         annotate(task_id=inp.task_id)
@@ -697,11 +722,11 @@ class McpActivities:
         every read fault (JSON-RPC errors included) is retried by the workflow's bounded policy; ``-32602``
         (``TaskNotFound``: the task is gone) is final."""
         try:
-            client = await self.pool.for_task(inp.session, principal=inp.principal)
-            await self._heartbeating(client.update(inp.task_id, inp.responses),
+            await self._heartbeating(self.pool.read_task(inp.session, principal=inp.principal,
+                                                         fn=lambda s: s.update(inp.task_id, inp.responses)),
                                      lambda: {"taskId": _short(inp.task_id), "step": "answering input"})
         except McpWireError as exc:
-            raise to_application_error(exc, task_read=True) from exc
+            raise to_application_error(exc, task_read=True)
 
     @activity.defn(name=LIST_TOOLS)
     async def list_tools(self, inp: ListToolsInput) -> dict[str, Any]:
@@ -715,7 +740,7 @@ class McpActivities:
             client = await self.pool.for_new_call(profile.endpoint, principal=profile.principal, era=profile.era)
             await self._heartbeating(client.list_tools(refresh=True), lambda: {"step": "tools/list"})
         except McpWireError as exc:
-            raise to_application_error(exc, read=True) from exc
+            raise to_application_error(exc, read=True)
         value = {"tools": client.raw_tools}
         if safe_raw(value, MAX_TOOLS_LIST_BYTES) is not value:
             raise ApplicationError(f"tools/list of {profile.identity} is over {MAX_TOOLS_LIST_BYTES} bytes or not "

@@ -19,10 +19,12 @@ Classification rules for a ``tool_error`` / ``failed`` / ``rejected`` payload, f
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from mcp_temporal_tasks.activities.wire.errors import MAX_RETRY_AFTER_S
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
 from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
 
@@ -62,13 +64,22 @@ def payload_text(result: dict[str, Any] | None, error: RpcErrorInfo | None, stat
     return "\n".join(parts)
 
 
+def bounded_delay_s(value: Any) -> float | None:
+    """A server-given delay the workflow can wait out: a finite number of seconds, at least 0, at most
+    :data:`MAX_RETRY_AFTER_S` (a day; clamped), or None for anything else (``inf``, ``nan``, not a number). What a
+    server writes must never become a timer ``timedelta`` cannot hold: that would fail the workflow task forever."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        return None
+    return min(float(value), MAX_RETRY_AFTER_S)
+
+
 def _structured_retry_after(result: dict[str, Any] | None, error: RpcErrorInfo | None) -> float | None:
     for source in ((result or {}).get("structuredContent"), error.data if error else None):
         if isinstance(source, dict):
             for key in ("retryAfter", "retry_after", "retryAfterSeconds", "retry_after_s"):
-                value = source.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                    return float(value)
+                value = bounded_delay_s(source.get(key))
+                if value is not None:
+                    return value
     return None
 
 
@@ -77,7 +88,7 @@ def parse_retry_after_text(text: str) -> float | None:
     if not m:
         return None
     unit = (m.group(2) or "s").lower()
-    return float(m.group(1)) * _UNIT_S.get(unit, 1.0)
+    return bounded_delay_s(float(m.group(1)) * _UNIT_S.get(unit, 1.0))
 
 
 def classify_failure(

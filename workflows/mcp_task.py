@@ -527,7 +527,7 @@ class McpTaskWorkflow:
             except ActivityError as err:
                 kind, reached, info = _failure_info(err)
                 verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
-                retry_after = float(info.get("retry_after_s") or 0.0)
+                retry_after = decisions.bounded_delay_s(info.get("retry_after_s")) or 0.0
                 if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
                     resends += 1
                     # tools/call never reached the tool: resending is safe, after the server's Retry-After.

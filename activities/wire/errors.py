@@ -12,8 +12,9 @@ Each error knows:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -140,9 +141,14 @@ class RateLimited(TransportError):
 
     kind = "RateLimited"
 
-    def __init__(self, message: str, *, retry_after_s: float | None, **kw: Any) -> None:
+    def __init__(self, message: str, *, retry_after_s: float | None, retry_after_note: str | None = None,
+                 **kw: Any) -> None:
+        if retry_after_note:
+            message = f"{message} ({retry_after_note})"
         super().__init__(message, sent=True, status=429, **kw)
         self.retry_after_s = retry_after_s
+        #: Why the server's Retry-After was clamped or ignored (None: used as sent, or absent).
+        self.retry_after_note = retry_after_note
 
     @property
     def may_have_reached_server(self) -> bool:
@@ -150,7 +156,7 @@ class RateLimited(TransportError):
         return False
 
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "retry_after_s": self.retry_after_s}
+        return {**super().info(), "retry_after_s": self.retry_after_s, "retry_after_note": self.retry_after_note}
 
 
 class AuthorizationRequired(McpWireError):
@@ -228,6 +234,18 @@ class ProcessGone(TaskUnreachable):
         return False
 
 
+class RequestRefused(McpWireError):
+    """The request cannot be written as it is (a header name that is not a token, a value with CR, LF, NUL or
+    characters outside ASCII, a body that does not match its length): refused here, before any byte left. Final:
+    the same request is refused again, so it is a rejection, never a resend and never an unknown outcome."""
+
+    kind = "RequestRefused"
+
+    @property
+    def may_have_reached_server(self) -> bool:
+        return False
+
+
 class ResultDecodeError(McpWireError):
     """The task finished but its payload does not match the pinned result contract.
 
@@ -250,7 +268,7 @@ ERROR_TYPES: dict[str, type[McpWireError]] = {
         McpWireError, JsonRpcError, TaskNotFound, InvalidParams, MethodNotFound, MissingCapability,
         HeaderMismatch, UnsupportedProtocolVersion, TransportError, RateLimited, AuthorizationRequired,
         ProtocolViolation, TaskUnreachable, SessionGone, ProcessGone, ResultDecodeError, CapabilityUnavailable,
-        HttpRefusal, PayloadUnusable,
+        HttpRefusal, PayloadUnusable, RequestRefused,
     )
 }
 
@@ -384,22 +402,51 @@ def error_from_rpc(error: Any, *, method: str, raw: Any = None) -> McpWireError:
     return cls(f"{method}: {message}" if message else method, code=code, data=data)
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date. ``None`` when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    from datetime import datetime
-    from email.utils import parsedate_to_datetime
+#: The longest ``Retry-After`` honoured: a day. A longer one is clamped to it (a server asking for a week is
+#: better retried daily than believed), and the workflow's deadline bounds any wait anyway.
+MAX_RETRY_AFTER_S = 86400.0
 
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+@dataclass(frozen=True)
+class RetryAfter:
+    """A ``Retry-After`` header as read: ``seconds`` to wait (None: absent or unusable), and ``note`` saying why a
+    value was clamped or ignored (kept on the error, so an operator sees what the server sent)."""
+
+    seconds: float | None
+    note: str | None = None
+
+
+_DECIMAL = re.compile(r"[+-]?\d{1,64}(?:\.\d{1,64})?")
+
+
+def read_retry_after(value: str | None, *, now: datetime | None = None) -> RetryAfter:
+    """``Retry-After`` (RFC 9110 10.2.3): delay-seconds or an HTTP date. Read leniently where the meaning is plain
+    (``2.5`` is 2.5 s; a negative number or a past date is 0), never past :data:`MAX_RETRY_AFTER_S` (clamped), and
+    anything else (an exponent, ``inf``/``nan``, junk) ignored; a note says what was clamped or ignored. Never raises,
+    never returns a value ``timedelta`` cannot hold."""
+    if value is None or not value.strip():
+        return RetryAfter(None)
+    text = value.strip()
+    shown = cap_text(text, 64)
+    if _DECIMAL.fullmatch(text):
+        seconds = float(text)
+        if seconds < 0:
+            return RetryAfter(0.0, f"Retry-After {shown} is negative: read as 0s")
+    else:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return RetryAfter(None, f"Retry-After {shown!r} ignored: neither delay-seconds nor an HTTP date")
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    if seconds > MAX_RETRY_AFTER_S:
+        return RetryAfter(MAX_RETRY_AFTER_S, f"Retry-After {shown} clamped to {MAX_RETRY_AFTER_S:.0f}s")
+    return RetryAfter(seconds)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (see :func:`read_retry_after`); None when absent or unusable."""
+    return read_retry_after(value).seconds

@@ -7,8 +7,9 @@ be reached only from here, and only while the child lives.
 Rules:
 * an idle session closes after ``idle_s``, except a stdio child that still holds unfinished tasks
   (closing it would kill them);
-* a dead session used for a *new* call is re-opened once; a dead session that holds a task cannot be
-  re-opened in its place (the task died with it) and the caller gets :class:`TaskUnreachable`.
+* a dead session used for a *new* call is re-opened once; a dead stdio session that holds a task cannot be
+  re-opened in its place (the task died with the child) and the caller gets :class:`TaskUnreachable`;
+* an HTTP session the server calls gone (404 on ``Mcp-Session-Id``) is not yet a task gone (:meth:`read_task`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mcp_temporal_tasks.activities.wire.client import McpTaskClient
-from mcp_temporal_tasks.activities.wire.errors import RateLimited, TaskUnreachable, TransportError
+from mcp_temporal_tasks.activities.wire.errors import RateLimited, SessionGone, TaskUnreachable, TransportError
 from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, SessionRef
 from mcp_temporal_tasks.activities.wire.transport import StdioTransport
 
@@ -107,6 +108,42 @@ class SessionPool:
                     self._by_key[key] = entry
             entry.last_used = time.monotonic()
             return entry.client
+
+    async def read_task(self, ref: SessionRef, *, principal: str | None,
+                        fn: Callable[[McpTaskClient], Awaitable[T]]) -> tuple[McpTaskClient, T]:
+        """``fn`` (a read of the task) on the session that can reach the task: (that session, what ``fn`` returned).
+
+        A session gone is not a task gone. When the server answers 404 to the task's session (restarted, or it purged
+        the session), a new session is opened and ``fn`` asks again there; what the server says *then* decides:
+        ``-32602`` (``TaskNotFound``: on servers that scope tasks to sessions, every task of the old one) ends the
+        wait as gone, the task's state means it lives on (the new session serves this task from now on, in this
+        process), a fault is a fault. A new session answered 404 too says nothing about the task: a
+        :class:`TransportError`, retried within the read's budget like any other fault. Never raises
+        :class:`SessionGone`."""
+        client = await self.for_task(ref, principal=principal)
+        try:
+            return client, await fn(client)
+        except SessionGone as gone:
+            first = gone
+        client = await self._new_session_for(ref, principal)
+        try:
+            return client, await fn(client)
+        except SessionGone as again:
+            raise TransportError(f"{first.message}; a new session was refused too: {again.message}", sent=True) from None
+
+    async def _new_session_for(self, ref: SessionRef, principal: str | None) -> McpTaskClient:
+        """A fresh handshake with ``ref``'s server, put in the place of ``ref``'s session for this process."""
+        async with self._lock:
+            old = self._by_session.pop(ref.session_id, None) if ref.session_id else None
+        if old is not None:
+            await old.client.aclose()
+        client = await McpTaskClient.connect(ref.endpoint, era=ref.era, owner=self.owner)
+        async with self._lock:
+            if ref.session_id:
+                self._by_session[ref.session_id] = _Entry(client)
+            else:
+                self._by_key[self._key(ref.endpoint, principal, ref.era)] = _Entry(client)
+        return client
 
     def track(self, client: McpTaskClient, task_id: str, *, done: bool = False) -> None:
         """Note that ``client`` holds (or no longer holds) ``task_id``; stdio children are kept while they do."""

@@ -36,13 +36,14 @@ from mcp_temporal_tasks.activities.wire.errors import (
     ProcessGone,
     ProtocolViolation,
     RateLimited,
+    RequestRefused,
     SessionGone,
     TaskUnreachable,
     TransportError,
     error_from_rpc,
-    parse_retry_after,
+    read_retry_after,
 )
-from mcp_temporal_tasks.activities.wire.keepalive import KeepAliveReads, NotPlain
+from mcp_temporal_tasks.activities.wire.http11 import FRESH_CONNECTION, H11Transport, RequestNotSent, StaleConnection
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES, loads_bounded
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.redact import scrub_error
@@ -70,8 +71,9 @@ ServerRequestHandler = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, 
 NotificationHandler = Callable[[dict[str, Any]], None]
 
 DEFAULT_TIMEOUT_S = 60.0
-#: Reads sent on a kept-alive connection of our own once the server has answered one plainly (see .keepalive):
-#: the requests a waiting worker sends by the thousand. Only reads: one may be sent twice.
+CONNECT_TIMEOUT_S = 10.0
+#: Reads bounded as a whole (connect, write and every wait for bytes together), not only per wait for bytes: the
+#: requests a waiting worker sends by the thousand, which a server trickling bytes must not hold.
 KEPT_ALIVE_READS = frozenset({"tasks/get"})
 
 
@@ -110,8 +112,41 @@ def _request_body(method: str, params: dict[str, Any] | None) -> tuple[str, dict
     return msg_id, body
 
 
+#: ``MCP_TASKS_KEEPALIVE_READS=0``: httpx's own connection layer (httpcore2) for everything, no direct reads: for
+#: comparison, or a server this layer misreads (please report it).
+SWITCH = "MCP_TASKS_KEEPALIVE_READS"
+
+
+def _switched_off() -> bool:
+    return os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=256)
+def _httpx_goes_direct(origin: str, proxy_env: tuple[tuple[str, str], ...]) -> bool:
+    """Whether httpx, as configured by this environment (``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), connects
+    to ``origin`` itself rather than through a proxy: httpx's own decision (``_transport_for_url``; pinned httpx2,
+    held by tests/test_sdk_contract.py), asked once per origin and proxy environment. Only then does our connection
+    layer serve it; proxied origins keep httpx's own transport, so proxy rules are httpx's exactly."""
+    del proxy_env  # part of the cache key only
+    probe = httpx2.Client()
+    try:
+        return probe._transport_for_url(httpx2.URL(origin)) is probe._transport
+    finally:
+        probe.close()
+
+
+def _proxy_environment() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.lower().endswith("_proxy")))
+
+
 class HttpTransport:
-    """Streamable HTTP, one POST per request; replies as JSON or as an SSE stream."""
+    """Streamable HTTP, one POST per request; replies as JSON or as an SSE stream.
+
+    Requests go through httpx's client (auth flows, cookies, default headers, no redirects followed), on our own
+    HTTP/1.1 connection layer (:class:`~.http11.H11Transport`, framed by h11) wherever httpx would connect directly,
+    and on httpx's own transport through a proxy from the environment. Either way one reading of a reply
+    (:meth:`_read_reply`) decides what it means.
+    """
 
     def __init__(
         self,
@@ -130,12 +165,14 @@ class HttpTransport:
         #: Header values are resolved credentials (references only ever name secrets): never in an error text.
         self._secrets = register_secrets(self._headers.values())
         self._auth = auth
-        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=10.0), auth=auth)
+        parts = httpx2.URL(url)
+        direct = not _switched_off() and parts.scheme in ("http", "https") and _httpx_goes_direct(
+            f"{parts.scheme}://{parts.netloc.decode('ascii', 'replace')}", _proxy_environment())
+        #: Our connection layer, where httpx goes direct (None: httpx's own transport, proxies included).
+        self.connections: H11Transport | None = H11Transport() if direct else None
+        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S), auth=auth,
+                                          transport=self.connections)
         self._timeout_s = timeout_s
-        self._keepalive = KeepAliveReads(url) if KeepAliveReads.usable(url) else None
-        #: Whether reads take the kept-alive path: None until the server answered one through httpx (True from
-        #: then on), False for good once a reply there was framed otherwise (a read is sent twice at most once).
-        self._plain_reads: bool | None = None
         self.closed = False
 
     @property
@@ -165,27 +202,57 @@ class HttpTransport:
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
-        if self._plain_reads and method in KEPT_ALIVE_READS and on_server_request is None \
-                and on_notification is None and self._keepalive is not None:
-            result = await self._kept_alive_read(method, params, headers, timeout_s or self._timeout_s)
-            if result is not None:
-                return result
+        if method not in KEPT_ALIVE_READS:
+            return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
+        # A read, bounded as a whole: a server trickling bytes cannot hold it past its timeout.
+        bound = timeout_s or self._timeout_s
+        try:
+            async with asyncio.timeout(bound):
+                return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
+        except TimeoutError:
+            raise TransportError(f"{method}: no reply within {bound:g}s", sent=True) from None
+
+    async def _exchange(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
+                        on_server_request: ServerRequestHandler | None, on_notification: NotificationHandler | None,
+                        timeout_s: float | None, *, fresh: bool = False) -> dict[str, Any]:
+        """One request and the reading of its reply; every failure mapped to its wire error.
+
+        A pooled connection that the server closed just as the request was written into it (:class:`StaleConnection`:
+        closed before any byte of a reply) is not a fault: the request goes once more on a new connection. Only
+        requests that may be sent twice ever take a pooled connection: ``tools/call`` always gets a new one
+        (:data:`~.http11.FRESH_CONNECTION`)."""
+        try:
+            return await self._exchange_once(method, params, headers, on_server_request, on_notification, timeout_s,
+                                             fresh=fresh)
+        except TransportError as exc:
+            if fresh or not isinstance(exc.__cause__, StaleConnection):
+                raise
+        return await self._exchange_once(method, params, headers, on_server_request, on_notification, timeout_s,
+                                         fresh=True)
+
+    async def _exchange_once(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
+                             on_server_request: ServerRequestHandler | None,
+                             on_notification: NotificationHandler | None, timeout_s: float | None, *,
+                             fresh: bool) -> dict[str, Any]:
         msg_id, body = _request_body(method, params)
         try:
             req = self._client.build_request(
                 "POST", self.url, json=body, headers=self._base_headers(headers),
-                timeout=httpx2.Timeout(timeout_s, connect=10.0) if timeout_s else httpx2.USE_CLIENT_DEFAULT,
+                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S) if timeout_s else httpx2.USE_CLIENT_DEFAULT,
+                extensions={FRESH_CONNECTION: True} if fresh or method == "tools/call" else None,
             )
+        except (UnicodeEncodeError, ValueError) as exc:  # a header value httpx cannot encode: nothing was sent
+            raise RequestRefused(f"{method}: the request cannot be sent: {exc}") from exc
+        try:
             response = await self._client.send(req, stream=True)
+        except RequestNotSent as exc:
+            raise RequestRefused(f"{method}: {exc}") from exc
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
             raise TransportError(f"{method}: cannot connect to {self.url}: {exc}", sent=False) from exc
         except httpx2.HTTPError as exc:
             raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
         try:
-            result = await self._read_reply(response, method, msg_id, on_server_request, on_notification)
-            if method in KEPT_ALIVE_READS and response.status_code == 200 and self._plain_reads is None:
-                self._plain_reads = True
-            return result
+            return await self._read_reply(response, method, msg_id, on_server_request, on_notification)
         except httpx2.SSEError as exc:
             if "exceeded" in str(exc):
                 raise PayloadUnusable(f"{method}: a reply event exceeds {MAX_REPLY_BYTES} bytes", raw=str(exc)) from exc
@@ -194,49 +261,6 @@ class HttpTransport:
             raise TransportError(f"{method}: reply interrupted: {type(exc).__name__}: {exc}", sent=True) from exc
         finally:
             await response.aclose()
-
-    async def _kept_alive_read(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
-                               timeout_s: float) -> dict[str, Any] | None:
-        """A read on a kept-alive connection; None when it must go through httpx (every connection busy, a 401 to
-        refresh the token on, a reply not framed plainly). Errors mean what they mean on the httpx path."""
-        assert self._keepalive is not None
-        msg_id, body = _request_body(method, params)
-        sent_headers = self._base_headers(headers)
-        if self._auth is not None:
-            sent_headers["authorization"] = f"Bearer {await self._auth.source.token()}"
-        def on_event(data: str) -> dict[str, Any] | None:
-            """The same reading of an SSE event as on the httpx path; a server request needs its handler there."""
-            message = _sse_message(data, method)
-            if message is None:
-                return None
-            if "method" in message:
-                if "id" in message:
-                    raise NotPlain("a request from the server in the reply stream")
-                return None
-            return message if message.get("id") == msg_id else None
-
-        try:
-            reply = await self._keepalive.post(json.dumps(body).encode(), sent_headers, timeout_s=timeout_s,
-                                               connect_s=10.0, what=method, on_event=on_event)
-        except NotPlain:
-            self._plain_reads = False  # this server's reads go through httpx from now on, for good
-            return None
-        if reply is None:
-            return None
-        ctype = reply.header("content-type").lower()
-        if reply.status >= 400:
-            if reply.status == 401 and self._auth is not None:
-                return None  # httpx's auth flow fetches a new token and sends it again
-            raise self._http_error(method, reply.status, ctype, reply.headers.get,
-                                   reply.body.decode("utf-8", "replace"))
-        if reply.status == 202:
-            raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
-        if reply.message is not None:
-            return _result_of(reply.message, method=method)
-        if ctype.startswith("application/json"):
-            return _json_result(reply.body, method, msg_id)
-        raw_text = reply.body[:2048].decode("utf-8", "replace")
-        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
 
     async def _read_reply(
         self,
@@ -266,10 +290,9 @@ class HttpTransport:
                     raw: str) -> McpWireError:
         """What an HTTP status ≥ 400 means, whichever path read it (``raw``: the body, at most 64 KiB)."""
         if status == 429:
-            return RateLimited(
-                f"{method}: HTTP 429 from {self.url}",
-                retry_after_s=parse_retry_after(header("retry-after")), raw=raw,
-            )
+            after = read_retry_after(header("retry-after"))
+            return RateLimited(f"{method}: HTTP 429 from {self.url}", retry_after_s=after.seconds,
+                               retry_after_note=after.note, raw=raw)
         if status in (401, 403):
             return AuthorizationRequired(f"{method}: HTTP {status} from {self.url}", status=status, raw=raw)
         rpc_error = None
@@ -351,9 +374,7 @@ class HttpTransport:
                 await self._client.delete(self.url, headers=self._base_headers(None))
             except httpx2.HTTPError:
                 pass
-        if self._keepalive is not None:
-            self._keepalive.aclose()
-        await self._client.aclose()
+        await self._client.aclose()  # closes our connection layer too, when it is the client's transport
 
 
 def _sse_message(data: str | None, method: str) -> dict[str, Any] | None:
