@@ -141,7 +141,7 @@ def legacy_input_key(method: str, params: dict[str, Any]) -> str:
 #: (``limit.mutableStateActivityFailureSize.error``); a larger one is replaced by "Failure exceeds size limit." and
 #: the reason is lost from the UI and ``describe``. A retryable failure's message is cut to this, ...
 RETRYABLE_MESSAGE_CAP = 1024
-#: ... its details' ``data`` and ``raw`` to this (their ``message`` is the failure's own), and it carries no cause
+#: ... each text or value of its details to this (their ``message`` is the failure's own), and it carries no cause
 #: chain (the wire error it stands for is in the details): message, details and the stack trace of its raise stay
 #: under that limit with room to spare (``tests/test_failure_bounds.py`` measures one on a real server).
 RETRYABLE_DETAIL_CAP = 256
@@ -176,7 +176,8 @@ def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bo
     if retryable:
         message = cap_text(message, RETRYABLE_MESSAGE_CAP)
         info.pop("message", None)
-        info.update({k: safe_raw(info[k], RETRYABLE_DETAIL_CAP) for k in ("data", "raw") if info.get(k) is not None})
+        info = {k: cap_text(v, RETRYABLE_DETAIL_CAP) if isinstance(v, str)
+                else safe_raw(v, RETRYABLE_DETAIL_CAP) if isinstance(v, (dict, list)) else v for k, v in info.items()}
     err = ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
     if retryable:
         err.__suppress_context__ = True

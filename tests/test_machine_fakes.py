@@ -43,11 +43,15 @@ from mcp_temporal_tasks.activities.models import (
 )
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.activities.wire.errors import (
+    MAX_RETRY_AFTER_S,
     JsonRpcError,
     McpWireError,
+    RateLimited,
+    RequestRefused,
     TaskNotFound,
     TransportError,
     error_from_rpc,
+    read_retry_after,
 )
 from mcp_temporal_tasks.activities.wire.models import (
     EXTENSION,
@@ -716,3 +720,40 @@ async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(
     assert out.outcome == Outcome.CANCELLED and "before tools/call was sent" in (out.reason or "")
     assert not out.operation_attempts and fakes.calls["start_call"] == 0
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+
+# --- what a server says about waiting is bounded: never a crash, never a call counted lost ---------------------
+
+
+@pytest.mark.parametrize("header", ["7", "-3", "inf", "nan", "1e15", "soon", "99999999999999999999",
+                                    "Fri, 31 Dec 9999 23:59:59 GMT"])
+async def test_a_429_on_tools_call_is_never_an_unknown_outcome(env: WorkflowEnvironment, header: str) -> None:
+    """A 429 is a refusal: the call did not run, whatever its Retry-After says. Usable ones are waited out before a
+    resend; unusable ones are ignored (backoff instead); a day-long one ends the task rejected at once."""
+    after = read_retry_after(header)
+    limited = wire(RateLimited("tools/call: HTTP 429", retry_after_s=after.seconds, retry_after_note=after.note))
+    fakes = Fakes(start_call=[limited])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.REJECTED and out.classification == "retryable", out
+    assert all(a.ended != Outcome.UNKNOWN_OUTCOME.value for a in out.operation_attempts), out.operation_attempts
+    clamped = after.seconds == MAX_RETRY_AFTER_S
+    assert fakes.calls["start_call"] == (1 if clamped else 4)  # resent three times unless the wait is past bounds
+    if clamped:
+        assert out.retry_after_s == MAX_RETRY_AFTER_S
+
+
+async def test_a_retry_after_no_timer_can_hold_is_bounded_in_the_workflow(env: WorkflowEnvironment) -> None:
+    """A tool's own text asking for an absurd wait (400 digits: float inf) must not fail the workflow task forever:
+    the replay waits at most a day (skipped here) and goes on."""
+    absurd = text("HTTP 429 Too Many Requests; retry-after=" + "9" * 400, is_error=True)
+    fakes = Fakes(start_call=[sync(absurd), sync(text("ok"))])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_retryable"]
+
+
+async def test_a_request_refused_before_it_was_written_is_rejected_not_resent(env: WorkflowEnvironment) -> None:
+    refused = wire(RequestRefused("tools/call: the request cannot be sent: Illegal header value b'a\\nb'"))
+    fakes = Fakes(start_call=[refused])
+    out = await run(env, fakes, **REPLAY)
+    assert out.outcome == Outcome.REJECTED and fakes.calls["start_call"] == 1 and not replays(out)
+    assert out.error is not None and "Illegal header value" in out.error.message

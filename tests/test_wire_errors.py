@@ -12,7 +12,9 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
+from datetime import timedelta
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,7 +47,14 @@ from mcp_temporal_tasks.activities.wire import (
     parse_task,
 )
 from mcp_temporal_tasks.activities.wire.client import payload_from_error
-from mcp_temporal_tasks.activities.wire.errors import RAW_CAP, HttpRefusal, error_from_rpc, parse_retry_after
+from mcp_temporal_tasks.activities.wire.errors import (
+    MAX_RETRY_AFTER_S,
+    RAW_CAP,
+    HttpRefusal,
+    error_from_rpc,
+    parse_retry_after,
+    read_retry_after,
+)
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED
 from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
@@ -106,6 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(429, "slow down", "text/plain", {"Retry-After": "7"})
         if route == "429-date":
             return self._reply(429, "slow down", "text/plain", {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
+        if route == "429-custom":  # /429-custom/<Retry-After, URL-quoted>
+            return self._reply(429, "slow down", "text/plain", {"Retry-After": urllib.parse.unquote(parts[1])})
         if route == "429-bare":
             return self._reply(429, "slow down", "text/plain")
         if route in ("401", "403"):
@@ -530,12 +541,40 @@ def test_payload_from_error_strips_the_method_prefix() -> None:
     assert (payload.error.code, payload.error.message) == (-32602, "invalid account id: acct-0")
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, None), ("", None), ("7", 7.0), (" 2.5 ", 2.5), ("-3", 0.0), ("soon", None),
-    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date in the past: retry now
+@pytest.mark.parametrize(("value", "expected", "note"), [
+    (None, None, None), ("", None, None), ("7", 7.0, None), (" 2.5 ", 2.5, None), ("+5", 5.0, None),
+    ("-3", 0.0, "negative"), ("soon", None, "ignored"), ("inf", None, "ignored"), ("-inf", None, "ignored"),
+    ("nan", None, "ignored"), ("1e15", None, "ignored"), ("0x10", None, "ignored"), ("5\x00", None, "ignored"),
+    ("86400", 86400.0, None), ("86401", 86400.0, "clamped"), ("99999999999999999999999999", 86400.0, "clamped"),
+    ("9" * 500, None, "ignored"),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, None),  # a date in the past: retry now
+    ("Fri, 31 Dec 9999 23:59:59 GMT", 86400.0, "clamped"), ("Mon, 99 Foo 2020 99:99:99 GMT", None, "ignored"),
 ])
-def test_parse_retry_after(value: str | None, expected: float | None) -> None:
-    assert parse_retry_after(value) == expected
+def test_retry_after_is_digits_or_a_date_and_bounded(value: str | None, expected: float | None,
+                                                     note: str | None) -> None:
+    """Every shape: a number ``timedelta`` can hold (at most a day) or None, and a note that names what was clamped
+    or ignored; never an exception (an ``OverflowError`` here once made a 429 on tools/call look unknown)."""
+    read = read_retry_after(value)
+    assert read.seconds == expected and parse_retry_after(value) == expected
+    assert (read.note is None) if note is None else (note in (read.note or "")), read
+    if read.seconds is not None:
+        timedelta(seconds=read.seconds)
+
+
+@pytest.mark.parametrize("header", ["inf", "1e15", "99999999999", "Fri, 31 Dec 9999 23:59:59 GMT", "-1"])
+async def test_a_429_with_any_retry_after_maps_to_a_bounded_refusal(fake: _FakeServer, header: str) -> None:
+    """Through the transport and the activities' one mapping: a RateLimited that never reached the tool, its
+    ``next_retry_delay`` at most a day, what the server sent named in the message when it was not used as is."""
+    from mcp_temporal_tasks.activities.mcp_activities import to_application_error
+
+    with pytest.raises(RateLimited) as info:
+        await _request(f"{fake.base}/429-custom/{urllib.parse.quote(header, safe='')}", "tools/call", {"name": "x"})
+    exc = info.value
+    assert not exc.may_have_reached_server and exc.retry_after_note is not None
+    assert exc.retry_after_s is None or 0 <= exc.retry_after_s <= MAX_RETRY_AFTER_S
+    err = to_application_error(exc, sent=None)
+    assert err.type == "RateLimited" and (err.next_retry_delay is None or err.next_retry_delay <= timedelta(days=1))
+    assert err.details[0]["may_have_reached_server"] is False and header[:8] in str(err), str(err)
 
 
 def test_parse_retry_after_future_http_date() -> None:

@@ -220,7 +220,7 @@ SubmitFailure = Literal["resend", "rejected", "unknown_outcome", "unreachable"]
 def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3) -> SubmitFailure:
     """What a failed ``tools/call`` attempt means. Only a request that surely never arrived is resent."""
     if kind in {"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
-                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal"}:
+                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal", "RequestRefused"}:
         return "rejected"
     if not may_have_reached_server:
         return "resend" if resends < max_resends else "unreachable"

@@ -144,6 +144,7 @@ class RateLimited(TransportError):
     def __init__(self, message: str, *, retry_after_s: float | None, retry_after_note: str | None = None,
                  **kw: Any) -> None:
         if retry_after_note:
+            retry_after_note = cap_text(retry_after_note, 256)
             message = f"{message} ({retry_after_note})"
         super().__init__(message, sent=True, status=429, **kw)
         self.retry_after_s = retry_after_s

@@ -180,6 +180,8 @@ class _Conn(asyncio.Protocol):
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
                 raise httpx2.RemoteProtocolError(str(exc)) from exc
+            if event is h11.PAUSED:  # both sides done: nothing more belongs to this exchange
+                raise httpx2.RemoteProtocolError("the reply is over; no more events in this exchange")
             if event is not h11.NEED_DATA:
                 return event
             await self._feed(timeout)
@@ -225,8 +227,8 @@ class _Conn(asyncio.Protocol):
                     if not self._queue:
                         return
                     self._pop()
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    return
+                elif event is h11.PAUSED or isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    return  # PAUSED: the reply was already complete (anything after it is trailing data)
         except h11.RemoteProtocolError:
             return  # not clean: the connection is dropped
 
