@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import json
 import logging
@@ -34,6 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+from mcp_temporal_tasks.activities.wire.stdio import SHUTDOWN_BOUND_S
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
 from mcp_temporal_tasks.worker.registry import make_activities
@@ -48,6 +48,8 @@ GRACEFUL_SHUTDOWN_S = 5.0
 #: After that, how long cancelled activities and MCP sessions get to wind down before the worker leaves anyway:
 #: a stop never waits on a task that ignores cancellation (a SIGTERM'd worker once hung > 70 s in asyncio).
 SHUTDOWN_GRACE_S = 2.0
+#: How long the MCP sessions get to close: a stdio child's whole shutdown (stdin closed, SIGTERM, SIGKILL).
+STDIO_SHUTDOWN_S = SHUTDOWN_BOUND_S + 0.5
 
 _runtime: Runtime | None = None
 
@@ -243,7 +245,8 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
                       on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None,
                       handle_signals: bool = True) -> None:
     """Run until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT), then shut down gracefully and
-    close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + 2 * SHUTDOWN_GRACE_S`` whatever the activities do."""
+    close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S + STDIO_SHUTDOWN_S`` (+ 1 s) whatever the
+    activities and the stdio children do."""
     activities = activities or make_activities(cfg)
     workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker)
     stop = stop or asyncio.Event()
@@ -269,12 +272,23 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
     finally:
         # Bounded: the SDK waits GRACEFUL_SHUTDOWN_S for running activities, then cancels them and waits for
         # them again, without limit; an activity (or an MCP session) that ignores cancellation must not hold
-        # the process.
-        with contextlib.suppress(TimeoutError, Exception):
-            await asyncio.wait_for(asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
-                                   GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
+        # the process. Not asyncio.wait_for: on its timeout it waits for the cancelled work to end, unbounded.
+        await _within(asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
+                      GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
         shutdown_executors(workers)
-        with contextlib.suppress(TimeoutError, Exception):
-            await asyncio.wait_for(activities.pool.aclose(), SHUTDOWN_GRACE_S)
+        # Stdio children end by the spec's shutdown, side by side (SessionPool.aclose), within STDIO_SHUTDOWN_S;
+        # a close cancelled at the bound kills its child before it returns.
+        await _within(activities.pool.aclose(), STDIO_SHUTDOWN_S)
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _within(awaitable: Any, seconds: float) -> None:
+    """Await ``awaitable`` for at most ``seconds``; then cancel it and give it a moment (never more) to end."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+    if done and not task.cancelled():
+        task.exception()  # retrieved: a failure to stop is not this shutdown's error

@@ -178,9 +178,10 @@ class SessionPool:
             await client.aclose()
 
     async def aclose(self) -> None:
+        """Close every session at once: stdio children end side by side, so the whole close takes one child's
+        shutdown bound (:data:`.stdio.SHUTDOWN_BOUND_S`), not one per child. Cancelled, each close kills its child."""
         async with self._lock:
             clients = {id(e.client): e.client for e in (*self._by_key.values(), *self._by_session.values())}
             self._by_key.clear()
             self._by_session.clear()
-        for client in clients.values():
-            await client.aclose()
+        await asyncio.gather(*(client.aclose() for client in clients.values()), return_exceptions=True)

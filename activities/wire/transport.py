@@ -3,7 +3,8 @@
 Why HTTP is not the SDK's transport: ``mcp.client.streamable_http`` folds every HTTP status ≥ 400
 into a generic ``-32603`` (the ``Retry-After`` of a 429 and the 401/403 distinction are lost), and it
 has no way to adopt a persisted ``Mcp-Session-Id`` without a fresh ``initialize``, which on stateful
-servers orphans every task of the old session. Stdio uses the SDK's ``stdio_client`` as is.
+servers orphans every task of the old session. Stdio keeps the SDK's message framing on a child process of
+our own (:mod:`.stdio` says why: the SDK's ``stdio_client`` could not be made to end its child in bounded time).
 
 Both transports expose the same three calls: ``request`` (returns the JSON-RPC ``result`` object),
 ``notify`` and ``aclose``. Server→client requests that arrive while a request is open (elicitation on
@@ -14,12 +15,12 @@ with ``-32601`` so the server is never left waiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import json
 import logging
 import os
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -47,6 +48,7 @@ from mcp_temporal_tasks.activities.wire.http11 import FRESH_CONNECTION, H11Trans
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES, loads_bounded
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.redact import scrub_error
+from mcp_temporal_tasks.activities.wire.stdio import WRITE_TIMEOUT_S, ChildStartError, StdioChild
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -429,10 +431,12 @@ async def _server_reply(message: dict[str, Any], handler: ServerRequestHandler |
 
 
 class StdioTransport:
-    """A child process speaking newline-delimited JSON-RPC, through the SDK's ``stdio_client``.
+    """A child process speaking newline-delimited JSON-RPC (:class:`.stdio.StdioChild`: the SDK's framing, our
+    process lifecycle).
 
     The child lives as long as this object; tasks on it die with it. When the child exits every open
-    request fails with :class:`TaskUnreachable`, never hangs.
+    request fails with :class:`TaskUnreachable`, never hangs. :meth:`aclose` ends the child by the spec's
+    shutdown within :data:`.stdio.SHUTDOWN_BOUND_S`, whatever it does.
     """
 
     def __init__(self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
@@ -445,8 +449,7 @@ class StdioTransport:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: dict[str, ServerRequestHandler | None] = {}
         self._notified: dict[str, NotificationHandler] = {}
-        self._write: Any = None
-        self._ready = asyncio.Event()
+        self._child: StdioChild | None = None
         self._runner: asyncio.Task[None] | None = None
         self._death: str | None = None
         self.closed = False
@@ -461,36 +464,29 @@ class StdioTransport:
 
     @_scrubbed
     async def start(self) -> None:
-        self._runner = asyncio.create_task(self._run(), name=f"mcp-stdio:{self.command[0]}")
-        await self._ready.wait()
-        if self._death is not None:
-            raise TransportError(f"cannot start stdio server {self.command[0]!r}: {self._death}", sent=False)
-
-    async def _run(self) -> None:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-        from mcp.shared.message import SessionMessage
-
-        self._session_message = SessionMessage
-        params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
         try:
-            async with stdio_client(params, errlog=sys.stderr) as (read, write):
-                self._write = write
-                self._ready.set()
-                async for item in read:
-                    if isinstance(item, Exception):
-                        log.warning("stdio server %s sent an unreadable line: %s", self.command[0], item)
-                        continue
-                    self._dispatch(item.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+            self._child = await StdioChild.start(self.command, cwd=self.cwd, env=self.env)
+        except (ChildStartError, ValueError) as exc:
+            self._death = str(exc)
+            raise TransportError(f"cannot start stdio server {self.command[0]!r}: {exc}", sent=False) from None
+        self._runner = asyncio.create_task(self._read(self._child), name=f"mcp-stdio:{self.command[0]}")
+
+    async def _read(self, child: StdioChild) -> None:
+        try:
+            async for item in child.messages():
+                if isinstance(item, Exception):
+                    log.warning("stdio server %s sent an unreadable line: %s", self.command[0], item)
+                    continue
+                self._dispatch(item.model_dump(by_alias=True, mode="json", exclude_unset=True))
             self._death = "server process closed its output"
         except asyncio.CancelledError:
             self._death = "transport closed"
             raise
-        except Exception as exc:  # the child could not start or crashed the reader
+        except Exception as exc:  # the reader broke (the pipe, a bug of ours): the session is over either way
             self._death = f"{type(exc).__name__}: {exc}"
         finally:
             if self._death is None:
                 self._death = "server process exited"
-            self._ready.set()
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(TaskUnreachable(f"stdio server {self.command[0]!r} is gone: {self._death}"))
@@ -510,15 +506,22 @@ class StdioTransport:
                 fut.set_result(message)
 
     async def _answer(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
-        await self._send(await _server_reply(message, handler))
+        with contextlib.suppress(McpWireError):  # the child went away before our answer: nothing waits for it
+            await self._send(await _server_reply(message, handler))
 
     async def _send(self, body: dict[str, Any]) -> None:
         from mcp_types import jsonrpc_message_adapter
 
-        if not self.alive or self._write is None:
+        if not self.alive or self._child is None:
             raise ProcessGone(f"stdio server {self.command[0]!r} is gone: {self._death or 'closed'}")
         message = jsonrpc_message_adapter.validate_python(body, by_name=False)
-        await self._write.send(self._session_message(message))
+        try:
+            await self._child.send(message)
+        except TimeoutError as exc:
+            raise TransportError(f"stdio server {self.command[0]!r} has not read its input for "
+                                 f"{WRITE_TIMEOUT_S:g} s", sent=True) from exc
+        except OSError as exc:  # the pipe is gone: nothing of this message reached it
+            raise ProcessGone(f"stdio server {self.command[0]!r} is gone: {exc}") from exc
 
     @_scrubbed
     async def request(
@@ -540,7 +543,7 @@ class StdioTransport:
         try:
             try:
                 await self._send(body)
-            except TaskUnreachable:
+            except McpWireError:
                 raise
             except Exception as exc:
                 raise TransportError(f"{method}: write to stdio server failed: {exc}", sent=False) from exc
@@ -566,13 +569,18 @@ class StdioTransport:
         await self._send(body)
 
     async def aclose(self, *, terminate: bool = False) -> None:
+        """End the child (:meth:`.stdio.StdioChild.aclose`: stdin closed, SIGTERM, SIGKILL; within
+        :data:`.stdio.SHUTDOWN_BOUND_S`). Cancelled meanwhile, it kills the child before it returns."""
         self.closed = True
-        if self._runner is not None and not self._runner.done():
-            self._runner.cancel()
-            try:
-                await self._runner
-            except (asyncio.CancelledError, Exception):
-                pass
+        try:
+            if self._child is not None:
+                await self._child.aclose()
+        finally:
+            if self._runner is not None and not self._runner.done():
+                # The child is gone; what it still wrote is not waited for (a descendant may hold its stdout).
+                self._runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait({self._runner}, timeout=1.0)
 
 
 Transport = HttpTransport | StdioTransport

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from mcp_temporal_tasks.activities.wire import stdio
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.cli.operations import (
     cmd_answer,
@@ -86,5 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         code = EXIT_ENDED
     sys.stdout.flush()
     sys.stderr.flush()
+    # A stdio child whose close was cut short (its bound, a cancelled shutdown) is not left behind.
+    stdio.kill_all()
     # The Temporal runtime's threads can abort a normal interpreter shutdown; our work is flushed.
     os._exit(code)

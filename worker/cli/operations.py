@@ -11,6 +11,8 @@ import os
 import shlex
 import signal
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +30,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.activities.wire import McpTaskClient, TaskUnreachable, TransportError
+from mcp_temporal_tasks.activities.wire import McpTaskClient, TaskUnreachable, TransportError, stdio
 from mcp_temporal_tasks.activities.wire.models import Endpoint
 from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, why
 from mcp_temporal_tasks.worker.cli.following import (
@@ -74,6 +76,12 @@ from mcp_temporal_tasks.workflows.models import (
 
 #: After the first Ctrl-C (or SIGTERM) of a foreground `run`: how long the task has to report how it ended.
 CANCEL_WAIT_S = 4.0
+#: After the first Ctrl-C (or SIGTERM), `run` has left by then whatever anything does: its stdio children are
+#: killed (their process groups) and it exits 130 (or with the outcome's code, once that is printed).
+INTERRUPT_EXIT_S = 4.5
+#: Once the outcome is printed: how long the in-process worker and its MCP sessions get to stop (run_workers is
+#: bounded by itself; this is the second fence).
+WORKER_STOP_S = 15.0
 #: `status`: how long a worker has to answer the status query.
 STATUS_QUERY_S = 5.0
 
@@ -180,19 +188,30 @@ def _resume_command(wid: str) -> str:
 
 class _Interrupts:
     """SIGINT/SIGTERM while a foreground `run` follows its task. The first asks the workflow to cancel the task
-    (``first`` is set); the second calls ``leave`` (which exits at once)."""
+    (``first`` is set) and arms the deadline: ``overdue`` is called (from a timer thread: it must exit the
+    process) ``INTERRUPT_EXIT_S`` later if `run` is still there; the second calls ``leave`` (which exits at once)."""
 
     def __init__(self) -> None:
         self.first = asyncio.Event()
         self.count = 0
         self.leave: Callable[[], None] = lambda: None
+        self.overdue: Callable[[], None] = lambda: _exit_now(EXIT_INTERRUPTED, "interrupted; nothing more was sent")
+        self.deadline: float | None = None
 
     def __call__(self) -> None:
         self.count += 1
         if self.count == 1:
             self.first.set()
+            self.deadline = time.monotonic() + INTERRUPT_EXIT_S
+            timer = threading.Timer(INTERRUPT_EXIT_S, lambda: self.overdue())
+            timer.daemon = True
+            timer.start()
         else:
             self.leave()
+
+    def left_s(self, default: float) -> float:
+        """What is left before the deadline (``default`` when not interrupted), at least a moment."""
+        return default if self.deadline is None else max(0.1, self.deadline - time.monotonic() - 0.3)
 
     def install(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         installed: list[int] = []
@@ -204,11 +223,21 @@ class _Interrupts:
 
 
 def _leave_now(args: argparse.Namespace, message: str) -> None:
-    """The second Ctrl-C: say where the task stands and how to follow it, then exit 130 at once."""
+    """The second Ctrl-C (or the interrupt deadline): say where the task stands and how to follow it, then exit 130
+    at once, leaving no stdio child behind."""
     report(CliError(message, EXIT_INTERRUPTED), getattr(args, "json", False))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(EXIT_INTERRUPTED)
+    _exit_now(EXIT_INTERRUPTED)
+
+
+def _exit_now(code: int, message: str | None = None) -> None:
+    """Leave the process now (any thread): stdio children killed, output flushed."""
+    if message:
+        report(CliError(message, code), False)
+    stdio.kill_all()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _refused_before_sending(outcome: McpTaskOutcome) -> bool:
@@ -324,6 +353,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
             cancel_sent = False
             interrupts.leave = lambda: _leave_now(
                 args, f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); {left}")
+            interrupts.overdue = lambda: _leave_now(
+                args, f"interrupted: {wid} did not end within {INTERRUPT_EXIT_S:g} s; left it "
+                      f"({'cancel requested' if cancel_sent else 'not cancelled'}); {left}")
             following = asyncio.create_task(follow(handle, ui=link))
             first = asyncio.create_task(interrupts.first.wait())
             await asyncio.wait({following, first}, return_when=asyncio.FIRST_COMPLETED)
@@ -341,19 +373,22 @@ async def cmd_run(args: argparse.Namespace) -> int:
                                    EXIT_INTERRUPTED)
             first.cancel()
             outcome = following.result()
+            # Said as soon as it is known, before the worker and its MCP sessions (stdio children) wind down.
+            emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
+            code = exit_code(outcome)
+            if interrupted:
+                err(f"mcp-tasks: interrupted: {wid} ended {outcome.outcome.value} after the cancel")
+                code = EXIT_INTERRUPTED
+            interrupts.overdue = interrupts.leave = lambda: _exit_now(code)
         finally:
             stop.set()
             if worker_task is not None:
-                # After an interrupt the outcome is known: the worker gets a moment, not its whole graceful timeout.
+                # Bounded (run_workers is, by itself): after an interrupt, by what is left of INTERRUPT_EXIT_S.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(worker_task), 1.0 if interrupted else None)
+                    await asyncio.wait_for(asyncio.shield(worker_task), interrupts.left_s(WORKER_STOP_S))
             for sig in installed:
                 loop.remove_signal_handler(sig)
-    emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
-    if interrupted:
-        err(f"mcp-tasks: interrupted: {wid} ended {outcome.outcome.value} after the cancel")
-        return EXIT_INTERRUPTED
-    return exit_code(outcome)
+    return code
 
 
 # --- status / result / cancel / approve / answer / list ------------------------------------------
