@@ -1,8 +1,8 @@
-"""Differential corpus: hostile HTTP/1.1 replies to ``tasks/get`` through both read paths of ``HttpTransport``.
+"""Differential corpus: hostile HTTP/1.1 replies to ``tasks/get`` through both connection layers of ``HttpTransport``.
 
 Each case is exact bytes from a scripted server (tests/wire_scripted_server.py, in-process, no peer). It runs twice:
-with the kept-alive path off (``MCP_TASKS_KEEPALIVE_READS=0``: every read through httpx, whose HTTP/1.1 is h11's)
-and on (after a first plain reply, reads go to the kept-alive path). Per case and path:
+on httpx's own transport (``MCP_TASKS_KEEPALIVE_READS=0``: httpcore2's pool, whose HTTP/1.1 is h11's; what a
+proxied origin gets) and on ours (activities/wire/http11.py, h11 too). Per case and path:
 
 * the classification is the one written in the case: the wire error's kind, ``may_have_reached_server`` and
   whether a read retries on it (:func:`~.errors.is_read_fault`), or the result. The expectation is what h11 and
@@ -10,7 +10,7 @@ and on (after a first plain reply, reads go to the kept-alive path). Per case an
   may have reached the server), never ``SessionGone``, never anything that could lead to a replay;
 * after any fault the connection is dropped: the next read reaches the server on a new connection;
 * the next read (the server good again) is answered correctly: a stale reply left on a connection is never read as
-  the answer to the next request;
+  the answer to the next request (on ours; httpcore2 does, where it arrived with the reply: ``httpcore2_gap``);
 * for the huge cases, memory is bounded by the cap (``MAX_REPLY_BYTES``): the peak RSS growth during the read.
 
 Property tests (hypothesis) draw chunked framings: every valid one is read as its body on both paths; every
@@ -37,9 +37,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_temporal_tasks.activities.wire.errors import McpWireError, is_read_fault
-from mcp_temporal_tasks.activities.wire.keepalive import SWITCH
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.transport import SWITCH, HttpTransport
 from tests.wire_scripted_server import (
     STALE_404,
     TASK_ID,
@@ -95,6 +94,10 @@ class Case:
     huge: bool = False
     #: Seconds between the hostile read and the next (a stale reply arriving in between).
     pause_s: float = 0.0
+    #: What the *next* read gets on httpx's own transport, which reuses a connection whose reply had bytes after it
+    #: in the same read (httpcore2 2.16.2 checks only whether the socket is readable; the bytes are already in
+    #: h11's buffer). Our layer never does: the reason it exists (tests/test_http_contract.py). None: no gap.
+    httpcore2_gap: Outcome | None = None
 
 
 def R(data: bytes | Callable[[Any], bytes], **kw: Any) -> Callable[[Any], Reply]:
@@ -218,13 +221,16 @@ CASES: list[Case] = [
                                             f"content-length: {len(body(i)) + 500}") + body(i), then="close"), FAULT),
     Case("content-length-96-MiB", huge_length(96 << 20), TOO_BIG, huge=True),
     # --- bytes after a complete reply -----------------------------------------------------------------------
-    Case("stale-404-after-good-json", R(lambda i: json_reply(body(i)) + STALE_404), OK),
-    Case("stale-404-after-good-chunked", R(lambda i: json_chunked(i) + STALE_404), OK),
+    Case("stale-404-after-good-json", R(lambda i: json_reply(body(i)) + STALE_404), OK,
+         httpcore2_gap=("SessionGone", False, False)),
+    Case("stale-404-after-good-chunked", R(lambda i: json_chunked(i) + STALE_404), OK,
+         httpcore2_gap=("SessionGone", False, False)),
     Case("stale-404-after-good-sse", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse(i)) + STALE_404), OK),
     # The stale reply arrives after the good one was read and before the next request (httpcore's is_readable check).
     Case("stale-404-a-moment-after-good-json", R(lambda i: json_reply(body(i)), later=STALE_404, later_s=0.02), OK,
          pause_s=0.2),
-    Case("garbage-after-good-json", R(lambda i: json_reply(body(i)) + b"\x00\x01garbage"), OK),
+    Case("garbage-after-good-json", R(lambda i: json_reply(body(i)) + b"\x00\x01garbage"), OK,
+         httpcore2_gap=FAULT),
     # --- status lines, 1xx/3xx --------------------------------------------------------------------------------
     Case("redirect-302", R(lambda i: head("302 Found", "location: http://127.0.0.1:9/mcp", "content-length: 0")),
          GARBLED, drops=False),
@@ -352,8 +358,8 @@ def set_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
 
 
 def kept_alive_is_on(transport: HttpTransport) -> bool:
-    """Whether the next read takes the kept-alive path (today: activities/wire/keepalive.py)."""
-    return transport._keepalive is not None and bool(transport._plain_reads)
+    """Whether reads take our connection layer (activities/wire/http11.py)."""
+    return transport.connections is not None
 
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "corpus", "version": "1"}}
@@ -361,7 +367,7 @@ INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo":
 
 async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[str, Any]], Reply],
                   *, measure: bool = False, pause_s: float = 0.0) -> tuple[Outcome, Outcome, set[int], int | None, int]:
-    """initialize, a good read (turns the kept-alive path on), the read answered by ``reply``, a good read.
+    """initialize, a good read (a connection now pooled), the read answered by ``reply``, a good read.
     Returns (outcome of the hostile read, outcome of the next, the connections the hostile read came on, the one
     the next came on, peak RSS growth during the hostile read)."""
     transport = HttpTransport(server.url, timeout_s=HUGE_TIMEOUT_S if measure else READ_TIMEOUT_S)
@@ -369,7 +375,7 @@ async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[st
         await transport.request("initialize", INITIALIZE)
         server.reads = good_read
         assert (await transport.request("tasks/get", {"taskId": TASK_ID}))["taskId"] == TASK_ID
-        assert kept_alive_is_on(transport) == (path == "kept-alive"), "the read path under test is not the one taken"
+        assert kept_alive_is_on(transport) == (path == "ours"), "the read path under test is not the one taken"
         mark = len(server.requests)
         server.reads = reply
         with PeakRss() as rss:
@@ -385,7 +391,7 @@ async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[st
     return hostile, after, conns, nxt, rss.growth if measure else 0
 
 
-@pytest.mark.parametrize("path", ["httpx", "kept-alive"])
+@pytest.mark.parametrize("path", ["httpx", "ours"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 async def test_hostile_reply(case: Case, path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     set_path(monkeypatch, path)
@@ -396,9 +402,14 @@ async def test_hostile_reply(case: Case, path: str, scripted: ScriptedMcpServer,
     problems = []
     if hostile != case.expect:
         problems.append(f"classified {hostile}, expected {case.expect}")
-    if after != OK:
+    gap = case.httpcore2_gap if path == "httpx" else None
+    if gap is not None:
+        assert after == gap, (
+            f"{case.name} [httpx]: httpcore2 no longer reads what followed a reply as the next answer ({after}): its "
+            "reuse gap is closed; drop httpcore2_gap here and say so in activities/wire/http11.py")
+    elif after != OK:
         problems.append(f"the next read got {after}, not the good reply")
-    if case.drops and nxt in conns:
+    if case.drops and gap is None and nxt in conns:
         problems.append(f"the next read reused connection {nxt} (the hostile read came on {sorted(conns)})")
     if case.huge and growth > MEMORY_BOUND:
         problems.append(f"RSS grew {growth / 2**20:.0f} MiB (bound {MEMORY_BOUND / 2**20:.0f} MiB)")
@@ -458,7 +469,7 @@ def h11_reads(raw: bytes) -> bytes | None:
         return None
 
 
-@pytest.mark.parametrize("path", ["httpx", "kept-alive"])
+@pytest.mark.parametrize("path", ["httpx", "ours"])
 async def test_every_valid_chunking_is_read_as_its_body(path: str, scripted: ScriptedMcpServer,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     set_path(monkeypatch, path)
@@ -481,7 +492,7 @@ async def test_every_valid_chunking_is_read_as_its_body(path: str, scripted: Scr
     assert not failures, failures[:5]
 
 
-@pytest.mark.parametrize("path", ["httpx", "kept-alive"])
+@pytest.mark.parametrize("path", ["httpx", "ours"])
 async def test_a_corrupted_chunking_is_classified_as_h11_frames_it(path: str, scripted: ScriptedMcpServer,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """One byte of the framing (never of the body) replaced, inserted or deleted: h11 either still frames the body
