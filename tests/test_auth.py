@@ -197,6 +197,30 @@ async def test_private_key_jwt_task_completes(client: Client, oauth: Peer, prote
     assert len(oauth.log(client="svc-jwt")) > issued_before
 
 
+async def test_discovery_is_reused_for_a_tokens_lifetime_and_run_again_after_a_refusal(
+        oauth: Peer, protected: Peer) -> None:
+    """Discovery (protected resource metadata, then the authorization server's) once; a token replaced before its
+    expiry costs only the token request; a token the server refused sends the next fetch through discovery again."""
+    spec = OAuthClient(type="client_credentials", client_id="svc-secret", client_secret_env=SECRET_VAR,
+                       issuer=oauth.url)
+    source = auth.TokenSource(protected.url or "", spec)
+    issued_before = len(oauth.log(client="svc-secret"))
+    first = await source.token()
+    assert (source.fetched, source.discoveries) == (1, 1)
+    await until(lambda: time.monotonic() >= source._refresh_at, TOKEN_TTL_S, "the token's refresh time")
+    second = await source.token()
+    assert second != first and (source.fetched, source.discoveries) == (2, 1)
+    third = await source.replace(second)
+    assert third != second and (source.fetched, source.discoveries) == (3, 2)
+    assert len(oauth.log(client="svc-secret")) - issued_before == 3
+    # Each token works at the server: the reused discovery led to the same authorization server.
+    client = await McpTaskClient.connect(Endpoint(url=protected.url, auth=spec))
+    try:
+        assert "slow_echo" in await client.list_tools()
+    finally:
+        await client.aclose(terminate=True)
+
+
 # --- 401 on tools/call with a stale token: resent once, executed once ----------------------------------------
 
 

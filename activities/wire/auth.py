@@ -142,8 +142,12 @@ class TokenSource:
         self._provider: Any = None
         self._token: str | None = None
         self._refresh_at = 0.0
-        #: How many tokens this source obtained (tests and logs; never the tokens).
+        #: Until when what discovery found (the protected resource's and the authorization server's metadata) is
+        #: used again without asking: the lifetime of the token it led to.
+        self._discovered_until = 0.0
+        #: How many tokens this source obtained, and how many discoveries it ran (tests and logs; never the tokens).
         self.fetched = 0
+        self.discoveries = 0
 
     async def token(self) -> str:
         """A token that is not about to expire, fetched when there is none."""
@@ -156,9 +160,11 @@ class TokenSource:
             return self._token
 
     async def replace(self, stale: str) -> str:
-        """A token other than ``stale``, which the server refused: fetched unless another request already did."""
+        """A token other than ``stale``, which the server refused: fetched unless another request already did. A
+        refusal may mean the server moved to another authorization server: discovery runs again."""
         async with self._lock:
             if self._token is None or self._token == stale:
+                self._discovered_until = 0.0
                 await self._fetch()
             assert self._token is not None
             return self._token
@@ -168,7 +174,12 @@ class TokenSource:
                                      f"{reason}", status=None)
 
     async def _fetch(self) -> None:
-        """Run the SDK provider's discovery and token request as if the server had just answered 401."""
+        """Run the SDK provider's discovery and token request as if the server had just answered 401.
+
+        Within the lifetime of the last token, what discovery found is used again: the flow is driven as a scope
+        step-up (a 403 ``insufficient_scope`` for the same scope), the SDK's own path that reuses the metadata it
+        holds and goes straight to the token request. A token fetched a fifth of its lifetime before expiry thus
+        costs one request to the authorization server, not three or four."""
         from mcp.client.auth import OAuthFlowError, OAuthTokenError
 
         self._token = None
@@ -179,13 +190,18 @@ class TokenSource:
         probe = httpx2.Request("POST", self.url)
         # The scope a 401 would name is what the provider requests; without one it takes the server's advertised
         # scopes (protected resource metadata), as the spec's scope selection says.
-        challenge = {"www-authenticate": f'Bearer scope="{self.spec.scope}"'} if self.spec.scope else {}
+        scope = f' scope="{self.spec.scope}"' if self.spec.scope else ""
+        known = provider.context.oauth_metadata is not None and time.monotonic() < self._discovered_until
+        status, challenge = (403, {"www-authenticate": f'Bearer error="insufficient_scope"{scope}'}) if known else (
+            401, {"www-authenticate": f"Bearer{scope}"} if scope else {})
         flow = provider.async_auth_flow(probe)
         where = self.server
         try:
             async with httpx2.AsyncClient(timeout=AUTH_SERVER_TIMEOUT_S) as http:
                 outgoing = await flow.__anext__()
-                response = httpx2.Response(401, headers=challenge, request=outgoing)
+                response = httpx2.Response(status, headers=challenge, request=outgoing)
+                if not known:
+                    self.discoveries += 1
                 while True:
                     outgoing = await flow.asend(response)
                     if outgoing is probe:
@@ -213,6 +229,7 @@ class TokenSource:
         lifetime = float(tokens.expires_in) if tokens.expires_in else 3600.0
         self._token = tokens.access_token
         self._refresh_at = time.monotonic() + lifetime - refresh_margin_s(lifetime)
+        self._discovered_until = time.monotonic() + lifetime
         self.fetched += 1
 
 
