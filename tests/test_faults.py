@@ -39,7 +39,7 @@ from tests.faults import (
     Truncated,
 )
 from tests.peers.harness import Peer
-from tests.temporal_harness import tool_calls, unique, wait_for_view
+from tests.temporal_harness import settled_calls, unique, wait_for_view
 
 # --- the expectations ------------------------------------------------------------------------------
 
@@ -197,10 +197,9 @@ async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str,
         rule = proxy.add(method, FAULTS[fault][0]())
         mark = peer.log_mark()
         t0 = time.monotonic()
-        got, out, tool, _ = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
+        got, out, tool, handle = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)  # a late tools/call would show up by now
-        calls = len(tool_calls(peer, mark, tool))
+        calls = await settled_calls(peer, mark, tool, client=client, workflows=[handle.id])
         fired = rule.fired
     floor = min_elapsed_s(method, fault)
     checks = {
@@ -298,8 +297,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
             got = "no_outcome"
             await handle.terminate("hostile payload: no outcome in time")
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)
-        calls = len(tool_calls(peer, mark, "slow_echo"))
+        calls = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
     history = await handle.fetch_history()
     biggest = max(e.ByteSize() for e in history.events)
     checks: dict[str, bool] = {"outcome": got == want, "one_call": calls == 1, "bounded": elapsed < bound,
@@ -438,9 +436,9 @@ async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read:
             got = f"no_outcome ({type(exc).__name__})"
             await handle.terminate("fault matrix: no outcome in time")
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)  # a late tools/call would show up by now
+        calls = await settled_calls(peer, mark, tool, client=client, workflows=[handle.id])
         fired = terminal.fired if terminal is not None else rule.fired
-        return {"outcome": got, "out": out, "calls": len(tool_calls(peer, mark, tool)), "seconds": elapsed,
+        return {"outcome": got, "out": out, "calls": calls, "seconds": elapsed,
                 "fired": fired, "seen": proxy.seen(method)}
 
 
