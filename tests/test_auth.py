@@ -46,6 +46,9 @@ RS_SECRET = f"rs-{uuid.uuid4().hex}"
 #: An authorization server that is down ends the task within this (connect refused: at once; the bound is one
 #: token request's timeout plus a workflow's start and end).
 DOWN_BOUND_S = auth.AUTH_SERVER_TIMEOUT_S + 10
+#: The last test greps what all the others fetched and wrote (module fixtures ``issued``, ``logs``, ``texts``) for
+#: secrets: the module runs in one xdist worker, in order (tests/conftest.py, rule 4).
+pytestmark = pytest.mark.xdist_group("test_auth")
 
 
 def _rsa_key() -> tuple[str, dict[str, Any]]:

@@ -205,6 +205,7 @@ async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
         await asyncio.wait_for(proc.wait(), 30)
 
 
+@pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
 async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: Path) -> None:
     from mcp_temporal_tasks.worker.devserver import port_open
 

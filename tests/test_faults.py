@@ -13,6 +13,7 @@ as markdown.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -138,15 +139,21 @@ def cells() -> Iterator[Any]:
 
 
 def record(cell: dict[str, Any]) -> None:
-    """Merge one cell's measurements into tests/faults/last_matrix.json (the latest run of each cell wins)."""
-    try:
-        data = json.loads(MATRIX_FILE.read_text())
-    except (FileNotFoundError, ValueError):
-        data = {"cells": {}}
-    key = f"{cell['era']}|{cell['method']}|{cell['fault']}|{'replay' if cell['replay'] else 'never'}"
-    data["cells"][key] = cell
-    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    MATRIX_FILE.write_text(json.dumps(data, indent=1, sort_keys=True))
+    """Merge one cell's measurements into tests/faults/last_matrix.json (the latest run of each cell wins), under
+    an exclusive lock of the file: xdist workers record their cells at the same time."""
+    with open(MATRIX_FILE, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        try:
+            data = json.loads(fh.read())
+        except ValueError:  # empty (just created) or cut short by a run that was killed while writing
+            data = {"cells": {}}
+        key = f"{cell['era']}|{cell['method']}|{cell['fault']}|{'replay' if cell['replay'] else 'never'}"
+        data["cells"][key] = cell
+        data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(data, indent=1, sort_keys=True))
 
 
 # --- one cell ------------------------------------------------------------------------------------
