@@ -22,5 +22,19 @@ tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requi
 .venv/bin/ruff check api activities workflows worker tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 
-# -p tests.strict_skips: a skipped test fails the run (a missing dependency must never pass silently).
-exec .venv/bin/python -m pytest -p tests.strict_skips -q -rfEs "$@"
+# The suite in WORKERS worker processes (pytest-xdist), each with its own Temporal dev server and peers; tests of one
+# xdist_group run on one worker, one after another (--dist loadgroup, from pyproject.toml). Most tests wait on servers
+# and timers rather than compute, so more workers than the 2 cores pay off (README, "Tests": how WORKERS was chosen).
+# Then the tests marked `alone` (they bound their own wall time or CPU: the benchmark smoke test), by themselves.
+# tests/strict_skips.py (loaded by tests/conftest.py): a skipped test, in any worker, fails the run.
+WORKERS="${MCP_TASKS_TEST_WORKERS:-4}"
+status=0
+.venv/bin/python -m pytest -n "$WORKERS" -m "not alone" -q -rfEs --durations=20 "$@" || status=$?
+alone=0
+.venv/bin/python -m pytest -m alone -q -rfEs "$@" || alone=$?
+# Exit 5 is "no test selected": fine for one phase (arguments naming some tests), a failure for both.
+if [ "$status" -eq 5 ] && [ "$alone" -eq 5 ]; then exit 5; fi
+[ "$status" -eq 5 ] && status=0
+[ "$alone" -eq 5 ] && alone=0
+[ "$status" -ne 0 ] && exit "$status"
+exit "$alone"

@@ -15,7 +15,14 @@ from temporalio.client import Client
 from mcp_temporal_tasks._agent_tools import argument_digest
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.peers.harness import Peer
-from tests.temporal_harness import ProcessUnderTest, child_view, cli, settled_calls, tool_calls
+from tests.temporal_harness import (
+    ProcessUnderTest,
+    child_view,
+    cli,
+    closed_with_nothing_running,
+    settled_calls,
+    tool_calls,
+)
 
 HEARTBEAT_S = 2.0
 
@@ -112,7 +119,8 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
                 ended[name] = ("failed", err)
     elapsed = time.monotonic() - t0
     print(f"{module}: every run ended {elapsed:.1f}s after the replacement worker started", flush=True)
-    await asyncio.sleep(0.5)
+    for wid in wids.values():  # both workers are gone: nothing of these runs can send a request any more
+        await closed_with_nothing_running(client, wid, workers_stopped=True)
     counts = {"ts/slow_echo": len(tool_calls(ts, marks["ts"], "slow_echo")),
               "fm/slow_echo": len(tool_calls(fm, marks["fm"], "slow_echo")),
               "ts/slow_sync": len(tool_calls(ts, marks["ts"], "slow_sync"))}
@@ -144,7 +152,7 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
     rc, out, err = await cli("approve", cid, "--address", address)
     assert rc == 0, (out, err)
     output = await asyncio.wait_for(handle.result(), 60)
-    await asyncio.sleep(0.5)
+    await closed_with_nothing_running(client, wid)  # the run and its child: no late tools/call can come
     child = await client.get_workflow_handle_for(McpTaskWorkflow.run, cid).query(McpTaskWorkflow.status)
     return {"parked": parked, "output": output, "text": text, "calls": len(tool_calls(fm, mark, "slow_echo")),
             "attempts": [a.reason for a in child.operation_attempts], "proxy_calls": proxy.forwarded("tools/call")}
@@ -173,5 +181,5 @@ async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> di
     fetched = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                and e.activity_task_scheduled_event_attributes.activity_type.name == FETCH_OUTCOME]
     return {"same": first == second, "refused": refused, "expected_child": child_id(wid, "fm", "slow_echo", args),
-            "fetched": len(fetched), "calls": await settled_calls(fm, mark, "slow_echo"), "output": second,
-            "text": args["text"]}
+            "fetched": len(fetched), "calls": await settled_calls(fm, mark, "slow_echo", client=client, workflows=[wid]),
+            "output": second, "text": args["text"]}

@@ -27,6 +27,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from mcp_temporal_tasks.activities.mcp_activities import LIST_TOOLS, START_CALL
 from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.devserver import temporal_binary
@@ -252,9 +253,61 @@ def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "
             if line.get("method") == method and (tool is None or line.get("tool") == tool)]
 
 
-async def settled_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "tools/call") -> int:
-    """The server's count once a late request would have shown up (half a second later)."""
-    await asyncio.sleep(0.5)
+#: History events that end an activity (by its scheduled event's id).
+_ACTIVITY_ENDS = ("activity_task_completed_event_attributes", "activity_task_failed_event_attributes",
+                  "activity_task_timed_out_event_attributes", "activity_task_canceled_event_attributes")
+#: The activities that send the requests these counts are about: ``tools/call`` that starts the work (and its
+#: ``tools/list``), and ``tools/list`` itself. The others only read, answer or cancel an existing task.
+_CALLERS = (START_CALL, LIST_TOOLS)
+
+
+async def closed_with_nothing_running(client: Client, workflow_id: str, *, timeout_s: float = 30,
+                                      workers_stopped: bool = False) -> None:
+    """Wait (bounded) until ``workflow_id`` and, recursively, every child it started are closed, none with a
+    ``start_call``/``list_tools`` activity left open in its history. Then none of them can send a ``tools/call`` or
+    ``tools/list`` any more: such an activity ends (in history) only once its request was answered or given up, or
+    its worker died, and the peers (and the fault proxy) log a request when it arrives, before answering it.
+
+    A workflow that closes does not wait for an activity it cancelled (TRY_CANCEL), nor a terminated one for any:
+    such an attempt may still be running on a worker. Pass ``workers_stopped`` once every worker that could run it
+    has stopped (left its ``with`` block, or was killed)."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    handle = client.get_workflow_handle(workflow_id)
+    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        if loop.time() > deadline:
+            raise AssertionError(f"{workflow_id} still running after {timeout_s:g}s")
+        await asyncio.sleep(0.05)
+    open_callers: dict[int, str] = {}
+    children: list[str] = []
+    async for e in handle.fetch_history_events():
+        kind = e.WhichOneof("attributes") or ""
+        if kind == "activity_task_scheduled_event_attributes":
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            if name in _CALLERS:
+                open_callers[e.event_id] = name
+        elif kind in _ACTIVITY_ENDS:
+            open_callers.pop(getattr(e, kind).scheduled_event_id, None)
+        elif kind == "child_workflow_execution_started_event_attributes":
+            children.append(e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id)
+    assert workers_stopped or not open_callers, (
+        f"{workflow_id} closed with {sorted(open_callers.values())} still open: an attempt may still be running "
+        "(settle once its workers stopped, with workers_stopped=True)")
+    for child in children:
+        await closed_with_nothing_running(client, child, timeout_s=max(1.0, deadline - loop.time()),
+                                          workers_stopped=workers_stopped)
+
+
+async def settled_calls(peer: Any, mark: int, tool: str | None = None, *, client: Client, workflows: Any,
+                        method: str = "tools/call", workers_stopped: bool = False) -> int:
+    """The server's count of ``method`` requests (of ``tool``) since ``mark`` once no late one can arrive: every
+    workflow in ``workflows`` (ids) and its children closed with no ``start_call``/``list_tools`` left running
+    (:func:`closed_with_nothing_running`). For the requests that start work (a tool's ``tools/call``, ``tools/list``);
+    never a fixed wait: a count read before the window is over proves nothing."""
+    for workflow_id in [workflows] if isinstance(workflows, str) else workflows:
+        await closed_with_nothing_running(client, workflow_id, workers_stopped=workers_stopped)
     return len(tool_calls(peer, mark, tool, method=method))
 
 
@@ -262,6 +315,16 @@ async def until(predicate: Any, timeout_s: float, what: str) -> Any:
     """Poll a synchronous ``predicate`` (in a thread) until it is truthy; fail the test naming ``what``."""
     value = await asyncio.to_thread(wait_until, predicate, timeout_s=timeout_s)
     assert value, f"timed out after {timeout_s:g}s waiting for {what}"
+    return value
+
+
+async def eventually(check: Any, timeout_s: float, what: str, *, interval_s: float = 0.1) -> Any:
+    """Await ``check()`` (a coroutine function) until it is truthy; fail the test naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := await check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(interval_s)
     return value
 
 
@@ -289,6 +352,22 @@ async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
             pass
         await asyncio.sleep(0.1)
     raise AssertionError("workflow never reached the expected state")
+
+
+async def heartbeat_says(handle: Any, step: str, timeout_s: float = 20) -> dict[str, Any]:
+    """Wait until a pending activity of ``handle`` has heartbeated details whose ``step`` is ``step`` (what the
+    activity told Temporal, and what the next attempt will be handed); return those details."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        for act in (await handle.describe()).raw_description.pending_activities:
+            if act.heartbeat_details.payloads:
+                details = pydantic_data_converter.payload_converter.from_payloads(
+                    list(act.heartbeat_details.payloads))
+                if details and isinstance(details[0], dict) and details[0].get("step") == step:
+                    return details[0]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"no activity of {handle.id} heartbeated step {step!r} in {timeout_s:g}s")
+        await asyncio.sleep(0.1)
 
 
 async def child_view(client: Client, workflow_id: str, pred: Any, timeout_s: float = 30) -> Any:

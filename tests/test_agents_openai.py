@@ -75,11 +75,11 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     desc = await app.client.get_workflow_handle(
         child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, fm_mark, "slow_echo") == 1
+    assert await settled_calls(fastmcp_server, fm_mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
-    _, out2 = await app.run(script("ts", [("slow_echo", {"seconds": 0.3, "text": text})]))
+    wid2, out2 = await app.run(script("ts", [("slow_echo", {"seconds": 0.3, "text": text})]))
     assert seen(out2) == [{"tool": "slow_echo", "kind": "return", "content": text}]
-    assert await settled_calls(ts_http_stateful, ts_mark, "slow_echo") == 1
+    assert await settled_calls(ts_http_stateful, ts_mark, "slow_echo", client=app.client, workflows=[wid, wid2]) == 1
 
 
 async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server: Peer) -> None:
@@ -92,7 +92,7 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     results = seen(out)
     assert [r["content"] for r in results if r["tool"] == "slow_echo"] == [text] * 3, results
     assert len([r for r in results if r["tool"] == "quick_sync"]) == 2, results
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, mark, "quick_sync")) == 2
     for n in (1, 2):
         desc = await app.client.get_workflow_handle(child_id(wid, "fm", "quick_sync", idem, n=n)).describe()
@@ -113,16 +113,17 @@ async def test_other_outcome_ends_the_run_with_mcp_task_error(app: App, fastmcp_
 
 async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> None:
     mark = fastmcp_server.log_mark()
-    _, out = await app.run(script("fm", [("slow_echo", {"seconds": "soon"})]))
+    wids = [unique("oai-bad") for _ in range(3)]
+    _, out = await app.run(script("fm", [("slow_echo", {"seconds": "soon"})]), wid=wids[0])
     (bad,) = seen(out)
     assert "input schema" in bad["content"] and "seconds" in bad["content"], bad
     with pytest.raises(WorkflowFailureError) as err:
-        await app.run(script("filtered", [("slow_echo", {"seconds": 0.1})]))
+        await app.run(script("filtered", [("slow_echo", {"seconds": 0.1})]), wid=wids[1])
     assert "no_such_tool" in repr(err.value.cause) + str(err.value.cause.__cause__), err.value.cause
     with pytest.raises(WorkflowFailureError) as err:
-        await app.run(script("nowhere", [("slow_echo", {"seconds": 0.1})]))
+        await app.run(script("nowhere", [("slow_echo", {"seconds": 0.1})]), wid=wids[2])
     assert "nowhere" in repr(err.value.cause) + str(err.value.cause.__cause__), err.value.cause
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 0
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=wids) == 0
 
 
 async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer,
@@ -137,9 +138,9 @@ async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_statef
         mark = fastmcp_server.log_mark()
         text = unique(order)
         async with Worker(client, task_queue=queue, workflows=[OaiAgentWorkflow]):
-            _, out = await App(client, queue).run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
+            wid, out = await App(client, queue).run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
         assert seen(out) == [{"tool": "slow_echo", "kind": "return", "content": text}], order
-        assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+        assert await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[wid]) == 1
 
 
 async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, ts_http_stateful: Peer,

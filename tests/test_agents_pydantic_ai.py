@@ -76,12 +76,12 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     desc = await app.client.get_workflow_handle(
         child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, fm_mark, "slow_echo") == 1
+    assert await settled_calls(fastmcp_server, fm_mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
     # the legacy era too
     wid2, out2 = await app.run(script("ts", [("slow_echo", {"seconds": 0.3, "text": text})]))
     assert seen(out2) == [{"tool": "slow_echo", "kind": "return", "content": {"echo": text}}]
-    assert await settled_calls(ts_http_stateful, ts_mark, "slow_echo") == 1
+    assert await settled_calls(ts_http_stateful, ts_mark, "slow_echo", client=app.client, workflows=[wid, wid2]) == 1
 
 
 async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server: Peer) -> None:
@@ -97,7 +97,7 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     quick = [r for r in results if r["tool"] == "quick_sync"]
     assert len(quick) == 2 and all(r["kind"] == "return" for r in quick), results
     # idempotent=false (configuration): three calls by the model, one tools/call on the server
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     # idempotent=true: called again as asked, under ….2
     assert len(tool_calls(fastmcp_server, mark, "quick_sync")) == 2
     for n in (1, 2):
@@ -125,19 +125,20 @@ async def test_other_outcome_ends_the_run_with_mcp_task_error(app: App, fastmcp_
 async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> None:
     mark = fastmcp_server.log_mark()
     # arguments that fail the input schema: the model is asked to fix them; no tools/call
-    _, out = await app.run(script("fm", [("slow_echo", {"seconds": "soon"})]))
+    wids = [unique("pai-bad") for _ in range(3)]
+    _, out = await app.run(script("fm", [("slow_echo", {"seconds": "soon"})]), wid=wids[0])
     (bad,) = seen(out)
     assert bad["kind"] == "retried" and "input schema" in bad["content"] and "seconds" in bad["content"], bad
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 0
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=wids[:1]) == 0
     # a tool the server does not list, named in tools=
     with pytest.raises(WorkflowFailureError) as err:
-        await app.run(script("filtered", [("slow_echo", {"seconds": 0.1})]))
+        await app.run(script("filtered", [("slow_echo", {"seconds": 0.1})]), wid=wids[1])
     assert "no_such_tool" in str(err.value.cause), err.value.cause
     # an unknown server name
     with pytest.raises(WorkflowFailureError) as err:
-        await app.run(script("nowhere", [("slow_echo", {"seconds": 0.1})]))
+        await app.run(script("nowhere", [("slow_echo", {"seconds": 0.1})]), wid=wids[2])
     assert "nowhere" in str(err.value.cause) and "UnknownServer" in repr(err.value.cause), err.value.cause
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 0
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=wids) == 0
 
 
 async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer,
@@ -151,9 +152,9 @@ async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_statef
         mark = fastmcp_server.log_mark()
         text = unique(order)
         async with Worker(client, task_queue=queue, workflows=[PaiAgentWorkflow]):
-            _, out = await App(client, queue).run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
+            wid, out = await App(client, queue).run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
         assert seen(out) == [{"tool": "slow_echo", "kind": "return", "content": {"echo": text}}], order
-        assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+        assert await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[wid]) == 1
 
 
 async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, client: Client, ts_http_stateful: Peer,
@@ -208,4 +209,4 @@ async def test_deprecated_temporal_agent_runs_the_toolset_in_the_workflow(app: A
     desc = await app.client.get_workflow_handle(
         child_id(wid, "legacy", "slow_echo", {"seconds": 0.2, "text": text})).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=[wid]) == 1

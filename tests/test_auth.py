@@ -32,7 +32,7 @@ from mcp_temporal_tasks.activities.wire.models import OAuthClient
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
-from tests.peers.harness import Peer, oauth_server, ts_http_peer
+from tests.peers.harness import Peer, oauth_server, poll_until_terminal, ts_http_peer
 from tests.temporal_harness import FAST, address_of, in_process_worker, tool_calls, unique, until
 from tests.test_cli import cli
 from tests.test_security import _history_text
@@ -46,6 +46,9 @@ RS_SECRET = f"rs-{uuid.uuid4().hex}"
 #: An authorization server that is down ends the task within this (connect refused: at once; the bound is one
 #: token request's timeout plus a workflow's start and end).
 DOWN_BOUND_S = auth.AUTH_SERVER_TIMEOUT_S + 10
+#: The last test greps what all the others fetched and wrote (module fixtures ``issued``, ``logs``, ``texts``) for
+#: secrets: the module runs in one xdist worker, in order (tests/conftest.py, rule 4).
+pytestmark = pytest.mark.xdist_group("test_auth")
 
 
 def _rsa_key() -> tuple[str, dict[str, Any]]:
@@ -240,10 +243,13 @@ async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new
         assert revoked.status_code == 200, revoked.text
         mark = protected.log_mark()
         start = await client.start("slow_echo", {"seconds": 0, "text": "after a 401"})
-        assert start.task is not None or start.result is not None
         assert [d["deniedMethod"] for d in denied(protected, mark)] == ["tools/call"]
         assert len(tool_calls(protected, mark, "slow_echo")) == 1
         assert await source.token() != stale
+        # The resent call is the one that ran: its task (slow_echo is task-capable) ends with its own arguments' text.
+        assert start.task is not None and start.result is None, start
+        payload = await client.result(await poll_until_terminal(client, start.task.task_id))
+        assert payload.result is not None and payload.result["structuredContent"] == {"echo": "after a 401"}
     finally:
         await client.aclose(terminate=True)
 

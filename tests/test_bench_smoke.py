@@ -13,7 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+#: `alone`: it bounds its own wall time (and the bench's figures are CPU-bound): scripts/test.sh runs it by itself
+#: after the parallel run, not beside other workers.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def test_bench_quick(tmp_path: Path) -> None:

@@ -12,9 +12,18 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Phase
 from tests.peers.harness import Peer
-from tests.temporal_harness import REPO_ROOT, address_of, cli, in_process_worker, listed_under, one_json, unique
+from tests.temporal_harness import (
+    REPO_ROOT,
+    address_of,
+    cli,
+    in_process_worker,
+    listed_under,
+    one_json,
+    unique,
+    wait_for_view,
+)
 
 COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
             "demo-server"]
@@ -128,11 +137,12 @@ async def test_cancel_command(client: Client, temporal_env: Any, fastmcp_server:
     wid = unique("cancel")
     async with in_process_worker(client, task_queue=queue):
         await start_detached("cancellable", fastmcp_server, wid, queue, address)
-        await asyncio.sleep(1.5)
+        # The task runs at the server: the cancel is one of a working task, not of a call not yet sent.
+        await wait_for_view(client.get_workflow_handle(wid), lambda v: v.phase == Phase.WORKING and v.task_id)
         rc, out, err = await cli("cancel", wid, "--json", "--address", address)
         assert rc == 0 and one_json(out) == {"workflow_id": wid, "cancel_requested": True}, err
         rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
-        assert rc == 1 and one_json(out)["outcome"] == "cancelled"
+        assert rc == 1 and (one_json(out)["outcome"], one_json(out)["task_status"]) == ("cancelled", "cancelled")
         rc, _, err = await cli("approve", wid, "--address", address)
         assert rc == 1 and "refused" in err
 
@@ -195,6 +205,7 @@ async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
         await asyncio.wait_for(proc.wait(), 30)
 
 
+@pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
 async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: Path) -> None:
     from mcp_temporal_tasks.worker.devserver import port_open
 

@@ -153,7 +153,8 @@ async def test_status_json_agrees_with_text(client: Client, temporal_env: Any, f
     address = address_of(temporal_env)
     wid = unique("status-view")
     async with in_process_worker(client, task_queue=queue):
-        await detach("slow_echo", fastmcp_server.url or "", wid, queue, address, '{"seconds": 6, "text": "x"}')
+        # Longer than any wait for two CLI runs on a loaded machine (6 s once ended first): cancelled below.
+        await detach("slow_echo", fastmcp_server.url or "", wid, queue, address, '{"seconds": 120, "text": "x"}')
         text = await wait_status(wid, address, "“sleeping")
         rc, out, _ = await cli("status", wid, "--json", "--address", address)
         view = one_json(out)
@@ -537,6 +538,7 @@ def _default_port_free() -> None:
         pytest.fail("something already listens on localhost:7233/8233; these tests need the default address free")
 
 
+@pytest.mark.xdist_group("embedded-temporal")  # localhost:7233/8233: one such test at a time (tests/conftest.py)
 async def test_detach_refuses_an_embedded_server(fastmcp_server: Peer, tmp_path: Path) -> None:
     _default_port_free()
     rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--detach",
@@ -545,6 +547,7 @@ async def test_detach_refuses_an_embedded_server(fastmcp_server: Peer, tmp_path:
     assert "mcp-tasks dev-server" in err and not (tmp_path / "temporal.db").exists()
 
 
+@pytest.mark.xdist_group("embedded-temporal")
 async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
     """The demo alone: its hints work after it exits. With `dev-server` up: the demo (twice) uses it, and a second
     dev-server on the same state file is refused naming the holder."""

@@ -40,7 +40,7 @@ from mcp_temporal_tasks.workflows.models import (
     RequestTooLarge,
     Timeouts,
 )
-from tests.faults import FaultProxy, Malformed, Rewrite, Stall, Status
+from tests.faults import FaultProxy, Malformed, Rewrite, Rule, Stall, Status
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     REPO_ROOT,
@@ -64,6 +64,11 @@ UNREACHABLE = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_
                        unreachable_s=UNREACHABLE_S)
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 REPLAY_ALWAYS: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": True}
+
+
+def held(rule: Rule) -> int:
+    """How many replies the rule's :class:`Stall` holds or held: the server had answered each."""
+    return rule.fault.held if isinstance(rule.fault, Stall) else 0
 
 
 def measured(name: str, seconds: float, bound: float) -> None:
@@ -127,13 +132,14 @@ async def test_worker_killed_while_retrieving(where: str, ts_http_stateful: Peer
             if where == "retrieve_result":
                 view = await handle.query(McpTaskWorkflow.status)
                 assert view.phase == Phase.RETRIEVING, view.phase
-            await asyncio.sleep(0.5)  # the server has answered; the proxy holds the reply
+            await until(lambda: held(stall), 30, "the server's reply to tasks/result, held by the proxy")
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id],
+                                workers_stopped=True)
         forwarded = proxy.forwarded("tools/call")
     bound = HEARTBEAT_S + SLACK_S
     measured(f"kill while retrieving ({where}), from the kill", elapsed, bound)
@@ -158,14 +164,14 @@ async def test_worker_killed_while_cancelling(ts_http_stateful: Peer, temporal_e
                 workflow_id=unique("kc"), task_queue=queue)
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
             await handle.cancel()
-            await until(lambda: stall.fired == 1, 30, "the stalled tasks/cancel")
-            await asyncio.sleep(0.5)
+            await until(lambda: held(stall), 30, "the server's reply to tasks/cancel, held by the proxy")
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "cancellable")
+        n = await settled_calls(peer, mark, "cancellable", client=temporal_env.client, workflows=[handle.id],
+                                workers_stopped=True)
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while cancelling, from the kill", elapsed, bound)
     await expect(handle, out, Outcome.CANCELLED, peer, mark)
@@ -189,15 +195,15 @@ async def test_worker_killed_while_submitting(ts_http_stateful: Peer, temporal_e
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="legacy", tool="slow_echo", arguments={"seconds": 2, "text": "once"}, timeouts=KILL),
                 workflow_id=unique("ksub"), task_queue=queue)
-            await until(lambda: stall.fired == 1 and len(tool_calls(peer, mark, "slow_echo")), 30,
-                        "tools/call at the server")
-            await asyncio.sleep(0.5)
+            await until(lambda: held(stall) and len(tool_calls(peer, mark, "slow_echo")), 30,
+                        "tools/call at the server, its reply held by the proxy")
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id],
+                                workers_stopped=True)
         forwarded = proxy.forwarded("tools/call")
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while submitting, from the kill", elapsed, bound)
@@ -225,7 +231,8 @@ async def test_worker_killed_while_relaying_input(ts_http_stateful: Peer, tempor
             handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE}), 60)
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - killed
-    n = await settled_calls(peer, mark, "ask_user")
+    n = await settled_calls(peer, mark, "ask_user", client=temporal_env.client, workflows=[handle.id],
+                            workers_stopped=True)
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while relaying input, from the kill", elapsed, bound)
     assert remaining == []
@@ -251,7 +258,7 @@ async def test_garbled_polls_end_lost_not_replayed(request: pytest.FixtureReques
             **REPLAY_ALWAYS), workflow_id=unique("garbled"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
         forwarded = proxy.forwarded("tools/call")
     bound = UNREACHABLE_S + SLACK_S
     measured(f"garbled tasks/get forever ({peer_name})", elapsed, bound)
@@ -279,7 +286,7 @@ async def test_unreadable_result_is_result_unavailable(replay: str, ts_http_stat
             timeouts=UNREACHABLE, **extra), workflow_id=unique("unread"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
         forwarded = proxy.forwarded("tools/call")
     bound = ttl_s + SLACK_S
     measured(f"tasks/result 500 forever, ttl {ttl_s:g}s (replay {replay})", elapsed, bound)
@@ -308,7 +315,7 @@ async def test_server_down_mid_task_ends_lost_not_replayed(request: pytest.Fixtu
         t0 = time.monotonic()
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
         forwarded = proxy.forwarded("tools/call")
     bound = UNREACHABLE_S + SLACK_S
     measured(f"server down {down_s:g}s mid-task ({peer_name}), from the outage", elapsed, bound)
@@ -332,7 +339,7 @@ async def test_raw_input_with_a_typo_is_rejected(fastmcp_server: Peer, client: C
         id=unique("raw"), task_queue=queue, result_type=McpTaskOutcome)
     out = await asyncio.wait_for(outcome_of(handle), 30)
     elapsed = time.monotonic() - t0
-    n = await settled_calls(fastmcp_server, mark, "slow_echo")
+    n = await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[handle.id])
     bound = 10.0
     measured("raw input with a typo'd field", elapsed, bound)
     assert isinstance(out, McpTaskOutcome)
@@ -426,7 +433,7 @@ async def test_ten_kilobyte_task_id(fastmcp_server: Peer, client: Client, queue:
             timeouts=KILL), workflow_id=unique("longid"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
         mapped = proxy.mapped_requests
         (real,) = proxy.alias_of
         alias = proxy.alias_of[real]
@@ -487,11 +494,18 @@ async def test_temporal_restart_mid_task(fastmcp_server: Peer, tmp_path: Path) -
             handle = await start_mcp_task(own, McpTaskRequest(
                 server="ext", tool="slow_echo", arguments={"seconds": 6, "text": text}, timeouts=KILL),
                 workflow_id=unique("rs"), task_queue=queue)
-            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await asyncio.sleep(1.0)
+            view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+
+            def polls(after: float = 0.0) -> list[dict[str, Any]]:
+                return [x for x in peer.log_since(mark) if x["method"] == "tasks/get"
+                        and x.get("taskId") == view.task_id and x["ts"] / 1000 > after]
+
+            await until(polls, 20, "a first tasks/get: the wait is under way")
             t0 = time.monotonic()
             await asyncio.to_thread(server.stop)
-            await asyncio.sleep(1.0)
+            down = time.time()  # Temporal's process has exited
+            # The outage lasts until the worker's wait has gone on without Temporal: a poll reached the MCP server.
+            await until(lambda: polls(after=down), 20, "a tasks/get while Temporal is down")
             await asyncio.to_thread(server.start, timeout_s=90)
             restarted = time.monotonic() - t0
             restarted_worker = False
@@ -507,7 +521,7 @@ async def test_temporal_restart_mid_task(fastmcp_server: Peer, tmp_path: Path) -
                     await asyncio.sleep(1)
             elapsed = time.monotonic() - t0
         assert out is not None
-        n = await settled_calls(peer, mark, "slow_echo")
+        n = await settled_calls(peer, mark, "slow_echo", client=own, workflows=[handle.id], workers_stopped=True)
     finally:
         await asyncio.to_thread(server.stop)
     bound = restarted + HEARTBEAT_S + 6 + SLACK_S

@@ -13,6 +13,7 @@ as markdown.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ from tests.faults import (
     Truncated,
 )
 from tests.peers.harness import Peer
-from tests.temporal_harness import tool_calls, unique, wait_for_view
+from tests.temporal_harness import settled_calls, unique, wait_for_view
 
 # --- the expectations ------------------------------------------------------------------------------
 
@@ -138,15 +139,21 @@ def cells() -> Iterator[Any]:
 
 
 def record(cell: dict[str, Any]) -> None:
-    """Merge one cell's measurements into tests/faults/last_matrix.json (the latest run of each cell wins)."""
-    try:
-        data = json.loads(MATRIX_FILE.read_text())
-    except (FileNotFoundError, ValueError):
-        data = {"cells": {}}
-    key = f"{cell['era']}|{cell['method']}|{cell['fault']}|{'replay' if cell['replay'] else 'never'}"
-    data["cells"][key] = cell
-    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    MATRIX_FILE.write_text(json.dumps(data, indent=1, sort_keys=True))
+    """Merge one cell's measurements into tests/faults/last_matrix.json (the latest run of each cell wins), under
+    an exclusive lock of the file: xdist workers record their cells at the same time."""
+    with open(MATRIX_FILE, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        try:
+            data = json.loads(fh.read())
+        except ValueError:  # empty (just created) or cut short by a run that was killed while writing
+            data = {"cells": {}}
+        key = f"{cell['era']}|{cell['method']}|{cell['fault']}|{'replay' if cell['replay'] else 'never'}"
+        data["cells"][key] = cell
+        data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(data, indent=1, sort_keys=True))
 
 
 # --- one cell ------------------------------------------------------------------------------------
@@ -197,10 +204,9 @@ async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str,
         rule = proxy.add(method, FAULTS[fault][0]())
         mark = peer.log_mark()
         t0 = time.monotonic()
-        got, out, tool, _ = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
+        got, out, tool, handle = await drive(client, queue, proxy, method, replay, hard_cap_s=bound + 30)
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)  # a late tools/call would show up by now
-        calls = len(tool_calls(peer, mark, tool))
+        calls = await settled_calls(peer, mark, tool, client=client, workflows=[handle.id])
         fired = rule.fired
     floor = min_elapsed_s(method, fault)
     checks = {
@@ -298,8 +304,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
             got = "no_outcome"
             await handle.terminate("hostile payload: no outcome in time")
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)
-        calls = len(tool_calls(peer, mark, "slow_echo"))
+        calls = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
     history = await handle.fetch_history()
     biggest = max(e.ByteSize() for e in history.events)
     checks: dict[str, bool] = {"outcome": got == want, "one_call": calls == 1, "bounded": elapsed < bound,
@@ -438,9 +443,9 @@ async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read:
             got = f"no_outcome ({type(exc).__name__})"
             await handle.terminate("fault matrix: no outcome in time")
         elapsed = time.monotonic() - t0
-        await asyncio.sleep(0.5)  # a late tools/call would show up by now
+        calls = await settled_calls(peer, mark, tool, client=client, workflows=[handle.id])
         fired = terminal.fired if terminal is not None else rule.fired
-        return {"outcome": got, "out": out, "calls": len(tool_calls(peer, mark, tool)), "seconds": elapsed,
+        return {"outcome": got, "out": out, "calls": calls, "seconds": elapsed,
                 "fired": fired, "seen": proxy.seen(method)}
 
 

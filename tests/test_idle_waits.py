@@ -188,7 +188,11 @@ async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_f
             server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS),
             workflow_id=unique("idle-cancel"), task_queue=queue)
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-        await asyncio.sleep(8)
+        # A poll past 6 s of the task's age (the one at ~8 s): the gap after it is longer than the 5 s bound below,
+        # so a cancel that waited for the next poll would miss it.
+        created = tool_calls(case.peer, mark, case.submit)[0]["ts"] / 1000
+        await until(lambda: [t for t in case.polls(mark, view.task_id or "") if t - created > 6.0], 30,
+                    "a poll past 6 s of age")
         await until_between_polls(handle, worker=worker)
         last_poll = case.polls(mark, view.task_id or "")[-1]
         asked = time.time()

@@ -25,8 +25,10 @@ from tests.peers.harness import Peer
 from tests.temporal_harness import (
     address_of,
     cli,
+    heartbeat_says,
     in_process_worker,
     keep_history,
+    settled_calls,
     tool_calls,
     unique,
     until,
@@ -164,8 +166,8 @@ async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: P
         proxy.add("tools/call", ResetAfterSend(), times=1)  # the first tools/call is the submit
         out = await run_job(client, servers(job_peer, url=proxy.url), {"seconds": 1})
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
-    await asyncio.sleep(0.5)
-    assert len(tool_calls(job_peer, mark, "start_export")) == 1
+    assert await settled_calls(job_peer, mark, "start_export", client=client, workflows=[out.workflow_id],
+                               workers_stopped=True) == 1
 
 
 TRANSIENT = {"code": -32603, "message": "temporarily unavailable, try again"}
@@ -198,8 +200,8 @@ async def test_a_json_rpc_error_from_a_read_tool_is_retried_never_resubmitted(jo
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
     assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}, {"n": 2}]
     assert [a.reason for a in out.operation_attempts] == ["initial"]
-    await asyncio.sleep(0.5)
-    assert len(tool_calls(job_peer, mark, "start_export")) == 1
+    assert await settled_calls(job_peer, mark, "start_export", client=client, workflows=[out.workflow_id],
+                               workers_stopped=True) == 1
     assert len(tool_calls(job_peer, mark, "get_export_status" if read == "status" else "download_export")) >= 2
 
 
@@ -225,7 +227,7 @@ async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: A
             server="exports", tool="export", arguments={"seconds": 6, "rows": 2}, timeouts=FAST),
             workflow_id=unique("jk"), task_queue=queue)
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-        await asyncio.sleep(1.5)
+        await until(lambda: tool_calls(job_peer, mark, "get_export_status"), 20, "a first status read of the job")
         first.kill()
     polls_before = len(tool_calls(job_peer, mark, "get_export_status"))
     with worker_process(address, queue, cfg):
@@ -304,7 +306,8 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
     with worker_process(address, queue, cfg) as first:
         handle = await start_mcp_task(temporal_env.client, SLOW_REQUEST, workflow_id=unique("sk"), task_queue=queue)
         await until(lambda: tool_calls(peer, mark, "slow_progress"), 10, "the slow_progress call")
-        await asyncio.sleep(3)
+        # The call runs at the server and its worker has told Temporal so: the next attempt knows it was sent.
+        await heartbeat_says(handle, "tools/call sent")
         first.kill()
         killed = time.monotonic()
     with worker_process(address, queue, cfg):
@@ -312,8 +315,8 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
         elapsed = time.monotonic() - killed
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     assert elapsed < SYNC_S - 10, f"{elapsed:.0f}s after the kill: the call's bound was waited out"
-    await asyncio.sleep(1)
-    assert len(tool_calls(peer, mark, "slow_progress")) == 1, "called again after the worker died"
+    assert await settled_calls(peer, mark, "slow_progress", client=temporal_env.client, workflows=[handle.id],
+                               workers_stopped=True) == 1, "called again after the worker died"
     # The default policy never replays: the ledger shows one attempt, ended unknown_outcome.
     assert [a.ended for a in out.operation_attempts] == ["unknown_outcome"]
 

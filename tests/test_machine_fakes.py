@@ -665,24 +665,26 @@ async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outco
 
 
 async def test_an_attempt_is_dated_when_tools_call_was_sent_not_when_its_reply_came(env: WorkflowEnvironment) -> None:
-    """A synchronous tool that takes 2 s: operation_attempts[].at is the send time, as it is for a task."""
-
-    async def slow(_: StartCallInput) -> StartCallOutput:
-        await asyncio.sleep(2)
-        return sync(text("done"))
-
+    """A synchronous tool whose reply comes 3 s (of the test server's skipped clock) after the call was sent:
+    operation_attempts[].at is the send time, as it is for a task."""
+    sent, replied = asyncio.Event(), asyncio.Event()
     fakes = Fakes()
     queue = f"fast-{uuid.uuid4().hex[:8]}"
 
     @activity.defn(name=names.START_CALL)
     async def start_call(inp: StartCallInput) -> StartCallOutput:
-        return await slow(inp)
+        sent.set()
+        await replied.wait()
+        return sync(text("done"))
 
     acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.START_CALL]
     async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, start_call],
                       workflow_runner=workflow_runner()):
         handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
                                       workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        await asyncio.wait_for(sent.wait(), 20)
+        await env.sleep(3)  # Temporal's clock moves 3 s while the call is out (under the 5 s heartbeat timeout)
+        replied.set()
         out = await asyncio.wait_for(outcome_of(handle), 30)
     events = [e async for e in handle.fetch_history_events()]
     scheduled = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
@@ -690,7 +692,7 @@ async def test_an_attempt_is_dated_when_tools_call_was_sent_not_when_its_reply_c
     completed = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
                      if e.HasField("activity_task_completed_event_attributes"))
     at = out.operation_attempts[0].at
-    assert out.outcome == Outcome.COMPLETED and (completed - scheduled).total_seconds() >= 1.9
+    assert out.outcome == Outcome.COMPLETED and (completed - scheduled).total_seconds() >= 2.9, (scheduled, completed)
     assert abs((at - scheduled).total_seconds()) < 1.0, (at, scheduled, completed)
 
 

@@ -139,7 +139,7 @@ async def test_worker_plugin_call_tool_and_run(request: pytest.FixtureRequest, s
     ok, bad = WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED
     assert statuses == [ok, bad, bad, ok, bad, bad]
     # Each call sent exactly one tools/call, to the server the name designates.
-    assert await settled_calls(peer, mark, tool="slow_echo") == 2
+    assert await settled_calls(peer, mark, tool="slow_echo", client=client, workflows=[wid]) == 2
     assert len(tool_calls(peer, mark, tool="rate_limited")) == 2 and len(tool_calls(peer, mark, tool="rpc_error")) == 2
 
 
@@ -159,8 +159,8 @@ async def test_list_tools_cached_per_client_object(client: Client, ts_http_state
         assert ("forbidden_tool" in r["tools"]) == (step.server == "ts")
     # Three client objects: three activities, three tools/list on the wire (two to ts, one to fm).
     assert (await activity_types(client, wid)).count(LIST_TOOLS) == 3
-    assert await settled_calls(ts_http_stateful, marks["ts"], method="tools/list") == 2
-    assert await settled_calls(fastmcp_server, marks["fm"], method="tools/list") == 1
+    assert await settled_calls(ts_http_stateful, marks["ts"], method="tools/list", client=client, workflows=[wid]) == 2
+    assert len(tool_calls(fastmcp_server, marks["fm"], method="tools/list")) == 1
 
 
 async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_http_stateful: Peer,
@@ -200,8 +200,8 @@ async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_
     assert run_unknown["type"] == "McpTaskOutcome" and run_unknown["outcome"] == "unknown_outcome", run_unknown
     assert UNREACHABLE_S <= elapsed < UNREACHABLE_S + 20, f"{elapsed:.1f}s"
     # Nothing was sent twice: two calls reached each server, none was replayed.
-    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo") == 2
-    assert await settled_calls(fastmcp_server, fm_mark, tool="slow_echo") == 2
+    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo", client=client, workflows=[wid]) == 2
+    assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 2
 
 
 async def test_uncaught_mcp_task_error_fails_the_parent_with_its_outcome(client: Client, ts_http_stateful: Peer,
@@ -247,7 +247,8 @@ async def test_client_plugin_is_inherited_by_workers(temporal_env: Any, ts_http_
         assert result[7] == result[6]
         assert (await activity_types(client, wid)).count(LIST_TOOLS) == 1
     assert svc.outcome == Outcome.COMPLETED and svc.result and svc.result["content"][0]["text"] == "svc"
-    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo") == 2
+    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo", client=client,
+                               workflows=[wid for wid, _ in results] + [handle.id]) == 2
     assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 3
 
 
@@ -314,7 +315,7 @@ async def test_worker_killed_mid_task_parent_completes_with_one_call(temporal_en
     child = await outcome_of(client.get_workflow_handle_for(McpTaskWorkflow.run, f"{wid}/mcp/1"))
     assert child.outcome == Outcome.COMPLETED and child.task_id == view.task_id
     assert [a.reason for a in child.operation_attempts] == ["initial"]
-    assert await settled_calls(ts_http_stateful, mark, tool="slow_echo") == 1
+    assert await settled_calls(ts_http_stateful, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
     assert elapsed < 60, f"{elapsed:.1f}s"
 
 
@@ -327,7 +328,7 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
     plan = Plan([Step("call", "fm", "slow_echo", {"seconds": 0.3, "text": text}), Step("run", "fm", "rpc_error")])
     async with started(Worker(client, task_queue=queue, workflows=[UserAgent], plugins=[plugin])):
         wid, first = await run_plan(client, queue, plan)
-        assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
+        assert await settled_calls(fastmcp_server, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
         first_run, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the parent")
         assert new_run and new_run != first_run
         second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=new_run).result(), 60)
@@ -340,7 +341,7 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
         [f"{wid}/mcp/1", f"{wid}/mcp/2"]
     assert (await activity_types(client, wid, new_run)).count(FETCH_OUTCOME) == 2
     # No second tools/call reached the server.
-    assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, mark, tool="rpc_error")) == 1
 
 
@@ -359,7 +360,7 @@ async def test_reset_parent_reattaches_to_children_on_another_queue(client: Clie
         _, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the parent")
         second = await asyncio.wait_for(client.get_workflow_handle(wid, run_id=new_run).result(), 30)
     assert second == first and first[0]["text"] == "elsewhere"
-    assert await settled_calls(fastmcp_server, mark, tool="slow_echo") == 1
+    assert await settled_calls(fastmcp_server, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
 
 
 async def test_client_plugin_shared_by_two_workers_one_stops(temporal_env: Any, ts_stdio: Peer,
@@ -381,7 +382,7 @@ async def test_client_plugin_shared_by_two_workers_one_stops(temporal_env: Any, 
             await child_view(client, f"{wid}/mcp/1", lambda v: v.task_id)
         result = await asyncio.wait_for(handle.result(), 60)  # worker A has stopped meanwhile
     assert result[0].get("text") == "kept", result
-    assert await settled_calls(ts_stdio, mark, tool="slow_echo") == 1
+    assert await settled_calls(ts_stdio, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
 
 
 # --- 4. what the Temporal UI reads ---------------------------------------------------------------------

@@ -6,7 +6,6 @@ UNAVAILABLE ("Frontend is not healthy yet"); these tests pin down the fix on bot
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.worker.runner import connect, transient_connect_error
 from tests.peers.harness import Peer
-from tests.temporal_harness import WorkerProcess, unique, write_config
+from tests.temporal_harness import WorkerProcess, unique, until, write_config
 
 
 @pytest.mark.parametrize(("exc", "transient"), [
@@ -77,7 +76,10 @@ async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer
     proc = WorkerProcess(None, unique("early"), cfg, env={"TEMPORAL_ADDRESS": f"127.0.0.1:{port}"})
     server = DevServer(db=tmp_path / "early.db", port=port, ui_port=None)
     try:
-        await asyncio.sleep(2.0)
+        # It has begun waiting for Temporal: its attempts are refused until server.start() below has Temporal
+        # listening (seconds: start() returns only once it serves), and it must ride them out.
+        await until(lambda: any("connecting to Temporal at" in line for line in proc.lines) or proc.proc.poll() is not None,
+                    60, "the worker's first connection attempt")
         assert proc.proc.poll() is None, "the worker gave up before Temporal started:\n" + "\n".join(proc.lines)
         server.start()
         proc.wait_ready(60)

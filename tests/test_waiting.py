@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
 from tests.temporal_harness import (
     address_of,
+    eventually,
     keep_history,
     tool_calls,
     unique,
@@ -113,7 +116,7 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
             server="srv", tool="slow_echo", arguments={"seconds": 16, "text": "old"}, timeouts=timeouts),
             workflow_id=unique("long"), task_queue=queue)
         await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-        await asyncio.sleep(7)
+        await eventually(lambda: on_the_long_heartbeat(handle), 30, "the wait handed to the long-heartbeat activity")
         first.kill()
         killed = time.monotonic()
     with worker_process(address, queue, cfg):
@@ -131,6 +134,16 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
     await keep_history(handle, f"long_wait_{peer.flavour}")
     print(f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
           f"{time.monotonic() - killed:.1f}s after the kill", flush=True)
+
+
+async def on_the_long_heartbeat(handle: WorkflowHandle[Any, Any]) -> bool:
+    """The wait has been handed on: an ``await_task`` scheduled with the long heartbeat timeout is running."""
+    long_waits = {e.activity_task_scheduled_event_attributes.activity_id async for e in handle.fetch_history_events()
+                  if e.HasField("activity_task_scheduled_event_attributes")
+                  and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"
+                  and e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta().total_seconds() == 5.0}
+    return any(a.activity_id in long_waits and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+               for a in (await handle.describe()).raw_description.pending_activities)
 
 
 def _two_hours_earlier(message: dict[str, Any]) -> dict[str, Any]:

@@ -22,8 +22,10 @@ from tests.temporal_harness import (
     address_of,
     in_process_worker,
     keep_history,
+    settled_calls,
     tool_calls,
     unique,
+    until,
     wait_for_view,
     worker_process,
     write_config,
@@ -134,8 +136,10 @@ async def test_cancel_after_task_finished_keeps_true_outcome(ts_http_stateful: P
     slow_poll = Timeouts(heartbeat_s=30, poll_floor_s=8, poll_ceiling_s=8)
     handle = await start_mcp_task(client, req(ts_http_stateful, "slow_echo", {"seconds": 0.3, "text": "kept"},
                                               timeouts=slow_poll), workflow_id=unique("late"), task_queue=queue)
-    await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-    await asyncio.sleep(1.5)
+    view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+    # The task has ended at the server (its own line), while the workflow's next poll is seconds away.
+    await until(lambda: f"TASK {view.task_id} completed" in ts_http_stateful.stderr_lines, 20,
+                "the task's end at the server")
     await handle.execute_update(McpTaskWorkflow.cancel, "operator changed their mind")
     out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED, out.reason
@@ -220,8 +224,8 @@ async def test_worker_killed_after_sending_tools_call(ts_http_stateful: Peer, te
     if calls == 2:
         assert out.operation_attempts[1].reason == "replay_unknown_outcome"
         assert out.result is not None and out.result["content"][0]["text"] == "slept 4s"
-    await asyncio.sleep(0.5)
-    assert len(tool_calls(ts_http_stateful, mark, "slow_sync")) == calls
+    assert await settled_calls(ts_http_stateful, mark, "slow_sync", client=temporal_env.client,
+                               workflows=[handle.id], workers_stopped=True) == calls
     await keep_history(handle, f"unknown_outcome_{policy}")
 
 

@@ -20,6 +20,7 @@ Faults (what the client sees):
     forwarded; the whole reply is read from the upstream, then the client connection is reset (RST).
 ``Stall(seconds)``
     forwarded; the reply (for SSE: the event carrying the reply id) is held ``seconds``, then delivered.
+    ``Stall.held`` counts the replies it has begun holding: the server has answered those.
 ``Malformed()``
     forwarded; same status and content-type, but the body (SSE: the reply event's data) is not JSON.
 ``Truncated()``
@@ -76,6 +77,12 @@ class ResetAfterSend(Fault):
 @dataclass
 class Stall(Fault):
     seconds: float = 3.0
+    #: Replies this fault has begun to hold (the upstream had answered them), for tests to wait on.
+    held: int = 0
+
+    async def hold(self) -> None:
+        self.held += 1
+        await asyncio.sleep(self.seconds)
 
 
 @dataclass
@@ -528,7 +535,7 @@ class FaultProxy:
         if not sse and fault is not None:
             body = self._transform_json(body, fault, rpc_id)
             if isinstance(fault, Stall):
-                await asyncio.sleep(fault.seconds)
+                await fault.hold()
         await self._respond(writer, status, headers, body)
         return True
 
@@ -593,7 +600,7 @@ class FaultProxy:
             for event in _split_events(buf):
                 event, is_reply = self._transform_event(event, fault, rpc_id)
                 if is_reply and isinstance(fault, Stall):
-                    await asyncio.sleep(fault.seconds)
+                    await fault.hold()
                 await self._write(writer, b"%x\r\n%s\r\n" % (len(event), event))
         if buf:
             await self._write(writer, b"%x\r\n%s\r\n" % (len(buf), bytes(buf)))

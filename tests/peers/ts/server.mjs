@@ -34,6 +34,10 @@ const { values: opts } = parseArgs({
 const POLL_MS = Number(process.env.PEER_POLL_MS ?? 200);
 const ELICIT_TIMEOUT_MS = Number(process.env.PEER_ELICIT_TIMEOUT_MS ?? 600_000);
 const PEER_LOG = process.env.PEER_LOG;
+// HTTP only (a stdio child's stderr goes to its client's log): one stderr line `TASK <taskId> <status>` once a task
+// tool's work has stored its outcome, so a test can wait for a task's end at the server without asking the server
+// (a tasks/get would be a poll of its own in the request log).
+const TRACE_TASK_ENDS = opts.transport === 'http';
 // Stored in a failed task's result to mean "tasks/result answers this JSON-RPC error".
 const RPC_ERROR_META = 'peer.test/rpc-error';
 
@@ -191,7 +195,8 @@ function taskTool(server, name, { description, inputSchema = {}, outputSchema, t
       // by serialization time (ask_user: input_required).
       const task = await ts.getTask(taskId);
       run(args, task.taskId, extra)
-        .then(outcome => outcome && stillRunning(task.taskId) && ts.storeTaskResult(task.taskId, ...outcome))
+        .then(outcome => outcome && stillRunning(task.taskId) && ts.storeTaskResult(task.taskId, ...outcome)
+          .then(() => TRACE_TASK_ENDS && process.stderr.write(`TASK ${task.taskId} ${outcome[0]}\n`)))
         // A task cancelled or purged meanwhile refuses the write (expected, but worth a line).
         // A closed per-request stateless server cannot send the status notification that
         // follows the (already done) store update: not worth one.
