@@ -167,7 +167,7 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
 
 
 async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0) -> Client:
+                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
     """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
     not transient."""
@@ -179,7 +179,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     while True:
         try:
             return await Client.connect(target, data_converter=DATA_CONVERTER, runtime=runtime(metrics_port),
-                                        **options)
+                                        interceptors=interceptors or [], **options)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise

@@ -25,6 +25,7 @@ from mcp_temporal_tasks.worker.devserver import (
     port_open,
     ui_for_address,
 )
+from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.runner import connect, connect_options
 
@@ -93,6 +94,14 @@ async def check_namespace(client: Client, namespace: str, address: str) -> None:
         # Anything else (e.g. not permitted to describe it): the commands themselves will say.
 
 
+def untraced(client: Client) -> Client:
+    """``client`` without its interceptors (the same connection): what the live view polls with, so a traced `run`
+    does not export a trace for every status query it makes (twice a second)."""
+    if not client.config().get("interceptors"):
+        return client
+    return Client(client.service_client, namespace=client.namespace, data_converter=client.data_converter)
+
+
 def check_ui_url(url: str, source: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
@@ -154,7 +163,11 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, de
             # An embedded server we started already serves (DevServer.start waits for that). Another that
             # listens may still be starting: it gets time to become healthy; nothing listening fails at once.
             wait_s = 5.0 if server is None and port_open(host, port) else 0.0
-            client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, wait_s=wait_s), timeout=wait_s + 15)
+            # With [worker] tracing (`run`'s own configuration) this client traces too: the task's start is the root
+            # of its trace, so its tools/call, tasks/get and tasks/result share one.
+            interceptors = [tracing_interceptor()] if cfg.worker.tracing else None
+            client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, wait_s=wait_s,
+                                                    interceptors=interceptors), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {why(exc)}", EXIT_UNREACHABLE) from None
         await check_namespace(client, namespace, address)

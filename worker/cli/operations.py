@@ -1,5 +1,5 @@
-"""The operations on tasks: ``run`` (start or re-attach, follow, Ctrl-C cancels), ``status``, ``result``,
-``cancel``, ``approve``, ``answer`` and ``list``."""
+"""The operations on tasks: ``run`` (start or re-attach, follow, Ctrl-C cancels), ``tools`` (what a server offers
+and the policy a worker applies), ``status``, ``result``, ``cancel``, ``approve``, ``answer`` and ``list``."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import ResultStore, state_dir
 from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, TaskUnreachable, TransportError
 from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo
-from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, why
+from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
     LiveBoard,
     TaskHandle,
@@ -386,7 +386,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again)
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
-            handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+            handle = untraced(client).get_workflow_handle_for(McpTaskWorkflow.run, wid)
             link = ui_link(ui, client.namespace, wid)
             at = f" (UI: {link})" if link else ""
             if again:
