@@ -445,3 +445,19 @@ print(json.dumps(out))
     assert "http/json" in out["json"] and "sometimes" in out["sampler"] and "ratio from 0 to 1" in out["ratio"]
     assert "is not an http(s) URL" in out["endpoint"]
     assert "already has" in out["host"] and out["kept"] is True
+
+
+async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_env: Any, fastmcp_server: Peer) -> None:
+    """The quick start's `tools` and `run` lines against the bundled demo server (this fixture is that server), with
+    only its address and Temporal's put in."""
+    import shlex
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme[readme.index("## Quick start"):readme.index("## How it works")]
+    lines = {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
+             if cmd.startswith(".venv/bin/mcp-tasks ")}
+    assert {"demo-server", "tools", "run"} <= set(lines), lines
+    for name, expect in (("tools", "slow_echo"), ("run", "completed: slow_echo")):
+        argv = shlex.split(lines[name].replace("http://127.0.0.1:8000/mcp", fastmcp_server.url or ""))[1:]
+        rc, out, err = await cli(*argv, "--address", address_of(temporal_env)) if name == "run" else await cli(*argv)
+        assert rc == 0 and expect in out, (name, out, err[-2000:])

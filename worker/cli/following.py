@@ -24,7 +24,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.mcp_activities import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
-from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, err
+from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, LIVE_LINE, err
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
@@ -156,10 +156,11 @@ class _Lines:
         if self.drawn:
             sys.stderr.write("\r\x1b[K")
             self.drawn = False
+            if self._clear in LIVE_LINE:
+                LIVE_LINE.remove(self._clear)
 
     def line(self, text: str) -> None:
-        self._clear()
-        err(text)
+        err(text)  # clears the live line first (LIVE_LINE), as any other line written meanwhile does
 
     def changed(self, elapsed: float) -> None:
         self.gap = STILL_FIRST_S
@@ -174,6 +175,8 @@ class _Lines:
                 text = text[:width - 1] + "…"
             sys.stderr.write(f"\r\x1b[K{text}")
             sys.stderr.flush()
+            if not self.drawn:
+                LIVE_LINE.append(self._clear)
             self.drawn = True
         elif elapsed >= self.next_still:
             err(f"[{elapsed:6.1f}s] still {about}")

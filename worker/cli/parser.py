@@ -96,7 +96,13 @@ def _print_out(text: str) -> None:
         stdout_gone()
 
 
+#: Set while a live line is drawn on the terminal (``following``): it is cleared before any other line is written.
+LIVE_LINE: list[Callable[[], None]] = []
+
+
 def err(msg: str) -> None:
+    for clear in list(LIVE_LINE):
+        clear()
     try:
         print(msg, file=sys.stderr, flush=True)
     except BrokenPipeError:  # stderr closed too: nothing left to tell
