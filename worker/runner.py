@@ -118,7 +118,8 @@ def runtime(metrics_port: int = 0) -> Runtime:
 
 # A server that is starting (or restarting) refuses connections, then answers UNAVAILABLE ("Frontend is not
 # healthy yet") for a moment after its port opens. Those are worth waiting out; TLS, auth and DNS errors are not.
-_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset")
+_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset",
+                      "ConnectionReset")  # hyper's Kind(ConnectionReset): the frontend dropped us while starting
 
 
 def transient_connect_error(exc: BaseException) -> bool:
