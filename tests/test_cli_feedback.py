@@ -166,6 +166,19 @@ async def test_run_ends_when_its_own_worker_fails_to_start() -> None:
         with pytest.raises(CliError) as raised:
             await _worker_started(task, asyncio.Event(), "q")
         assert time.monotonic() - started < 1 and raised.value.code == code and text in str(raised.value)
+    # Stopping later, while `run` follows its task: the next tick ends the command, naming how to resume it.
+    from mcp_temporal_tasks.worker.cli.operations import _WorkerWatch
+
+    async def dies() -> None:
+        raise RuntimeError("Worker shut down: the poller failed")
+
+    task = asyncio.create_task(dies())
+    await asyncio.sleep(0)
+    await asyncio.wait({task})
+    with pytest.raises(CliError) as raised:
+        await _WorkerWatch(task, "wid-1")()
+    assert raised.value.code == 3 and raised.value.kind == "worker_failed"
+    assert "the poller failed; wid-1 has no worker now: resume it with the same command:" in str(raised.value)
 
 
 async def test_no_worker_run_says_within_10_s_that_nothing_polls_and_ctrl_c_says_so(temporal_env: Any,
