@@ -38,11 +38,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import jsonschema
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
@@ -104,6 +107,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     StartResult,
     TaskPayload,
     TaskState,
+    ToolInfo,
 )
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
 from mcp_temporal_tasks.activities.wire.tracing import annotate
@@ -283,6 +287,7 @@ class McpActivities:
         allow_inline_credentials: bool = False,
         inline_allowlist: Iterable[Endpoint] = (),
         owner_queue: str | None = None,
+        live_sink: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.servers = dict(servers or {})
         self.pool = pool or SessionPool()
@@ -295,6 +300,11 @@ class McpActivities:
         self.inline_allowlist = [e.model_dump(mode="json") for e in inline_allowlist]
         #: Task queue served by this process only; stdio tasks are pinned to it.
         self.owner_queue = owner_queue
+        #: Called with (workflow id, heartbeat details) whenever a call's or a wait's live status changes: the live
+        #: view of a `mcp-tasks run` whose own worker this is (heartbeats reach Temporal throttled).
+        self.live_sink = live_sink
+        #: How this worker names itself to Temporal (``runner.run_workers`` sets it; a refusal names it).
+        self.identity = f"{os.getpid()}@{socket.gethostname()}"
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.resolve, self.start_call, self.await_task, self.poll_task, self.retrieve_result, self.cancel_task,
@@ -389,7 +399,9 @@ class McpActivities:
             cfg = self.servers.get(inp.server)
             if cfg is None:
                 known = ", ".join(sorted(self.servers)) or "none configured"
-                raise ApplicationError(f"unknown MCP server {inp.server!r} (known: {known})",
+                raise ApplicationError(f"unknown MCP server {inp.server!r}: worker {self.identity} on task queue "
+                                       f"{activity.info().task_queue!r} took this task and has no such server (its "
+                                       f"servers: {known}); every worker on a queue needs the same [servers]",
                                        type="UnknownServer", non_retryable=True)
             endpoint = cfg.endpoint()
             job = cfg.jobs.get(inp.tool)
@@ -413,31 +425,82 @@ class McpActivities:
         return ServerProfile(name=endpoint.identity(), endpoint=endpoint, identity=endpoint.identity(),
                              principal=inp.principal, era=inp.era)
 
+    def _live(self, details: dict[str, Any], workflow_id: str | None = None) -> None:
+        """Hand ``details`` (what the heartbeat carries) to this process's live view at once, where one listens
+        (``mcp-tasks run``'s own worker): heartbeats reach Temporal only every 0.8 × the heartbeat timeout."""
+        if self.live_sink is not None:
+            try:
+                self.live_sink(workflow_id or activity.info().workflow_id or "", dict(details))
+            except Exception:  # noqa: BLE001  (a display must never fail an activity)
+                pass
+
+    async def _check_before_sending(self, client: McpTaskClient, tools: dict[str, ToolInfo], name: str,
+                                    arguments: dict[str, Any]) -> None:
+        """Refuse, before ``tools/call`` leaves, a call the server's ``tools/list`` already answers: a tool it does not
+        list (read again once: the list may have changed) or arguments that do not match its ``inputSchema``. Both
+        are ``rejected`` with nothing sent (``may_have_reached_server`` False), so the same request may run again."""
+        if name not in tools:
+            tools = await client.list_tools(refresh=True)
+        if name not in tools:
+            listed = ", ".join(sorted(tools)[:20]) + (", ..." if len(tools) > 20 else "") if tools else "none"
+            message = f"tools/call was never sent: the server lists no tool {name!r} (it lists: {listed})"
+            raise ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602},
+                                   type="UnknownTool", non_retryable=True)
+        raw = next((t for t in reversed(client.raw_tools) if isinstance(t, dict) and t.get("name") == name), None)
+        schema = raw.get("inputSchema") if isinstance(raw, dict) else None
+        if not isinstance(schema, dict):
+            return
+        try:
+            validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            validator_cls.check_schema(schema)
+            error = jsonschema.exceptions.best_match(validator_cls(schema).iter_errors(arguments))
+        except (jsonschema.exceptions.SchemaError, RecursionError, TypeError, ValueError):
+            return  # the server's own schema is unusable: the server decides
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            message = (f"tools/call was never sent: the arguments do not match the input schema of {name!r}: "
+                       f"{where}: {cap_text(error.message, 512)}")
+            raise ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602},
+                                   type="InvalidArguments", non_retryable=True)
+
     @activity.defn(name=START_CALL)
     async def start_call(self, inp: StartCallInput) -> StartCallOutput:
         """Send ``tools/call`` once. Everything before its bytes leave (connect, discovery, ``initialize``,
-        ``tools/list``) fails as "tools/call was never sent" (``may_have_reached_server`` False), however the
+        ``tools/list``, and a call ``tools/list`` already refuses: an unlisted tool, arguments against its
+        ``inputSchema``) fails as "tools/call was never sent" (``may_have_reached_server`` False), however the
         failing request itself ended. A lost reply on a 2025-11-25 session is reconciled with ``tasks/list``
         where that is sound (:meth:`McpTaskClient.reconcile_lost_call`); otherwise it may have reached the
-        server. Heartbeats run for the whole activity, so only a dead worker times it out."""
+        server. Heartbeats run for the whole activity, so only a dead worker times it out; the first one goes
+        when ``tools/call`` is sent (step ``tools/call sent``: `mcp-tasks run` shows a long synchronous call as
+        CALLING), later ones carry the call's progress."""
         profile = inp.profile
         annotate(server=profile.name, tool=inp.tool)
         beat: dict[str, Any] = {"step": "connecting", "tool": inp.tool}
         sent = False
+        workflow_id = activity.info().workflow_id or ""
 
         def progress(done: float, total: float | None, message: str | None) -> None:
             # A synchronous tool's progress is its live status: the activity's next heartbeat carries it, and
             # heartbeat details are what `mcp-tasks status` shows while the call runs (no history event).
             beat["progress"] = f"{done:g}/{total:g}" if total else f"{done:g}"
             beat["statusMessage"] = message or beat["progress"]
+            # Not a heartbeat here: a pooled session's notifications may arrive in another activity's context.
+            self._live(beat, workflow_id)
 
         async def call(client: McpTaskClient) -> StartCallOutput:
             nonlocal sent
             beat["step"] = "reading tools/list"
-            tools = await client.list_tools() if (client.era == LEGACY or profile.trust_annotations
-                                                   or profile.policy.output_schema is None) else {}
+            listed = client.era == LEGACY or profile.trust_annotations or profile.policy.output_schema is None
+            tools = await client.list_tools() if listed else {}
+            if listed:
+                await self._check_before_sending(client, tools, profile.job.submit if profile.job else inp.tool,
+                                                 inp.arguments)
+                tools = await client.list_tools()
             beat["step"] = "tools/call sent"
             sent = True
+            # The first heartbeat of the attempt: the SDK sends it at once (later ones are throttled).
+            activity.heartbeat(beat)
+            self._live(beat, workflow_id)
             reconciled = None
             if profile.job is not None:
                 beat["tool"] = profile.job.submit
@@ -477,7 +540,7 @@ class McpActivities:
         try:
             out = await self._heartbeating(
                 self.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call),
-                lambda: beat)
+                lambda: beat, at_once=False)
         except McpWireError as exc:
             raise to_application_error(exc, sent=None if sent else False)
         self._counter("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
@@ -546,6 +609,7 @@ class McpActivities:
             details = {"taskId": _short(state.task_id), "status": state.status,
                        "statusMessage": state.status_message, "polls": polls}
             activity.heartbeat(details)
+            self._live(details)
             moved = await self._if_moved(session, client, state, inp, details, polls)
             if moved is not None:
                 return moved
@@ -632,6 +696,7 @@ class McpActivities:
                                    type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from None
         self._counter("mcp_tasks_polls", "tasks/get polls")
         details.update(status=state.status, statusMessage=state.status_message)
+        self._live(details)
         if failing_since:
             activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
         moved = await self._if_moved(session, client, state, inp, details, 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from mcp_temporal_tasks.activities.wire.models import (
     Endpoint,
@@ -41,9 +41,10 @@ class PollSchedule(_Model):
 
 
 class ToolPolicy(_Model):
-    """Trusted, per-tool facts from configuration."""
+    """Trusted, per-tool facts from configuration. Booleans are booleans (``idempotent = "yes"`` is refused, not
+    taken for true)."""
 
-    idempotent: bool | None = None
+    idempotent: StrictBool | None = None
     replay: ReplayName | None = None
     max_replays: int | None = Field(None, ge=0, le=10)
     #: Pinned result contract: ``structuredContent`` must match this schema.
@@ -113,7 +114,7 @@ class ServerConfig(_Model):
     auth: OAuthClient | None = Field(None, description="OAuth client credentials, by reference")
     principal: str | None = None
     era: Era | None = None
-    trust_annotations: bool = False
+    trust_annotations: StrictBool = False
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     polling: PollSchedule = Field(default_factory=PollSchedule)
     jobs: dict[str, JobBinding] = Field(default_factory=dict)

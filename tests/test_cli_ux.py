@@ -591,11 +591,12 @@ async def test_unknown_tool_is_what_the_readme_says(temporal_env: Any, fastmcp_s
     rc, out, err = await cli("run", unique("no_such_tool"), "--url", fastmcp_server.url or "", "--json",
                              "--task-queue", queue, "--address", address_of(temporal_env))
     outcome = one_json(out)
-    assert rc == 1 and (outcome["outcome"], outcome["classification"]) == ("tool_error", "permanent"), err[-2000:]
+    # The server's tools/list does not list it: refused before tools/call was sent, nothing counted.
+    assert rc == 1 and (outcome["outcome"], outcome["classification"]) == ("rejected", "permanent"), err[-2000:]
+    assert outcome["operation_attempts"] == [] and "UnknownTool" in outcome["reason"]
     readme = (REPO_ROOT / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `tool_error` |"))
-    assert "unknown tool" in row.lower() and "permanent" in row
-    assert "unknown tool" not in next(line for line in readme.splitlines() if line.startswith("| `rejected` |")).lower()
+    row = next(line for line in readme.splitlines() if line.startswith("| `rejected` |"))
+    assert "`tools/list` does not list (`UnknownTool`, `permanent`)" in row and "`tools/call sent: 0`" in row
     # Every option of every command is in the README's CLI section.
     from mcp_temporal_tasks.worker.cli import build_parser
 

@@ -74,11 +74,24 @@ def test_env_overrides(tmp_path: Path) -> None:
     ('[servers.a]\nurl = "ftp://h/mcp"', "servers.a"),
     ('[[servers]]\nurl = 1', "servers: must be a table"),
     ('not toml ===', "is not valid TOML"),
+    # Booleans are booleans: "yes" is not taken for true.
+    ('[worker]\ntracing = "yes"', "worker.tracing: must be true or false (got 'yes')"),
+    ('[temporal]\ntls = 1', "temporal.tls: must be true or false (got 1)"),
+    ('[servers.a]\nurl = "http://h/mcp"\ntrust_annotations = "true"', "servers.a.trust_annotations: must be true or false"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotent = "no"', "servers.a.tools.t.idempotent: must be"),
+    # An unknown key is named even when it also leaves a required one missing.
+    ('[servers.demo]\nulr = "http://h/mcp"', "servers.demo.ulr: unknown key (did you mean 'url'?); servers.demo: needs"),
 ])
 def test_bad_config_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(write(tmp_path, text), env={})
     assert message in str(exc.value)
+
+
+def test_messages_carry_no_pydantic_prefix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, '[temporal]\naddress = "nohostport"'), env={})
+    assert str(exc.value) == "temporal.address: must be HOST:PORT (e.g. localhost:7233), got 'nohostport'"
 
 
 def test_missing_file(tmp_path: Path) -> None:

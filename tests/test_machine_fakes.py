@@ -44,6 +44,8 @@ from mcp_temporal_tasks.activities.models import (
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.activities.wire.errors import (
     MAX_RETRY_AFTER_S,
+    AuthorizationRequired,
+    HttpRefusal,
     JsonRpcError,
     McpWireError,
     RateLimited,
@@ -267,6 +269,42 @@ async def test_a_refused_tools_call_is_rejected_never_replayed(env: WorkflowEnvi
     fakes = Fakes(start_call=[wire(refusal)])
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.REJECTED and fakes.calls["start_call"] == 1 and not replays(out)
+
+
+def _never_sent(kind: str, message: str) -> ApplicationError:
+    """A refusal before tools/call left, as start_call raises it for a call tools/list already answers."""
+    message = f"tools/call was never sent: {message}"
+    return ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602}, type=kind,
+                            non_retryable=True)
+
+
+@pytest.mark.parametrize("failure, classification", [
+    (wire(HttpRefusal("initialize: HTTP 404 without a JSON-RPC error", code=None), sent=False), None),
+    (wire(AuthorizationRequired("no access token for http://fake.invalid/mcp (OAuth client 'svc'): cannot reach "
+                                "http://127.0.0.1:1", status=None), sent=False), "authorization_required"),
+    (_never_sent("UnknownTool", "the server lists no tool 't' (it lists: a, b)"), "permanent"),
+    (_never_sent("InvalidArguments", "the arguments do not match the input schema of 't': seconds: 'x' is not of "
+                                     "type 'number'"), "input_correctable"),
+], ids=["initialize_refused", "oauth_failed", "unknown_tool", "schema_mismatch"])
+async def test_a_refusal_before_tools_call_was_sent_counts_no_attempt(env: WorkflowEnvironment, failure: ApplicationError,
+                                                                      classification: str | None) -> None:
+    """The attempts ledger holds the calls whose bytes may have left: a refusal before (initialize, auth, discovery,
+    the tool list, the input schema) is `rejected` with none, so the same request may run again; never resent."""
+    fakes = Fakes(start_call=[failure])
+    kind = failure.type
+    out = await run(env, fakes, record="rejected_before_tools_call_sent" if kind == "UnknownTool" else None, **REPLAY)
+    assert out.outcome == Outcome.REJECTED and out.operation_attempts == [], out
+    assert fakes.calls["start_call"] == 1 and out.reason == f"refused before tools/call was sent ({kind})"
+    assert out.error is not None and out.error.message.startswith("tools/call was never sent")
+    if classification is not None:
+        assert out.classification == classification
+
+
+async def test_a_refusal_of_tools_call_itself_counts_its_attempt(env: WorkflowEnvironment) -> None:
+    """A refusal that came after tools/call left (the server refused it) is one attempt, rejected."""
+    refusal = error_from_rpc({"code": -32602, "message": "bad argument"}, method="tools/call")
+    out = await run(env, Fakes(start_call=[wire(refusal)]))
+    assert out.outcome == Outcome.REJECTED and [a.ended for a in out.operation_attempts] == ["rejected"]
 
 
 async def test_a_server_that_never_took_the_call_is_resent_then_rejected_retryable(env: WorkflowEnvironment) -> None:

@@ -10,6 +10,7 @@ spans come from ``tests/peers/fastmcp_otel.py``: the fastmcp peer with mcp 2.3.0
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,50 @@ async def test_without_tracing_requests_carry_no_trace_context(ts_http_stateful:
     assert out.outcome == Outcome.COMPLETED
     lines = [x for x in ts_http_stateful.log_since(mark) if x.get("method") in ("tools/call", "tasks/get")]
     assert lines and all(x.get("traceparent") is None for x in lines), lines
+
+
+async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts_http_stateful: Peer, temporal_env: Any,
+                                                                              tmp_path: Path) -> None:
+    """`[worker] tracing = true` and the standard OTEL_* environment, no Python of the user's: `mcp-tasks run` sets up
+    the SDK itself, says where spans go, and an OTLP/HTTP receiver (what a collector gets, decoded with
+    opentelemetry-proto) receives them; the MCP peer sees each task's trace id on its tools/call, every tasks/get
+    and its tasks/result, a different one per task."""
+    from tests.peers.otlp_receiver import OtlpReceiver
+    from tests.temporal_harness import cli, one_json
+
+    config = tmp_path / "worker.toml"
+    config.write_text(f'[worker]\ntracing = true\n[servers.peer]\nurl = "{ts_http_stateful.url}"\n')
+    service = unique("svc")
+    mark = ts_http_stateful.log_mark()
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": service,
+               "MCP_TASKS_STATE_DIR": str(tmp_path)}
+        outcomes = []
+        for _ in range(2):
+            rc, out, err = await cli("run", "slow_echo", "--server", "peer", "--config", str(config), "--args",
+                                     json.dumps({"seconds": 0.5, "text": unique("traced")}), "--id", unique("otlp"),
+                                     "--json", "--address", address_of(temporal_env), env=env)
+            assert rc == 0, err[-2000:]
+            assert f"note: tracing: spans go to OTLP/HTTP {receiver.url}/v1/traces as service '{service}'" in err, err
+            outcomes.append(one_json(out))
+        spans = list(receiver.spans)
+    log = ts_http_stateful.log_since(mark)
+    traces = []
+    for outcome in outcomes:
+        reads = [x for x in log if x.get("taskId") == outcome["task_id"]]
+        methods = {x["method"] for x in reads}
+        assert {"tasks/get", "tasks/result"} <= methods, reads
+        ids = {trace_id_of(x.get("traceparent")) for x in reads}
+        assert len(ids) == 1 and None not in ids, reads
+        trace_id = ids.pop()
+        calls = [x for x in log if x.get("method") == "tools/call" and trace_id_of(x.get("traceparent")) == trace_id]
+        assert len(calls) == 1, calls
+        traces.append(format(trace_id, "032x"))
+        # What the receiver got: the task's spans in that trace, from the service OTEL_SERVICE_NAME named.
+        names = {s["name"] for s in spans if s["trace_id"] == traces[-1]}
+        assert {"StartWorkflow:McpTaskWorkflow", "RunWorkflow:McpTaskWorkflow", "RunActivity:mcp-tasks.start_call.v1",
+                "RunActivity:mcp-tasks.await_task.v1"} <= names, sorted(names)
+    assert traces[0] != traces[1]
+    assert {s["service"] for s in spans} == {service}
+    # The live view's status queries are not traced (they would be a trace each, twice a second).
+    assert not any(s["name"].startswith(("QueryWorkflow", "HandleQuery")) for s in spans), sorted({s["name"] for s in spans})

@@ -55,16 +55,17 @@ states = { running = "working", succeeded = "completed", failed = "failed", canc
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
-from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE
+from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, validation_message
 
 
 class ConfigError(ValueError):
@@ -72,6 +73,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
+    """Unknown keys are refused, and booleans are booleans (``tracing = "yes"`` is an error, not true)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -88,7 +91,7 @@ class TemporalSettings(_Strict):
     address: str = "localhost:7233"
     namespace: str = "default"
     task_queue: str = DEFAULT_TASK_QUEUE
-    tls: bool = False
+    tls: StrictBool = False
     #: The Temporal UI of this Temporal, for the links the CLI prints (none: only a dev server's own UI is linked).
     ui_url: str | None = None
 
@@ -110,9 +113,9 @@ class WorkerSettings(_Strict):
     #: an inline endpoint needs these: a URL ``allow_inline_endpoints``, a stdio command (runs on this
     #: worker) ``allow_inline_commands``, credential references (send this worker's secrets to wherever the
     #: request points) ``allow_inline_credentials``. All off by default.
-    allow_inline_endpoints: bool = False
-    allow_inline_commands: bool = False
-    allow_inline_credentials: bool = False
+    allow_inline_endpoints: StrictBool = False
+    allow_inline_commands: StrictBool = False
+    allow_inline_credentials: StrictBool = False
     max_concurrent_activities: int = Field(4000, ge=1)
     #: Memory is bounded by this, not by the tasks in flight: a cached workflow costs ~130 KB, an in-flight task
     #: that is not cached ~30 KB (its waiting activity). A workflow waiting on its poll activity has nothing to
@@ -132,7 +135,7 @@ class WorkerSettings(_Strict):
     max_heartbeat_throttle_s: float = Field(120.0, gt=0, le=3600)
     #: Temporal's OpenTelemetry interceptor on this worker, and W3C trace context on every MCP request (the
     #: ``[tracing]`` extra; spans go wherever the process's OpenTelemetry SDK exports them).
-    tracing: bool = False
+    tracing: StrictBool = False
 
 
 class WorkerConfig(_Strict):
@@ -227,6 +230,13 @@ def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a table")
     raw = dict(raw)
+    # An unknown key is named first, even when it also leaves a required one missing (`ulr` for `url`).
+    unknown = [key for key in raw if key not in ServerConfig.model_fields]
+    if unknown:
+        problems = [f"{where}.{key}: unknown key{_did_you_mean(key, ServerConfig.model_fields)}" for key in unknown]
+        if not ("url" in raw or "command" in raw):
+            problems.append(f"{where}: needs exactly one of 'url' or 'command'")
+        raise ConfigError("; ".join(problems))
     if "auth" in raw:
         raw["auth"] = _auth(raw["auth"], f"{where}.auth", env)
         if "command" in raw:
@@ -259,13 +269,17 @@ def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
     return cfg
 
 
+def _did_you_mean(key: str, known: Any) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _explain(exc: ValidationError, prefix: str = "") -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"{key}: {msg}")
+        lines.append(f"{key}: {validation_message(err)}")
     return "; ".join(lines)
 
 
@@ -278,8 +292,13 @@ ENV_OVERRIDES = {
 }
 
 
-def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None) -> WorkerConfig:
-    """Load ``path`` (or ``$MCP_TASKS_CONFIG``; none = defaults), then apply environment overrides."""
+def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None,
+                temporal_only: bool = False) -> WorkerConfig:
+    """Load ``path`` (or ``$MCP_TASKS_CONFIG``; none = defaults), then apply environment overrides.
+
+    ``temporal_only``: what a command that only talks to Temporal (``status``, ``result``, ``list``...) reads of the
+    file: its ``[temporal]`` table (the other tables are not checked, so an operator's shell need not hold the
+    workers' credential variables)."""
     env = dict(os.environ if env is None else env)
     path = path or env.get("MCP_TASKS_CONFIG")
     raw: dict[str, Any] = {}
@@ -302,6 +321,8 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
     for var, (section, key) in ENV_OVERRIDES.items():
         if env.get(var):
             raw.setdefault(section, {})[key] = env[var]
+    if temporal_only:
+        raw = {"temporal": raw["temporal"]} if "temporal" in raw else {}
     servers_raw = raw.pop("servers", {})
     if not isinstance(servers_raw, dict):
         raise ConfigError("servers: must be a table of [servers.NAME] tables")

@@ -34,6 +34,10 @@ class DevServerError(RuntimeError):
     pass
 
 
+class PortInUse(DevServerError):
+    """A port the server needs is taken: the message names the port and what wanted it (exit 2 in the CLI)."""
+
+
 class StateInUse(DevServerError):
     """The state file is held by another dev server; ``holder`` is what its lock file says (pid, address, ui)."""
 
@@ -191,9 +195,12 @@ class DevServer:
 
     def start(self, *, timeout_s: float = 30.0, foreground: bool = False) -> DevServer:
         self._lock()
-        if port_open(self.ip, self.port):
-            self._unlock()
-            raise DevServerError(f"port {self.port} is already in use; pick another with --port")
+        for port, what, flag in ((self.port, "its frontend (gRPC)", "--port"),
+                                 (self.ui_port, "its UI", "--ui-port")):
+            if port and port_open(self.ip if what != "its UI" else "127.0.0.1", port):
+                self._unlock()
+                raise PortInUse(f"port {port} is already in use, and the Temporal dev server wanted it for {what}: "
+                                     f"pick another with {flag}")
         out = None if foreground else subprocess.DEVNULL
         assert self._lock_fd is not None
         # The server inherits the lock: the state file stays held as long as the server runs, whatever happens
@@ -210,7 +217,9 @@ class DevServer:
                 code = self.proc.returncode
                 self.proc = None
                 self._unlock()
-                raise DevServerError(f"temporal dev server exited with code {code}: {' '.join(self.command())}")
+                raise DevServerError(f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
+                                     f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
+                                     "the same options shows its own output")
             if time.monotonic() > deadline:
                 self.stop()
                 raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")

@@ -51,7 +51,12 @@ log = logging.getLogger("mcp_tasks.plugin")
 
 
 def tracing_interceptor() -> Any:
-    """Temporal's OpenTelemetry interceptor (``temporalio.contrib.opentelemetry``), or one error naming the extra."""
+    """Temporal's OpenTelemetry interceptor (``temporalio.contrib.opentelemetry``), or one error naming the extra.
+
+    A task is one trace (its ``tools/call``, every ``tasks/get``, its ``tasks/result``) when its starter traces: the
+    interceptor on the starter's client (``McpTasksPlugin`` given to ``Client.connect``; ``mcp-tasks run`` with
+    ``[worker] tracing``). A workflow started without a trace (another SDK, a schedule, the UI) gets no workflow
+    spans from the SDK, and each of its activities starts a trace of its own."""
     try:
         from temporalio.contrib.opentelemetry import TracingInterceptor
     except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
@@ -171,7 +176,14 @@ class McpTasksPlugin(SimplePlugin):
                 "McpTasksPlugin: the worker's client has no pydantic payload converter; give the plugin to "
                 "Client.connect(..., plugins=[plugin]) (workers on that client inherit it), or connect with "
                 "data_converter=temporalio.contrib.pydantic.pydantic_data_converter")
-        config = super().configure_worker(config)
+        ours = self.interceptors
+        if ours and any(type(i).__name__ == "TracingInterceptor" for i in client.config().get("interceptors") or []):
+            # The client traces already (its worker inherits that interceptor): a second one would double every span.
+            self.interceptors = None
+        try:
+            config = super().configure_worker(config)
+        finally:
+            self.interceptors = ours
         if config.get("task_queue") == self.owner_queue:  # the owner queue runs activities only
             config["workflows"] = [w for w in config.get("workflows") or [] if w not in WORKFLOWS]
         return config

@@ -7,7 +7,8 @@ builds its workers with), so the two share these without importing each other.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -35,9 +36,11 @@ async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
     return missing
 
 
-def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = ()) -> McpActivities:
+def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = (),
+                    live_sink: Callable[[str, dict[str, Any]], None] | None = None) -> McpActivities:
     """The activities of ``cfg``. ``inline_allowlist``: inline endpoints allowed whatever ``[worker]`` says
-    (the CLI's in-process worker allows the one endpoint its user typed, nothing else)."""
+    (the CLI's in-process worker allows the one endpoint its user typed, nothing else). ``live_sink``: told at once
+    what each call and wait reports (``mcp-tasks run``'s live view of the task its own worker runs)."""
     w = cfg.worker
     store = ResultStore(f"{w.state_dir}/results" if w.state_dir else None, inline_limit=w.inline_result_bytes)
     try:
@@ -52,4 +55,4 @@ def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] =
     return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s, owner=owner), store=store,
                          allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
                          allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
-                         owner_queue=owner)
+                         owner_queue=owner, live_sink=live_sink)

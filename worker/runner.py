@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import logging
+import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -102,14 +104,24 @@ def runtime(metrics_port: int = 0) -> Runtime:
     global _runtime
     if _runtime is None:
         metrics = PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}") if metrics_port else None
-        _runtime = Runtime(telemetry=TelemetryConfig(
-            metrics=metrics, logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+        try:
+            _runtime = Runtime(telemetry=TelemetryConfig(
+                metrics=metrics, logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+        except Exception as exc:  # the Prometheus endpoint cannot listen (port in use, no permission)
+            if not metrics_port:
+                raise
+            in_use = "in use" in str(exc).lower()
+            raise ConfigError(f"worker.metrics_port: port {metrics_port} "
+                              f"{'is already in use' if in_use else 'cannot be opened'} (this worker's Prometheus "
+                              f"metrics endpoint wanted it: {' '.join(str(exc).split())}); set [worker] metrics_port or "
+                              "MCP_TASKS_METRICS_PORT to a free port, or 0 for no metrics") from None
     return _runtime
 
 
 # A server that is starting (or restarting) refuses connections, then answers UNAVAILABLE ("Frontend is not
 # healthy yet") for a moment after its port opens. Those are worth waiting out; TLS, auth and DNS errors are not.
-_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset")
+_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset",
+                      "ConnectionReset")  # hyper's Kind(ConnectionReset): the frontend dropped us while starting
 
 
 def transient_connect_error(exc: BaseException) -> bool:
@@ -123,10 +135,14 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
                     cfg: WorkerConfig | None = None) -> tuple[dict[str, Any], bool]:
     """``Client.connect`` keyword arguments and whether an address was given (not defaulted).
 
-    Follows Temporal's own environment configuration (``temporalio.envconfig``: ``TEMPORAL_ADDRESS``,
-    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE`` and the profiles of
-    ``temporal.toml``), then the ``[temporal]`` table of our configuration where it sets a key, then the
-    explicit arguments (CLI flags).
+    The one address rule of every command and of ``mcp-tasks worker``, first that says wins (the namespace
+    likewise): the explicit arguments (CLI flags); ``TEMPORAL_ADDRESS``; the profile of ``temporal.toml``
+    (``TEMPORAL_PROFILE``, else ``default``): both are Temporal's own environment configuration
+    (``temporalio.envconfig``, with ``TEMPORAL_API_KEY`` and ``TEMPORAL_TLS*``), which every Temporal tool reads the
+    same way; then the ``[temporal]`` table of our configuration (``--config``, ``$MCP_TASKS_CONFIG``); then
+    ``localhost:7233``, where the CLI may start the embedded Temporal. Why Temporal's configuration before ours: a
+    profile's address, TLS and API key belong together, and are never split so that a profile's API key goes to
+    an address from another source; our table fills in what Temporal's configuration leaves unsaid.
     """
     try:
         options: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
@@ -135,9 +151,9 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
     given = "target_host" in options
     if cfg is not None:
         table = cfg.temporal
-        if "address" in table.model_fields_set:
+        if not given and "address" in table.model_fields_set:
             options["target_host"], given = table.address, True
-        if "namespace" in table.model_fields_set:
+        if "namespace" not in options and "namespace" in table.model_fields_set:
             options["namespace"] = table.namespace
         legacy_tls = cfg.tls_config()  # TEMPORAL_TLS_CERT/KEY, tls = true: kept from earlier releases
         if legacy_tls and not options.get("tls"):
@@ -154,7 +170,7 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
 
 
 async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0) -> Client:
+                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
     """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
     not transient."""
@@ -166,7 +182,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     while True:
         try:
             return await Client.connect(target, data_converter=DATA_CONVERTER, runtime=runtime(metrics_port),
-                                        **options)
+                                        interceptors=interceptors or [], **options)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise
@@ -213,6 +229,51 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
     return [Worker(client, task_queue=task_queue, plugins=[plugin], **{**options, **shared_overrides})]
 
 
+#: What a worker's identity says of its configuration: ``<pid>@<host> mcp-tasks servers=a,b#<digest>``.
+_SERVERS_TAG = re.compile(r"mcp-tasks servers=(?P<names>\S*)#(?P<digest>[0-9a-f]{8})")
+
+
+def servers_digest(servers: Mapping[str, Any]) -> str:
+    """8 hex digits of the server set a worker serves (names, endpoints, tool policies, jobs; references to
+    variables, never their values): two workers on one queue with different digests split its tasks."""
+    body = json.dumps({name: cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg
+                       for name, cfg in sorted(servers.items())}, sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:8]
+
+
+def worker_identity(base: str, servers: Mapping[str, Any]) -> str:
+    """The identity a worker polls with: the client's (``pid@host``) and its server set, so every other worker on
+    the queue (and an operator, in the UI's Workers tab) can tell it serves other servers."""
+    names = ",".join(sorted(servers))
+    if len(names) > 160:
+        names = names[:157] + "..."
+    return f"{base} mcp-tasks servers={names or '-'}#{servers_digest(servers)}"
+
+
+async def foreign_workers(client: Client, task_queue: str, identity: str) -> list[str]:
+    """One line per other worker polling ``task_queue`` whose server set differs from ours (by the digest in its
+    identity), or that does not say its set (another program, an older mcp-tasks)."""
+    ours = _SERVERS_TAG.search(identity)
+    try:
+        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=task_queue))), 10)
+    except Exception:  # noqa: BLE001  (a check at start; the worker runs either way)
+        return []
+    lines = []
+    for poller in resp.pollers:
+        if poller.identity == identity:
+            continue
+        theirs = _SERVERS_TAG.search(poller.identity)
+        if theirs is None:
+            lines.append(f"worker {poller.identity!r} does not say which servers it has (not mcp-tasks, or an older "
+                         "one)")
+        elif ours is None or theirs["digest"] != ours["digest"]:
+            lines.append(f"worker {poller.identity.split(' mcp-tasks', 1)[0]!r} serves "
+                         f"{theirs['names'].replace(',', ', ') if theirs['names'] != '-' else 'no servers'} "
+                         f"(configuration {theirs['digest']})")
+    return lines
+
+
 def shutdown_executors(workers: list[Worker]) -> None:
     """Stop the workflow thread pool build_workers gave the shared worker (the SDK stops only its own pools)."""
     for w in workers:
@@ -221,11 +282,16 @@ def shutdown_executors(workers: list[Worker]) -> None:
             executor.shutdown(wait=False)
 
 
-async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0) -> bool:
-    """True once the server lists ``identity`` among the workflow pollers of ``task_queue``."""
+async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0, *,
+                             tasks: list[asyncio.Task[None]] | None = None) -> bool:
+    """True once the server lists ``identity`` among the workflow pollers of ``task_queue``; False after
+    ``timeout_s``, or at once when one of the workers' ``tasks`` has ended (it failed to start: the caller raises
+    its error)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while loop.time() < end:
+        if tasks and any(t.done() for t in tasks):
+            return False
         try:
             resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
                 namespace=client.namespace, task_queue=TaskQueue(name=task_queue)))
@@ -248,7 +314,9 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
     close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S + STDIO_SHUTDOWN_S`` (+ 1 s) whatever the
     activities and the stdio children do."""
     activities = activities or make_activities(cfg)
-    workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker)
+    identity = worker_identity(client.identity, activities.servers)
+    activities.identity = identity
+    workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker, identity=identity)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
@@ -260,9 +328,17 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
             pass  # not the main thread: the caller owns signals
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
-        if await wait_until_polling(client, cfg.temporal.task_queue, client.identity):
+        if await wait_until_polling(client, cfg.temporal.task_queue, identity, tasks=tasks):
             if on_ready:
                 on_ready()
+            others = await foreign_workers(client, cfg.temporal.task_queue, identity)
+            if others:
+                log.warning("task queue %s has workers with another server set, so they split its tasks and a task "
+                            "naming a server only one of them has ends rejected: UnknownServer on the other: %s; ours: "
+                            "%s (configuration %s). Give every worker on a queue the same [servers], or each "
+                            "configuration its own --task-queue", cfg.temporal.task_queue, "; ".join(others),
+                            ", ".join(sorted(activities.servers)) or "no servers", servers_digest(activities.servers),
+                            extra={"event": "foreign_workers", "task_queue": cfg.temporal.task_queue})
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in done:

@@ -217,10 +217,20 @@ def replay_reason(stage: Stage, outcome: Outcome, classification: Classification
 SubmitFailure = Literal["resend", "rejected", "unknown_outcome", "unreachable"]
 
 
+#: Failures of a submit that are answers, not faults: resending the same request gets the same refusal. Those of
+#: ``tools/list`` itself (``UnknownTool``: not listed; ``InvalidArguments``: against its ``inputSchema``) come before
+#: ``tools/call`` is sent.
+REFUSALS = frozenset({"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
+                      "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal",
+                      "UnknownTool", "InvalidArguments", "RequestRefused"})
+#: How a refusal of our own before sending is classified, whatever its text says.
+REFUSAL_CLASSES = {"AuthorizationRequired": Classification.AUTHORIZATION_REQUIRED,
+                   "UnknownTool": Classification.PERMANENT, "InvalidArguments": Classification.INPUT_CORRECTABLE}
+
+
 def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3) -> SubmitFailure:
     """What a failed ``tools/call`` attempt means. Only a request that surely never arrived is resent."""
-    if kind in {"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
-                "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal", "RequestRefused"}:
+    if kind in REFUSALS:
         return "rejected"
     if not may_have_reached_server:
         return "resend" if resends < max_resends else "unreachable"

@@ -101,6 +101,7 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         check_request_size,
         search_attribute_value,
+        validation_message,
     )
 
 
@@ -170,7 +171,7 @@ def _explain(exc: ValidationError | RequestTooLarge) -> str:
     parts = []
     for err in exc.errors()[:10]:
         loc = ".".join(str(p) for p in err["loc"]) or "<input>"
-        parts.append(f"{loc}: {'unknown field' if err['type'] == 'extra_forbidden' else err['msg']}")
+        parts.append(f"{loc}: {'unknown field' if err['type'] == 'extra_forbidden' else validation_message(err)}")
     return "; ".join(parts)
 
 
@@ -542,11 +543,16 @@ class McpTaskWorkflow:
                 error = RpcErrorInfo(code=info.get("code") or -32000, message=info.get("message") or str(err.cause),
                                      data={"kind": kind})
                 if verdict == "rejected":
-                    self._record(reason, sent_at, ended=Outcome.REJECTED.value)
+                    # operation_attempts holds the calls whose bytes may have left: a refusal before tools/call was
+                    # sent (initialize, auth, discovery, tools/list, the input schema) is not one, so the same
+                    # request may run again. The commands are the same either way (the workflow fails with the
+                    # outcome at once), so histories from before replay unchanged.
+                    if reached:
+                        self._record(reason, sent_at, ended=Outcome.REJECTED.value)
                     cls, _ = decisions.classify_failure(None, error)
-                    if kind == "AuthorizationRequired":
-                        cls = Classification.AUTHORIZATION_REQUIRED
-                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error, classification=cls))
+                    cls = decisions.REFUSAL_CLASSES.get(kind, cls)
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error, classification=cls,
+                                        reason=None if reached else f"refused before tools/call was sent ({kind})"))
                 if verdict == "unreachable":
                     raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
                                  classification=Classification.RETRYABLE,

@@ -79,6 +79,20 @@ def check_request_size(arguments: dict[str, Any]) -> None:
                               "pass large inputs by reference (a URL or a file name the tool can read)")
 
 
+def validation_message(error: Any) -> str:
+    """One pydantic error's text without pydantic's ``Value error, `` / ``Assertion failed, `` prefixes (a validator's
+    own message is the message), an unknown key called so."""
+    if error.get("type") == "extra_forbidden":
+        return "unknown key"
+    if error.get("type") == "bool_type":
+        return f"must be true or false (got {repr(error.get('input'))[:60]})"
+    msg = str(error.get("msg", ""))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg
+
+
 def search_attribute_value(value: str) -> str:
     """``value`` as a Keyword search attribute: itself when short, else a stable digest (Temporal refuses
     values over 2,048 bytes by terminating the workflow)."""

@@ -1,6 +1,6 @@
-"""Where the CLI's Temporal is: address, namespace and TLS (``runner.connect_options``: flags over Temporal's
-environment configuration), the one ``HOST:PORT`` check every address goes through, the embedded server when
-nothing serves the default address, and the UI links the commands print."""
+"""Where the CLI's Temporal is: address, namespace and TLS (``runner.connect_options``: flags, Temporal's
+environment configuration, then the ``[temporal]`` table of ``--config``), the one ``HOST:PORT`` check every address
+goes through, the embedded server when nothing serves the default address, and the UI links the commands print."""
 
 from __future__ import annotations
 
@@ -16,8 +16,16 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err
-from mcp_temporal_tasks.worker.config import ConfigError, is_host_port
-from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, StateInUse, port_open, ui_for_address
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, is_host_port, load_config
+from mcp_temporal_tasks.worker.devserver import (
+    DevServer,
+    DevServerError,
+    StateInUse,
+    free_port,
+    port_open,
+    ui_for_address,
+)
+from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.runner import connect, connect_options
 
@@ -36,15 +44,33 @@ def check_address(address: str, source: str) -> None:
         raise CliError(f"{source} {address!r} is not HOST:PORT (e.g. localhost:7233)", EXIT_USAGE)
 
 
-def resolve_address(args: argparse.Namespace) -> tuple[str, str, bool]:
-    """(address, namespace, explicit): explicit when given by flag, TEMPORAL_ADDRESS or a temporal.toml profile
-    (Temporal's environment configuration); otherwise the default, where the embedded Temporal may start."""
+def temporal_config(args: argparse.Namespace) -> WorkerConfig:
+    """What a command that only talks to Temporal reads of ``--config`` (else ``$MCP_TASKS_CONFIG``): its
+    ``[temporal]`` table; exit 2 when that is invalid."""
     try:
-        options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None))
+        return load_config(getattr(args, "config", None), temporal_only=True)
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+
+
+def address_source(args: argparse.Namespace, cfg: WorkerConfig | None) -> str:
+    """Where the address came from, for messages (the order of ``runner.connect_options``)."""
+    if args.address:
+        return "--address"
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        return "TEMPORAL_ADDRESS"
+    return "the Temporal address (temporal.toml)"  # [temporal] address is checked when the file loads
+
+
+def resolve_address(args: argparse.Namespace, cfg: WorkerConfig | None = None) -> tuple[str, str, bool]:
+    """(address, namespace, explicit), by the one address rule (``runner.connect_options``): ``--address``,
+    ``TEMPORAL_ADDRESS``, a temporal.toml profile, the ``[temporal]`` table of ``cfg``, else the default. Explicit
+    unless defaulted: only at the default may the embedded Temporal start."""
+    try:
+        options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None), cfg=cfg)
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
-    check_address(options["target_host"], "--address" if args.address else "the Temporal address (TEMPORAL_ADDRESS "
-                  "or temporal.toml)")
+    check_address(options["target_host"], address_source(args, cfg))
     return options["target_host"], options["namespace"], explicit
 
 
@@ -66,6 +92,14 @@ async def check_namespace(client: Client, namespace: str, address: str) -> None:
                            "create it with `temporal operator namespace create`)", EXIT_USAGE,
                            kind="namespace") from None
         # Anything else (e.g. not permitted to describe it): the commands themselves will say.
+
+
+def untraced(client: Client) -> Client:
+    """``client`` without its interceptors (the same connection): what the live view polls with, so a traced `run`
+    does not export a trace for every status query it makes (twice a second)."""
+    if not client.config().get("interceptors"):
+        return client
+    return Client(client.service_client, namespace=client.namespace, data_converter=client.data_converter)
 
 
 def check_ui_url(url: str, source: str) -> str:
@@ -99,14 +133,16 @@ def ui_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
 
 @contextlib.asynccontextmanager
 async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, detached: bool = False,
-                   configured_ui: str | None = None) -> AsyncIterator[tuple[Client, str | None]]:
+                   cfg: WorkerConfig | None = None) -> AsyncIterator[tuple[Client, str | None]]:
     """Yield (client, UI base URL or None). Starts the embedded default when allowed and nothing listens at the
-    default.
+    default. ``cfg``: the configuration whose ``[temporal]`` table the address rule reads (default: that of
+    ``--config`` / ``$MCP_TASKS_CONFIG``).
 
     ``detached``: the caller exits before the task runs, so an embedded server (which would stop with it) is
     refused with the command that starts one that outlives it.
     """
-    address, namespace, explicit = resolve_address(args)
+    cfg = cfg if cfg is not None else temporal_config(args)
+    address, namespace, explicit = resolve_address(args, cfg)
     server = None
     host, port = split_address(address)
     if not explicit and allow_embedded and not port_open(host, port):
@@ -115,7 +151,8 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, de
                            "start one with `mcp-tasks dev-server` (and a worker with `mcp-tasks worker`), "
                            "or run without --detach", EXIT_USAGE)
         try:
-            server = DevServer(port=port).start()
+            # The UI's usual port may be taken (another dev server's UI): the embedded one takes a free one then.
+            server = DevServer(port=port, ui_port=8233 if not port_open("127.0.0.1", 8233) else free_port()).start()
         except StateInUse as exc:
             raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_USAGE, kind="state_in_use") from None
         except DevServerError as exc:
@@ -126,11 +163,15 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, de
             # An embedded server we started already serves (DevServer.start waits for that). Another that
             # listens may still be starting: it gets time to become healthy; nothing listening fails at once.
             wait_s = 5.0 if server is None and port_open(host, port) else 0.0
-            client = await asyncio.wait_for(connect(address, namespace, wait_s=wait_s), timeout=wait_s + 15)
+            # With [worker] tracing (`run`'s own configuration) this client traces too: the task's start is the root
+            # of its trace, so its tools/call, tasks/get and tasks/result share one.
+            interceptors = [tracing_interceptor()] if cfg.worker.tracing else None
+            client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, wait_s=wait_s,
+                                                    interceptors=interceptors), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {why(exc)}", EXIT_UNREACHABLE) from None
         await check_namespace(client, namespace, address)
-        yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=configured_ui,
+        yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=cfg.temporal.ui_url,
                               started=server.ui_url if server else None)
     finally:
         if server is not None:

@@ -1,5 +1,10 @@
-"""Following a task: the live view (the ``status()`` query with the waiting activity's latest heartbeat), the
-progress lines on stderr, and the human summary of an outcome.
+"""Following a task: the live view (the ``status()`` query with the waiting activity's latest heartbeat, or, for
+a task this process's own worker runs, what its activities report at once), the progress lines on stderr, and the
+human summary of an outcome.
+
+On a terminal the last line is redrawn on a timer (elapsed time, the last status message and how old it is);
+elsewhere (a log, a pipe) each change is a line and a ``still …`` line follows at growing intervals (10 s, 20 s,
+40 s … at most every 5 minutes), so a long task is never silent and a log never floods.
 
 Every server-originated string shown here goes through ``printable``: server text is untrusted display text.
 """
@@ -9,55 +14,49 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import shutil
+import sys
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from mcp_temporal_tasks.activities.mcp_activities import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
-from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, err
+from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, LIVE_LINE, err
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, TaskView
+from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Phase, TaskView
 
 TaskHandle = WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]
+#: A check run on every tick of :func:`follow`: returns a line to print (a worker gone, back), or raises to end.
+Check = Callable[[], Awaitable[str | None]]
+#: How often the view is read and, on a terminal, the last line redrawn.
+TICK_S = 0.5
+#: Not on a terminal: the first "still …" line after this long without a change; then twice the gap each time.
+STILL_FIRST_S, STILL_MAX_S = 10.0, 300.0
+#: What a start_call heartbeat says once tools/call has left: a long synchronous call shows as CALLING.
+CALL_SENT = "tools/call sent"
 
 
-async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False) -> McpTaskOutcome:
-    """Print live progress to stderr until the workflow ends; return its outcome."""
-    start = time.monotonic()
-    result = asyncio.create_task(outcome_of(handle))
-    last = ""
-    if not quiet:
-        err(f"following {handle.id}" + (f"  ·  UI: {ui}" if ui else ""))
-    while not result.done():
-        line = await _progress_line(handle)
-        if line and line != last and not quiet:
-            err(f"[{time.monotonic() - start:6.1f}s] {line}")
-            last = line
-        await asyncio.wait({result}, timeout=0.5)
-    return result.result()
+class LiveBoard:
+    """What the activities of this process's own worker report, at once (``McpActivities.live_sink``): a task
+    that ``run`` runs itself is shown without waiting for heartbeats, which reach Temporal only every 0.8 × the
+    heartbeat timeout (24 s by default)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, workflow_id: str, details: dict[str, Any]) -> None:
+        self._by_id[workflow_id] = details
+
+    def get(self, workflow_id: str) -> dict[str, Any] | None:
+        return self._by_id.get(workflow_id)
 
 
-async def live_view(handle: TaskHandle) -> TaskView | None:
-    """The ``status()`` query's view with the live MCP status and ``statusMessage`` of the waiting activity's
-    heartbeat (the workflow's own copy is as of its last transition). None when no worker answers."""
-    try:
-        view = await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=2)
-    except Exception:
-        return None
-    live = None
-    try:
-        desc = await asyncio.wait_for(handle.describe(), timeout=2)
-        for act in desc.raw_description.pending_activities:
-            if act.heartbeat_details.payloads:
-                live = json.loads(act.heartbeat_details.payloads[0].data)
-            # A wait idle between polls sends no heartbeats: its last attempt's benign failure says what it saw.
-            still = act.last_failure.application_failure_info
-            if still.type == STILL_WORKING and still.details.payloads:
-                live = json.loads(still.details.payloads[0].data)
-    except Exception:
-        pass
+def _merge_live(view: TaskView, live: dict[str, Any] | None) -> TaskView:
     if isinstance(live, dict):
         if live.get("status") in ("working", "input_required", "completed", "failed", "cancelled"):
             view.task_status = live["status"]
@@ -66,9 +65,53 @@ async def live_view(handle: TaskHandle) -> TaskView | None:
     return view
 
 
-def view_line(view: TaskView, workflow_id: str) -> str:
+async def live_state(handle: TaskHandle, board: LiveBoard | None = None) -> tuple[TaskView | None, dict[str, Any]]:
+    """(the ``status()`` query's view with the live MCP status and ``statusMessage``, the live details they came
+    from). The workflow's own copy is as of its last transition; the live one is this process's board when it runs
+    the task, else the waiting activity's heartbeat (or, idle between polls, its last attempt's benign failure).
+    The view is None when no worker answers."""
+    try:
+        view = await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=2)
+    except Exception:
+        return None, {}
+    live: dict[str, Any] | None = None
+    try:
+        desc = await asyncio.wait_for(handle.describe(), timeout=2)
+        for act in desc.raw_description.pending_activities:
+            if act.heartbeat_details.payloads:
+                live = json.loads(act.heartbeat_details.payloads[0].data)
+            elif act.activity_type.name == START_CALL:
+                live = {"step": "connecting"}
+            # A wait idle between polls sends no heartbeats: its last attempt's benign failure says what it saw.
+            still = act.last_failure.application_failure_info
+            if still.type == STILL_WORKING and still.details.payloads:
+                live = json.loads(still.details.payloads[0].data)
+    except Exception:
+        pass
+    local = board.get(handle.id) if board is not None else None
+    if local is not None and view.phase in (Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED):
+        live = local
+    live = live if isinstance(live, dict) else {}
+    return _merge_live(view, live), live
+
+
+async def live_view(handle: TaskHandle) -> TaskView | None:
+    """The live view alone (``status``)."""
+    view, _ = await live_state(handle)
+    return view
+
+
+def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
+    """The phase as a person reads it: a ``tools/call`` that has left and not answered yet (a long synchronous
+    tool) is CALLING, not SUBMITTING."""
+    if view.phase == Phase.SUBMITTING and (live or {}).get("step") == CALL_SENT:
+        return "CALLING"
+    return view.phase.value
+
+
+def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = None) -> str:
     """One progress line (and, for each input request or a pending approval, how to answer it)."""
-    parts = [view.phase.value]
+    parts = [shown_phase(view, live)]
     # Server text: shown escaped (control and bidi characters), one line per field.
     if view.task_status:
         parts.append(printable(view.task_status))
@@ -89,9 +132,101 @@ def view_line(view: TaskView, workflow_id: str) -> str:
     return line
 
 
-async def _progress_line(handle: TaskHandle) -> str:
-    view = await live_view(handle)
-    return view_line(view, handle.id) if view is not None else ""
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+class _Lines:
+    """Progress on stderr: a line per change; on a terminal the last line redrawn in place, elsewhere a ``still …``
+    line at growing intervals."""
+
+    def __init__(self) -> None:
+        stream = sys.stderr
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.drawn = False
+        self.next_still = STILL_FIRST_S
+        self.gap = STILL_FIRST_S
+
+    def _clear(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\x1b[K")
+            self.drawn = False
+            if self._clear in LIVE_LINE:
+                LIVE_LINE.remove(self._clear)
+
+    def line(self, text: str) -> None:
+        err(text)  # clears the live line first (LIVE_LINE), as any other line written meanwhile does
+
+    def changed(self, elapsed: float) -> None:
+        self.gap = STILL_FIRST_S
+        self.next_still = elapsed + STILL_FIRST_S
+
+    def tick(self, elapsed: float, phase: str, message: str | None, message_age: float | None) -> None:
+        about = f"{phase}" + (f" · “{message}” {_ago(message_age)}" if message and message_age is not None else "")
+        if self.tty:
+            width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+            text = f"  … {elapsed:.0f}s · {about}"
+            if len(text) > width:
+                text = text[:width - 1] + "…"
+            sys.stderr.write(f"\r\x1b[K{text}")
+            sys.stderr.flush()
+            if not self.drawn:
+                LIVE_LINE.append(self._clear)
+            self.drawn = True
+        elif elapsed >= self.next_still:
+            err(f"[{elapsed:6.1f}s] still {about}")
+            self.gap = min(STILL_MAX_S, self.gap * 2)
+            self.next_still = elapsed + self.gap
+
+    def close(self) -> None:
+        self._clear()
+        sys.stderr.flush()
+
+
+async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False, check: Check | None = None,
+                 board: LiveBoard | None = None) -> McpTaskOutcome:
+    """Print live progress to stderr until the workflow ends; return its outcome. ``check`` runs on every tick
+    (whether the task still has a worker); a line it returns is printed, what it raises ends the wait."""
+    start = time.monotonic()
+    result = asyncio.create_task(outcome_of(handle))
+    out = _Lines()
+    last = ""
+    message: str | None = None
+    message_since = start
+    phase = ""
+    if not quiet:
+        out.line(f"following {handle.id}" + (f"  ·  UI: {ui}" if ui else ""))
+    try:
+        while not result.done():
+            if check is not None:
+                note = await check()
+                if note and not quiet:
+                    out.line(note)
+            view, live = await live_state(handle, board)
+            now = time.monotonic()
+            if view is not None:
+                phase = shown_phase(view, live)
+                if view.status_message != message:
+                    message, message_since = view.status_message, now
+                line = view_line(view, handle.id, live)
+                if line != last and not quiet:
+                    out.line(f"[{now - start:6.1f}s] {line}")
+                    out.changed(now - start)
+                    last = line
+            if not quiet and phase:
+                out.tick(now - start, phase, printable(message) if message else None,
+                         now - message_since if message else None)
+            await asyncio.wait({result}, timeout=TICK_S)
+    finally:
+        out.close()
+        if not result.done():
+            result.cancel()
+    return result.result()
 
 
 def outcome_summary(o: McpTaskOutcome) -> str:

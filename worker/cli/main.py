@@ -21,16 +21,22 @@ from mcp_temporal_tasks.worker.cli.operations import (
     cmd_result,
     cmd_run,
     cmd_status,
+    cmd_tools,
 )
 from mcp_temporal_tasks.worker.cli.parser import (
     EXIT_ENDED,
+    EXIT_HOOKS,
     EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
     CliError,
     build_parser,
     check_text,
     report,
+    stdout_gone,
 )
 from mcp_temporal_tasks.worker.cli.serving import cmd_demo, cmd_demo_server, cmd_dev_server, cmd_worker
+from mcp_temporal_tasks.worker.config import ConfigError
 
 #: A command: synchronous (``answer`` prompts outside the event loop; ``demo-server`` runs its own) or a coroutine.
 Command = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
@@ -38,7 +44,7 @@ Command = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
 COMMANDS: dict[str, Command] = {
     "run": cmd_run, "status": cmd_status, "result": cmd_result, "cancel": cmd_cancel, "approve": cmd_approve,
     "answer": cmd_answer, "list": cmd_list, "worker": cmd_worker, "dev-server": cmd_dev_server, "demo": cmd_demo,
-    "demo-server": cmd_demo_server,
+    "demo-server": cmd_demo_server, "tools": cmd_tools,
 }
 
 
@@ -76,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         report(exc, as_json)
         code = exc.code
+    except ConfigError as exc:  # a configuration error found past the checks at start: still one line, exit 2
+        report(CliError(f"configuration: {exc}", EXIT_USAGE, kind="config"), as_json)
+        code = EXIT_USAGE
+    except BrokenPipeError:  # stdout's reader left: nothing more to say, to anyone
+        stdout_gone()
+        code = EXIT_OK
     except KeyboardInterrupt:
         report(CliError("interrupted; nothing more was sent", EXIT_INTERRUPTED), as_json)
         code = EXIT_INTERRUPTED
@@ -85,8 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         report(CliError(f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
                         EXIT_ENDED, kind="internal"), as_json)
         code = EXIT_ENDED
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for hook in EXIT_HOOKS:
+        with contextlib.suppress(Exception):
+            hook()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            if stream is sys.stdout:
+                stdout_gone()
+        except (OSError, ValueError):
+            pass
     # A stdio child whose close was cut short (its bound, a cancelled shutdown) is not left behind.
     stdio.kill_all()
     # The Temporal runtime's threads can abort a normal interpreter shutdown; our work is flushed.

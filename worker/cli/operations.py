@@ -1,5 +1,5 @@
-"""The operations on tasks: ``run`` (start or re-attach, follow, Ctrl-C cancels), ``status``, ``result``,
-``cancel``, ``approve``, ``answer`` and ``list``."""
+"""The operations on tasks: ``run`` (start or re-attach, follow, Ctrl-C cancels), ``tools`` (what a server offers
+and the policy a worker applies), ``status``, ``result``, ``cancel``, ``approve``, ``answer`` and ``list``."""
 
 from __future__ import annotations
 
@@ -29,15 +29,17 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.activities.wire import McpTaskClient, TaskUnreachable, TransportError, stdio
-from mcp_temporal_tasks.activities.wire.models import Endpoint
-from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, why
+from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.activities.result_store import ResultStore, state_dir
+from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, TaskUnreachable, TransportError, stdio
+from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo
+from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
+    LiveBoard,
     TaskHandle,
     exit_code,
     follow,
-    live_view,
+    live_state,
     outcome_summary,
     view_line,
 )
@@ -59,10 +61,10 @@ from mcp_temporal_tasks.worker.cli.parser import (
     report,
     status_values,
 )
-from mcp_temporal_tasks.worker.cli.serving import check_env_refs, configuration, run_logging
-from mcp_temporal_tasks.worker.config import WorkerConfig
+from mcp_temporal_tasks.worker.cli.serving import check_env_refs, configuration, prepare_worker, run_logging
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.worker.registry import ensure_search_attributes, make_activities
+from mcp_temporal_tasks.worker.registry import ensure_search_attributes
 from mcp_temporal_tasks.worker.runner import run_workers
 from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, validate_input_response
@@ -72,6 +74,7 @@ from mcp_temporal_tasks.workflows.models import (
     RequestTooLarge,
     TaskView,
     check_request_size,
+    validation_message,
 )
 
 #: After the first Ctrl-C (or SIGTERM) of a foreground `run`: how long the task has to report how it ended.
@@ -125,6 +128,10 @@ def _read_args(spec: str | None) -> str:
         return ""
     if spec == "-":
         raw, where = sys.stdin.buffer.read(), "--args - (stdin)"
+        if not raw.strip():
+            # Not `{}`: an empty stdin is a pipe that produced nothing (a failed command before it), not a request.
+            raise CliError("--args -: standard input was empty; give the arguments as a JSON object on stdin "
+                           "(e.g. echo '{}' | mcp-tasks run ...), or leave --args out for none", EXIT_USAGE)
     elif spec.startswith("@"):
         path = spec[1:]
         try:
@@ -141,7 +148,7 @@ def _read_args(spec: str | None) -> str:
 
 def _plain_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors())
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {validation_message(e)}" for e in exc.errors())
     return str(exc)
 
 
@@ -266,6 +273,78 @@ def check_inline_for_workers(request: McpTaskRequest, cfg: WorkerConfig, how: st
                    f"the workers' configuration if it allows it", EXIT_USAGE)
 
 
+#: How long this command's own worker may take to poll its queue before `run` gives up (nothing started yet).
+WORKER_START_S = 30.0
+#: How often a command that waits looks at the task queue's pollers (as `status` does).
+QUEUE_CHECK_S = 5.0
+
+
+def _worker_error(task: asyncio.Task[None]) -> CliError:
+    """Why this command's worker stopped, as the command's end: a configuration error is exit 2, anything else 3."""
+    exc = None if task.cancelled() else task.exception()
+    if isinstance(exc, ConfigError):
+        return CliError(f"configuration: {exc}", EXIT_USAGE, kind="config")
+    return CliError(f"this command's worker stopped: {why(exc) if exc is not None else 'it ended by itself'}",
+                    EXIT_UNREACHABLE, kind="worker_failed")
+
+
+async def _worker_started(task: asyncio.Task[None], polling: asyncio.Event, queue: str) -> None:
+    """Return once this command's worker polls ``queue``; its start failure ends the command at once with its own
+    error, and so does a worker that does not poll within WORKER_START_S (nothing was started)."""
+    ready = asyncio.ensure_future(polling.wait())
+    try:
+        await asyncio.wait({task, ready}, timeout=WORKER_START_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ready.cancel()
+    if task.done():
+        raise _worker_error(task) from None
+    if not polling.is_set():
+        raise CliError(f"this command's worker did not start polling task queue {queue!r} within "
+                       f"{WORKER_START_S:g} s; nothing was started (details in {state_dir() / 'run.log'})",
+                       EXIT_UNREACHABLE, kind="worker_failed")
+
+
+class _WorkerWatch:
+    """``follow``'s check for a task this command's own worker runs: that worker stopping ends the command at once
+    with its error (exit 3, or 2 for a configuration error), naming how to resume the task."""
+
+    def __init__(self, task: asyncio.Task[None], wid: str) -> None:
+        self.task, self.wid = task, wid
+
+    async def __call__(self) -> str | None:
+        if self.task.done():
+            error = _worker_error(self.task)
+            raise CliError(f"{error}; {self.wid} has no worker now: resume it with the same command: "
+                           f"{_resume_command(self.wid)}", error.code, kind=error.kind)
+        return None
+
+
+class _QueueWatch:
+    """``follow``'s check for a task other workers run: every QUEUE_CHECK_S whether any polls its task queue (as
+    `status` does), one line when none does (and the command that serves it), one when one does again. Waiting goes
+    on: a worker that starts picks the task up."""
+
+    def __init__(self, client: Client, queue: str, wid: str) -> None:
+        self.client, self.queue, self.wid = client, queue, wid
+        self.none = False
+        self.next_at = 0.0
+
+    async def __call__(self) -> str | None:
+        now = asyncio.get_running_loop().time()
+        if now < self.next_at:
+            return None
+        self.next_at = now + QUEUE_CHECK_S
+        pollers = await _pollers(self.client, self.queue)
+        if pollers == 0 and not self.none:
+            self.none = True
+            return (f"note: no worker polls task queue {self.queue!r}, so {self.wid} waits until one does: "
+                    f"{_no_worker_hint(self.queue, self.wid)} (Ctrl-C cancels the task)")
+        if pollers and self.none:
+            self.none = False
+            return f"note: a worker polls task queue {self.queue!r} now"
+        return None
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     request = _request(args)
     cfg = configuration(args)
@@ -283,18 +362,26 @@ async def cmd_run(args: argparse.Namespace) -> int:
         check_inline_for_workers(request, cfg, "--detach" if args.detach else "--no-worker")
     wid = args.id or default_workflow_id(request)
     check_id(wid, "--id")
-    resolve_address(args)  # a malformed address is bad input (exit 2), whatever the MCP server does
+    resolve_address(args, cfg)  # a malformed address is bad input (exit 2), whatever the MCP server does
     # The queue: a private one for a task this command's own worker runs (no other worker, with another
     # configuration, may take it); --task-queue when given; else the configured one the running workers poll.
     queue = args.task_queue or (f"{RUN_QUEUE_PREFIX}{uuid.uuid4().hex[:12]}" if in_process else cfg.temporal.task_queue)
+    board = LiveBoard()
+    # The in-process worker may reach the one endpoint its user typed (--url/--command), and nothing
+    # else inline beyond what the configuration allows. --no-worker: the running workers decide.
+    typed = [request.server] if isinstance(request.server, Endpoint) else []
+    if in_process:  # its configuration (result store, tracing) is checked before anything connects
+        activities, tracing = prepare_worker(cfg, inline_allowlist=typed, live_sink=board)
+        if tracing is not None:
+            err(f"note: tracing: {tracing.where}")
+    # Library logs (the MCP SDK's OAuth flow logs its failures with a traceback) go to the log file from here on,
+    # the handshake below included; its errors reach stderr as one line.
+    run_logging()
     await _preflight(request, cfg, stdio=in_process)
-    if in_process:
-        run_logging()
     loop = asyncio.get_running_loop()
     interrupts = _Interrupts()
     installed: list[int] = []
-    async with temporal(args, allow_embedded=True, detached=args.detach, configured_ui=cfg.temporal.ui_url) \
-            as (client, ui):
+    async with temporal(args, allow_embedded=True, detached=args.detach, cfg=cfg) as (client, ui):
         existing = await _existing(client, wid)
         again = False
         if existing is not None and existing.status == WorkflowExecutionStatus.RUNNING:
@@ -314,11 +401,12 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if in_process:
             await ensure_search_attributes(client, client.namespace)
             cfg.temporal.task_queue = queue
-            # The in-process worker may reach the one endpoint its user typed (--url/--command), and nothing
-            # else inline beyond what the configuration allows. --no-worker: the running workers decide.
-            typed = [request.server] if isinstance(request.server, Endpoint) else []
+            polling = asyncio.Event()
             worker_task = asyncio.create_task(run_workers(
-                client, cfg, stop=stop, activities=make_activities(cfg, inline_allowlist=typed), handle_signals=False))
+                client, cfg, stop=stop, activities=activities, handle_signals=False, on_ready=polling.set))
+            # Nothing is started before this command's worker polls: a worker that cannot start ends the command
+            # at once with its own error, instead of a task that waits for it forever.
+            await _worker_started(worker_task, polling, queue)
         interrupted = False
         try:
             try:
@@ -326,7 +414,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again)
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
-            handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
+            handle = untraced(client).get_workflow_handle_for(McpTaskWorkflow.run, wid)
             link = ui_link(ui, client.namespace, wid)
             at = f" (UI: {link})" if link else ""
             if again:
@@ -344,19 +432,27 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 emit(args, {"workflow_id": wid}, wid)
                 err(f"started; a worker on task queue {queue!r} runs it (mcp-tasks worker --task-queue {queue}).{at}")
                 return EXIT_OK
-            if in_process:
-                left = (f"{wid} has no worker now (it ran in this command, on task queue {queue}); resume it with "
-                        f"the same command: {_resume_command(wid)}")
-            else:
-                left = (f"the workers on task queue {queue} finish it; follow it with: {prog()} result "
+            watch = _WorkerWatch(worker_task, wid) if worker_task is not None else _QueueWatch(client, queue, wid)
+
+            def left() -> str:
+                if in_process:
+                    return (f"{wid} has no worker now (it ran in this command, on task queue {queue}); resume it "
+                            f"with the same command: {_resume_command(wid)}")
+                if isinstance(watch, _QueueWatch) and watch.none:
+                    return (f"no worker polls task queue {queue}: the task waits (a cancel asked for included) "
+                            f"until one does: {_no_worker_hint(queue, wid)}; then follow it with: {prog()} result "
+                            f"{shlex.quote(wid)} --wait")
+                return (f"the workers on task queue {queue} finish it; follow it with: {prog()} result "
                         f"{shlex.quote(wid)} --wait")
+
             cancel_sent = False
             interrupts.leave = lambda: _leave_now(
-                args, f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); {left}")
+                args, f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); "
+                      f"{left()}")
             interrupts.overdue = lambda: _leave_now(
                 args, f"interrupted: {wid} did not end within {INTERRUPT_EXIT_S:g} s; left it "
-                      f"({'cancel requested' if cancel_sent else 'not cancelled'}); {left}")
-            following = asyncio.create_task(follow(handle, ui=link))
+                      f"({'cancel requested' if cancel_sent else 'not cancelled'}); {left()}")
+            following = asyncio.create_task(follow(handle, ui=link, check=watch, board=board if in_process else None))
             first = asyncio.create_task(interrupts.first.wait())
             await asyncio.wait({following, first}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
@@ -369,8 +465,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 await asyncio.wait({following}, timeout=max(0.1, CANCEL_WAIT_S - 0.5))
                 if not following.done():
                     following.cancel()
-                    raise CliError(f"interrupted: {wid} did not end within {CANCEL_WAIT_S:g} s of the cancel; {left}",
-                                   EXIT_INTERRUPTED)
+                    raise CliError(f"interrupted: {wid} did not end within {CANCEL_WAIT_S:g} s of the cancel; "
+                                   f"{left()}", EXIT_INTERRUPTED)
             first.cancel()
             outcome = following.result()
             # Said as soon as it is known, before the worker and its MCP sessions (stdio children) wind down.
@@ -389,6 +485,123 @@ async def cmd_run(args: argparse.Namespace) -> int:
             for sig in installed:
                 loop.remove_signal_handler(sig)
     return code
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -> dict[str, Any]:
+    """The replay policy a worker of this configuration applies to ``name`` when the request says nothing (the
+    workflow's order: the request, then configuration, then annotations of a server whose annotations it trusts)."""
+    policy = (server.tools.get(name) if server else None) or ToolPolicy()
+    hint = bool(info and (info.idempotent_hint or info.read_only_hint))
+    trusted = bool(server and server.trust_annotations)
+    if policy.idempotent is not None:
+        idempotent, source = policy.idempotent, "configuration"
+    elif trusted and info is not None and info.idempotent_hint is not None:
+        idempotent, source = hint, "annotations (trusted)"
+    else:
+        idempotent, source = False, "default"
+    return {"replay": policy.replay or "never", "idempotent": idempotent, "idempotent_from": source,
+            "max_replays": policy.max_replays if policy.max_replays is not None else 1,
+            "output_schema": "configured" if policy.output_schema is not None else (
+                "server's" if info is not None and info.output_schema is not None else None),
+            "max_call_s": policy.max_call_s}
+
+
+def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
+    if era != "2025-11-25":
+        return "task or synchronous (the server decides per call)"
+    if tasks_offered and support in ("optional", "required"):
+        return "task"
+    return "refused: task required, not offered" if support == "required" else "synchronous"
+
+
+async def cmd_tools(args: argparse.Namespace) -> int:
+    """A server's tools as this worker configuration sees them: task support, the server's idempotency hints (and
+    whether they count), and the replay policy a worker applies. Sends ``initialize``/``server/discover`` and
+    ``tools/list`` only, never ``tools/call``."""
+    cfg = configuration(args)
+    server: ServerConfig | None = None
+    try:
+        if args.server:
+            if args.server not in cfg.servers:
+                known = ", ".join(sorted(cfg.servers)) or "none"
+                raise CliError(f"unknown server {args.server!r} (configured: {known}); use --config, --url or "
+                               "--command", EXIT_USAGE)
+            server = cfg.servers[args.server]
+            check_env_refs(cfg, only=[args.server])
+            endpoint = server.endpoint()
+        elif args.url:
+            endpoint = Endpoint(url=args.url)
+        else:
+            endpoint = Endpoint(command=shlex.split(args.command))
+    except (ValidationError, ValueError) as exc:
+        raise CliError(f"invalid endpoint: {_plain_errors(exc)}", EXIT_USAGE) from None
+    run_logging()
+    where = printable(endpoint.identity())
+    try:
+        client = await asyncio.wait_for(McpTaskClient.connect(endpoint, era=args.era or (server.era if server else None)),
+                                        timeout=15)
+    except (TimeoutError, TransportError, TaskUnreachable) as exc:
+        raise CliError(f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}",
+                       EXIT_UNREACHABLE) from None
+    except McpWireError as exc:
+        raise CliError(f"MCP server at {where} refused the handshake: {printable(exc)}", EXIT_ENDED,
+                       kind="refused") from None
+    try:
+        tools = await asyncio.wait_for(client.list_tools(), timeout=15)
+        raw = {t.get("name"): t for t in client.raw_tools if isinstance(t, dict)}
+    except (TimeoutError, McpWireError) as exc:
+        raise CliError(f"MCP server at {where}: tools/list failed: {why(exc)}", EXIT_ENDED, kind="refused") from None
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.aclose(), 5)
+    rows: list[dict[str, Any]] = []
+    for name, info in sorted(tools.items()):
+        description = raw.get(name, {}).get("description")
+        rows.append({"name": name, "description": description if isinstance(description, str) else None,
+                     "task_support": info.task_support, "runs_as": _runs_as(client.era, client.tasks_offered,
+                                                                            info.task_support),
+                     "annotations": {"readOnlyHint": info.read_only_hint, "idempotentHint": info.idempotent_hint,
+                                     "destructiveHint": info.destructive_hint},
+                     "policy": tool_policy(name, info, server)})
+    jobs: list[dict[str, Any]] = []
+    for name, job in sorted((server.jobs if server else {}).items()):
+        jobs.append({"name": name, "submit": job.submit, "status": job.status, "result": job.result,
+                     "cancel": job.cancel, "missing": sorted(t for t in (job.submit, job.status, job.result, job.cancel)
+                                                             if t and t not in tools),
+                     "policy": {"replay": job.replay or "never", "idempotent": bool(job.idempotent),
+                                "max_replays": job.max_replays if job.max_replays is not None else 1}})
+    label = args.server or endpoint.identity()
+    obj = {"server": label, "identity": endpoint.identity(), "era": client.era, "tasks": client.tasks_offered,
+           "trust_annotations": bool(server and server.trust_annotations), "tools": rows, "jobs": jobs}
+    p = printable
+    lines = [f"{p(label)} ({where}) · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
+             f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"]
+    for r in rows:
+        pol, ann = r["policy"], r["annotations"]
+        hints = ", ".join(k for k, v in (("read-only", ann["readOnlyHint"]), ("idempotent", ann["idempotentHint"]),
+                                         ("destructive", ann["destructiveHint"])) if v) or "none"
+        lines.append(f"  {p(r['name'])}: runs as {r['runs_as']}"
+                     + (f" (taskSupport {r['task_support']})" if r["task_support"] else "")
+                     + f" · hints: {hints} · replay {pol['replay']}, "
+                     f"{'idempotent' if pol['idempotent'] else 'not idempotent'} ({pol['idempotent_from']}), "
+                     f"max_replays {pol['max_replays']}"
+                     + (f", output schema {pol['output_schema']}" if pol["output_schema"] else "")
+                     + (f", max_call_s {pol['max_call_s']:g}" if pol["max_call_s"] else ""))
+        if r["description"]:
+            lines.append(f"      {p(' '.join(r['description'].split())[:200])}")
+    for j in jobs:
+        lines.append(f"  job {p(j['name'])}: submit {p(j['submit'])}, status {p(j['status'])}"
+                     + (f", result {p(j['result'])}" if j["result"] else "")
+                     + (f", cancel {p(j['cancel'])}" if j["cancel"] else "")
+                     + f" · replay {j['policy']['replay']}"
+                     + (f" · NOT LISTED by the server: {p(', '.join(j['missing']))}" if j["missing"] else ""))
+    if not rows:
+        lines.append("  (no tools)")
+    emit(args, obj, "\n".join(lines))
+    return EXIT_OK
 
 
 # --- status / result / cancel / approve / answer / list ------------------------------------------
@@ -435,22 +648,30 @@ async def cmd_status(args: argparse.Namespace) -> int:
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
         await query_status(client, handle, desc)
-        view = await live_view(handle)
+        view, live = await live_state(handle)
         if view is None:
             raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
         # The JSON and the text show the same view (live status and statusMessage included).
-        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id)}")
+        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live)}")
         return EXIT_ENDED
 
 
+#: A poller whose last poll began longer ago than this is gone: a live one that waits on an idle queue starts a new
+#: long poll at least every ~70 s (measured: its last access ages to 60-70 s, then renews).
+POLLER_GONE_S = 100.0
+
+
 async def _pollers(client: Client, queue: str) -> int | None:
-    """How many workers the server has seen polling ``queue`` for workflow tasks lately (None: unknown)."""
+    """How many workers poll ``queue`` for workflow tasks (None: unknown). The server lists a worker for minutes
+    after it died; one whose last poll began over POLLER_GONE_S ago is not counted."""
     try:
         resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=client.namespace, task_queue=TaskQueue(name=queue))), 5)
     except Exception:
         return None
-    return len(resp.pollers)
+    now = time.time()
+    return sum(1 for p in resp.pollers
+               if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < POLLER_GONE_S)
 
 
 def _no_worker_hint(queue: str, wid: str) -> str:
@@ -491,11 +712,12 @@ async def cmd_result(args: argparse.Namespace) -> int:
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
-        if desc.status == WorkflowExecutionStatus.RUNNING and await _pollers(client, desc.task_queue) == 0:
-            err(f"note: no worker polls task queue {desc.task_queue!r}, so {args.id} cannot end until one does: "
-                f"{_no_worker_hint(desc.task_queue, args.id)}")
+        watch = _QueueWatch(client, desc.task_queue, args.id) if desc.status == WorkflowExecutionStatus.RUNNING \
+            else None
         try:
-            outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait)
+            outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait, check=watch)
+        except CliError:
+            raise
         except Exception as exc:
             raise CliError(f"{args.id}: workflow did not produce an outcome: {exc}", EXIT_ENDED) from None
     outcome = _resolve_ref(outcome)
@@ -511,6 +733,11 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         # Workflow cancellation is accepted by the server even while no worker runs; the workflow then
         # sends tasks/cancel and keeps the true outcome if the task had already finished.
         await handle.cancel()
+        if await _pollers(client, desc.task_queue) == 0:
+            # Recorded, but nothing carries it out: the MCP task goes on until a worker does (exit 3, kind no_worker).
+            raise CliError(f"cancel requested for {args.id}, but no worker polls its task queue {desc.task_queue!r}, "
+                           f"so tasks/cancel is sent only once one does: {_no_worker_hint(desc.task_queue, args.id)}",
+                           EXIT_UNREACHABLE, kind="no_worker")
     emit(args, {"workflow_id": args.id, "cancel_requested": True}, f"cancel requested for {args.id}")
     return EXIT_OK
 

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +23,8 @@ from mcp_temporal_tasks.workflows.models import Outcome, Phase
 DESCRIPTION = """mcp-tasks: run, follow and operate MCP tasks as Temporal workflows.
 
 Exit codes: 0 the task completed without tool error · 1 it ended otherwise (or is not finished) ·
-2 bad input or usage · 3 Temporal or the MCP server unreachable at start.
+2 bad input, usage or configuration · 3 Temporal or the MCP server unreachable at start, or no worker can run
+the task (none polls its queue, or this command's own worker stopped) · 130 interrupted.
 With --json stdout carries exactly one JSON object on every exit (errors: {"error": {"kind", "message"}});
 progress and logs go to stderr.
 """
@@ -67,16 +69,49 @@ def prog() -> str:
     return f"{shlex.quote(sys.executable)} -m mcp_temporal_tasks.worker.cli"
 
 
+#: Run by ``main`` before the process leaves (with ``os._exit``, which runs no ``atexit``): e.g. sending the last
+#: spans of a traced worker.
+EXIT_HOOKS: list[Callable[[], None]] = []
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    EXIT_HOOKS.append(hook)
+
+
+def stdout_gone() -> None:
+    """The reader of stdout has left (``mcp-tasks result ID --json | head -c 10``): what is left to write goes
+    nowhere, quietly, and the command ends with its own exit code."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _print_out(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        stdout_gone()
+
+
+#: Set while a live line is drawn on the terminal (``following``): it is cleared before any other line is written.
+LIVE_LINE: list[Callable[[], None]] = []
+
+
 def err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    for clear in list(LIVE_LINE):
+        clear()
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except BrokenPipeError:  # stderr closed too: nothing left to tell
+        pass
 
 
 def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
     """The one place that writes results to stdout."""
-    if getattr(args, "json", False):
-        print(json.dumps(obj, default=str), flush=True)
-    else:
-        print(human, flush=True)
+    _print_out(json.dumps(obj, default=str) if getattr(args, "json", False) else human)
 
 
 def report(exc: CliError, as_json: bool) -> None:
@@ -84,7 +119,7 @@ def report(exc: CliError, as_json: bool) -> None:
     message = printable(exc)  # may quote server text
     err(f"mcp-tasks: {message}")
     if as_json:
-        print(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}), flush=True)
+        _print_out(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}))
 
 
 def check_id(wid: str, what: str = "ID") -> None:
@@ -159,10 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(subcommand=name)
         return p
 
-    def temporal_opts(p: argparse.ArgumentParser) -> None:
+    def temporal_opts(p: argparse.ArgumentParser, *, config: bool = True) -> None:
         p.add_argument("--address", help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS, a temporal.toml "
-                                         "profile, else localhost:7233)")
-        p.add_argument("--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)")
+                                         "profile, the --config file's [temporal] address, else localhost:7233)")
+        p.add_argument("--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE, a temporal.toml "
+                                           "profile, [temporal] namespace, else default)")
+        if config:
+            p.add_argument("--config", help="worker TOML configuration whose [temporal] table says where Temporal is "
+                                            "(default: $MCP_TASKS_CONFIG)")
 
     def ui_opt(p: argparse.ArgumentParser) -> None:
         p.add_argument("--ui-url", metavar="URL",
@@ -200,14 +239,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once the workflow is started and print its id; a running worker runs it (needs a "
                         "Temporal that outlives this command: --address, or `mcp-tasks dev-server`)")
     p.add_argument("--no-worker", action="store_true", help="do not run an in-process worker; rely on running ones")
-    p.add_argument("--config", help="worker TOML configuration (default: $MCP_TASKS_CONFIG)")
     p.add_argument("--task-queue", metavar="Q",
                    help="task queue of the workflow. Default: with the in-process worker, a queue of this command "
                         f"alone ({RUN_QUEUE_PREFIX}<random>), so no other worker takes the task; with --no-worker "
                         "or --detach, the queue your workers poll ([temporal] task_queue, $MCP_TASKS_TASK_QUEUE, "
                         "else mcp-tasks)")
     ui_opt(p)
-    temporal_opts(p)
+    temporal_opts(p, config=False)
+    p.add_argument("--config", help="worker TOML configuration: its [servers] for --server NAME, its [temporal] table "
+                                    "for where Temporal is (default: $MCP_TASKS_CONFIG)")
+    json_opt(p)
+
+    p = command("tools", "list a server's tools: task support, idempotency hints, and the policy a worker applies")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--server", help="a server name from the worker configuration")
+    target.add_argument("--url", help="streamable HTTP endpoint of the MCP server")
+    target.add_argument("--command", help="stdio MCP server command line, e.g. \"node server.mjs\"")
+    p.add_argument("--era", choices=["2025-11-25", "2026-07-28"], help="pin the protocol era")
+    p.add_argument("--config", help="worker TOML configuration: the servers and tool policies a worker of it applies "
+                                    "(default: $MCP_TASKS_CONFIG)")
     json_opt(p)
 
     for name, helptext in (("status", "show where a task is"),
@@ -248,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                    help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)")
     p.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
-    temporal_opts(p)
+    temporal_opts(p, config=False)
 
     p = command("dev-server", "the embedded Temporal dev server, in the foreground")
     p.add_argument("--db", help="SQLite state file (default: <state dir>/temporal.db; one server per file)")

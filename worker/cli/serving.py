@@ -16,16 +16,19 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
+from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.result_store import state_dir
 from mcp_temporal_tasks.activities.wire.models import Endpoint
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.cli.connection import (
     DEFAULT_ADDRESS,
+    address_source,
     check_address,
     check_namespace,
     split_address,
@@ -41,6 +44,7 @@ from mcp_temporal_tasks.worker.cli.parser import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     CliError,
+    at_exit,
     err,
     prog,
 )
@@ -49,11 +53,13 @@ from mcp_temporal_tasks.worker.demo import EXPECTED, demo_config, demo_requests,
 from mcp_temporal_tasks.worker.devserver import (
     DevServer,
     DevServerError,
+    PortInUse,
     StateInUse,
     free_port,
     port_open,
     state_holder,
 )
+from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.registry import ensure_search_attributes, make_activities
 from mcp_temporal_tasks.worker.runner import (
@@ -61,8 +67,10 @@ from mcp_temporal_tasks.worker.runner import (
     connect,
     connect_options,
     run_workers,
+    runtime,
     setup_logging,
 )
+from mcp_temporal_tasks.worker.telemetry import Tracing, setup_tracing
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
@@ -74,6 +82,23 @@ def configuration(args: argparse.Namespace) -> WorkerConfig:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+
+
+def prepare_worker(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = (),
+                   live_sink: Callable[[str, dict[str, Any]], None] | None = None) -> tuple[McpActivities, Tracing | None]:
+    """Everything a worker of this process needs that can be wrong in its configuration, checked before anything
+    connects (exit 2, one line): the result store, and with ``[worker] tracing`` the OpenTelemetry SDK set up from
+    the ``OTEL_*`` environment (``worker.telemetry``; a provider the process already has is kept)."""
+    try:
+        activities = make_activities(cfg, inline_allowlist=inline_allowlist, live_sink=live_sink)
+        tracing = None
+        if cfg.worker.tracing:
+            tracing_interceptor()  # the interceptor's SDK: the [tracing] extra
+            tracing = setup_tracing()
+            at_exit(tracing.flush)  # `mcp-tasks` leaves with os._exit: the last spans are sent first
+    except ConfigError as exc:
+        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
+    return activities, tracing
 
 
 def missing_env_refs(where: str, endpoint: Endpoint) -> list[str]:
@@ -122,8 +147,10 @@ def run_logging() -> Path | None:
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.ERROR)
     console.setFormatter(OneLine())
-    # asyncio's "Task exception was never retrieved" at shutdown (the SDK's pollers): for the log file only.
-    console.addFilter(lambda record: not record.name.startswith("asyncio"))
+    # For the log file only: asyncio's "Task exception was never retrieved" at shutdown (the SDK's pollers), and the
+    # MCP SDK's OAuth flow errors (with a traceback), which the wire turns into the task's own error
+    # (AuthorizationRequired: the outcome says it).
+    console.addFilter(lambda record: not record.name.startswith(("asyncio", "mcp.client.auth")))
     install_log_redaction(console)
     root.handlers[:] = [*handlers, console]
     root.setLevel(logging.INFO)
@@ -139,24 +166,23 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, json_logs=not args.plain_logs)
     log = logging.getLogger("mcp_tasks.worker")
     cfg = configuration(args)
-    if args.address:
-        cfg.temporal.address = args.address
-    if args.namespace:
-        cfg.temporal.namespace = args.namespace
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
     check_env_refs(cfg)  # a credential reference to an unset variable: named now, not as each task's failure
+    # The result store, tracing: refused before anything connects.
+    activities, tracing = prepare_worker(cfg)
     try:
-        activities = make_activities(cfg)  # refuses an unwritable result store before anything runs
+        # The one address rule (runner.connect_options): --address, TEMPORAL_ADDRESS, temporal.toml, [temporal].
+        options, _ = connect_options(address=args.address, namespace=args.namespace, cfg=cfg)
+        runtime(cfg.worker.metrics_port)  # the metrics endpoint's port: a port in use is named, not "unreachable"
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
-    try:
-        options, _ = connect_options(cfg=cfg)
-    except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
-    check_address(options["target_host"], "--address" if args.address else "[temporal] address")
+    check_address(options["target_host"], address_source(args, cfg))
     # What the logs below name: the effective address and namespace, wherever they came from.
-    cfg.temporal.address, cfg.temporal.namespace = options["target_host"], options["namespace"]
+    address, namespace = options["target_host"], options["namespace"]
+    cfg.temporal.address, cfg.temporal.namespace = address, namespace
+    if tracing is not None:
+        log.info("tracing: %s", tracing.where)
     # A worker is a service: it may come up before Temporal does (compose, Kubernetes), so with an address from
     # the environment or configuration it waits, and says so at once. An address typed with --address is
     # expected to serve: nothing there fails at once.
@@ -164,8 +190,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     if wait_s:
         log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
     try:
-        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port, wait_s=wait_s),
-                                        timeout=wait_s + 15)
+        client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, metrics_port=cfg.worker.metrics_port,
+                                                wait_s=wait_s), timeout=wait_s + 15)
     except Exception as exc:
         waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}",
@@ -199,6 +225,8 @@ async def cmd_dev_server(args: argparse.Namespace) -> int:
         server.start(foreground=True)
     except StateInUse as exc:
         raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
+    except PortInUse as exc:
+        raise CliError(str(exc), EXIT_USAGE, kind="port_in_use") from None
     except DevServerError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
     err(f"Temporal dev server at {server.address} · UI {server.ui_url or 'off'} · state {server.db} (Ctrl-C stops)")
