@@ -18,7 +18,9 @@ modules (network clients, the CLI):
 * the machine itself: :class:`McpTaskWorkflow` (to register or start it by type), :class:`TaskView` (its
   ``status`` query) and :class:`Phase`;
 * agents, each behind its extra and never imported from here: ``mcp_temporal_tasks.pydantic_ai.McpTasksToolset``
-  (``[pydantic-ai]``) and ``mcp_temporal_tasks.openai_agents.mcp_tasks_server`` (``[openai-agents]``).
+  (``[pydantic-ai]``), ``mcp_temporal_tasks.openai_agents.mcp_tasks_server`` (``[openai-agents]``),
+  ``mcp_temporal_tasks.google_adk.McpTasksToolset`` (``[google-adk]``) and
+  ``mcp_temporal_tasks.google_genai.McpTasksClientSession`` (``[google-genai]``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
-"""What the agent adapters share (``mcp_temporal_tasks.pydantic_ai``, ``mcp_temporal_tasks.openai_agents``).
+"""What the agent adapters share (``mcp_temporal_tasks.pydantic_ai``, ``.openai_agents``, ``.google_adk``,
+``.google_genai``).
 
 :class:`AgentMcpTools` is one MCP server, as an agent run sees it, inside a workflow: its tool definitions (one
-``list_tools`` activity through :class:`McpTasksClient`, cached on the object, or given statically), optionally
-filtered, and tool calls that each run as one child ``McpTaskWorkflow``. It imports neither framework.
+``list_tools`` activity through :class:`McpTasksClient`, cached on the object with its failure, or given
+statically), optionally filtered, and tool calls that each run as one child ``McpTaskWorkflow``. It imports no
+framework.
 
 **Child ids, and a model that repeats itself.** Each call's child id is derived from the parent workflow's id,
 a key naming the server (the toolset's ``id``, else the server's name), a per-workflow *scope* number (one per
-object, i.e. per agent run: numbered in the order their first use happens, which a replay or a reset repeats),
-the tool and a digest of the arguments::
+object, i.e. per agent run: numbered in the order their first use happens, which a replay or a reset repeats;
+:meth:`AgentMcpTools.for_run` gives a framework that names its runs, as ADK does, one object per run), the tool
+and a digest of the arguments::
 
     {parent id}/mcp/{key}/{scope}/{tool}/{sha256(arguments)[:16]}
 
@@ -22,6 +25,7 @@ as the child reads it.
 **Bad input** ends with one error naming it, before any ``tools/call``: ``tools=`` naming a tool the server
 does not list, an unknown server (the ``list_tools`` activity's own error), and arguments that fail the tool's
 input schema (:class:`ArgumentsRejected`, which each adapter turns into its framework's "fix your arguments").
+A framework version without the hooks an adapter relies on is refused at import (:func:`require_hooks`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
 #: may already have run (``"tell_model"``).
 OtherOutcomes = Literal["raise", "tell_model"]
 _SCOPES_ATTR = "_mcp_tasks_agent_scopes"
+_RUNS_ATTR = "_mcp_tasks_agent_runs"
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -75,6 +80,15 @@ def outcome_message(outcome: McpTaskOutcome) -> str:
             + ("The tool may already have run on the server; calling it again could do the work twice. "
                if may_have_run else "The tool did not run. ")
             + f"(durable task {outcome.workflow_id})")
+
+
+def require_hooks(module: str, install: str, hooks: Mapping[str, bool]) -> None:
+    """Refuse, at import, a framework version that lacks a hook ``module`` relies on: one ``ImportError`` naming every
+    missing hook (``hooks`` maps each one's name to whether it is there) and the install that has them."""
+    missing = [name for name, present in hooks.items() if not present]
+    if missing:
+        raise ImportError(f"{module} needs {', '.join(missing)}, which the installed framework lacks: "
+                          f"pip install {install}")
 
 
 def in_workflow_only(what: str) -> None:
@@ -118,6 +132,7 @@ class AgentMcpTools:
         self.timeouts = timeouts
         self.key = _KEY_CHARS.sub("_", key or self.client.name)[:64] or "mcp"
         self._tools: list[mcp_types.Tool] | None = None
+        self._listing_failed: ApplicationError | None = None
         self._scope: str | None = None
         self._calls: dict[str, asyncio.Task[McpTaskOutcome]] = {}
         self._repeats: dict[str, int] = {}
@@ -129,6 +144,21 @@ class AgentMcpTools:
                              task_queue=self.task_queue, principal=self.principal, era=self.era,
                              timeouts=self.timeouts)
 
+    def for_run(self, run: str) -> AgentMcpTools:
+        """A :meth:`fresh` copy for the agent run the framework calls ``run`` (ADK's invocation id), the same one each
+        time it is asked for in this workflow: a framework that keeps one toolset object across runs still gets one
+        scope of child ids and one tool list per run. Kept on the workflow instance, so it ends with the workflow."""
+        in_workflow_only("an MCP toolset of mcp_temporal_tasks")
+        instance = workflow.instance()
+        runs: dict[tuple[AgentMcpTools, str], AgentMcpTools] | None = getattr(instance, _RUNS_ATTR, None)
+        if runs is None:
+            runs = {}
+            setattr(instance, _RUNS_ATTR, runs)
+        mine = runs.get((self, run))
+        if mine is None:
+            mine = runs[(self, run)] = self.fresh()
+        return mine
+
     @property
     def name(self) -> str:
         return self.client.name
@@ -138,9 +168,24 @@ class AgentMcpTools:
         return self._tools
 
     async def list_tools(self) -> list[mcp_types.Tool]:
-        """The server's tools (one activity per object; none with ``tool_definitions``), filtered by ``tools``."""
+        """The server's tools (one activity per object; none with ``tool_definitions``), filtered by ``tools``.
+
+        A failure (an unknown or unreachable server, a ``tools=`` name the server does not list) is one non-retryable
+        ``ApplicationError`` naming it, kept like the list: asked again, the object raises it again, with no second
+        activity (ADK isolates a toolset's listing failure; its adapter raises it again where ADK does not)."""
         if self._tools is not None:
             return self._tools
+        if self._listing_failed is not None:
+            raise self._listing_failed
+        try:
+            listed = await self._listed()
+        except ApplicationError as err:
+            self._listing_failed = err
+            raise
+        self._tools = listed
+        return listed
+
+    async def _listed(self) -> list[mcp_types.Tool]:
         if self.static is not None:
             listed = list(self.static)
         else:
@@ -158,7 +203,6 @@ class AgentMcpTools:
                     non_retryable=True)
             wanted = set(self.tools_filter)
             listed = [t for t in listed if t.name in wanted]
-        self._tools = listed
         return listed
 
     async def tool(self, name: str) -> mcp_types.Tool | None:

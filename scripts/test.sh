@@ -12,7 +12,7 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 
 "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,tracing]'
+.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing]'
 (cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 "$PYTHON" -m venv tests/peers/py1/.venv

@@ -49,17 +49,22 @@ def seen(output: str) -> list[dict[str, Any]]:
 
 
 class AgentWorkerProcess(ProcessUnderTest):
-    """``python -m MODULE``: an agent application's worker (both plugins on its client), in its own process."""
+    """``python -m MODULE``: an agent application's worker (both plugins on its client), in its own process.
+    ``own_url``: the MCP server of the framework's own MCP integration in that application (``AGENT_APP_OWN_URL``)."""
 
-    def __init__(self, module: str, address: str, queue: str, servers_: dict[str, Any]) -> None:
+    def __init__(self, module: str, address: str, queue: str, servers_: dict[str, Any],
+                 own_url: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TEMPORAL_ADDRESS=address, AGENT_APP_QUEUE=queue, AGENT_APP_SERVERS=json.dumps(servers_))
+        if own_url is not None:
+            env["AGENT_APP_OWN_URL"] = own_url
         super().__init__([sys.executable, "-m", module], ready="READY", env=env, name=f"{module} worker")
 
 
 @contextlib.contextmanager
-def agent_worker(module: str, address: str, queue: str, servers_: dict[str, Any]) -> Iterator[AgentWorkerProcess]:
-    proc = AgentWorkerProcess(module, address, queue, servers_)
+def agent_worker(module: str, address: str, queue: str, servers_: dict[str, Any],
+                 own_url: str | None = None) -> Iterator[AgentWorkerProcess]:
+    proc = AgentWorkerProcess(module, address, queue, servers_, own_url)
     try:
         proc.wait_ready(60)
         yield proc
@@ -72,11 +77,16 @@ KILL_TOOL_S = 20
 
 
 async def killed_mid_call(client: Client, module: str, run: Any, address: str, servers_: dict[str, Any],
-                          ts: Peer, fm: Peer) -> dict[str, Any]:
+                          ts: Peer, fm: Peer, *, own: tuple[str, Peer] | None = None) -> dict[str, Any]:
     """Three agent runs on one worker *process* of ``module``: a 20 s task tool on each era and a 20 s synchronous
     tool; the process is SIGKILLed once each call is under way, then replaced. Returns what each run ended with
     (``("ok", output)`` or ``("failed", WorkflowFailureError)``), the calls each server counted, and the time to the
-    last ending after the kill."""
+    last ending after the kill.
+
+    ``own=(agent, peer)``: two more runs in the same process and the same kill, through the framework's *own* MCP
+    integration (the script's agent ``agent``) against ``peer`` (a server of their own, so the counts stay apart):
+    the same 20 s task tool and 20 s synchronous tool, counted as ``own/slow_echo`` and ``own/slow_sync``, their
+    time to end as ``own_elapsed``."""
     import time
 
     from temporalio.client import WorkflowFailureError
@@ -85,46 +95,67 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
     from tests.temporal_harness import unique
 
     queue = unique("kill-q")
-    texts = {era: unique(f"kill-{era}") for era in ("ts", "fm")}
+    texts = {era: unique(f"kill-{era}") for era in ("ts", "fm", "own")}
     runs = {
         "ts": script("ts", [("slow_echo", {"seconds": KILL_TOOL_S, "text": texts["ts"]})]),
         "fm": script("fm", [("slow_echo", {"seconds": KILL_TOOL_S, "text": texts["fm"]})]),
         "sync": script("ts", [("slow_sync", {"seconds": KILL_TOOL_S})]),
     }
-    marks = {"ts": ts.log_mark(), "fm": fm.log_mark()}
+    peers = {"ts": ts, "fm": fm}
+    if own is not None:
+        runs["own"] = script(own[0], [("slow_echo", {"seconds": KILL_TOOL_S, "text": texts["own"]})])
+        runs["own_sync"] = script(own[0], [("slow_sync", {"seconds": KILL_TOOL_S})])
+        peers["own"] = own[1]
+    marks = {name: peer.log_mark() for name, peer in peers.items()}
     wids = {name: unique(f"kill-{name}") for name in runs}
     children = {
         "ts": child_id(wids["ts"], "ts", "slow_echo", {"seconds": KILL_TOOL_S, "text": texts["ts"]}),
         "fm": child_id(wids["fm"], "fm", "slow_echo", {"seconds": KILL_TOOL_S, "text": texts["fm"]}),
     }
-    with agent_worker(module, address, queue, servers_) as first:
+    sent = [("ts", "slow_sync")] + ([("own", "slow_echo"), ("own", "slow_sync")] if own is not None else [])
+    own_url = own[1].url if own is not None else None
+    with agent_worker(module, address, queue, servers_, own_url) as first:
         handles = {name: await client.start_workflow(run, prompt, id=wids[name], task_queue=queue)
                    for name, prompt in runs.items()}
         for cid in children.values():
             await child_view(client, cid, lambda v: v.task_id, timeout_s=60)
         deadline = time.monotonic() + 30
-        while not tool_calls(ts, marks["ts"], "slow_sync") and time.monotonic() < deadline:
+        while (not all(tool_calls(peers[p], marks[p], tool) for p, tool in sent)
+               and time.monotonic() < deadline):
             await asyncio.sleep(0.1)
-        assert tool_calls(ts, marks["ts"], "slow_sync"), "the synchronous tools/call never reached the server"
+        for p, tool in sent:
+            assert tool_calls(peers[p], marks[p], tool), f"the tools/call of {tool} never reached {p}"
         await asyncio.sleep(3)
         first.kill()
         assert first.proc.returncode == -9
     t0 = time.monotonic()
     ended: dict[str, Any] = {}
-    with agent_worker(module, address, queue, servers_):
-        for name, handle in handles.items():
-            try:
-                ended[name] = ("ok", await asyncio.wait_for(handle.result(), 120))
-            except WorkflowFailureError as err:
-                ended[name] = ("failed", err)
-    elapsed = time.monotonic() - t0
+    took: dict[str, float] = {}
+
+    async def outcome(name: str, handle: Any) -> None:
+        try:
+            ended[name] = ("ok", await asyncio.wait_for(handle.result(), 150))
+        except WorkflowFailureError as err:
+            ended[name] = ("failed", err)
+        took[name] = time.monotonic() - t0
+
+    with agent_worker(module, address, queue, servers_, own_url):
+        await asyncio.gather(*(outcome(name, handle) for name, handle in handles.items()))
+    elapsed = max(t for name, t in took.items() if not name.startswith("own"))
     print(f"{module}: every run ended {elapsed:.1f}s after the replacement worker started", flush=True)
     for wid in wids.values():  # both workers are gone: nothing of these runs can send a request any more
         await closed_with_nothing_running(client, wid, workers_stopped=True)
     counts = {"ts/slow_echo": len(tool_calls(ts, marks["ts"], "slow_echo")),
               "fm/slow_echo": len(tool_calls(fm, marks["fm"], "slow_echo")),
               "ts/slow_sync": len(tool_calls(ts, marks["ts"], "slow_sync"))}
-    return {"ended": ended, "counts": counts, "elapsed": elapsed, "texts": texts, "wids": wids}
+    got: dict[str, Any] = {"ended": ended, "counts": counts, "elapsed": elapsed, "texts": texts, "wids": wids}
+    if own is not None:
+        got["own_counts"] = {f"own/{tool}": len(tool_calls(own[1], marks["own"], tool))
+                             for tool in ("slow_echo", "slow_sync")}
+        got["own_elapsed"] = max(took["own"], took["own_sync"])
+        print(f"{module}: its framework's own MCP integration counted {got['own_counts']}, ended "
+              f"{got['own_elapsed']:.1f}s after the replacement worker started", flush=True)
+    return got
 
 
 async def parked_until_approved(client: Client, run: Any, address: str, queue: str, prompt_of: Any,

@@ -1,9 +1,11 @@
-"""The README's agent example (examples/agent_workflows/run.py, the two one-line snippets in context) runs as
-written: against the test Temporal and the fastmcp peer, with its scripted models, in its own process."""
+"""The README's agent example (examples/agent_workflows/run.py, the one-line snippets in context) runs as written:
+against the test Temporal and the fastmcp peer, with its scripted models, in its own process. The README's Google ADK
+and Gemini snippets (self-contained) run too."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -23,10 +25,33 @@ def test_agent_example_runs_as_written(temporal_env: Any, fastmcp_server: Peer) 
                           timeout=180, check=False)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     lines = proc.stdout.splitlines()
-    for name in ("PydanticAIDemo", "OpenAIAgentsDemo"):
+    for name in ("PydanticAIDemo", "OpenAIAgentsDemo", "GoogleAdkDemo", "GeminiDemo"):
         answer = next((ln for ln in lines if ln.startswith(f"{name}: ")), None)
         assert answer and "the tool said:" in answer and "hello from a durable MCP task" in answer, proc.stdout
     children = [ln for ln in lines if "tool call ran as child workflow(s): " in ln]
-    assert len(children) == 2 and all("/mcp/demo/r1/slow_echo/" in ln for ln in children), proc.stdout
+    assert len(children) == 4 and all("/mcp/demo/r1/slow_echo/" in ln for ln in children), proc.stdout
     # one tools/call per agent
-    assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 2
+    assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 4
+
+
+def readme_snippets(module: str) -> list[str]:
+    """The python blocks of the README's agents section that import ``module``."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## In agent workflows"):]
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return [b for b in blocks if f"from {module} import" in b]
+
+
+def test_readme_google_snippets_run_as_written() -> None:
+    from mcp_temporal_tasks.google_adk import McpTasksToolset
+    from mcp_temporal_tasks.google_genai import McpTasksClientSession
+
+    (adk,) = readme_snippets("mcp_temporal_tasks.google_adk")
+    scope: dict[str, Any] = {}
+    exec(adk, scope)  # noqa: S102  (the README's own code)
+    assert [type(t) for t in scope["agent"].tools] == [McpTasksToolset], scope["agent"].tools
+    (genai,) = readme_snippets("mcp_temporal_tasks.google_genai")
+    scope = {}
+    exec(genai, scope)  # noqa: S102
+    assert isinstance(scope["billing"], McpTasksClientSession) and scope["config"].tools == [scope["billing"]]

@@ -1,8 +1,10 @@
-"""The agent extras: a plain install imports neither framework; our module without its extra is one ImportError
-naming the extra; the pins are the ones the adapters were built and tested against."""
+"""The agent extras: a plain install imports no framework; our module without its extra, or with a framework version
+that lacks a hook the adapter relies on, is one ImportError naming the extra (and the hook); the pins are the ones
+the adapters were built and tested against."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -34,7 +36,8 @@ def test_plain_use_imports_neither_framework() -> None:
     proc = python("import sys, mcp_temporal_tasks as m\n"
                   "m.McpTasksPlugin, m.McpTasksClient, m.McpTaskError, m.start_mcp_task\n"
                   "import mcp_temporal_tasks.worker.cli\n"
-                  "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents') if n in sys.modules))")
+                  "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents', 'google.adk',\n"
+                  "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai') if n in sys.modules))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
 
@@ -42,6 +45,8 @@ def test_plain_use_imports_neither_framework() -> None:
 @pytest.mark.parametrize(("module", "blocked", "extra"), [
     ("mcp_temporal_tasks.pydantic_ai", ["pydantic_ai"], "mcp-temporal-tasks[pydantic-ai]"),
     ("mcp_temporal_tasks.openai_agents", ["agents", "temporalio.openai_agents"], "mcp-temporal-tasks[openai-agents]"),
+    ("mcp_temporal_tasks.google_adk", ["google.adk"], "mcp-temporal-tasks[google-adk]"),
+    ("mcp_temporal_tasks.google_genai", ["google.genai", "temporalio.google_genai"], "mcp-temporal-tasks[google-genai]"),
 ])
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
     proc = python(BLOCK.format(blocked=set(blocked)) + f"import {module}\n")
@@ -53,14 +58,82 @@ def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str
     assert ok.returncode == 0, ok.stderr[-2000:]
 
 
+#: Each hook an adapter checks at import, as (the hook's name, where it lives: "module:attribute path" of its owner,
+#: the attribute or key to take away). One child interpreter per adapter takes them away one at a time.
+HOOKS = {
+    "mcp_temporal_tasks.google_adk": [
+        ("google.adk.tools.base_toolset.BaseToolset.process_llm_request",
+         "google.adk.tools.base_toolset:BaseToolset", "process_llm_request"),
+        ("google.adk.agents.readonly_context.ReadonlyContext.invocation_id",
+         "google.adk.agents.readonly_context:ReadonlyContext", "invocation_id"),
+        ("google.adk.tools.base_tool.BaseTool._get_declaration", "google.adk.tools.base_tool:BaseTool", "_get_declaration"),
+        ("google.genai.types.FunctionDeclaration.parameters_json_schema",
+         "google.genai.types:FunctionDeclaration.__pydantic_fields__", "parameters_json_schema"),
+    ],
+    "mcp_temporal_tasks.google_genai": [
+        ("google.genai._extra_utils.parse_config_for_mcp_sessions", "google.genai._extra_utils:",
+         "parse_config_for_mcp_sessions"),
+        ("google.genai._adapters.McpToGenAiToolAdapter.call_tool", "google.genai._adapters:McpToGenAiToolAdapter",
+         "call_tool"),
+        ("google.genai._mcp_utils.mcp_to_gemini_tool", "google.genai._mcp_utils:", "mcp_to_gemini_tool"),
+    ],
+}
+
+WITHOUT_EACH_HOOK = """
+import functools, importlib, json, sys
+said = {{}}
+for hook, where, name in {hooks!r}:
+    module, _, path = where.partition(":")
+    owner = functools.reduce(getattr, filter(None, path.split(".")), importlib.import_module(module))
+    table = owner if isinstance(owner, dict) else None
+    kept = table.pop(name) if table is not None else vars(owner)[name]
+    if table is None:
+        delattr(owner, name)
+    try:
+        importlib.import_module({module!r})
+        said[hook] = "imported"
+    except ImportError as err:
+        said[hook] = "ImportError: " + str(err)
+    finally:
+        if table is not None:
+            table[name] = kept
+        else:
+            setattr(owner, name, kept)
+        sys.modules.pop({module!r}, None)
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.parametrize("module", sorted(HOOKS))
+def test_framework_without_a_needed_hook_is_one_import_error(module: str) -> None:
+    proc = python(WITHOUT_EACH_HOOK.format(hooks=HOOKS[module], module=module))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    extra = "mcp-temporal-tasks[" + module.rsplit(".", 1)[-1].replace("_", "-") + "]"
+    for hook, _, _ in HOOKS[module]:
+        assert said[hook].startswith(f"ImportError: {module} needs {hook}") and extra in said[hook], said[hook]
+
+
+def test_genai_integrations_own_mcp_session_does_not_import_with_our_mcp() -> None:
+    """Upstream gap the README and tests/fixtures/genai_app.py rely on: ``temporalio-google-genai`` 0.1.0's
+    ``TemporalMcpClientSession`` imports ``mcp.shared.session`` (mcp 1.x), so it fails next to mcp 2.3.0. When this
+    fails, the gap closed: drop ``provide_mcp_shared_session`` and the README's note."""
+    proc = python("from temporalio.google_genai import TemporalMcpClientSession")
+    assert proc.returncode != 0 and "No module named 'mcp.shared.session'" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     assert extras["pydantic-ai"] == ["pydantic-ai-slim[temporal]==2.68.0"]
     assert extras["openai-agents"] == ["temporalio-openai-agents[mcp]==1.1.0"]
-    # neither framework is a dependency of a plain install
-    assert not any(d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai")) for d in project["dependencies"])
+    assert extras["google-adk"] == ["google-adk==2.13.0", "temporalio-google-adk==0.0.1"]
+    assert extras["google-genai"] == ["google-genai==2.34.0", "temporalio-google-genai==0.1.0"]
+    # no framework is a dependency of a plain install
+    assert not any(d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google"))
+                   for d in project["dependencies"])
     script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
     installed = re.search(r"pip install --quiet -e '\.\[([^\]]*)\]'", script)
     assert installed is not None, "scripts/test.sh no longer installs the project with extras"
-    assert {"test", "demo", "pydantic-ai", "openai-agents"} <= set(installed.group(1).split(",")), installed.group(0)
+    assert {"test", "demo", "pydantic-ai", "openai-agents", "google-adk", "google-genai"} <= set(
+        installed.group(1).split(",")), installed.group(0)

@@ -62,7 +62,11 @@ def tracing_interceptor() -> Any:
     except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
         raise ConfigError(f"tracing needs OpenTelemetry: pip install 'mcp-temporal-tasks[tracing]' ({exc})") from exc
     return TracingInterceptor()
-PASSTHROUGH = ("mcp_temporal_tasks",)
+#: fastmcp too: once imported anywhere in the worker (Pydantic AI's Temporal support imports it), it patches the mcp
+#: types (passed through with us) with camelCase properties whose getter imports fastmcp. Workflow code that reads one
+#: (google-genai reads Tool.inputSchema and CallToolResult.isError) would import fastmcp anew inside the sandbox, which
+#: the sandbox refuses (its settings read the environment): the read must find the worker's own fastmcp.
+PASSTHROUGH = ("mcp_temporal_tasks", "fastmcp")
 
 
 def handles_pydantic(converter: DataConverter) -> bool:

@@ -74,7 +74,7 @@ def _otlp_exporter(env: Mapping[str, str]) -> tuple[Any, str]:
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        package = "opentelemetry-exporter-otlp-proto-grpc==1.45.2" if protocol == "grpc" else \
+        package = "opentelemetry-exporter-otlp-proto-grpc==1.44.0" if protocol == "grpc" else \
             "'mcp-temporal-tasks[tracing]'"
         raise ConfigError(f"tracing: OTLP over {protocol} needs its exporter: pip install {package} ({exc})") from None
     try:

@@ -1,7 +1,8 @@
-"""Agents that never run a tool twice: a Pydantic AI agent and an OpenAI Agents SDK agent on Temporal, each
-calling a tool of the bundled demo MCP server as a durable McpTaskWorkflow. Scripted models: no LLM key.
+"""Agents that never run a tool twice: a Pydantic AI agent, an OpenAI Agents SDK agent, a Google ADK agent and a
+Gemini (google-genai) call on Temporal, each calling a tool of the bundled demo MCP server as a durable
+McpTaskWorkflow. Scripted models: no LLM key.
 
-    pip install 'mcp-temporal-tasks[demo,pydantic-ai,openai-agents]'
+    pip install 'mcp-temporal-tasks[demo,pydantic-ai,openai-agents,google-adk,google-genai]'
     mcp-tasks dev-server &                    # or any Temporal at $TEMPORAL_ADDRESS (default localhost:7233)
     python examples/agent_workflows/run.py    # MCP_URL=...: use a running demo server instead of starting one
 
@@ -15,10 +16,11 @@ import os
 import sys
 import uuid
 
-from demo_agents import ScriptedOpenAIModel
-from demo_workflows import OpenAIAgentsDemo, PydanticAIDemo
+from demo_agents import ScriptedGemini, ScriptedOpenAIModel
+from demo_workflows import GeminiDemo, GoogleAdkDemo, OpenAIAgentsDemo, PydanticAIDemo
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client
+from temporalio.google_adk import GoogleAdkPlugin
 from temporalio.openai_agents import OpenAIAgentsPlugin
 from temporalio.openai_agents.testing import TestModelProvider
 from temporalio.worker import Worker
@@ -52,6 +54,8 @@ async def main() -> None:
         await run_agent(address, PydanticAIPlugin(), PydanticAIDemo, url)
         await run_agent(address, OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedOpenAIModel())),
                         OpenAIAgentsDemo, url)
+        await run_agent(address, GoogleAdkPlugin(), GoogleAdkDemo, url)
+        await run_agent(address, ScriptedGemini().plugin(), GeminiDemo, url)
     finally:
         if proc is not None:
             proc.terminate()

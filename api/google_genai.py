@@ -1,0 +1,213 @@
+"""MCP tools as durable tasks for Gemini (``google-genai``) on Temporal: :class:`McpTasksClientSession`.
+
+The one-line change, against ``temporalio-google-genai``'s own MCP session::
+
+    config=GenerateContentConfig(tools=[TemporalMcpClientSession("billing")])  # an activity per call: may run twice
+    config=GenerateContentConfig(tools=[McpTasksClientSession("billing")])     # a child McpTaskWorkflow per call
+
+in ``TemporalAsyncClient().models.generate_content(...)`` inside a workflow, on a worker whose client has
+``GoogleGenAIPlugin(genai_client)`` and :class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server
+``billing``). Install with ``pip install 'mcp-temporal-tasks[google-genai]'``.
+
+**How google-genai treats it.** ``generate_content`` runs in the workflow (``TemporalAsyncClient`` sends each
+model request through an activity) and its automatic function calling (AFC) recognises any ``mcp.ClientSession``
+in ``tools``: it calls ``list_tools()`` once per ``generate_content`` and ``call_tool(name, arguments)`` for each
+function call of the model (``_extra_utils.parse_config_for_mcp_sessions``, ``_adapters.McpToGenAiToolAdapter``).
+This class is such a session that speaks no MCP itself: ``list_tools`` is one activity per session object (cached
+on it, so per workflow when the session is kept) and ``call_tool`` one child ``McpTaskWorkflow``, both workflow
+code through :class:`~mcp_temporal_tasks.McpTasksClient`. google-genai deep-copies the request config on every
+call; a copy of this session is the session itself, so its tool list and its scope of child ids outlive the copy.
+One object is one agent run's scope of child ids (as ``mcp_tasks_server`` for the OpenAI Agents SDK). Outside a
+workflow it refuses to run. (``TemporalMcpClientSession`` of ``temporalio-google-genai`` 0.1.0 needs ``mcp<2``:
+it does not import next to ``mcp`` 2.3.0, which this package pins.)
+
+**What the model sees.** google-genai answers the model ``{"result": CallToolResult}`` for a result,
+``{"error": CallToolResult}`` for one with ``isError``, and ``{"error": str(exc)}`` for *any* exception a tool
+raises, after which its AFC loop goes on: no tool can end a ``generate_content`` call. So:
+
+* ``completed``: the ``CallToolResult``;
+* ``tool_error``: the ``CallToolResult`` with ``isError`` true: the server's text reaches the model;
+* any other outcome: ``call_tool`` raises :class:`~mcp_temporal_tasks.McpTaskError` (``"raise"``, the default):
+  called from workflow code it ends that code as for ``McpTasksClient``; inside AFC google-genai shows the model
+  ``{"error": "MCP task … ended unknown_outcome: …"}`` and goes on. Every such error is kept in :attr:`failures`,
+  and :meth:`raise_for_failures` after ``generate_content`` ends the workflow code with the first (the tests do).
+  With ``other_outcomes="tell_model"`` the model gets an ``isError`` result stating the outcome and that the tool
+  may already have run, never an invitation to retry;
+* arguments that fail the tool's input schema: ``ValueError`` naming the field (the model gets it as
+  ``{"error": ...}``); no ``tools/call``.
+
+An unknown server or a ``tools=`` name the server does not list fails ``list_tools``, which google-genai does not
+catch: ``generate_content`` ends with one error naming it, before any model call. A repeated identical call of a
+non-idempotent tool re-attaches to the first call's child (see ``mcp_temporal_tasks._agent_tools``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+_PIN = "'mcp-temporal-tasks[google-genai]' (google-genai==2.34.0, temporalio-google-genai==0.1.0)"
+
+try:
+    import google.genai._adapters as _genai_adapters
+    import google.genai._extra_utils as _genai_afc
+    import google.genai._mcp_utils as _genai_mcp
+    import temporalio.google_genai  # noqa: F401  (the plugin and TemporalAsyncClient this session runs under)
+    from mcp import ClientSession
+except ImportError as _missing:  # pragma: no cover - exercised by tests/test_agents_packaging.py
+    raise ImportError(f"mcp_temporal_tasks.google_genai needs google-genai on Temporal: pip install {_PIN}"
+                      ) from _missing
+
+with workflow.unsafe.imports_passed_through():
+    import mcp_types
+
+    from mcp_temporal_tasks._agent_tools import (
+        AgentMcpTools,
+        ArgumentsRejected,
+        OtherOutcomes,
+        in_workflow_only,
+        outcome_message,
+        require_hooks,
+    )
+    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
+    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.models import Outcome, Timeouts
+    from mcp_temporal_tasks.workflows.tasks_client import call_tool_result
+
+# What this adapter relies on, checked at import (tests/test_agents_packaging.py removes each in turn): AFC turns an
+# mcp.ClientSession in `tools` into function declarations (list_tools) and calls (call_tool) through these two.
+require_hooks("mcp_temporal_tasks.google_genai", _PIN, {
+    "google.genai._extra_utils.parse_config_for_mcp_sessions": hasattr(_genai_afc, "parse_config_for_mcp_sessions"),
+    "google.genai._adapters.McpToGenAiToolAdapter.call_tool":
+        hasattr(getattr(_genai_adapters, "McpToGenAiToolAdapter", None), "call_tool"),
+    "google.genai._mcp_utils.mcp_to_gemini_tool": hasattr(_genai_mcp, "mcp_to_gemini_tool"),
+})
+
+__all__ = ["McpTasksClientSession"]
+
+#: Where google-genai's schema filter (``_mcp_utils._filter_to_supported_schema``) expects a subschema object.
+_ONE_SCHEMA = ("items", "additionalProperties", "additional_properties")
+_SCHEMA_LISTS = ("anyOf", "any_of", "oneOf", "one_of")
+_SCHEMA_MAPS = ("properties", "defs", "$defs")
+
+
+def _for_gemini(schema: Any) -> Any:
+    """``schema`` without the boolean subschemas (``additionalProperties: false``, ``items: true``, a property
+    ``true``) that google-genai's MCP conversion crashes on (it calls ``.items()`` on them, inside the workflow: a
+    workflow task that fails forever). Dropped where one stands alone, ``{}`` in a list or map: only the model's
+    view loses them; the arguments are still checked against the server's own schema before any ``tools/call``."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ONE_SCHEMA:
+            if isinstance(value, dict):
+                out[key] = _for_gemini(value)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_for_gemini(v) if isinstance(v, dict) else {} for v in value]
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {k: _for_gemini(v) if isinstance(v, dict) else {} for k, v in value.items()}
+        else:
+            out[key] = value
+    return out
+
+
+def _declarable(tool: mcp_types.Tool, server: str) -> mcp_types.Tool:
+    """The tool as google-genai will turn it into a function declaration, or one clear error naming it (rather than
+    google-genai's own exception inside the workflow, which fails the workflow task again and again)."""
+    shown = tool.model_copy(update={"input_schema": _for_gemini(tool.input_schema)})
+    try:
+        _genai_mcp.mcp_to_gemini_tool(shown)
+    except Exception as err:  # noqa: BLE001  (whatever google-genai raises on a schema it cannot convert)
+        raise ApplicationError(f"google-genai cannot declare tool {tool.name!r} of MCP server {server!r} to the model: "
+                               f"{type(err).__name__}: {err}", type="McpToolSchemaUnsupported",
+                               non_retryable=True) from None
+    return shown
+
+
+class McpTasksClientSession(ClientSession):
+    """An ``mcp.ClientSession`` for ``GenerateContentConfig(tools=[...])`` whose calls are durable child workflows.
+
+    ``server``: a name from the worker's configuration, or an inline :class:`Endpoint` the worker allows.
+    ``tools``: only these tools (each must be listed by the server). ``tool_definitions``: the tools, instead of a
+    ``list_tools`` activity. ``task_queue``, ``principal``, ``era``, ``timeouts``: as for
+    :class:`~mcp_temporal_tasks.McpTasksClient`. ``other_outcomes``: ``"raise"`` (default) or ``"tell_model"``.
+    ``key``: names this session's children (default: the server's name).
+    """
+
+    def __init__(  # no ClientSession.__init__: there are no streams, this session sends no MCP message itself
+        self,
+        server: str | Endpoint,
+        *,
+        tools: Sequence[str] | None = None,
+        tool_definitions: Sequence[mcp_types.Tool | Mapping[str, Any]] | None = None,
+        task_queue: str | None = None,
+        principal: str | None = None,
+        era: Era | None = None,
+        timeouts: Timeouts | None = None,
+        other_outcomes: OtherOutcomes = "raise",
+        key: str | None = None,
+    ) -> None:
+        if other_outcomes not in ("raise", "tell_model"):
+            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
+        self._mcp = AgentMcpTools(server, key=key, tools=tools, tool_definitions=tool_definitions,
+                                  task_queue=task_queue, principal=principal, era=era, timeouts=timeouts)
+        self.other_outcomes: OtherOutcomes = other_outcomes
+        #: With ``other_outcomes="raise"``: the calls that ended other than ``completed``/``tool_error``, in order.
+        self.failures: list[McpTaskError] = []
+
+    def __copy__(self) -> McpTasksClientSession:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> McpTasksClientSession:
+        # google-genai deep-copies the config (tools included) on each generate_content and each AFC turn: the copy
+        # must keep this session's cached tools, running calls and scope, so it is this session.
+        return self
+
+    @property
+    def name(self) -> str:
+        return self._mcp.name
+
+    async def __aenter__(self) -> McpTasksClientSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def list_tools(self, cursor: str | None = None, *,
+                         params: mcp_types.PaginatedRequestParams | None = None) -> mcp_types.ListToolsResult:
+        """The server's tools (one ``list_tools`` activity for this session; none with ``tool_definitions``)."""
+        in_workflow_only("McpTasksClientSession")
+        return mcp_types.ListToolsResult(tools=[_declarable(t, self.name) for t in await self._mcp.list_tools()])
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None,
+                        read_timeout_seconds: float | timedelta | None = None, progress_callback: Any = None,
+                        **_: Any) -> mcp_types.CallToolResult:
+        """Call ``name`` as one child ``McpTaskWorkflow`` (or re-attach to this session's identical earlier call of a
+        tool that is not idempotent). ``read_timeout_seconds``/``progress_callback`` do not apply: the child's
+        ``timeouts`` bound it, and its progress is in its ``status`` query."""
+        try:
+            outcome = await self._mcp.run(name, dict(arguments or {}))
+        except ArgumentsRejected as err:
+            raise ValueError(str(err)) from None
+        if outcome.outcome in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
+            return call_tool_result(outcome)
+        if self.other_outcomes == "raise":
+            self.failures.append(McpTaskError(outcome))
+            raise McpTaskError(outcome)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=outcome_message(outcome))],
+                                        is_error=True)
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`~mcp_temporal_tasks.McpTaskError` for the first call that ended other than ``completed`` /
+        ``tool_error`` (google-genai showed it to the model and went on); nothing when there was none."""
+        if self.failures:
+            raise McpTaskError(self.failures[0].outcome)
+
+    async def send_request(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"McpTasksClientSession {self.name!r} offers list_tools and call_tool only, each "
+                                  "run by a Temporal activity or child workflow; it sends no MCP request itself")
