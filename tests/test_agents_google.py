@@ -92,12 +92,19 @@ async def connect(temporal_env: Any, plugins_: list[Any]) -> Client:
 class App:
     def __init__(self, framework: Framework, client: Client, queue: str) -> None:
         self.framework, self.client, self.queue = framework, client, queue
+        #: Every agent workflow this app started: what "no late tools/call" waits on (settled).
+        self.wids: list[str] = []
 
     async def run(self, prompt: str, *, wid: str | None = None) -> tuple[str, str]:
         wid = wid or unique(self.framework.name)
+        self.wids.append(wid)
         out = await asyncio.wait_for(self.client.execute_workflow(
             self.framework.workflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S)
         return wid, out
+
+    async def settled(self, peer: Peer, mark: int, tool: str) -> int:
+        """``tool``'s calls at ``peer`` since ``mark``, once this app's workflows are closed with nothing running."""
+        return await settled_calls(peer, mark, tool, client=self.client, workflows=self.wids)
 
 
 async def started(framework: Framework, temporal_env: Any, servers_: dict[str, Any]) -> tuple[Client, str]:
@@ -133,11 +140,11 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     desc = await app.client.get_workflow_handle(
         child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, fm_mark, "slow_echo") == 1
+    assert await app.settled(fastmcp_server, fm_mark, "slow_echo") == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
     _, out2 = await app.run(script("ts", [("slow_echo", {"seconds": 0.3, "text": text})]))
     assert seen(out2) == echoed(text)
-    assert await settled_calls(ts_http_stateful, ts_mark, "slow_echo") == 1
+    assert await app.settled(ts_http_stateful, ts_mark, "slow_echo") == 1
 
 
 async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server: Peer) -> None:
@@ -152,7 +159,7 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     quick = [r for r in results if r["tool"] == "quick_sync"]
     assert len(quick) == 2 and all(r["kind"] == "return" for r in quick), results
     # idempotent=false (configuration): three calls by the model (two of them in one response), one tools/call
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+    assert await app.settled(fastmcp_server, mark, "slow_echo") == 1
     # idempotent=true: called again as asked, under ….2
     assert len(tool_calls(fastmcp_server, mark, "quick_sync")) == 2
     for n in (1, 2):
@@ -193,7 +200,7 @@ async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> N
     with pytest.raises(WorkflowFailureError) as err:
         await app.run(script("nowhere", [("slow_echo", {"seconds": 0.1})]))
     assert "nowhere" in str(err.value.cause) and "UnknownServer" in repr(err.value.cause), err.value.cause
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 0
+    assert await app.settled(fastmcp_server, mark, "slow_echo") == 0
 
 
 async def test_plugins_compose_in_either_order(framework: Framework, temporal_env: Any, ts_http_stateful: Peer,
@@ -208,11 +215,11 @@ async def test_plugins_compose_in_either_order(framework: Framework, temporal_en
         queue = unique(f"{framework.name}-order")
         mark = fastmcp_server.log_mark()
         text = unique(order)
+        composed = App(framework, client, queue)
         async with Worker(client, task_queue=queue, workflows=[framework.workflow]):
-            _, out = await App(framework, client, queue).run(script("fm", [("slow_echo", {"seconds": 0.2,
-                                                                                           "text": text})]))
+            _, out = await composed.run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
+            assert await composed.settled(fastmcp_server, mark, "slow_echo") == 1
         assert seen(out) == echoed(text), order
-        assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
     plain = await connect(temporal_env, [])
     with pytest.raises(ConfigError) as refused:
         Worker(plain, task_queue=unique(f"{framework.name}-refused"), workflows=[framework.workflow],
@@ -297,7 +304,7 @@ async def test_adk_one_toolset_two_invocations_two_agent_runs(adk: App, fastmcp_
     for scope in (1, 2):
         desc = await adk.client.get_workflow_handle(child_id(wid, "fm", "slow_echo", args, scope=scope)).describe()
         assert desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 2
+    assert await adk.settled(fastmcp_server, mark, "slow_echo") == 2
     assert len(tool_calls(fastmcp_server, mark, method="tools/list")) == 2
 
 
@@ -310,7 +317,7 @@ async def test_genai_one_session_two_generate_content_calls(genai: App, fastmcp_
     assert seen(out) == echoed(args["text"]), out
     desc = await genai.client.get_workflow_handle(child_id(wid, "fm", "slow_echo", args)).describe()
     assert desc.parent_id == wid
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 1
+    assert await genai.settled(fastmcp_server, mark, "slow_echo") == 1
     assert len(tool_calls(fastmcp_server, mark, method="tools/list")) == 1
 
 
@@ -322,4 +329,4 @@ async def test_genai_schema_it_cannot_declare_is_one_clear_error(genai: App, fas
         await genai.run(script("badschema", [("slow_echo", {"seconds": 0.1})]))
     assert isinstance(err.value.cause, ApplicationError) and err.value.cause.type == "McpToolSchemaUnsupported"
     assert "'slow_echo'" in str(err.value.cause) and "'fm'" in str(err.value.cause), err.value.cause
-    assert await settled_calls(fastmcp_server, mark, "slow_echo") == 0
+    assert await genai.settled(fastmcp_server, mark, "slow_echo") == 0
