@@ -75,6 +75,7 @@ from mcp_temporal_tasks.activities.models import (
     failed_read_error,
     outcome_in_failure,
 )
+from mcp_temporal_tasks.activities.push import GRACE_S, PushHub
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
@@ -259,9 +260,12 @@ class McpActivities:
         allow_inline_credentials: bool = False,
         inline_allowlist: Iterable[Endpoint] = (),
         owner_queue: str | None = None,
+        push: PushHub | None = None,
     ) -> None:
         self.servers = dict(servers or {})
         self.pool = pool or SessionPool()
+        #: Who hears the servers' task notifications for this process's waits (``activities/push.py``).
+        self.push = push or PushHub()
         self.store = store or ResultStore()
         #: What a request may name instead of a configured server (``[worker]`` keys of the same names).
         self.allow_inline_endpoints = allow_inline_endpoints
@@ -329,6 +333,25 @@ class McpActivities:
             return out_type(unreachable=exc.message)  # type: ignore[call-arg]
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True) from exc
+
+    def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float) -> None:
+        """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
+        then wakes its workflow at once. Jobs (plain tools) have no notifications."""
+        if inp.job is not None:
+            return
+        info = activity.info()
+        try:
+            temporal = activity.client()
+        except RuntimeError:  # an activity run outside a worker (ActivityEnvironment): nobody to wake
+            return
+        if info.workflow_id is None:
+            return
+        self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
+                        run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal)
+
+    def _stretch(self, inp: AwaitInput) -> float:
+        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id)
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -528,11 +551,14 @@ class McpActivities:
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
-            if inp.hand_over_gap_s is not None and delay >= inp.hand_over_gap_s:
-                return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + delay)
+            # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
+            stretched = delay * self._stretch(inp)
+            self._watch(inp, session, stretched)
+            if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
+                return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
                 return AwaitOutput(state=state, polls=polls, long_wait=True)
-            await self._sleep_beating(delay, hb_every, details, shutdown)
+            await self._sleep_beating(stretched, hb_every, details, shutdown)
 
     @staticmethod
     async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],
@@ -581,6 +607,7 @@ class McpActivities:
         if info.attempt == 1 and early > 0.05:
             # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
             # server's pollInterval), at the price of the one poll it replaces.
+            self._watch(inp, None, early)
             raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
                                    next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
         try:
@@ -616,6 +643,8 @@ class McpActivities:
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                 previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
+        delay *= self._stretch(inp)
+        self._watch(inp, session, delay)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
@@ -632,6 +661,7 @@ class McpActivities:
             out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
             out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
             self.pool.track(session, state.task_id, done=True)
+            self.push.forget(inp.session, inp.principal, state.task_id)
             return out
         if state.status == "input_required":
             fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}

@@ -275,6 +275,8 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
                                    GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
         shutdown_executors(workers)
         with contextlib.suppress(TimeoutError, Exception):
+            await asyncio.wait_for(activities.push.aclose(), SHUTDOWN_GRACE_S)
+        with contextlib.suppress(TimeoutError, Exception):
             await asyncio.wait_for(activities.pool.aclose(), SHUTDOWN_GRACE_S)
         for sig in installed:
             loop.remove_signal_handler(sig)

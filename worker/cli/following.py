@@ -21,6 +21,8 @@ from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, TaskView
 
 TaskHandle = WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]
+#: How the end was learned (``delivered_by``), as the live view and the summary say it.
+_LEARNED = {"notification": "notified", "poll": "polled"}
 
 
 async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False) -> McpTaskOutcome:
@@ -76,6 +78,8 @@ def view_line(view: TaskView, workflow_id: str) -> str:
         parts.append(f"“{printable(view.status_message)}”")
     if view.task_id:
         parts.append(f"task {printable(view.task_id)}")
+    if view.delivered_by:
+        parts.append(_LEARNED[view.delivered_by])
     line = " · ".join(parts)
     wid = shlex.quote(printable(workflow_id))
     if view.phase.value == "AWAITING_APPROVAL":
@@ -99,7 +103,8 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     p = printable
     lines = [f"{o.outcome.value}: {p(o.ledger.tool)} on {p(o.ledger.server)} (workflow {p(o.workflow_id)})"]
     if o.task_id:
-        lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}")
+        learned = f" · {_LEARNED[o.delivered_by]}" if o.delivered_by else ""
+        lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}{learned}")
     if o.result is not None:
         texts = [p(b.get("text", ""), multiline=True) for b in o.result.get("content", []) if b.get("type") == "text"]
         lines.append("  result: " + (" | ".join(texts) if texts else json.dumps(o.result)[:500]))
