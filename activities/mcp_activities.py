@@ -334,9 +334,11 @@ class McpActivities:
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True) from exc
 
-    def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float) -> None:
+    def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float,
+               on_wake: Callable[[], None] | None = None) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
-        then wakes its workflow at once. Jobs (plain tools) have no notifications."""
+        then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
+        own read is the only one). Jobs (plain tools) have no notifications."""
         if inp.job is not None:
             return
         info = activity.info()
@@ -348,7 +350,7 @@ class McpActivities:
             return
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
-                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal)
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake)
 
     def _stretch(self, inp: AwaitInput) -> float:
         return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id)
@@ -512,6 +514,14 @@ class McpActivities:
         delay: float | None = None
         transient = 0
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
+        # Set by the push hub when it wakes this task's workflow: the workflow then reads the task in an activity of
+        # its own (it abandoned this one), so this one stops at once instead of polling on until a heartbeat tells
+        # it of the cancel. Had the workflow not taken the wake, the state returned here makes it read again anyway.
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
         while True:
             try:
                 session = await self.pool.for_task(inp.session, principal=inp.principal)
@@ -553,26 +563,32 @@ class McpActivities:
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
             # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
             stretched = delay * self._stretch(inp)
-            self._watch(inp, session, stretched)
+            self._watch(inp, session, stretched, on_wake=wake)
             if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
                 return AwaitOutput(state=state, polls=polls, long_wait=True)
-            await self._sleep_beating(stretched, hb_every, details, shutdown)
+            await self._sleep_beating(stretched, hb_every, details, shutdown, woken)
+            if woken.done():
+                return AwaitOutput(state=state, polls=polls)
 
     @staticmethod
     async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],
-                             shutdown: asyncio.Future[None] | None = None) -> None:
+                             shutdown: asyncio.Future[None] | None = None,
+                             woken: asyncio.Future[None] | None = None) -> None:
         """Sleep without outlasting the heartbeat timeout. When this worker starts shutting down, the wait is
         handed on: a retryable failure (after one last heartbeat, so the next attempt keeps the unreachable clock),
-        retried at once by another worker. Only waits between polls are cut short, never a request in flight."""
+        retried at once by another worker. Only waits between polls are cut short, never a request in flight.
+        ``woken`` done ends the sleep early (a notification woke the workflow)."""
         remaining = seconds
         while remaining > 0:
+            if woken is not None and woken.done():
+                return
             step = min(remaining, every)
             if shutdown is None:
                 await asyncio.sleep(step)
             else:
-                await asyncio.wait({shutdown}, timeout=step)
+                await asyncio.wait({shutdown, woken} if woken is not None else {shutdown}, timeout=step)
                 if shutdown.done():
                     activity.heartbeat(details)
                     # BENIGN: an expected hand-over, not an error (the SDK logs it at debug, with no traceback).

@@ -48,6 +48,7 @@ import logging
 import re
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,8 @@ class _Route:
     #: Input requests the workflow had answered when this was registered: a new input round may be woken again.
     epoch: int
     expires: float
+    #: Run once the workflow is being woken (a heartbeating wait of this process stops polling).
+    on_wake: Callable[[], None] | None = None
 
 
 @dataclass
@@ -169,8 +172,10 @@ class PushHub:
     # --- what the waiting activities call --------------------------------------------------------------
 
     def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: McpTaskClient | None,
-              workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client) -> None:
-        """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener."""
+              workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
+              on_wake: Callable[[], None] | None = None) -> None:
+        """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
+        ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait)."""
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
@@ -183,7 +188,7 @@ class PushHub:
                                                server=ref.endpoint.identity())
         new = task_id not in s.routes
         s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch,
-                                   expires=time.monotonic() + max(for_s, 1.0))
+                                   expires=time.monotonic() + max(for_s, 1.0), on_wake=on_wake)
         s.temporal = temporal
         if kind == "stdio" and session is not None and isinstance(session.transport, StdioTransport):
             s.stdio = session.transport
@@ -326,7 +331,12 @@ class PushHub:
         if notice.status not in WAKE_STATUSES:
             self._count(s, "not_waking")
             return True
-        return self._wake(s, route.workflow_id, route.run_id, notice, route.epoch)
+        if not self._wake(s, route.workflow_id, route.run_id, notice, route.epoch):
+            return False
+        if route.on_wake is not None:
+            with contextlib.suppress(Exception):
+                route.on_wake()
+        return True
 
     def _wake(self, s: _Session, workflow_id: str, run_id: str | None, notice: TaskNotice, epoch: int) -> bool:
         key = (workflow_id, notice.task_id, notice.status, epoch)
