@@ -30,7 +30,7 @@ could not be written into a query literal safely (quotes and the like) are not l
 
 **Polling stays the safety net**; only its schedule may stretch (:meth:`PushHub.stretch`): by ``stretch`` (4 by
 default, ``[worker] push_stretch``) for a wait whose session has a live listener (here, or held elsewhere) on a
-server that has delivered a notification for one of our waits within :data:`NOTIFYING_MEMORY_S`. So a dropped
+server that has delivered a notification for one of our waits within :data:`NOTIFYING_MEMORY_S` (a day). So a dropped
 notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)), and a server that never
 notifies keeps today's schedule exactly (it never delivers one).
 
@@ -81,8 +81,10 @@ DEFAULT_STRETCH = 4.0
 #: A registration outlives the gap its activity scheduled by this much (an attempt may start late).
 GRACE_S = 60.0
 SWEEP_S = 5.0
-#: How long a server that delivered a notification for one of our waits counts as one that notifies.
-NOTIFYING_MEMORY_S = 3600.0
+#: How long a server that delivered a notification for one of our waits counts as one that notifies. Long: waits on
+#: old tasks hear nothing for hours (none of them ends), and a server that stopped notifying costs at most the
+#: stretch factor of today's bound, never a wrong outcome.
+NOTIFYING_MEMORY_S = 24 * 3600.0
 #: After a listener found no stream for a session (405, no task events...), how long before it is tried again.
 UNSUPPORTED_RETRY_S = 600.0
 LOOKUPS_PER_S = 5.0
@@ -209,7 +211,7 @@ class PushHub:
     def stretch(self, ref: SessionRef, principal: str | None, task_id: str) -> float:
         """How much this wait's poll gaps may stretch: ``stretch`` where its session's notifications can reach us
         (a live listener here, or the session's stream held by another client) on a server that has delivered a
-        notification for one of our waits within the last hour; else 1 (today's schedule exactly)."""
+        notification for one of our waits within the last day; else 1 (today's schedule exactly)."""
         if not self.enabled or self.factor <= 1.0:
             return 1.0
         s = self._sessions.get(self._key(ref, principal))
