@@ -335,7 +335,7 @@ class McpActivities:
             raise to_application_error(exc, task_read=True) from exc
 
     def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float,
-               on_wake: Callable[[], None] | None = None) -> None:
+               on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
         own read is the only one). Jobs (plain tools) have no notifications."""
@@ -350,10 +350,10 @@ class McpActivities:
             return
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
-                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake)
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key)
 
-    def _stretch(self, inp: AwaitInput) -> float:
-        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id)
+    def _stretch(self, inp: AwaitInput, key: str | None = None) -> float:
+        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key)
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -522,6 +522,8 @@ class McpActivities:
         def wake() -> None:
             if not woken.done():
                 woken.set_result(None)
+
+        push_key = self.push.key(inp.session, inp.principal)  # once: a heartbeating wait may poll every 100 ms
         while True:
             try:
                 session = await self.pool.for_task(inp.session, principal=inp.principal)
@@ -562,8 +564,8 @@ class McpActivities:
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
             # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
-            stretched = delay * self._stretch(inp)
-            self._watch(inp, session, stretched, on_wake=wake)
+            stretched = delay * self._stretch(inp, push_key)
+            self._watch(inp, session, stretched, on_wake=wake, key=push_key)
             if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:

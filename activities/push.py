@@ -175,15 +175,16 @@ class PushHub:
 
     def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: McpTaskClient | None,
               workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
-              on_wake: Callable[[], None] | None = None) -> None:
+              on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
-        ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait)."""
+        ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
+        ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll."""
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
         if kind is None:
             return
-        key = self._key(ref, principal)
+        key = key or self.key(ref, principal)
         s = self._sessions.get(key)
         if s is None:
             s = self._sessions[key] = _Session(key=key, ref=ref, principal=principal, kind=kind,
@@ -204,17 +205,17 @@ class PushHub:
 
     def forget(self, ref: SessionRef, principal: str | None, task_id: str) -> None:
         """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here."""
-        s = self._sessions.get(self._key(ref, principal))
+        s = self._sessions.get(self.key(ref, principal))
         if s is not None and s.routes.pop(task_id, None) is not None and isinstance(s.listener, TasksSubscription):
             s.listener.ids_changed()
 
-    def stretch(self, ref: SessionRef, principal: str | None, task_id: str) -> float:
+    def stretch(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None) -> float:
         """How much this wait's poll gaps may stretch: ``stretch`` where its session's notifications can reach us
         (a live listener here, or the session's stream held by another client) on a server that has delivered a
         notification for one of our waits within the last day; else 1 (today's schedule exactly)."""
         if not self.enabled or self.factor <= 1.0:
             return 1.0
-        s = self._sessions.get(self._key(ref, principal))
+        s = self._sessions.get(key or self.key(ref, principal))
         if s is None or s.listener is None or not s.listener.live(task_id):
             return 1.0
         heard = self._notifying.get(s.server)
@@ -246,9 +247,9 @@ class PushHub:
     # --- listening --------------------------------------------------------------------------------------
 
     @staticmethod
-    def _key(ref: SessionRef, principal: str | None) -> str:
-        # Matched by server (the whole endpoint), session and principal: a notice heard on one session never
-        # wakes a wait registered on another.
+    def key(ref: SessionRef, principal: str | None) -> str:
+        """The listener a wait belongs to: matched by server (the whole endpoint, credential references included),
+        session and principal, so a notice heard on one session never wakes a wait registered on another."""
         return f"{ref.endpoint.model_dump_json()}|{ref.session_id or ''}|{principal or ''}|{ref.era}"
 
     def _ensure_listener(self, s: _Session) -> None:

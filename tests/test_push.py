@@ -177,6 +177,8 @@ async def test_a_notification_that_lies_costs_one_read_and_the_task_ends_as_the_
     between = [t for t in got if lied[0] <= t < ended]
     assert len(between) == 1, f"{len(between)} reads between the lie and the end: {[round(t - got[0], 2) for t in got]}"
     assert between[0] - lied[0] < 2.0, "the read the lie asked for came late"
+    # The server has shown it notifies: the next poll is 4 × its pollInterval away (the stretch), not 3 s.
+    assert got[2] - got[1] >= 4 * 3.0 - 0.5, [round(t - got[0], 2) for t in got]
     assert await signals(handle) == 1, "one wake per status: the true completion is not signalled again"
     assert out.delivered_by == "poll"
     print(f"[measured] lying ts-http: reads at {[round(t - got[0], 2) for t in got]} s (lie at "

@@ -170,6 +170,7 @@ class Listener:
         self._useless_now = 0
         self._flooded = False
         self._floods = 0
+        self._logged = -10.0
 
     def live(self, task_id: str | None = None) -> bool:
         """Whether a notification for the session (for ``task_id``) can reach one of us now."""
@@ -193,7 +194,14 @@ class Listener:
 
     def _useless(self) -> None:
         self.counts["useless"] += 1
-        second = int(time.monotonic())
+        now = time.monotonic()
+        if now - self._logged >= 10.0:
+            # One debug line per 10 s at most, whatever a server sends: what was ignored, and how much.
+            self._logged = now
+            log.debug("notifications %s %s: ignored %d of %d messages so far (%d unreadable)", self.kind, self.name,
+                      self.counts["useless"], self.counts["messages"] + self.counts["malformed"],
+                      self.counts["malformed"])
+        second = int(now)
         if second != self._second:
             self._second, self._useless_now = second, 0
         self._useless_now += 1
