@@ -78,6 +78,7 @@ from mcp_temporal_tasks.activities.models import (
     failed_read_error,
     outcome_in_failure,
 )
+from mcp_temporal_tasks.activities.push import GRACE_S, PushHub
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
@@ -288,9 +289,12 @@ class McpActivities:
         inline_allowlist: Iterable[Endpoint] = (),
         owner_queue: str | None = None,
         live_sink: Callable[[str, dict[str, Any]], None] | None = None,
+        push: PushHub | None = None,
     ) -> None:
         self.servers = dict(servers or {})
         self.pool = pool or SessionPool()
+        #: Who hears the servers' task notifications for this process's waits (``activities/push.py``).
+        self.push = push or PushHub()
         self.store = store or ResultStore()
         #: What a request may name instead of a configured server (``[worker]`` keys of the same names).
         self.allow_inline_endpoints = allow_inline_endpoints
@@ -363,6 +367,27 @@ class McpActivities:
             return out_type(unreachable=exc.message)  # type: ignore[call-arg]
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True)
+
+    def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float,
+               on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
+        """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
+        then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
+        own read is the only one). Jobs (plain tools) have no notifications."""
+        if inp.job is not None:
+            return
+        info = activity.info()
+        try:
+            temporal = activity.client()
+        except RuntimeError:  # an activity run outside a worker (ActivityEnvironment): nobody to wake
+            return
+        if info.workflow_id is None:
+            return
+        self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
+                        run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key)
+
+    def _stretch(self, inp: AwaitInput, key: str | None = None) -> float:
+        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key)
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -576,6 +601,16 @@ class McpActivities:
         delay: float | None = None
         transient = 0
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
+        # Set by the push hub when it wakes this task's workflow: the workflow then reads the task in an activity of
+        # its own (it abandoned this one), so this one stops at once instead of polling on until a heartbeat tells
+        # it of the cancel. Had the workflow not taken the wake, the state returned here makes it read again anyway.
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        push_key = self.push.key(inp.session, inp.principal)  # once: a heartbeating wait may poll every 100 ms
         while True:
             try:
                 session, state = await self.pool.read_task(inp.session, principal=inp.principal,
@@ -616,25 +651,34 @@ class McpActivities:
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
-            if inp.hand_over_gap_s is not None and delay >= inp.hand_over_gap_s:
-                return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + delay)
+            # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
+            stretched = delay * self._stretch(inp, push_key)
+            self._watch(inp, session, stretched, on_wake=wake, key=push_key)
+            if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
+                return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
                 return AwaitOutput(state=state, polls=polls, long_wait=True)
-            await self._sleep_beating(delay, hb_every, details, shutdown)
+            await self._sleep_beating(stretched, hb_every, details, shutdown, woken)
+            if woken.done():
+                return AwaitOutput(state=state, polls=polls)
 
     @staticmethod
     async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],
-                             shutdown: asyncio.Future[None] | None = None) -> None:
+                             shutdown: asyncio.Future[None] | None = None,
+                             woken: asyncio.Future[None] | None = None) -> None:
         """Sleep without outlasting the heartbeat timeout. When this worker starts shutting down, the wait is
         handed on: a retryable failure (after one last heartbeat, so the next attempt keeps the unreachable clock),
-        retried at once by another worker. Only waits between polls are cut short, never a request in flight."""
+        retried at once by another worker. Only waits between polls are cut short, never a request in flight.
+        ``woken`` done ends the sleep early (a notification woke the workflow)."""
         remaining = seconds
         while remaining > 0:
+            if woken is not None and woken.done():
+                return
             step = min(remaining, every)
             if shutdown is None:
                 await asyncio.sleep(step)
             else:
-                await asyncio.wait({shutdown}, timeout=step)
+                await asyncio.wait({shutdown, woken} if woken is not None else {shutdown}, timeout=step)
                 if shutdown.done():
                     activity.heartbeat(details)
                     # BENIGN: an expected hand-over, not an error (the SDK logs it at debug, with no traceback).
@@ -669,6 +713,7 @@ class McpActivities:
         if info.attempt == 1 and early > 0.05:
             # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
             # server's pollInterval), at the price of the one poll it replaces.
+            self._watch(inp, None, early)
             raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
                                    next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
         try:
@@ -706,6 +751,8 @@ class McpActivities:
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                 previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
+        delay *= self._stretch(inp)
+        self._watch(inp, session, delay)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
@@ -722,6 +769,7 @@ class McpActivities:
             out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
             out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
             self.pool.track(session, state.task_id, done=True)
+            self.push.forget(inp.session, inp.principal, state.task_id)
             return out
         if state.status == "input_required":
             fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}

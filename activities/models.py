@@ -6,6 +6,7 @@ environment values are references to the worker's environment variables.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import Field, StrictBool
@@ -19,6 +20,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     SessionRef,
     StartResult,
     TaskState,
+    TaskStatus,
     ToolInfo,
 )
 from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
@@ -345,3 +347,32 @@ def failed_read_error(kind: str, code: Any, message: str, data: Any = None) -> R
     if isinstance(code, int) and not isinstance(code, bool):
         return RpcErrorInfo(code=code, message=message, data=data)
     return RpcErrorInfo(code=-32000, message=f"{kind}: {message}"[:1024], data=data)
+
+
+#: The workflow type of one MCP task, and the Keyword search attribute holding its task id (as
+#: :func:`search_attribute_value` writes it): how a worker holding a session's notifications finds the workflow
+#: of a task it was not told about (``activities/push.py``). Defined here, below the workflow that sets them.
+TASK_WORKFLOW_TYPE = "McpTaskWorkflow"
+TASK_ID_SEARCH_ATTRIBUTE = "McpTaskId"
+#: Temporal refuses a Keyword search attribute over 2,048 bytes (and terminates the workflow that upserts it).
+MAX_SEARCH_ATTRIBUTE_BYTES = 256
+
+
+def search_attribute_value(value: str) -> str:
+    """``value`` as a Keyword search attribute: itself when short, else a stable digest (Temporal refuses
+    values over 2,048 bytes by terminating the workflow)."""
+    if len(value.encode("utf-8", "replace")) <= MAX_SEARCH_ATTRIBUTE_BYTES:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
+
+
+#: Signal from a worker that heard the server say a task changed (``activities/push.py``); its handler only wakes
+#: the wait, the read that follows decides (``McpTaskWorkflow``).
+TASK_NOTIFIED_SIGNAL = "mcp_task_notified"
+
+
+class TaskNotified(_Model):
+    """What :data:`TASK_NOTIFIED_SIGNAL` carries: the task a server notified about, and the status it claimed."""
+
+    task_id: str = Field(max_length=16 * 1024)
+    status: TaskStatus

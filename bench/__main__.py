@@ -64,6 +64,7 @@ from .floor import run_floor
 from .idle import idle_targets, phase_idle_waits, render_idle
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
+from .push import phase_push, push_targets, render_push
 from .waiting import (
     AgedBackground,
     HeartbeatLedger,
@@ -811,6 +812,7 @@ def render(res: dict[str, Any]) -> str:
             lines.append(f"| {x['target']} | {x['value']} | {met} |")
     lines += render_waiting(res)
     lines += render_idle(res)
+    lines += render_push(res)
     lines += render_targets(res.get("targets") or [])
     lines += ["", f"Total wall time: {res['wall_s']:.1f} s"]
     return "\n".join(lines)
@@ -820,7 +822,7 @@ def render(res: dict[str, Any]) -> str:
 
 
 PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged",
-          "idle-waits")
+          "idle-waits", "push")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -888,6 +890,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--idle-inflight-before", type=int, default=None,
                    help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)")
     g.add_argument("--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)")
+    g = p.add_argument_group("told, not polled (bench/push.py; `--only push`; not in the default run)")
+    g.add_argument("--push-tiles", type=int, default=None, help="held tasks aged 60 s … 1 h per design (default 60; quick 8)")
+    g.add_argument("--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 4)")
+    g.add_argument("--push-probes", type=int, default=None,
+                   help="delivery probes per design, ending at ages 1 min … 1 h (default 12; quick 6)")
+    g.add_argument("--push-window", type=float, default=None, help="the first-hour cost window, s (default 300; quick 120)")
+    g.add_argument("--push-old-window", type=float, default=None,
+                   help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400; quick 150)")
+    g.add_argument("--push-inflight", type=int, default=None,
+                   help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; quick 0)")
     p.add_argument("--no-bytecode", action="store_true",
                    help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
     p.add_argument("--experiment", default="",
@@ -910,7 +922,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 "inflight_aged_window": 10.0 if q else 120.0,
                 "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
                 "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0, "idle_inflight": 100 if q else 10000,
-                "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20}
+                "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20,
+                "push_tiles": 8 if q else 60, "push_old": 4 if q else 40, "push_probes": 6 if q else 12,
+                "push_window": 120.0 if q else 300.0, "push_old_window": 150.0 if q else 5400.0,
+                "push_inflight": 0 if q else 10000}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -931,6 +946,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.inflight_aged = 0
     if not args.only or "idle-waits" not in args.only:
         args.skip_idle_waits = True  # ~20 minutes: asked for by name only
+    if not args.only or "push" not in {x.strip() for x in args.only.split(",")}:
+        args.skip_push = True  # ~2 hours in full (the old tasks' stretched gaps): asked for by name only
     if q:
         args.naive_fit_polls = min(args.naive_fit_polls, 10)
         args.light_concurrency = min(args.light_concurrency, args.light_tasks)
@@ -1035,11 +1052,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             res["aged"] = await aged.finish()
         if not args.skip_idle_waits:
             res["idle_waits"] = await phase_idle_waits(env, args)
+        if not args.skip_push:
+            res["push"] = await phase_push(env, args)
     finally:
         env.stop()
     res["earlier_targets"] = targets(res)
     res["targets"] = waiting_targets(res)
     res["idle_targets"] = idle_targets(res)
+    res["push_targets"] = push_targets(res)
     res["wall_s"] = round(time.monotonic() - t_start, 1)
     return res
 

@@ -632,23 +632,26 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
                               name: str = "inflight-aged", handover: bool = True,
                               after_window: Callable[[str, float, float], None] | None = None,
                               before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
-                              settle_polls: int = 1) -> dict[str, Any]:
+                              settle_polls: int = 1, server: Callable[[], tuple[Any, str]] | None = None,
+                              request: Callable[..., Any] = ours_request) -> dict[str, Any]:
     """``n`` ours tasks back-dated uniformly over 10 min … 1 h, gated, on one worker: the sustained cost.
 
     ``timeouts``: fields of the tasks' Timeouts; ``handover``: wait for the long-wait hand-over before the window;
     ``settle_polls``: the window opens once every task has been polled that many times (2 with idle waits: the second
     poll is the first of the idle attempts, so every wait has handed over and the window sees the holding cost alone,
     not the starts' and hand-overs' burst);
-    ``after_window(url, w0, w1)`` and ``before_release(client, url, keys)`` let another phase look at the same run."""
+    ``after_window(url, w0, w1)`` and ``before_release(client, url, keys)`` let another phase look at the same run;
+    ``server()`` starts another MCP server with the same ``/bench/*`` endpoints (stopped at the end) and ``request`` makes
+    the requests for it (the push phase: ``bench.push_server``, 2025-11-25)."""
     assert env.client is not None
     client = env.client
-    child, url = env.server(poll_ms, name=name, ttl_s=6 * 3600)
+    child, url = server() if server is not None else env.server(poll_ms, name=name, ttl_s=6 * 3600)
     tq, port = f"bench-{name}-{env.run_id}", free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=port)
     out: dict[str, Any] = {"tasks": n, "poll_ms": poll_ms, "ages_s": "600…3600, uniform (age_s back-dates createdAt)"}
     gate = f"inflight-aged-{env.run_id}"
     try:
-        warm = [await start_mcp_task(client, ours_request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
+        warm = [await start_mcp_task(client, request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
                                      workflow_id=f"warm-{name}-{env.run_id}-{i}", task_queue=tq) for i in range(8)]
         await asyncio.gather(*(outcome_of(h) for h in warm))
         http_json(base_url(url) + "/bench/reset", method="POST")
@@ -662,8 +665,8 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         async def start(i: int, key: str) -> Any:
             age = 600.0 + 3000.0 * ((i * PHI) % 1.0)
             async with sem:
-                return await start_mcp_task(client, ours_request(url, {"gate": gate, "age_s": round(age, 1)}, key,
-                                                                 timeouts=timeouts),
+                return await start_mcp_task(client, request(url, {"gate": gate, "age_s": round(age, 1)}, key,
+                                                            timeouts=timeouts),
                                             workflow_id=key, task_queue=tq)
 
         await asyncio.gather(*(start(i, k) for i, k in enumerate(keys)))
@@ -753,7 +756,10 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             "rss_peak_mb": round(out["rss_idle_mb"] + (out["rss_peak_mb"] - out["rss_idle_mb"]) * scale, 1)}
     finally:
         env.stop_worker(w)
-        env.stop_server(poll_ms, name=name)
+        if server is not None:
+            child.stop()
+        else:
+            env.stop_server(poll_ms, name=name)
     log(f"inflight-aged: {out}")
     return out
 

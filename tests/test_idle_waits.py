@@ -76,7 +76,8 @@ class Case:
 @pytest.fixture(params=["ts-http", "fastmcp", "job-fastmcp"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     if request.param == "ts-http":
-        with ts_http_peer(tmp_path, poll_ms=POLL_MS) as peer:
+        # A server that never notifies: the waits under test are the polling ones (tests/test_push.py: the pushes).
+        with ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False) as peer:
             yield Case(peer, job=False)
     else:
         with fastmcp_peer(tmp_path, poll_interval_ms=POLL_MS, name=f"fastmcp-idle-{request.param}") as peer:

@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 from mcp_temporal_tasks.activities import mcp_activities as names
 from mcp_temporal_tasks.activities.mcp_activities import to_application_error
 from mcp_temporal_tasks.activities.models import (
+    TASK_NOTIFIED_SIGNAL,
     AnswerInput,
     AwaitInput,
     AwaitOutput,
@@ -537,6 +538,52 @@ async def test_a_poll_that_keeps_failing_idle_is_lost_never_replayed(env: Workfl
                   poll_task=[still_working(), AwaitOutput(no_answer="9 attempts over 20s", last_error=last)])
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.LOST and out.error == last and not replays(out)
+
+
+# --- WORKING, woken by a server's notification -------------------------------------------------------------
+
+
+async def test_a_notification_wakes_an_idle_wait_and_the_read_that_follows_decides(env: WorkflowEnvironment) -> None:
+    """The signal drops the pending poll (a day away) and the task is read at once; a notice about another task, a
+    malformed one and a repeated one change nothing (one wake per status)."""
+    fakes = Fakes(start_call=[started()], await_task=[IDLE, done(text("told"))], poll_task=[still_working(86400.0)])
+
+    async def notify(handle: WorkflowHandle[Any, Any]) -> None:
+        await until(lambda: fakes.calls["poll_task"] >= 1, 20, "the first idle poll")
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "another", "status": "completed"})
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "bogus"})
+        await handle.signal(TASK_NOTIFIED_SIGNAL, "not a notice")
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "working"})
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "completed"})
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "completed"})
+
+    out = await run(env, fakes, steer=notify, record="notified_wake_idle")
+    assert out.outcome == Outcome.COMPLETED and out.result == text("told")
+    assert out.delivered_by == "notification"
+    assert fakes.calls["poll_task"] == 1 and fakes.calls["await_task"] == 2
+    assert fakes.inputs["await_task"][1].first_poll_at is None  # the woken read polls at once
+
+
+async def test_a_notification_that_lied_costs_one_read_and_the_poll_ends_the_task(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[IDLE, IDLE],
+                  poll_task=[still_working(86400.0), still_working(0.2), done(text("true end"))])
+
+    async def lie(handle: WorkflowHandle[Any, Any]) -> None:
+        await until(lambda: fakes.calls["poll_task"] >= 1, 20, "the first idle poll")
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "completed"})
+        await until(lambda: fakes.calls["await_task"] >= 2, 20, "the read after the notification")
+        await handle.signal(TASK_NOTIFIED_SIGNAL, {"task_id": "t-1", "status": "completed"})  # again: ignored
+
+    out = await run(env, fakes, steer=lie)
+    assert out.outcome == Outcome.COMPLETED and out.result == text("true end") and out.delivered_by == "poll"
+    assert fakes.calls["await_task"] == 2 and fakes.calls["start_call"] == 1
+
+
+async def test_a_task_seen_ending_by_its_polls_says_so(env: WorkflowEnvironment) -> None:
+    out = await run(env, Fakes(start_call=[started()], await_task=[done(text("built"))]))
+    assert out.delivered_by == "poll"
+    sync_out = await run(env, Fakes(start_call=[sync(text("done"))]))
+    assert sync_out.delivered_by is None  # no wait saw it end
 
 
 # --- CANCELLING -------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Refresh them deliberately (and review the diff) with:
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_jobs.py -k "result_tools_reply or error_text"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_waiting.py -k long_heartbeat
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_machine_fakes.py   (histories of scripted activities)
+    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_push.py -k "ends_the_wait and ts-http"   (a notified wake)
 
 ``rejected_before_send_counted_one_attempt`` was recorded with the workflow code from before the attempts ledger
 counted only calls that may have left (an ``initialize`` refused, counted as one attempt then): the same commands,
@@ -36,7 +37,8 @@ def test_histories_are_committed() -> None:
             "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension",
             "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost",
             "cancelled_through_temporal_canceled", "rejected_before_tools_call_sent",
-            "rejected_before_send_counted_one_attempt"} <= names
+            "rejected_before_send_counted_one_attempt", "idle_wait_completed", "notified_wake",
+            "notified_wake_idle"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

@@ -43,7 +43,9 @@ TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit
 @pytest.fixture(params=["ts-http", "fastmcp"])
 def slow_poll_peer(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "ts-http":
-        with ts_http_peer(tmp_path, poll_ms=POLL_MS) as peer:
+        # A server that never notifies: the schedule under test is the polling one (notifications would end these
+        # waits early, and stretch their gaps: tests/test_push.py).
+        with ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False) as peer:
             yield peer
     else:
         with fastmcp_peer(tmp_path, poll_interval_ms=POLL_MS, name="fastmcp-100ms") as peer:

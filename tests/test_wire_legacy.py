@@ -526,7 +526,7 @@ async def test_no_tasks_result_before_terminal(peer_logs: Path, ts_stdio: Peer, 
     checked = 0
     for log in sorted(peer_logs.glob("ts-*.jsonl")):
         for line in read_peer_log(log):
-            if line["method"] != "tasks/result" or str(line["taskId"]).startswith(BOGUS):
+            if line.get("method") != "tasks/result" or str(line["taskId"]).startswith(BOGUS):  # (event lines too)
                 continue
             if line["statusAtReceipt"] == "input_required":
                 continue  # spec-legal; not produced by this module

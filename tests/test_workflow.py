@@ -16,7 +16,7 @@ from mcp_temporal_tasks.workflows.client import get_outcome, outcome_of, start_m
 from mcp_temporal_tasks.workflows.fanout import FanOutRequest, FanOutResult, McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
-from tests.peers.harness import Peer, wait_until
+from tests.peers.harness import Peer, ts_http_peer, wait_until
 from tests.temporal_harness import (
     FAST,
     address_of,
@@ -130,18 +130,19 @@ async def test_cancel_via_workflow_cancellation(request: pytest.FixtureRequest, 
         await keep_history(handle, "cancelled_legacy")
 
 
-async def test_cancel_after_task_finished_keeps_true_outcome(ts_http_stateful: Peer, client: Client, queue: str,
-                                                             worker: Any) -> None:
-    # Polls 8 s apart: the task completes on the server long before the workflow looks again.
+async def test_cancel_after_task_finished_keeps_true_outcome(client: Client, queue: str, worker: Any,
+                                                             tmp_path: Path) -> None:
+    # Polls 8 s apart on a server that never notifies: the task completes on the server long before the workflow
+    # looks again (a notifying server would have ended the wait at once: tests/test_push.py).
     slow_poll = Timeouts(heartbeat_s=30, poll_floor_s=8, poll_ceiling_s=8)
-    handle = await start_mcp_task(client, req(ts_http_stateful, "slow_echo", {"seconds": 0.3, "text": "kept"},
-                                              timeouts=slow_poll), workflow_id=unique("late"), task_queue=queue)
-    view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-    # The task has ended at the server (its own line), while the workflow's next poll is seconds away.
-    await until(lambda: f"TASK {view.task_id} completed" in ts_http_stateful.stderr_lines, 20,
-                "the task's end at the server")
-    await handle.execute_update(McpTaskWorkflow.cancel, "operator changed their mind")
-    out = await asyncio.wait_for(outcome_of(handle), 60)
+    with ts_http_peer(tmp_path, notify=False, name="ts-http-silent-late") as silent:
+        handle = await start_mcp_task(client, req(silent, "slow_echo", {"seconds": 0.3, "text": "kept"},
+                                                  timeouts=slow_poll), workflow_id=unique("late"), task_queue=queue)
+        view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+        # The task has ended at the server (its own line), while the workflow's next poll is seconds away.
+        await until(lambda: f"TASK {view.task_id} completed" in silent.stderr_lines, 20, "the task's end at the server")
+        await handle.execute_update(McpTaskWorkflow.cancel, "operator changed their mind")
+        out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED, out.reason
     assert out.result is not None and out.result["content"][0]["text"] == "kept"
     assert out.reason and "had already ended" in out.reason

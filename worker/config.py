@@ -136,6 +136,13 @@ class WorkerSettings(_Strict):
     #: Temporal's OpenTelemetry interceptor on this worker, and W3C trace context on every MCP request (the
     #: ``[tracing]`` extra; spans go wherever the process's OpenTelemetry SDK exports them).
     tracing: StrictBool = False
+    #: Listen for the servers' task status notifications while this worker has waits on their sessions (the GET
+    #: stream of a 2025-11-25 HTTP session, a stdio child's output, ``subscriptions/listen`` on 2026-07-28): a
+    #: notification wakes the waiting workflow, which reads the task at once (``activities/push.py``).
+    push_notifications: StrictBool = True
+    #: Where a server has shown it notifies, poll gaps stretch by this (polls stay the safety net: a dropped
+    #: notification is still seen within this × the schedule's bound). 1: today's schedule everywhere.
+    push_stretch: float = Field(4.0, ge=1.0, le=10.0)
 
 
 class WorkerConfig(_Strict):

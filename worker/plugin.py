@@ -223,6 +223,7 @@ class McpTasksPlugin(SimplePlugin):
                 if owner.run is not None:
                     await asyncio.gather(owner.run, return_exceptions=True)
             if not self._owners:
+                await self.mcp_activities.push.aclose()
                 await self.mcp_activities.pool.aclose()
 
 

@@ -15,6 +15,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+from mcp_temporal_tasks.activities.push import PushHub
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import PROCESS_ID, Endpoint, SessionPool
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
@@ -55,4 +56,5 @@ def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] =
     return McpActivities(servers=cfg.servers, pool=SessionPool(idle_s=w.idle_session_s, owner=owner), store=store,
                          allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
                          allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
-                         owner_queue=owner, live_sink=live_sink)
+                         owner_queue=owner, live_sink=live_sink,
+                         push=PushHub(enabled=w.push_notifications, stretch=w.push_stretch))

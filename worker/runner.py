@@ -352,6 +352,8 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
         await _within(asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
                       GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
         shutdown_executors(workers)
+        # The notification listeners first (their streams hold the sessions' connections), bounded.
+        await _within(activities.push.aclose(), SHUTDOWN_GRACE_S)
         # Stdio children end by the spec's shutdown, side by side (SessionPool.aclose), within STDIO_SHUTDOWN_S;
         # a close cancelled at the bound kills its child before it returns.
         await _within(activities.pool.aclose(), STDIO_SHUTDOWN_S)

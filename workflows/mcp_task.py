@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from mcp_temporal_tasks.activities.models import (
         OUTCOME_MEMO,
+        TASK_NOTIFIED_SIGNAL,
         AnswerInput,
         AwaitInput,
         AwaitOutput,
@@ -70,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         RetrieveInput,
         StartCallInput,
         StartCallOutput,
+        TaskNotified,
         failed_read_error,
     )
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
@@ -144,9 +146,25 @@ ERROR_REPLY_NEVER_REPLAYS = "error-reply-payload-never-replays"
 #: A task cancelled through Temporal ends as Canceled (its outcome in the memo) instead of failing with
 #: McpTaskCancelled: histories from before keep failing as they did.
 CANCELLED_SHOWS_CANCELED = "cancelled-shows-canceled"
+#: A server's task notification (signal ``mcp_task_notified``, from a worker's push hub: activities/push.py) wakes the
+#: wait: the pending poll is dropped and the task read at once; the read decides. Asked in the signal's handler, only
+#: for a notice that would wake the wait, so a task never notified has no marker; a history recorded by a worker from
+#: before (which ignored the signal) replays with the wake ignored.
+NOTIFIED_WAKES = "notifications-wake-waits"
+#: Statuses a notification may wake a wait for (never ``working``).
+_WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
+#: Wakes one task may act on: one per status and input round, whatever a server repeats.
+_MAX_WAKES = 16
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 LEDGER_CONTRACT_CAP = 16 * 1024
+
+
+class _Woken:
+    """What a wait returns when a notification cut it short (its activity cancelled): read the task now."""
+
+
+_WOKEN = _Woken()
 
 
 class _Ended(Exception):
@@ -261,7 +279,7 @@ class McpTaskWorkflow:
             status_message=self.m.task_state.status_message if self.m.task_state else None,
             era=self.m.task_state.era if self.m.task_state else self.m.ledger.era, pending_inputs=list(self.m.pending.values()),
             operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
-            ledger=self.m.ledger,
+            ledger=self.m.ledger, delivered_by=self.m.delivered_by,
         )
 
     @workflow.update
@@ -301,6 +319,25 @@ class McpTaskWorkflow:
     def _legacy_input_delivered(self, key: str) -> None:
         if key in self.m.legacy_inputs:
             self.m.legacy_inputs[key].delivered = True
+
+    @workflow.signal(name=TASK_NOTIFIED_SIGNAL)
+    def _task_notified(self, notice: Any) -> None:
+        """A worker heard the server say this task changed. It only wakes the wait (the read that follows decides),
+        and only for the task being waited on, in WORKING, for a status that can end a wait, once per status and
+        input round: a repeated, late or lying notification changes nothing else. Decoded here, not by the data
+        converter: a malformed signal is ignored, never a failed workflow task."""
+        try:
+            n = notice if isinstance(notice, TaskNotified) else TaskNotified.model_validate(notice)
+        except ValidationError:
+            return
+        task = self.m.task_state
+        if task is None or n.task_id != task.task_id or self.m.phase != Phase.WORKING or n.status not in _WAKE_STATUSES:
+            return
+        key = f"{n.status}#{len(self.m.answered_keys)}"
+        if key in self.m.wakes or len(self.m.wakes) >= _MAX_WAKES or not workflow.patched(NOTIFIED_WAKES):
+            return
+        self.m.wakes.append(key)
+        self.m.wake = n.status
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
@@ -620,6 +657,8 @@ class McpTaskWorkflow:
         idle_gap = timeouts.idle_gap_s if timeouts.idle_gap_s is not None else 0.8 * timeouts.heartbeat_s
         long_wait = idle = False
         first_poll_at: float | None = None
+        #: The wait that follows reads the task because a notification woke the one before (delivered_by).
+        woken_read = False
         while True:
             self._enter(Phase.WORKING)
             arg = AwaitInput(
@@ -632,16 +671,29 @@ class McpTaskWorkflow:
                 return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None,
                 hand_over_gap_s=idle_gap or None, first_poll_at=first_poll_at)
             first_poll_at = None
-            if idle:
-                aw = await self._wait_idle(arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)")
+            if idle and not woken_read:
+                waited = await self._wait_idle(arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)")
             else:
-                aw = await self._wait_for_task(
-                    arg, summary=f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else ""),
+                # A woken wait reads at once in the heartbeating activity, which polls on, or hands over to the
+                # idle one, as any wait does: a notification that lied costs this one read.
+                waited = await self._wait_for_task(
+                    arg, summary=(f"read {_short(task.task_id)} (notified)" if woken_read else
+                                  f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")),
                     heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
-            if aw is None:
+            if waited is None:
                 await self._cancel_and_settle(task)
+            if isinstance(waited, _Woken):
+                self.m.wake, woken_read = None, True
+                continue
+            aw = waited
             self._after_wait(aw)
             assert self.m.task_state is not None
+            if self.m.wake is not None and (self.m.task_state.terminal or self.m.task_state.status == self.m.wake):
+                self.m.wake = None  # this read already shows what the notification said
+            if self.m.task_state.terminal:
+                # How the end was learned: the first read after a wake, or a poll of the schedule.
+                self.m.delivered_by = "notification" if woken_read and aw.polls <= 1 else "poll"
+            woken_read = False
             if aw.idle and workflow.patched(IDLE_WAITS):
                 idle, first_poll_at = True, aw.next_poll_at
                 continue
@@ -901,18 +953,23 @@ class McpTaskWorkflow:
         await self._interruptible_wait(lambda: False, timeout_s=seconds)
         return self.m.cancel_reason is None
 
-    async def _wait_for_task(self, arg: AwaitInput, *, summary: str, heartbeat_s: float | None = None) -> AwaitOutput | None:
-        """Poll until the task moves; None if a cancel (or the deadline) came first (the activity is then cancelled)."""
+    async def _wait_for_task(self, arg: AwaitInput, *, summary: str,
+                             heartbeat_s: float | None = None) -> AwaitOutput | _Woken | None:
+        """Poll until the task moves; None if a cancel (or the deadline) came first, :data:`_WOKEN` if a notification
+        did (the activity is then cancelled either way)."""
         deadline = self.req.deadline
         budget = (deadline - workflow.now()) if deadline else LONG_WAIT
         config = self._config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary)
         if heartbeat_s:
             config["heartbeat_timeout"] = timedelta(seconds=heartbeat_s)
         handle = workflow.start_activity_method(McpActivities.await_task, arg, **config)
-        await self._interruptible_wait(lambda: handle.done())
+        await self._interruptible_wait(lambda: handle.done() or self.m.wake is not None)
         if self.m.cancel_reason is not None and not handle.done():
             await self._abandon(handle)
             return None
+        if self.m.wake is not None and not handle.done():
+            await self._abandon(handle)
+            return _WOKEN
         try:
             return await handle
         except ActivityError as err:
@@ -921,8 +978,9 @@ class McpTaskWorkflow:
                 return None
             raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
 
-    async def _wait_idle(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | None:
-        """Poll with nothing running between polls (``poll_task``); None if a cancel or the deadline came first.
+    async def _wait_idle(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | _Woken | None:
+        """Poll with nothing running between polls (``poll_task``); None if a cancel or the deadline came first,
+        :data:`_WOKEN` if a notification did (the pending attempt is cancelled: Temporal does it at once).
 
         A cancel cancels the activity wherever it is: between two attempts Temporal cancels it at once, so the cancel
         reaches the server without waiting for the next poll. The deadline is a timer here (two history events),
@@ -934,7 +992,11 @@ class McpTaskWorkflow:
             config["schedule_to_close_timeout"] = LONG_WAIT
         handle = workflow.start_activity_method(McpActivities.poll_task, arg, **config)
         left = (deadline - workflow.now()).total_seconds() if deadline else None
-        await self._interruptible_wait(lambda: handle.done(), timeout_s=max(left, 0.001) if left is not None else None)
+        await self._interruptible_wait(lambda: handle.done() or self.m.wake is not None,
+                                       timeout_s=max(left, 0.001) if left is not None else None)
+        if not handle.done() and self.m.cancel_reason is None and self.m.wake is not None:
+            await self._abandon(handle)
+            return _WOKEN
         if not handle.done():
             if self.m.cancel_reason is None:
                 self.m.cancel_reason = "deadline exceeded"
@@ -979,16 +1041,22 @@ class McpTaskWorkflow:
             task_id=self.m.task_state.task_id if self.m.task_state else (self.m.attempts[-1].task_id if self.m.attempts else None),
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
-            era=self.m.ledger.era, operation_attempts=self.m.attempts, ledger=self.m.ledger, **ending.outcome_fields())
+            era=self.m.ledger.era, operation_attempts=self.m.attempts, ledger=self.m.ledger,
+            delivered_by=self.m.delivered_by, **ending.outcome_fields())
         final_status = self.m.task_state.status if self.m.task_state else outcome.value
         if final_status not in _TERMINAL_STATUSES and final_status != outcome.value \
                 and workflow.patched(SEARCHABLE_PHASES):
             final_status = outcome.value  # a finished task is not listed as `working`
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
-        workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}")
+        learned = {"notification": " (notified)", "poll": " (polled)"}.get(self.m.delivered_by or "", "")
+        workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}{learned}")
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})
+        if self.m.delivered_by is not None:
+            workflow.metric_meter().create_counter(
+                "mcp_tasks_deliveries", "task ends learned, by a server's notification or by a poll").add(
+                1, {"server": self.m.ledger.server, "delivered_by": self.m.delivered_by})
         replays = max(0, len(self.m.attempts) - 1)
         if replays:
             workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(

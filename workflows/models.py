@@ -6,7 +6,6 @@ inline with credentials *by reference* (names of environment variables of the wo
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from enum import Enum
@@ -15,7 +14,17 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from temporalio.common import SearchAttributeKey
 
-from mcp_temporal_tasks.activities.models import ServerProfile
+from mcp_temporal_tasks.activities.models import (
+    MAX_SEARCH_ATTRIBUTE_BYTES as MAX_SEARCH_ATTRIBUTE_BYTES,  # the shape lives below, shared with the push hub
+)
+from mcp_temporal_tasks.activities.models import (
+    TASK_ID_SEARCH_ATTRIBUTE,
+    TASK_WORKFLOW_TYPE,
+    ServerProfile,
+)
+from mcp_temporal_tasks.activities.models import (
+    search_attribute_value as search_attribute_value,
+)
 from mcp_temporal_tasks.activities.wire.models import (
     Endpoint,
     Era,
@@ -27,20 +36,18 @@ from mcp_temporal_tasks.activities.wire.models import (
 )
 from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
 
-WORKFLOW_TYPE = "McpTaskWorkflow"
+WORKFLOW_TYPE = TASK_WORKFLOW_TYPE
 DEFAULT_TASK_QUEUE = "mcp-tasks"
 #: Arguments are carried in the workflow input and in the tools/call activity's input: each must stay well
 #: under Temporal's 2 MiB payload limit (and its 512 KiB warning).
 MAX_ARGUMENTS_BYTES = 512 * 1024
 MAX_TOOL_NAME = 256
-#: Temporal refuses a Keyword search attribute over 2,048 bytes (and terminates the workflow that upserts it).
-MAX_SEARCH_ATTRIBUTE_BYTES = 256
 
 
 #: The search attributes every task keeps up to date (Keyword). Registered by the worker, the plugin, the dev server.
 SA_SERVER = SearchAttributeKey.for_keyword("McpServer")
 SA_TOOL = SearchAttributeKey.for_keyword("McpTool")
-SA_TASK_ID = SearchAttributeKey.for_keyword("McpTaskId")
+SA_TASK_ID = SearchAttributeKey.for_keyword(TASK_ID_SEARCH_ATTRIBUTE)
 SA_STATUS = SearchAttributeKey.for_keyword("McpTaskStatus")
 SA_OUTCOME = SearchAttributeKey.for_keyword("McpOutcome")
 SEARCH_ATTRIBUTES = (SA_SERVER, SA_TOOL, SA_TASK_ID, SA_STATUS, SA_OUTCOME)
@@ -91,14 +98,6 @@ def validation_message(error: Any) -> str:
         if msg.startswith(prefix):
             return msg[len(prefix):]
     return msg
-
-
-def search_attribute_value(value: str) -> str:
-    """``value`` as a Keyword search attribute: itself when short, else a stable digest (Temporal refuses
-    values over 2,048 bytes by terminating the workflow)."""
-    if len(value.encode("utf-8", "replace")) <= MAX_SEARCH_ATTRIBUTE_BYTES:
-        return value
-    return "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
 
 
 class ReplayPolicy(str, Enum):
@@ -360,6 +359,9 @@ class Ending(_Model):
         return self.model_dump(exclude={"outcome", "stage"}, exclude_unset=False)
 
 
+DeliveredBy = Literal["notification", "poll"]
+
+
 class McpTaskOutcome(_Model):
     """The end of one MCP task. Also what ``mcp-tasks run --json`` prints."""
 
@@ -379,6 +381,10 @@ class McpTaskOutcome(_Model):
     #: Raw payload of a decode failure, size-capped (the work succeeded; only decoding failed).
     raw_payload: Any = None
     reason: str | None = None
+    #: How the task's end was learned while waiting: ``notification`` (the first read after a server's task
+    #: notification woke the wait) or ``poll`` (a read of the schedule). None when no wait saw it end (a synchronous
+    #: result, a cancel, an input relay, a task lost).
+    delivered_by: DeliveredBy | None = None
 
 
 class PendingInput(_Model):
@@ -411,6 +417,8 @@ class TaskView(_Model):
     operation_attempts: list[OperationAttempt] = Field(default_factory=list)
     outcome: Outcome | None = None
     ledger: Ledger
+    #: As in the outcome, once the end is known: ``notification`` or ``poll``.
+    delivered_by: DeliveredBy | None = None
 
 
 class LegacyInputRecord(_Model):
@@ -449,3 +457,7 @@ class MachineState(_Model):
     #: The ``McpTaskStatus`` last upserted (each upsert is a history event: only changes are written).
     shown_status: str | None = None
     ledger: Ledger
+    #: A notification's status that woke the wait and was not read yet; the wakes acted on (``status#round``).
+    wake: str | None = None
+    wakes: list[str] = Field(default_factory=list)
+    delivered_by: DeliveredBy | None = None

@@ -567,6 +567,18 @@ class McpTaskClient:
             raise CapabilityUnavailable("tasks/update exists only with the 2026-07-28 tasks extension")
         await self._request("tasks/update", {"taskId": task_id, "inputResponses": input_responses}, name=task_id)
 
+    async def listen_tasks(self, task_ids: list[str], on_notification: NotificationHandler, *,
+                           hold_s: float) -> dict[str, Any]:
+        """Extension ``subscriptions/listen`` for task events of ``task_ids`` (the ext-tasks draft, SEP-2575): the
+        reply is the stream itself, so this returns only when the server ends the subscription (its empty result)
+        or raises when the stream breaks or stays silent for ``hold_s``. Every frame (the acknowledgement first,
+        then ``notifications/tasks``) goes to ``on_notification``; what the server agreed to send is in the
+        acknowledgement (:mod:`.notifications` reads it). No runtime here emits task events yet."""
+        if self.era != EXTENSION:
+            raise CapabilityUnavailable("subscriptions/listen exists only on 2026-07-28")
+        return await self._request("subscriptions/listen", {"notifications": {"taskIds": list(task_ids)}},
+                                   on_notification=on_notification, timeout_s=hold_s)
+
     async def list_tasks(self) -> list[TaskState]:
         """Legacy ``tasks/list`` (may be absent: MethodNotFound). The extension has none."""
         if self.era != LEGACY:

@@ -355,6 +355,14 @@ class HttpTransport:
         if resp.status_code >= 400:
             raise ProtocolViolation(f"server refused our {what}: HTTP {resp.status_code}")
 
+    def open_event_stream(self, *, read_timeout_s: float) -> Any:
+        """The session's standalone GET stream (what the server sends outside any request: task status
+        notifications), as an httpx2 streaming-response context for :mod:`.notifications`: this session's headers
+        and auth, never the kept-alive path (it is held open); ``read_timeout_s`` bounds a silence."""
+        headers = {**self._base_headers(None), "accept": "text/event-stream"}
+        headers.pop("content-type", None)
+        return self._client.stream("GET", self.url, headers=headers, timeout=httpx2.Timeout(read_timeout_s, connect=10.0))
+
     @_scrubbed
     async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -450,6 +458,8 @@ class StdioTransport:
         self._handlers: dict[str, ServerRequestHandler | None] = {}
         self._notified: dict[str, NotificationHandler] = {}
         self._child: StdioChild | None = None
+        #: Every notification the child writes, whatever request is open (task status pushes: .notifications).
+        self.on_notification: NotificationHandler | None = None
         self._runner: asyncio.Task[None] | None = None
         self._death: str | None = None
         self.closed = False
@@ -500,6 +510,8 @@ class StdioTransport:
         elif "method" in message:
             for listener in list(self._notified.values()):
                 listener(message)
+            if self.on_notification is not None:
+                self.on_notification(message)
         else:
             fut = self._pending.pop(str(message.get("id")), None)
             if fut is not None and not fut.done():

@@ -103,16 +103,24 @@ class Peer:
     def url(self) -> str | None:
         return self.endpoint.url
 
+    def _requests(self) -> list[dict[str, Any]]:
+        return [line for line in read_peer_log(self.log_path) if "event" not in line]
+
     def log(self, **match: Any) -> list[dict[str, Any]]:
-        """PEER_LOG lines, optionally only those whose fields equal ``match``."""
-        lines = read_peer_log(self.log_path)
-        return [line for line in lines if all(line.get(k) == v for k, v in match.items())]
+        """PEER_LOG request lines, optionally only those whose fields equal ``match`` (events: :meth:`events`)."""
+        return [line for line in self._requests() if all(line.get(k) == v for k, v in match.items())]
 
     def log_mark(self) -> int:
-        return len(read_peer_log(self.log_path))
+        return len(self._requests())
 
     def log_since(self, mark: int) -> list[dict[str, Any]]:
-        return read_peer_log(self.log_path)[mark:]
+        return self._requests()[mark:]
+
+    def events(self, **match: Any) -> list[dict[str, Any]]:
+        """What the server recorded of its own doing (``{"event": ...}`` lines: a task's end, a GET stream asked
+        for...), optionally only those whose fields equal ``match``."""
+        return [line for line in read_peer_log(self.log_path)
+                if "event" in line and all(line.get(k) == v for k, v in match.items())]
 
     def spans(self) -> list[dict[str, Any]]:
         """The server's finished spans so far (``PEER_SPANS`` lines); empty for a peer that exports none."""
@@ -171,15 +179,18 @@ def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, state
 
 @contextlib.contextmanager
 def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None,
-                 auth: dict[str, str] | None = None, name: str | None = None) -> Iterator[Peer]:
+                 auth: dict[str, str] | None = None, name: str | None = None, notify: bool = True) -> Iterator[Peer]:
     """TS peer over streamable HTTP (stateful, or ``stateless``).
 
     ``auth``: ``{"issuer", "client_id", "client_secret"}`` makes it a protected resource of that authorization
-    server (:func:`oauth_server`), checking tokens by introspection as that client."""
+    server (:func:`oauth_server`), checking tokens by introspection as that client. ``notify=False``: its task
+    tools send no ``notifications/tasks/status`` (``PEER_NOTIFY=0``)."""
     node = require_ts_peer()
     name = name or ("ts-http-stateless" if stateless else "ts-http-stateful")
     cmd = [node, str(TS_SERVER), "--transport", "http", "--port", "0"] + (["--stateless"] if stateless else [])
     extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else {}
+    if not notify:
+        extra["PEER_NOTIFY"] = "0"
     if auth is not None:
         extra.update(PEER_AUTH_ISSUER=auth["issuer"], PEER_AUTH_CLIENT_ID=auth["client_id"],
                      PEER_AUTH_CLIENT_SECRET=auth["client_secret"])
@@ -205,24 +216,30 @@ def oauth_server(log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: i
 
 
 @contextlib.contextmanager
-def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO") -> Iterator[Peer]:
+def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO",
+                  child_env: dict[str, str] | None = None) -> Iterator[Peer]:
     """TS peer over stdio: an Endpoint only; each client that connects spawns its own child.
 
-    All children of this endpoint append to the same PEER_LOG (each line carries its ``pid``).
+    All children of this endpoint append to the same PEER_LOG (each line carries its ``pid``). ``child_env``
+    (``PEER_POLL_MS``, ``PEER_NOTIFY``...) reaches the child the way any value does: the endpoint's ``env_refs`` name
+    variables of this process, ``<env_var>_<NAME>``, set here for the context's duration.
     """
     node = require_ts_peer()
     log_path = _fresh_log(log_dir, "ts-stdio")
-    previous = os.environ.get(env_var)
-    os.environ[env_var] = str(log_path)
+    values = {env_var: str(log_path), **{f"{env_var}_{k}": v for k, v in (child_env or {}).items()}}
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
-        endpoint = Endpoint(command=[node, str(TS_SERVER), "--transport", "stdio"], env_refs={"PEER_LOG": env_var})
+        refs = {"PEER_LOG": env_var, **{k: f"{env_var}_{k}" for k in (child_env or {})}}
+        endpoint = Endpoint(command=[node, str(TS_SERVER), "--transport", "stdio"], env_refs=refs)
         yield Peer(name="ts-stdio", endpoint=endpoint, log_path=log_path, flavour="legacy", transport="stdio",
                    stateful=True)
     finally:
-        if previous is None:
-            os.environ.pop(env_var, None)
-        else:
-            os.environ[env_var] = previous
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

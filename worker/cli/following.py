@@ -39,6 +39,8 @@ TICK_S = 0.5
 STILL_FIRST_S, STILL_MAX_S = 10.0, 300.0
 #: What a start_call heartbeat says once tools/call has left: a long synchronous call shows as CALLING.
 CALL_SENT = "tools/call sent"
+#: How the end was learned (``delivered_by``), as the live view and the summary say it.
+_LEARNED = {"notification": "notified", "poll": "polled"}
 
 
 class LiveBoard:
@@ -119,6 +121,8 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
         parts.append(f"“{printable(view.status_message)}”")
     if view.task_id:
         parts.append(f"task {printable(view.task_id)}")
+    if view.delivered_by:
+        parts.append(_LEARNED[view.delivered_by])
     line = " · ".join(parts)
     wid = shlex.quote(printable(workflow_id))
     if view.phase.value == "AWAITING_APPROVAL":
@@ -234,7 +238,8 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     p = printable
     lines = [f"{o.outcome.value}: {p(o.ledger.tool)} on {p(o.ledger.server)} (workflow {p(o.workflow_id)})"]
     if o.task_id:
-        lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}")
+        learned = f" · {_LEARNED[o.delivered_by]}" if o.delivered_by else ""
+        lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}{learned}")
     if o.result is not None:
         texts = [p(b.get("text", ""), multiline=True) for b in o.result.get("content", []) if b.get("type") == "text"]
         lines.append("  result: " + (" | ".join(texts) if texts else json.dumps(o.result)[:500]))

@@ -9,7 +9,8 @@ The protocol is all the SDK's: the low-level ``Server`` with ``enable_tasks()`` 
 task-augmented ``tools/call``, and ``StreamableHTTPSessionManager`` (stateful sessions, SSE replies).
 This file only defines the fixture tools and the request log. Contract: README.md next to this file.
 
-Env: PEER_LOG=/path.jsonl (one JSON line per incoming JSON-RPC request), PEER_POLL_MS (pollInterval, 200).
+Env: PEER_LOG=/path.jsonl (one JSON line per incoming JSON-RPC request, and ``{"event": "terminal", "taskId",
+"status", "ts"}`` when a task ends), PEER_POLL_MS (pollInterval, 200).
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ class PeerTaskStore(InMemoryTaskStore):
         task = await super().create_task(metadata, task_id)
         self._tasks[task.taskId].task.pollInterval = POLL_MS
         return task.model_copy(update={"pollInterval": POLL_MS})
+
+    async def update_task(self, task_id: str, status: Any = None, status_message: str | None = None) -> types.Task:
+        # The server's own record of when a task ended (before the SDK sends its notifications/tasks/status):
+        # what a test measures delivery against.
+        task = await super().update_task(task_id, status=status, status_message=status_message)
+        if status in ("completed", "failed", "cancelled") and PEER_LOG:
+            with open(PEER_LOG, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"ts": int(time.time() * 1000), "pid": os.getpid(), "event": "terminal",
+                                     "taskId": task_id, "status": status}) + "\n")
+        return task
 
 
 def text_result(text: str, *, is_error: bool = False, structured: dict[str, Any] | None = None) -> types.CallToolResult:

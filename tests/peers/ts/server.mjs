@@ -7,8 +7,11 @@
 //   node server.mjs --transport stdio
 //   node server.mjs --transport http --port P [--stateless]
 //
-// Env: PEER_LOG=/path.jsonl (one line per incoming JSON-RPC request),
-//      PEER_POLL_MS (pollInterval, default 200), PEER_ELICIT_TIMEOUT_MS (default 600000).
+// Env: PEER_LOG=/path.jsonl (one line per incoming JSON-RPC request, and {event: 'terminal', taskId, status, ts}
+//      when a task tool's task ends: the server's own record of the moment),
+//      PEER_POLL_MS (pollInterval, default 200), PEER_ELICIT_TIMEOUT_MS (default 600000),
+//      PEER_NOTIFY=0: the task tools write their status through the store directly, so the SDK sends no
+//      notifications/tasks/status (a server that never notifies; default: the SDK's own wrapper, which does).
 //      PEER_AUTH_ISSUER (HTTP only): demand OAuth bearer tokens from that authorization server (oauth.mjs),
 //      checked by the SDK's requireBearerAuth with RFC 7662 introspection as PEER_AUTH_CLIENT_ID /
 //      PEER_AUTH_CLIENT_SECRET; the SDK's mcpAuthMetadataRouter serves the protected resource metadata.
@@ -38,6 +41,8 @@ const PEER_LOG = process.env.PEER_LOG;
 // tool's work has stored its outcome, so a test can wait for a task's end at the server without asking the server
 // (a tasks/get would be a poll of its own in the request log).
 const TRACE_TASK_ENDS = opts.transport === 'http';
+const NOTIFY = process.env.PEER_NOTIFY !== '0';
+const logEvent = line => PEER_LOG && appendFileSync(PEER_LOG, JSON.stringify({ ts: Date.now(), pid: process.pid, ...line }) + '\n');
 // Stored in a failed task's result to mean "tasks/result answers this JSON-RPC error".
 const RPC_ERROR_META = 'peer.test/rpc-error';
 
@@ -184,10 +189,18 @@ async function work(taskId, ms) {
 // Registers a task tool whose work goes on in the background after createTask returned. `run`
 // returns [status, result] or nothing (task no longer running). Store writes go through
 // extra.taskStore, the SDK's session-bound view that also emits notifications/tasks/status.
+// The SDK's request-scoped store, or (PEER_NOTIFY=0) the same writes straight to the store: no notifications.
+const quietStore = extra => ({
+  createTask: params => extra.taskStore.createTask(params),
+  getTask: taskId => extra.taskStore.getTask(taskId),
+  updateTaskStatus: (taskId, status, message) => taskStore.updateTaskStatus(taskId, status, message, extra.sessionId),
+  storeTaskResult: (taskId, status, result) => taskStore.storeTaskResult(taskId, status, result, extra.sessionId)
+});
+
 function taskTool(server, name, { description, inputSchema = {}, outputSchema, taskSupport, statusMessage }, run) {
   server.experimental.tasks.registerToolTask(name, { description, inputSchema, outputSchema, execution: { taskSupport } }, {
     async createTask(args, extra) {
-      const ts = extra.taskStore;
+      const ts = NOTIFY ? extra.taskStore : quietStore(extra);
       const { taskId } = await ts.createTask({ ttl: extra.taskRequestedTtl, pollInterval: POLL_MS });
       if (statusMessage) await ts.updateTaskStatus(taskId, 'working', statusMessage(args));
       // A copy taken before the work starts: InMemoryTaskStore.createTask hands out its live
@@ -195,8 +208,13 @@ function taskTool(server, name, { description, inputSchema = {}, outputSchema, t
       // by serialization time (ask_user: input_required).
       const task = await ts.getTask(taskId);
       run(args, task.taskId, extra)
-        .then(outcome => outcome && stillRunning(task.taskId) && ts.storeTaskResult(task.taskId, ...outcome)
-          .then(() => TRACE_TASK_ENDS && process.stderr.write(`TASK ${task.taskId} ${outcome[0]}\n`)))
+        .then(async outcome => {
+          if (!outcome || !stillRunning(task.taskId)) return;
+          const stored = ts.storeTaskResult(task.taskId, ...outcome);
+          logEvent({ event: 'terminal', taskId: task.taskId, status: outcome[0] });
+          await stored;
+          if (TRACE_TASK_ENDS) process.stderr.write(`TASK ${task.taskId} ${outcome[0]}\n`);
+        })
         // A task cancelled or purged meanwhile refuses the write (expected, but worth a line).
         // A closed per-request stateless server cannot send the status notification that
         // follows the (already done) store update: not worth one.
@@ -230,6 +248,39 @@ function buildServer() {
     statusMessage: a => `sleeping ${a.seconds}s`
   }, async (a, taskId) =>
     (await work(taskId, a.seconds * 1000)) && ['completed', { ...text(a.text), structuredContent: { echo: a.text } }]);
+
+  // Says "completed" (a notifications/tasks/status outside any request, as the SDK sends its own) `lie_after`
+  // seconds in, while the task still works; really completes after `seconds`.
+  taskTool(server, 'lying_echo', {
+    description: 'Echoes text after `seconds`, after claiming completion by notification at `lie_after`.',
+    inputSchema: { seconds: z.number().default(6), lie_after: z.number().default(2), text: z.string().default('hello') },
+    taskSupport: 'optional'
+  }, async (a, taskId, extra) => {
+    if (!(await work(taskId, a.lie_after * 1000))) return;
+    const task = await extra.taskStore.getTask(taskId);
+    await server.server.notification({ method: 'notifications/tasks/status', params: { ...task, status: 'completed' } });
+    logEvent({ event: 'lie', taskId, status: 'completed' });
+    return (await work(taskId, (a.seconds - a.lie_after) * 1000)) && ['completed', text(a.text)];
+  });
+
+  // Sends `count` notifications/tasks/status for task ids this server never made (`flood-<n>`, status
+  // `completed`, each `pad` bytes of statusMessage), as fast as it can, then completes after `seconds`.
+  taskTool(server, 'notify_flood', {
+    description: 'Floods the session with task notifications for unknown task ids, then completes after `seconds`.',
+    inputSchema: { count: z.number().default(10000), seconds: z.number().default(4), pad: z.number().default(0) },
+    taskSupport: 'optional'
+  }, async (a, taskId, extra) => {
+    if (!(await work(taskId, 500))) return;
+    const base = await extra.taskStore.getTask(taskId);
+    const statusMessage = 'x'.repeat(Math.max(0, a.pad));
+    logEvent({ event: 'flood_start', taskId, count: a.count });
+    for (let i = 0; i < a.count; i++) {
+      await server.server.notification({ method: 'notifications/tasks/status',
+        params: { ...base, taskId: `flood-${i}-${taskId}`, status: 'completed', statusMessage } });
+    }
+    logEvent({ event: 'flood_end', taskId, count: a.count });
+    return (await work(taskId, Math.max(0, a.seconds * 1000 - 500))) && ['completed', text('after the flood')];
+  });
 
   taskTool(server, 'rate_limited', { description: 'Fails like an upstream HTTP 429.', taskSupport: 'required' },
     async (_a, taskId) => (await work(taskId, 200)) &&
@@ -268,10 +319,12 @@ function buildServer() {
   // the next tasks/result call delivers it on its own response stream; the answer comes back
   // as an ordinary JSON-RPC response and resolves this promise.
   taskTool(server, 'ask_user', {
-    description: 'Asks the user through elicitation/create related to the task.',
-    inputSchema: { question: z.string().default('Approve payment of 10 EUR?') },
+    description: 'Asks the user through elicitation/create related to the task, after `delay` seconds.',
+    inputSchema: { question: z.string().default('Approve payment of 10 EUR?'), delay: z.number().default(0) },
     taskSupport: 'required'
   }, async (a, taskId, extra) => {
+    if (a.delay > 0 && !(await work(taskId, a.delay * 1000))) return;
+    logEvent({ event: 'input_required', taskId });
     let answer;
     try {
       answer = await extra.sendRequest({
@@ -446,6 +499,8 @@ async function serveHttp() {
     }
 
     const sid = req.headers['mcp-session-id'];
+    // The standalone GET streams asked for (the SDK answers a second one for a session with 409).
+    if (req.method === 'GET') logEvent({ event: 'get_stream', session: sid ?? null });
     let transport = sid ? sessions.get(sid) : undefined;
     if (sid && !transport) return jsonError(res, 404, -32001, 'Session not found');
     if (!transport) {

@@ -1,0 +1,434 @@
+"""Told, not only polled: the worker-wide hub that turns a server's task notifications into wake-ups.
+
+With idle waits nothing of a task runs between two polls, so no activity can hold the listening: the hub belongs to
+the worker process (one per :class:`~mcp_temporal_tasks.activities.mcp_activities.McpActivities`, beside its session
+pool). The waiting activities register what they wait on: ``await_task`` after each poll, each ``poll_task`` attempt
+(and the attempt that only keeps the schedule after a hand-over), as *(server session, task id) → workflow*, with a
+lifetime of the next poll's gap plus :data:`GRACE_S`; a registration not renewed by then expires, and a session
+whose registrations are all gone has its listener closed (swept every :data:`SWEEP_S`). So the hub listens exactly
+while this process has waits on a session, and no longer.
+
+**One listener per session** (``wire/notifications.py``): stdio, the tap on the child this process owns; 2025-11-25
+over HTTP, the session's GET stream on a transport of the hub's own; 2026-07-28, a ``subscriptions/listen`` for the
+session's waited-on task ids. Across workers the servers decide who holds a session's stream: the TypeScript and
+Python SDKs allow one GET stream per session and answer a second with 409, so the first worker to open it owns it,
+the others stand by (``HELD_ELSEWHERE``) and retry with backoff, taking over within :data:`~.wire.notifications.
+MAX_HELD_BACKOFF_S` once the owner is gone (its TCP connection closes with it).
+
+**A notification wakes, it never decides.** A notice for a task registered here, with a status that can end a wait
+(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal (:data:`~.models.TASK_NOTIFIED_SIGNAL`)
+to its workflow, which drops the pending poll and reads the task at once; the read decides, as without
+notifications. At most one signal per (workflow, task, status, input round): a server that repeats a notification
+forever, or lies, costs one signal and one read. The round is the number of input requests the workflow has
+answered, so a task that asks for input twice is woken twice. A notice for a task not registered here, on an HTTP
+session whose stream this worker holds, may belong to a wait registered on another worker (an idle wait's attempts
+land on any worker, all of them re-attaching the one session): the hub finds its workflow by the ``McpTaskId``
+search attribute (``WorkflowType = 'McpTaskWorkflow' AND ExecutionStatus = 'Running'``), at most
+:data:`LOOKUPS_PER_S` per second (a bucket of :data:`LOOKUP_BURST`), once per task id and status, a miss remembered
+for :data:`NEGATIVE_S`: a flood of unknown task ids costs a handful of visibility queries and no signal. Ids that
+could not be written into a query literal safely (quotes and the like) are not looked up: their waits are polled.
+
+**Polling stays the safety net**; only its schedule may stretch (:meth:`PushHub.stretch`): by ``stretch`` (4 by
+default, ``[worker] push_stretch``) for a wait whose session has a live listener (here, or held elsewhere) on a
+server that has delivered a notification for one of our waits within :data:`NOTIFYING_MEMORY_S` (a day). So a dropped
+notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)), and a server that never
+notifies keeps today's schedule exactly (it never delivers one).
+
+Everything here is bounded: registrations by the waits of this process, the signal queue (:data:`SIGNAL_QUEUE`), the
+dedupe and negative caches (LRU), the lookups; nothing is logged per notification above DEBUG (counts:
+:meth:`PushHub.stats`, and the ``mcp_tasks_notifications{endpoint, result}`` counter). A worker killed, a stream
+dropped: the registrations are gone or expire, and the polls go on as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import Client
+
+from mcp_temporal_tasks.activities.models import (
+    TASK_ID_SEARCH_ATTRIBUTE,
+    TASK_NOTIFIED_SIGNAL,
+    TASK_WORKFLOW_TYPE,
+    TaskNotified,
+    search_attribute_value,
+)
+from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, McpTaskClient, SessionRef
+from mcp_temporal_tasks.activities.wire.notifications import (
+    GetStream,
+    Listener,
+    MalformedNotice,
+    StdioTap,
+    TaskNotice,
+    TasksSubscription,
+    task_notice,
+)
+from mcp_temporal_tasks.activities.wire.transport import StdioTransport
+
+log = logging.getLogger("mcp_tasks.push")
+
+#: Statuses whose notification may end a wait: the wait is woken for them, never for ``working``.
+WAKE_STATUSES = frozenset({"input_required", "completed", "failed", "cancelled"})
+DEFAULT_STRETCH = 4.0
+#: A registration outlives the gap its activity scheduled by this much (an attempt may start late).
+GRACE_S = 60.0
+SWEEP_S = 5.0
+#: How long a server that delivered a notification for one of our waits counts as one that notifies. Long: waits on
+#: old tasks hear nothing for hours (none of them ends), and a server that stopped notifying costs at most the
+#: stretch factor of today's bound, never a wrong outcome.
+NOTIFYING_MEMORY_S = 24 * 3600.0
+#: After a listener found no stream for a session (405, no task events...), how long before it is tried again.
+UNSUPPORTED_RETRY_S = 600.0
+LOOKUPS_PER_S = 5.0
+LOOKUP_BURST = 20
+MAX_LOOKUPS_IN_FLIGHT = 32
+NEGATIVE_S = 600.0
+CACHE_SIZE = 50_000
+SIGNAL_QUEUE = 10_000
+SENDERS = 4
+#: Search attribute values written into a visibility query literal as they are (anything else is not looked up).
+_SAFE_LITERAL = re.compile(r"^[A-Za-z0-9._:@/+=~-]{1,256}$")
+
+
+@dataclass
+class _Route:
+    workflow_id: str
+    run_id: str | None
+    #: Input requests the workflow had answered when this was registered: a new input round may be woken again.
+    epoch: int
+    expires: float
+    #: Run once the workflow is being woken (a heartbeating wait of this process stops polling).
+    on_wake: Callable[[], None] | None = None
+
+
+@dataclass
+class _Session:
+    key: str
+    ref: SessionRef
+    principal: str | None
+    #: ``stdio`` | ``get`` | ``listen``
+    kind: str
+    #: The server, for "has shown it notifies" and the metric's label (the redacted endpoint identity).
+    server: str
+    routes: dict[str, _Route] = field(default_factory=dict)
+    listener: Listener | None = None
+    task: asyncio.Task[None] | None = None
+    temporal: Client | None = None
+    stdio: StdioTransport | None = None
+    retry_at: float = 0.0
+    #: Last time a notice for a task waited on here arrived.
+    heard: float | None = None
+
+
+class _Lru(OrderedDict[Any, float]):
+    """A bounded map of key → time: the oldest entries go first."""
+
+    def put(self, key: Any, value: float) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > CACHE_SIZE:
+            self.popitem(last=False)
+
+
+def _kind(ref: SessionRef) -> str | None:
+    """How notifications of this session reach us, or None when they cannot (stateless 2025-11-25 HTTP)."""
+    if ref.endpoint.command is not None:
+        return "stdio"
+    if ref.era == EXTENSION:
+        return "listen"
+    if ref.era == LEGACY and ref.session_id:
+        return "get"
+    return None
+
+
+class PushHub:
+    """The registry of this process's waits and the listeners of their sessions (see the module docstring)."""
+
+    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH) -> None:
+        self.enabled = enabled
+        self.factor = max(1.0, stretch)
+        self._sessions: dict[str, _Session] = {}
+        self._notifying: dict[str, float] = {}
+        self._woken = _Lru()
+        self._looked = _Lru()
+        self._not_ours = _Lru()
+        self._tokens = float(LOOKUP_BURST)
+        self._tokens_at = time.monotonic()
+        self._lookups: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[tuple[Client, str, str | None, TaskNotified, str]] | None = None
+        self._senders: list[asyncio.Task[None]] = []
+        self._sweeper: asyncio.Task[None] | None = None
+        self._meter_counter: Any = None
+        #: notices, woken, signals, signal_errors, duplicates, unknown, not_waking, malformed, lookups, ...
+        self.counts: Counter[str] = Counter()
+        self._closed = False
+
+    # --- what the waiting activities call --------------------------------------------------------------
+
+    def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: McpTaskClient | None,
+              workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
+              on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
+        """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
+        ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
+        ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll."""
+        if not self.enabled or self._closed:
+            return
+        kind = _kind(ref)
+        if kind is None:
+            return
+        key = key or self.key(ref, principal)
+        s = self._sessions.get(key)
+        if s is None:
+            s = self._sessions[key] = _Session(key=key, ref=ref, principal=principal, kind=kind,
+                                               server=ref.endpoint.identity())
+        new = task_id not in s.routes
+        s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch,
+                                   expires=time.monotonic() + max(for_s, 1.0), on_wake=on_wake)
+        s.temporal = temporal
+        if kind == "stdio" and session is not None and isinstance(session.transport, StdioTransport):
+            s.stdio = session.transport
+        if new and isinstance(s.listener, TasksSubscription):
+            s.listener.ids_changed()
+        if self._meter_counter is None:
+            self._meter_counter = _counter(temporal)
+        self._ensure_listener(s)
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep(), name="mcp-tasks-push-sweep")
+
+    def forget(self, ref: SessionRef, principal: str | None, task_id: str) -> None:
+        """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here."""
+        s = self._sessions.get(self.key(ref, principal))
+        if s is not None and s.routes.pop(task_id, None) is not None and isinstance(s.listener, TasksSubscription):
+            s.listener.ids_changed()
+
+    def stretch(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None) -> float:
+        """How much this wait's poll gaps may stretch: ``stretch`` where its session's notifications can reach us
+        (a live listener here, or the session's stream held by another client) on a server that has delivered a
+        notification for one of our waits within the last day; else 1 (today's schedule exactly)."""
+        if not self.enabled or self.factor <= 1.0:
+            return 1.0
+        s = self._sessions.get(key or self.key(ref, principal))
+        if s is None or s.listener is None or not s.listener.live(task_id):
+            return 1.0
+        heard = self._notifying.get(s.server)
+        if heard is None or time.monotonic() - heard > NOTIFYING_MEMORY_S:
+            return 1.0
+        return self.factor
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and each session's listener state (tests, the benchmark, debugging)."""
+        return {"counts": dict(self.counts), "sessions": {
+            s.key: {"kind": s.kind, "server": s.server, "waits": len(s.routes),
+                    "state": s.listener.state.value if s.listener else None,
+                    "why": s.listener.why if s.listener else None,
+                    "listener": dict(s.listener.counts) if s.listener else {}} for s in self._sessions.values()}}
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = [t for t in (self._sweeper, *self._senders, *self._lookups) if t is not None]
+        tasks += [s.task for s in self._sessions.values() if s.task is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._sessions.clear()
+        self._sweeper, self._senders, self._queue = None, [], None
+        self._closed = False  # a plugin may run its worker again: the hub then listens again
+
+    # --- listening --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def key(ref: SessionRef, principal: str | None) -> str:
+        """The listener a wait belongs to: matched by server (the whole endpoint, credential references included),
+        session and principal, so a notice heard on one session never wakes a wait registered on another."""
+        return f"{ref.endpoint.model_dump_json()}|{ref.session_id or ''}|{principal or ''}|{ref.era}"
+
+    def _ensure_listener(self, s: _Session) -> None:
+        if (s.task is None or s.task.done()) and time.monotonic() >= s.retry_at and s.routes:
+            s.task = asyncio.create_task(self._listen(s), name=f"mcp-tasks-push:{s.kind}")
+
+    async def _listen(self, s: _Session) -> None:
+        """Run the session's listener; when it finds no stream (unsupported, gone), try again much later."""
+        owned: McpTaskClient | None = None
+        name = f"{s.server} {s.ref.session_id or ''}".strip()
+        try:
+            def deliver(message: dict[str, Any]) -> bool:
+                return self._on_message(s, message)
+
+            if s.kind == "stdio":
+                if s.stdio is None:
+                    return
+                s.listener = StdioTap(s.stdio, deliver, name=name)
+            elif s.kind == "get":
+                owned = await McpTaskClient.attach(s.ref)
+                transport = owned.transport
+                assert not isinstance(transport, StdioTransport)
+                s.listener = GetStream(transport, deliver, name=name)
+            else:
+                owned = await McpTaskClient.attach(s.ref)
+                s.listener = TasksSubscription(owned, lambda: list(s.routes), deliver, name=name)
+            await s.listener.run()
+            s.retry_at = time.monotonic() + UNSUPPORTED_RETRY_S
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (cannot attach: the polls go on; tried again later)
+            log.debug("notifications for %s: no listener (%s: %s)", name, type(exc).__name__, exc)
+            s.retry_at = time.monotonic() + 30.0
+        finally:
+            if owned is not None:
+                with contextlib.suppress(Exception):
+                    await owned.aclose()
+
+    async def _sweep(self) -> None:
+        """Expire registrations, close listeners of sessions with no wait left, restart those due again."""
+        while not self._closed:
+            await asyncio.sleep(SWEEP_S)
+            now = time.monotonic()
+            for key in list(self._sessions):
+                s = self._sessions[key]
+                for task_id in [t for t, r in s.routes.items() if r.expires < now]:
+                    del s.routes[task_id]
+                    if isinstance(s.listener, TasksSubscription):
+                        s.listener.ids_changed()
+                if s.routes:
+                    self._ensure_listener(s)
+                    continue
+                if s.task is not None:
+                    s.task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await s.task
+                del self._sessions[key]
+            if not self._sessions:
+                self._sweeper = None
+                return
+
+    # --- hearing --------------------------------------------------------------------------------------
+
+    def _on_message(self, s: _Session, message: dict[str, Any]) -> bool:
+        """One message from a session's listener; True when it was of use (for the listener's flood guard)."""
+        try:
+            notice = task_notice(message)
+        except MalformedNotice:
+            self._count(s, "malformed")
+            return False
+        if notice is None:
+            return False  # another notification (progress, log, list changed): not ours to read
+        self.counts["notices"] += 1
+        route = s.routes.get(notice.task_id)
+        if route is None or route.expires < time.monotonic():
+            if s.kind == "get" and notice.status in WAKE_STATUSES:
+                self._lookup(s, notice)
+            else:
+                self._count(s, "unknown")
+            return False
+        s.heard = self._notifying[s.server] = time.monotonic()
+        if notice.status not in WAKE_STATUSES:
+            self._count(s, "not_waking")
+            return True
+        if not self._wake(s, route.workflow_id, route.run_id, notice, route.epoch):
+            return False
+        if route.on_wake is not None:
+            with contextlib.suppress(Exception):
+                route.on_wake()
+        return True
+
+    def _wake(self, s: _Session, workflow_id: str, run_id: str | None, notice: TaskNotice, epoch: int) -> bool:
+        key = (workflow_id, notice.task_id, notice.status, epoch)
+        if key in self._woken:
+            self._count(s, "duplicate")
+            return False
+        if s.temporal is None:
+            return False
+        if self._queue is None:
+            self._queue = asyncio.Queue(SIGNAL_QUEUE)
+            self._senders = [asyncio.create_task(self._send(), name="mcp-tasks-push-signal") for _ in range(SENDERS)]
+        try:
+            self._queue.put_nowait((s.temporal, workflow_id, run_id,
+                                    TaskNotified(task_id=notice.task_id, status=notice.status), s.server))  # type: ignore[arg-type]
+        except asyncio.QueueFull:
+            self._count(s, "signal_dropped")
+            return False
+        self._woken.put(key, time.monotonic())
+        self._count(s, "woken")
+        return True
+
+    async def _send(self) -> None:
+        assert self._queue is not None
+        while True:
+            temporal, workflow_id, run_id, notified, server = await self._queue.get()
+            try:
+                await temporal.get_workflow_handle(workflow_id, run_id=run_id).signal(TASK_NOTIFIED_SIGNAL, notified)
+                self.counts["signals"] += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001  (ended meanwhile, or Temporal unreachable: the poll sees it)
+                self.counts["signal_errors"] += 1
+                log.debug("wake of %s not sent: %s: %s", workflow_id, type(exc).__name__, exc)
+
+    def _lookup(self, s: _Session, notice: TaskNotice) -> None:
+        """A wake-worthy notice for a task not registered here: find its workflow, within the bounds."""
+        now = time.monotonic()
+        value = search_attribute_value(notice.task_id)
+        if not _SAFE_LITERAL.match(value) or s.temporal is None:
+            self._count(s, "unknown")
+            return
+        if self._not_ours.get(notice.task_id, 0.0) > now or (notice.task_id, notice.status) in self._looked:
+            self._count(s, "unknown")
+            return
+        self._tokens = min(float(LOOKUP_BURST), self._tokens + (now - self._tokens_at) * LOOKUPS_PER_S)
+        self._tokens_at = now
+        if self._tokens < 1.0 or len(self._lookups) >= MAX_LOOKUPS_IN_FLIGHT:
+            self._count(s, "lookup_dropped")
+            return
+        self._tokens -= 1.0
+        self._looked.put((notice.task_id, notice.status), now)
+        self._count(s, "lookups")
+        task = asyncio.create_task(self._find_and_wake(s, s.temporal, notice, value))
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    async def _find_and_wake(self, s: _Session, temporal: Client, notice: TaskNotice, value: str) -> None:
+        query = (f"WorkflowType = '{TASK_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND "
+                 f"{TASK_ID_SEARCH_ATTRIBUTE} = '{value}'")
+        try:
+            found = [wf async for wf in temporal.list_workflows(query, limit=2)]
+        except Exception as exc:  # noqa: BLE001  (visibility unavailable: the polls see the task)
+            self.counts["lookup_errors"] += 1
+            log.debug("lookup of a notified task failed: %s: %s", type(exc).__name__, exc)
+            return
+        if not found:
+            self._not_ours.put(notice.task_id, time.monotonic() + NEGATIVE_S)
+            self._count(s, "not_ours")
+            return
+        for wf in found:
+            self._wake(s, wf.id, wf.run_id, notice, -1)
+
+    def _count(self, s: _Session, result: str) -> None:
+        self.counts[result] += 1
+        if self._meter_counter is not None:
+            with contextlib.suppress(Exception):  # metrics never fail a listener
+                self._meter_counter.add(1, {"endpoint": s.server, "result": result})
+
+
+def _counter(temporal: Client) -> Any:
+    """The ``mcp_tasks_notifications`` counter on the worker's runtime (Prometheus where ``metrics_port`` is set)."""
+    try:
+        from temporalio.runtime import Runtime
+
+        runtime = temporal.service_client.config.runtime or Runtime.default()
+        return runtime.metric_meter.create_counter(
+            "mcp_tasks_notifications", "task status notifications heard, by what became of them")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+__all__ = ["DEFAULT_STRETCH", "GRACE_S", "PushHub", "WAKE_STATUSES"]
