@@ -462,14 +462,19 @@ print(json.dumps(out))
 
 async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_env: Any, fastmcp_server: Peer) -> None:
     """The quick start's `tools` and `run` lines against the bundled demo server (this fixture is that server), with
-    only its address and Temporal's put in."""
+    only its address and Temporal's put in. The site's home (docs/index.md) repeats the quick start: the same lines."""
     import shlex
 
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme[readme.index("## Quick start"):readme.index("## How it works")]
-    lines = {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
-             if cmd.startswith(".venv/bin/mcp-tasks ")}
+    from tests.doc_pages import page, readme, section
+
+    def commands(text: str) -> dict[str, str]:
+        block = section(text, "## Quick start")
+        return {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
+                if cmd.startswith(".venv/bin/mcp-tasks ")}
+
+    lines = commands(readme())
     assert {"demo-server", "tools", "run"} <= set(lines), lines
+    assert commands(page("index.md")) == lines
     for name, expect in (("tools", "slow_echo"), ("run", "completed: slow_echo")):
         argv = shlex.split(lines[name].replace("http://127.0.0.1:8000/mcp", fastmcp_server.url or ""))[1:]
         rc, out, err = await cli(*argv, "--address", address_of(temporal_env)) if name == "run" else await cli(*argv)
