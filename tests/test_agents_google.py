@@ -237,6 +237,8 @@ async def test_worker_killed_mid_call_one_tools_call(framework: Framework, tempo
                                     servers(ts_http_stateful, fastmcp_server), ts_http_stateful, fastmcp_server,
                                     own=(framework.own, own_peer))
     ended, texts = got["ended"], got["texts"]
+    print(f"{framework.name}: tools/call counted by the servers, ours {got['counts']}, its own MCP integration "
+          f"{got['own_counts']}; sync tool: {ended['sync'][0]}; {got['elapsed']:.1f} s")
     for era in ("ts", "fm"):
         kind, out = ended[era]
         assert kind == "ok", (era, out)

@@ -153,3 +153,17 @@ async def test_client_session_cannot_make_a_task_augmented_call(ts_stdio: Peer) 
             # Both calls did reach the server with params.task: each created a task the SDK could not report.
             calls = [line for line in ts_stdio.log_since(mark) if line["method"] == "tools/call"]
             assert [(c["tool"], c["task"]) for c in calls] == [("slow_echo", True)] * 2
+
+
+def test_tracing_interceptor_hooks_we_override() -> None:
+    """worker/plugin.py's TaskTracing: the workflow-side span hook, its params and the always-create switch of the
+    pinned temporalio. When this fails after an upgrade, re-check which workflow spans an untraced start gets."""
+    import dataclasses
+    import inspect
+
+    from temporalio.contrib.opentelemetry import TracingInterceptor, _interceptor
+
+    assert "always_create_workflow_spans" in inspect.signature(TracingInterceptor.__init__).parameters
+    assert callable(getattr(TracingInterceptor, "_completed_workflow_span", None))
+    fields = {f.name for f in dataclasses.fields(_interceptor._CompletedWorkflowSpanParams)}
+    assert {"name", "parent_missing"} <= fields, fields

@@ -190,3 +190,57 @@ async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts
     assert {s["service"] for s in spans} == {service}
     # The live view's status queries are not traced (they would be a trace each, twice a second).
     assert not any(s["name"].startswith(("QueryWorkflow", "HandleQuery")) for s in spans), sorted({s["name"] for s in spans})
+
+
+async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(ts_http_stateful: Peer, temporal_env: Any,
+                                                                            tmp_path: Path) -> None:
+    """`mcp-tasks worker` with `[worker] tracing = true`, the task started by `run --no-worker` without tracing (as
+    another SDK, a schedule or the UI would): still one trace per task, rooted at the workflow, on its tools/call,
+    every tasks/get and its tasks/result; and no trace for the status queries nobody traced."""
+    from tests.peers.otlp_receiver import OtlpReceiver
+    from tests.temporal_harness import cli, one_json, worker_process
+
+    traced = tmp_path / "worker.toml"
+    traced.write_text(f'[worker]\ntracing = true\n[servers.peer]\nurl = "{ts_http_stateful.url}"\n')
+    plain = tmp_path / "starter.toml"
+    plain.write_text(f'[servers.peer]\nurl = "{ts_http_stateful.url}"\n')
+    queue, mark = unique("untraced-start"), ts_http_stateful.log_mark()
+    with OtlpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": unique("svc"),
+               "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        with worker_process(address_of(temporal_env), queue, traced, env=env):
+            outcomes = []
+            for _ in range(2):
+                rc, out, err = await cli("run", "slow_echo", "--server", "peer", "--config", str(plain), "--no-worker",
+                                         "--task-queue", queue, "--args",
+                                         json.dumps({"seconds": 0.5, "text": unique("untraced")}),
+                                         "--id", unique("untraced"), "--json", "--address", address_of(temporal_env),
+                                         env={"MCP_TASKS_STATE_DIR": str(tmp_path)})
+                assert rc == 0, err[-2000:]
+                outcomes.append(one_json(out))
+        spans = list(receiver.spans)  # the worker flushed them on its way out
+    log = ts_http_stateful.log_since(mark)
+    traces = []
+    for outcome in outcomes:
+        reads = [x for x in log if x.get("taskId") == outcome["task_id"]]
+        assert {"tasks/get", "tasks/result"} <= {x["method"] for x in reads}, reads
+        ids = {trace_id_of(x.get("traceparent")) for x in reads}
+        assert len(ids) == 1 and None not in ids, [(x['method'], x.get('traceparent')) for x in reads]
+        trace_id = ids.pop()
+        calls = [x for x in log if x.get("method") == "tools/call" and trace_id_of(x.get("traceparent")) == trace_id]
+        assert len(calls) == 1, calls
+        traces.append(format(trace_id, "032x"))
+        names = {s["name"] for s in spans if s["trace_id"] == traces[-1]}
+        assert {"RunWorkflow:McpTaskWorkflow", "RunActivity:mcp-tasks.start_call.v1"} <= names, sorted(names)
+    assert traces[0] != traces[1]
+    assert not any(s["name"].startswith("HandleQuery") for s in spans), sorted({s["name"] for s in spans})
+
+
+def test_an_untraced_runs_parent_is_its_run_ids_alone() -> None:
+    from mcp_temporal_tasks.worker.plugin import run_trace_parent
+
+    a, again, b = run_trace_parent("run-a"), run_trace_parent("run-a"), run_trace_parent("run-b")
+    assert a == again and a != b
+    version, trace_id, span_id, flags = a.split("-")
+    assert (version, flags, len(trace_id), len(span_id)) == ("00", "01", 32, 16)
+    assert int(trace_id, 16) and int(span_id, 16)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
@@ -53,15 +54,47 @@ log = logging.getLogger("mcp_tasks.plugin")
 def tracing_interceptor() -> Any:
     """Temporal's OpenTelemetry interceptor (``temporalio.contrib.opentelemetry``), or one error naming the extra.
 
-    A task is one trace (its ``tools/call``, every ``tasks/get``, its ``tasks/result``) when its starter traces: the
-    interceptor on the starter's client (``McpTasksPlugin`` given to ``Client.connect``; ``mcp-tasks run`` with
-    ``[worker] tracing``). A workflow started without a trace (another SDK, a schedule, the UI) gets no workflow
-    spans from the SDK, and each of its activities starts a trace of its own."""
+    A task is one trace (its ``tools/call``, every ``tasks/get``, its ``tasks/result``) whether or not its starter
+    traces. With a traced starter (``McpTasksPlugin`` given to ``Client.connect``; ``mcp-tasks run`` with ``[worker]
+    tracing``) the trace is the starter's. A workflow started without one (``run --no-worker``, another SDK, a
+    schedule, the UI) would get no workflow spans from the SDK, and each activity a trace of its own; here its
+    spans instead hang off a parent derived from its run id (:func:`run_trace_parent`): one trace per run, the same
+    on every worker and after a replay (the SDK does not recreate a replayed workflow's span, so a parent it made
+    would be lost on the next worker). Queries without a trace (the UI, ``status``, a live view) are not traced:
+    each would be a trace of its own."""
     try:
         from temporalio.contrib.opentelemetry import TracingInterceptor
     except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
         raise ConfigError(f"tracing needs OpenTelemetry: pip install 'mcp-temporal-tasks[tracing]' ({exc})") from exc
-    return TracingInterceptor()
+
+    class TaskTracing(TracingInterceptor):  # type: ignore[misc]
+        # _completed_workflow_span is where the pinned SDK (temporalio==1.35.0) makes every workflow-side span, outside
+        # the sandbox, from the workflow's current context; tests/test_sdk_contract.py holds its shape.
+        def _completed_workflow_span(self, params: Any) -> Any:
+            if params.parent_missing:
+                if params.name.startswith("HandleQuery:"):
+                    return None
+                run_id = str((params.attributes or {}).get("temporalRunID") or "")
+                if run_id:
+                    params = dataclasses.replace(params, context={"traceparent": run_trace_parent(run_id)},
+                                                 parent_missing=False)
+            return super()._completed_workflow_span(params)
+
+    return TaskTracing()
+
+
+def run_trace_parent(run_id: str) -> str:
+    """A W3C ``traceparent`` (sampled) whose trace and span ids are derived from ``run_id``: the remote parent of an
+    untraced run's spans. Deterministic, so every worker and every replay finds the same trace."""
+    digest = hashlib.sha256(f"mcp-tasks trace {run_id}".encode()).digest()
+    trace_id, span_id = digest[:16].hex(), digest[16:24].hex()
+    return f"00-{trace_id}-{span_id}-01"
+
+
+def is_tracing(interceptor: Any) -> bool:
+    return any(c.__name__ == "TracingInterceptor" for c in type(interceptor).__mro__)
+
+
 #: fastmcp too: once imported anywhere in the worker (Pydantic AI's Temporal support imports it), it patches the mcp
 #: types (passed through with us) with camelCase properties whose getter imports fastmcp. Workflow code that reads one
 #: (google-genai reads Tool.inputSchema and CallToolResult.isError) would import fastmcp anew inside the sandbox, which
@@ -181,7 +214,7 @@ class McpTasksPlugin(SimplePlugin):
                 "Client.connect(..., plugins=[plugin]) (workers on that client inherit it), or connect with "
                 "data_converter=temporalio.contrib.pydantic.pydantic_data_converter")
         ours = self.interceptors
-        if ours and any(type(i).__name__ == "TracingInterceptor" for i in client.config().get("interceptors") or []):
+        if ours and any(is_tracing(i) for i in client.config().get("interceptors") or []):
             # The client traces already (its worker inherits that interceptor): a second one would double every span.
             self.interceptors = None
         try:
