@@ -67,7 +67,7 @@ def tracing_interceptor() -> Any:
     except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
         raise ConfigError(f"tracing needs OpenTelemetry: pip install 'mcp-temporal-tasks[tracing]' ({exc})") from exc
 
-    class TaskTracing(TracingInterceptor):  # type: ignore[misc]
+    class TaskTracing(TracingInterceptor):
         # _completed_workflow_span is where the pinned SDK (temporalio==1.35.0) makes every workflow-side span, outside
         # the sandbox, from the workflow's current context; tests/test_sdk_contract.py holds its shape.
         def _completed_workflow_span(self, params: Any) -> Any:
