@@ -194,14 +194,14 @@ async def _task_id(env: Any, workflow_id: str) -> str | None:
     return None
 
 
-async def _flood(env: Any, n: int, url: str, g: _Group, idle: _Group) -> dict[str, Any]:
+async def _flood(env: Any, n: int, server: Child, url: str, g: _Group, idle: _Group) -> dict[str, Any]:
     """``n`` notifications for unknown task ids on ``g``'s session; what they cost and caused (module docstring)."""
     task_id = await _task_id(env, g.ids[0])
     if task_id is None:
         return {"error": "no McpTaskId on the held task"}
     hub0, rpc0 = hub_counts(g.port), env.metrics()
     f0 = time.time()
-    meter = CpuMeter({"worker": g.worker.pid, "idle_worker": idle.worker.pid})
+    meter = CpuMeter({"worker": g.worker.pid, "idle_worker": idle.worker.pid, "mcp_server": server.pid})
     reply = await asyncio.to_thread(http_json, base_url(url) + f"/bench/flood?n={n}&task={task_id}", method="POST",
                                     timeout=180.0)
     await asyncio.sleep(FLOOD_TAIL_S)
@@ -209,7 +209,8 @@ async def _flood(env: Any, n: int, url: str, g: _Group, idle: _Group) -> dict[st
     f1 = time.time()
     hub, rpc = hub_counts(g.port) - hub0, env.metrics()
     hist = events_in_window(await fetch_histories(env.client, g.ids), f0, f1)
-    heard = sum(hub.values())
+    # Each notice read is counted once by what became of it; ``not_ours`` is the later answer to a ``lookups`` one.
+    heard = sum(v for k, v in hub.items() if k != "not_ours")
     return {"sent": reply.get("sent"), "server_seconds": reply.get("seconds"), "error": reply.get("error"),
             "heard_by_worker": heard, "hub": dict(hub),
             "signals_sent": int(rpc.get("SignalWorkflowExecution", 0) - rpc0.get("SignalWorkflowExecution", 0)),
@@ -217,6 +218,7 @@ async def _flood(env: Any, n: int, url: str, g: _Group, idle: _Group) -> dict[st
             "visibility_lookups": int(rpc.get("ListWorkflowExecutions", 0) - rpc0.get("ListWorkflowExecutions", 0)),
             "worker_cpu_s": cpu["worker"], "idle_worker_cpu_s": cpu["idle_worker"],
             "worker_cpu_above_idle_s": round(cpu["worker"] - cpu["idle_worker"], 2), "wall_s": cpu["wall_s"],
+            "mcp_server_cpu_s": cpu["mcp_server"],
             "machine_other_pct": round(100 * cpu["other_processes"] / max(cpu["capacity"], 1e-9), 1)}
 
 
@@ -299,7 +301,7 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
                 f"{b}: {r['delivery']['p50_s']}/{r['delivery']['p95_s']}/{r['delivery']['max_s']} s"
                 for b, r in out[d]["buckets"].items()))
         if args.push_flood:
-            out["flood"] = await _flood(env, args.push_flood, servers["notifying"][1], cost["notifying"][max(ages)], idle)
+            out["flood"] = await _flood(env, args.push_flood, *servers["notifying"], cost["notifying"][max(ages)], idle)
             log(f"push flood: {out['flood']}")
         if args.push_inflight:
             def check(url: str, a: float, b: float) -> None:
@@ -323,8 +325,7 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             http_json(base_url(u) + f"/bench/open?gate={gate}", method="POST")
         await asyncio.gather(*(env.client.get_workflow_handle(w).terminate(reason="bench: push phase over")
                                for g in held for w in g.ids), return_exceptions=True)
-        for g in everyone:
-            await asyncio.to_thread(env.stop_worker, g.worker)
+        await asyncio.gather(*(asyncio.to_thread(env.stop_worker, g.worker) for g in everyone))
     finally:
         for d in DESIGNS:
             entry = env.servers.pop(f"push-{d}-{env.run_id}", None)
@@ -461,8 +462,8 @@ def render_push(res: dict[str, Any]) -> list[str]:
     f = p.get("flood")
     if f:
         lines += ["", f"**Flood**: {f.get('sent')} `notifications/tasks/status` for unknown task ids sent in "
-                      f"{f.get('server_seconds')} s on a held session; the worker read {f.get('heard_by_worker')} "
-                      f"(hub: {f.get('hub')}), **{f.get('signals_sent')} signals** sent (dev server; "
+                      f"{f.get('server_seconds')} s on a held session; the worker's hub read {f.get('heard_by_worker')} "
+                      f"(by result: {f.get('hub')}; the listener sheds a stream past 500 useless messages in a second), **{f.get('signals_sent')} signals** sent (dev server; "
                       f"{f.get('signals_in_histories')} in the held tasks' histories), {f.get('visibility_lookups')} "
                       f"visibility lookups; worker **{f.get('worker_cpu_s')} CPU s** over {f.get('wall_s')} s (idle worker "
                       f"{f.get('idle_worker_cpu_s')} s: {f.get('worker_cpu_above_idle_s')} s above it)."]

@@ -33,7 +33,7 @@ import sys
 import time
 import uuid
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -205,7 +205,7 @@ async def flood(task_id: str, n: int, poll_ms: int) -> dict[str, Any]:
     session = REC.sessions.get(task_id)
     if session is None:
         return {"error": f"no session for {task_id}"}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     sent, t0 = 0, time.monotonic()
     with anyio.move_on_after(120):
         for i in range(n):
