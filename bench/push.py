@@ -458,7 +458,13 @@ def render_push(res: dict[str, Any]) -> list[str]:
                      f"worker CPU {p[d].get('worker_cpu_pct_of_core')} % of a core over all ages' workers.")
     hn, hs = p["notifying"].get("per_task_history"), p["silent"].get("per_task_history")
     if hn and hs:
-        lines += ["", f"Per delivery probe's whole history (once per task): notifying {hn}, silent {hs}."]
+        def billable(h: dict[str, Any]) -> float:
+            return round(sum(h.get(k, 0) for k in ("signals", "markers", "upserts", "activity_starts")), 2)
+
+        lines += ["", f"Per delivery probe's whole history (once per task, start to end): notifying {hn}, silent {hs}: "
+                      f"billable {billable(hn):g} vs {billable(hs):g} (signals + markers + upserts + activities "
+                      f"scheduled), {hn.get('events', 0) - hs.get('events', 0):g} events more where a notification "
+                      f"ended the wait."]
     f = p.get("flood")
     if f:
         lines += ["", f"**Flood**: {f.get('sent')} `notifications/tasks/status` for unknown task ids sent in "
