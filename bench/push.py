@@ -434,7 +434,7 @@ def render_push(res: dict[str, Any]) -> list[str]:
     lines = ["", f"### Told, not polled: a notifying server and a silent one (mcp 1.30, pollInterval {p['poll_ms']} ms, "
                  f"stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} held tasks and {p['probes']} "
                  f"delivery probes per design and age)", "",
-             "| age | server | delivery p50 / p95 / max s | delivered by | actions/task-hour (attempts + heartbeats + "
+             "| age (held tasks' ages over the window, s) | server | delivery p50 / p95 / max s | delivered by | actions/task-hour (attempts + heartbeats + "
              "workflow) | polls/task-hour | signals in window | worker CPU % of a core | worker CPU ms/task-hour above "
              "idle |", "|---|---|---|---|---|---|---|---|---|"]
     for a in p["ages_s"]:
@@ -442,7 +442,7 @@ def render_push(res: dict[str, Any]) -> list[str]:
         for d in DESIGNS:
             r = p[d]["buckets"].get(b) or {}
             dv = r.get("delivery") or {}
-            lines.append(f"| {b} | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} | "
+            lines.append(f"| {b} ({r.get('ages_s')}) | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} | "
                          f"{dv.get('delivered_by')} | **{r.get('actions_per_task_hour')}** "
                          f"({r.get('attempts_per_task_hour')} + {r.get('heartbeats_per_task_hour')} + "
                          f"{r.get('workflow_actions_per_task_hour')}) | {r.get('polls_per_task_hour')} | "
