@@ -94,6 +94,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert res["wall_s"] < 200
 
 
+@pytest.mark.timeout(480)  # two MCP servers and seven workers start; a loaded machine takes minutes for it
 def test_bench_push_tiny(tmp_path: Path) -> None:
     """``--only push`` at a tiny size (two age buckets, a 40 s window, a 2,000-notification flood): every figure of
     both servers is there and says what it must (notified vs polled, no signal from the flood), not how fast."""
