@@ -891,13 +891,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)")
     g.add_argument("--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)")
     g = p.add_argument_group("told, not polled (bench/push.py; `--only push`; not in the default run)")
-    g.add_argument("--push-tiles", type=int, default=None, help="held tasks aged 60 s … 1 h per design (default 60; quick 8)")
-    g.add_argument("--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 4)")
+    g.add_argument("--push-ages", default="60,300,900,1800,3600",
+                   help="age buckets, s, comma-separated (default 1 min, 5 min, 15 min, 30 min, 1 h)")
+    g.add_argument("--push-tiles", type=int, default=None,
+                   help="held tasks per design and age bucket, each bucket on a worker of its own (default 20; quick 6)")
     g.add_argument("--push-probes", type=int, default=None,
-                   help="delivery probes per design, ending at ages 1 min … 1 h (default 12; quick 6)")
-    g.add_argument("--push-window", type=float, default=None, help="the first-hour cost window, s (default 300; quick 120)")
+                   help="delivery probes per design and age bucket, ending at the bucket's age (default 6; quick 3)")
+    g.add_argument("--push-window", type=float, default=None,
+                   help="the cost window, s (default: one stretched gap of the oldest bucket, 832 s at 1 h)")
+    g.add_argument("--push-flood", type=int, default=None,
+                   help="notifications for unknown task ids sent after the window (default 10000, also quick; 0: none)")
+    g.add_argument("--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 0)")
     g.add_argument("--push-old-window", type=float, default=None,
-                   help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400; quick 150)")
+                   help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400)")
     g.add_argument("--push-inflight", type=int, default=None,
                    help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; quick 0)")
     p.add_argument("--no-bytecode", action="store_true",
@@ -923,9 +929,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
                 "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0, "idle_inflight": 100 if q else 10000,
                 "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20,
-                "push_tiles": 8 if q else 60, "push_old": 4 if q else 40, "push_probes": 6 if q else 12,
-                "push_window": 120.0 if q else 300.0, "push_old_window": 150.0 if q else 5400.0,
-                "push_inflight": 0 if q else 10000}
+                "push_tiles": 6 if q else 20, "push_old": 0 if q else 40, "push_probes": 3 if q else 6,
+                "push_window": 0.0, "push_old_window": 5400.0, "push_flood": 10000, "push_inflight": 0 if q else 10000}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -946,8 +951,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.inflight_aged = 0
     if not args.only or "idle-waits" not in args.only:
         args.skip_idle_waits = True  # ~20 minutes: asked for by name only
+    args.push_ages = sorted(float(x) for x in str(args.push_ages).split(",") if x.strip())
     if not args.only or "push" not in {x.strip() for x in args.only.split(",")}:
-        args.skip_push = True  # ~2 hours in full (the old tasks' stretched gaps): asked for by name only
+        args.skip_push = True  # ~16 min in --quick, ~2 hours in full (the old tasks' stretched gaps): by name only
     if q:
         args.naive_fit_polls = min(args.naive_fit_polls, 10)
         args.light_concurrency = min(args.light_concurrency, args.light_tasks)

@@ -15,7 +15,10 @@ adds the tool, the age, the gates and the records, with the same ``/bench/*`` en
 * ``GET /bench/state``: ``terminal[taskId]`` (when the store recorded the end, before the SDK's notification),
   ``observed[taskId]`` (the first ``tasks/get`` received once it had ended), ``gets[taskId]``, ``aged[taskId]``
   (``created``, ``age_s``, the time of every ``tasks/get``: ``polls``), ``streams`` (GET streams asked for);
-  ``GET /bench/counts``: ``polled`` (tasks polled at least once), ``requests``, ``gets``; ``POST /bench/reset``.
+  ``GET /bench/counts``: ``polled`` (tasks polled at least once), ``requests``, ``gets``; ``POST /bench/reset``;
+* ``POST /bench/flood?n=<n>&task=<taskId>``: ``n`` ``notifications/tasks/status`` (status ``completed``) for task ids
+  this server never made, sent on the session that created ``task`` (its GET stream, as the SDK sends its own; the
+  SDK drops them while no client holds that stream); answers ``sent`` and ``seconds`` once all are handed over.
 
 Run (from the repository): ``tests/peers/py1/.venv/bin/python -m bench.push_server --port 0 --poll-interval-ms 500
 [--silent]``; prints ``LISTENING http://127.0.0.1:<port>/mcp`` on stderr.
@@ -28,8 +31,9 @@ import json
 import socket
 import sys
 import time
+import uuid
 import warnings
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -56,6 +60,8 @@ class Recorder:
         self.aged: dict[str, dict[str, Any]] = {}
         self.requests = 0
         self.streams = 0
+        #: taskId -> the session that created it (the flood's target); one entry per task the bench made.
+        self.sessions: dict[str, Any] = {}
 
     def gate(self, name: str) -> anyio.Event:
         if name not in self.gates:
@@ -124,6 +130,7 @@ def build_server(store: BenchStore, *, silent: bool) -> Server:
         age = float(arguments.get("age_s") or 0)
 
         async def work(task: ServerTaskContext) -> types.CallToolResult:
+            REC.sessions[task.task_id] = ctx.session
             if age:
                 store.ages[task.task_id] = age
                 REC.aged[task.task_id] = {"age_s": age, "created": time.time() - age, "polls": []}
@@ -193,6 +200,23 @@ async def json_reply(send: Any, obj: Any, status: int = 200) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def flood(task_id: str, n: int, poll_ms: int) -> dict[str, Any]:
+    """``n`` completed-task notifications for ids nobody waits on, on ``task_id``'s session (bounded: 120 s)."""
+    session = REC.sessions.get(task_id)
+    if session is None:
+        return {"error": f"no session for {task_id}"}
+    now = datetime.now(UTC)
+    sent, t0 = 0, time.monotonic()
+    with anyio.move_on_after(120):
+        for i in range(n):
+            params = types.TaskStatusNotificationParams(taskId=f"flood-{i}-{uuid.uuid4().hex[:12]}", status="completed",
+                                                        createdAt=now, lastUpdatedAt=now, ttl=60_000,
+                                                        pollInterval=poll_ms)
+            await session.send_notification(types.ServerNotification(types.TaskStatusNotification(params=params)))
+            sent += 1
+    return {"sent": sent, "seconds": round(time.monotonic() - t0, 3)}
+
+
 async def serve(port: int, poll_ms: int, silent: bool) -> None:
     store = BenchStore(poll_ms)
     manager = StreamableHTTPSessionManager(app=build_server(store, silent=silent), stateless=False,
@@ -214,6 +238,10 @@ async def serve(port: int, poll_ms: int, silent: bool) -> None:
         if path == "/bench/reset":
             REC.reset()
             return await json_reply(send, {"ok": True})
+        if path == "/bench/flood":
+            query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
+            return await json_reply(send, await flood(query.get("task", ""), min(int(query.get("n", "0")), 100_000),
+                                                      poll_ms))
         if path == "/bench/open":
             query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
             REC.gate(query.get("gate", "")).set()
