@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcp_temporal_tasks.activities.mcp_activities import next_poll_delay
+from mcp_temporal_tasks.activities.schedule import next_poll_delay
 from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
 from mcp_temporal_tasks.workflows.decisions import (
     after_submit_failure,
