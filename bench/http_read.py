@@ -29,8 +29,8 @@ import time
 import httpx2
 
 from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, sdk_compat
+from mcp_temporal_tasks.activities.wire.http_transport import SWITCH, HttpTransport
 from mcp_temporal_tasks.activities.wire.models import EXTENSION
-from mcp_temporal_tasks.activities.wire.transport import SWITCH, HttpTransport
 
 WAYS = ("httpx", "httpx over h11", "direct h11", "direct httpcore2")
 

@@ -55,8 +55,8 @@ from mcp_temporal_tasks.activities.wire.errors import (
     parse_retry_after,
     read_retry_after,
 )
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
 pytestmark = pytest.mark.fast
 

@@ -28,8 +28,8 @@ from mcp_temporal_tasks.activities.wire import (
     decode_result,
     sdk_compat,
 )
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer, poll_until_terminal, read_peer_log
 
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
