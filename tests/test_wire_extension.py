@@ -1,4 +1,4 @@
-"""The wire layer against the fastmcp 4.1.4 tasks-extension server (2026-07-28, ``worker/demo_server.py``).
+"""The wire layer against the fastmcp 4.1.4 tasks-extension server (2026-07-28, ``demo/server.py``).
 
 On this era the payload is inline in ``tasks/get`` (``result()`` sends nothing), ``tasks/cancel`` is an empty
 ack, a tool's ``isError`` ends ``completed``, and every request carries the ``_meta`` envelope and, on
