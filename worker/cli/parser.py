@@ -7,6 +7,7 @@ The bottom of the CLI package: every other module raises ``CliError`` and writes
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shlex
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.workflows.models import Outcome, Phase
+from mcp_temporal_tasks.workflows.states import Outcome, Phase
 
 #: ``mcp-tasks --help``'s description.
 DESCRIPTION = """mcp-tasks: run, follow and operate MCP tasks as Temporal workflows.
@@ -181,12 +182,21 @@ def _port_or_0(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
 
 
+def version() -> str:
+    """The installed distribution's version (a checkout run without installing has none)."""
+    try:
+        return importlib.metadata.version("mcp-temporal-tasks")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command and option; ``args.subcommand`` names the command (``main`` maps it to its function).
 
     Not ``args.command``, the subparsers' own destination: ``run --command`` sets that to its command line.
     """
     parser = _Parser(prog="mcp-tasks", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, helptext: str) -> argparse.ArgumentParser:
