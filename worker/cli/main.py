@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import sys
@@ -61,6 +60,8 @@ def run_async(coro: Coroutine[Any, Any, int]) -> int:
     an SDK poller that ignores cancellation) get 2 s after being cancelled, then the process leaves anyway
     (``main`` exits with ``os._exit``). Ctrl-C before a command installs its own handlers is KeyboardInterrupt,
     as with ``asyncio.run``."""
+    import asyncio  # here: ~0.1 s of imports (ssl, sockets, threads) that `--help` does not need
+
     runner = asyncio.Runner()
     loop = runner.get_loop()
     try:

@@ -7,7 +7,6 @@ The bottom of the CLI package: every other module raises ``CliError`` and writes
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import shlex
@@ -184,10 +183,24 @@ def _port_or_0(text: str) -> int:
 
 def version() -> str:
     """The installed distribution's version (a checkout run without installing has none)."""
+    import importlib.metadata  # only for --version: it is not free to import
+
     try:
         return importlib.metadata.version("mcp-temporal-tasks")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version is looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     Not ``args.command``, the subparsers' own destination: ``run --command`` sets that to its command line.
     """
     parser = _Parser(prog="mcp-tasks", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, helptext: str) -> argparse.ArgumentParser:
