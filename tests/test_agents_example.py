@@ -1,16 +1,16 @@
-"""The README's agent example (examples/agent_workflows/run.py, the one-line snippets in context) runs as written:
-against the test Temporal and the fastmcp peer, with its scripted models, in its own process. The README's Google ADK
-and Gemini snippets (self-contained) run too."""
+"""The agents page's example (docs/agents.md; examples/agent_workflows/run.py, the one-line snippets in context) runs
+as written: against the test Temporal and the fastmcp peer, with its scripted models, in its own process. The page's
+Google ADK and Gemini snippets (self-contained) run too."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from typing import Any
 
 from tests.agents_common import tool_calls
+from tests.doc_pages import blocks, page
 from tests.peers.harness import Peer
 from tests.temporal_harness import REPO_ROOT, address_of
 
@@ -34,24 +34,20 @@ def test_agent_example_runs_as_written(temporal_env: Any, fastmcp_server: Peer) 
     assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 4
 
 
-def readme_snippets(module: str) -> list[str]:
-    """The python blocks of the README's agents section that import ``module``."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("## In agent workflows"):]
-    section = section[:section.index("\n## ", 1)]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    return [b for b in blocks if f"from {module} import" in b]
+def agents_page_snippets(module: str) -> list[str]:
+    """The python blocks of the agents page (docs/agents.md) that import ``module``."""
+    return [b for b in blocks(page("agents.md"), "python") if f"from {module} import" in b]
 
 
-def test_readme_google_snippets_run_as_written() -> None:
+def test_agents_page_google_snippets_run_as_written() -> None:
     from mcp_temporal_tasks.google_adk import McpTasksToolset
     from mcp_temporal_tasks.google_genai import McpTasksClientSession
 
-    (adk,) = readme_snippets("mcp_temporal_tasks.google_adk")
+    (adk,) = agents_page_snippets("mcp_temporal_tasks.google_adk")
     scope: dict[str, Any] = {}
-    exec(adk, scope)  # noqa: S102  (the README's own code)
+    exec(adk, scope)  # noqa: S102  (the page's own code)
     assert [type(t) for t in scope["agent"].tools] == [McpTasksToolset], scope["agent"].tools
-    (genai,) = readme_snippets("mcp_temporal_tasks.google_genai")
+    (genai,) = agents_page_snippets("mcp_temporal_tasks.google_genai")
     scope = {}
     exec(genai, scope)  # noqa: S102
     assert isinstance(scope["billing"], McpTasksClientSession) and scope["config"].tools == [scope["billing"]]

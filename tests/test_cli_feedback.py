@@ -101,6 +101,8 @@ async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal
         assert outcome["error"]["message"].startswith("tools/call was never sent"), outcome["error"]
         if want[case][1]:
             assert outcome["classification"] == want[case][1], outcome
+        if case in ("initialize_404", "oauth_unreachable"):  # the preflight handshake failed: said so, not "answered"
+            assert "note: the handshake with MCP server at " in err and "answered the handshake" not in err, err
         if attempt == 2:  # the same id ran again (it was refused before anything was sent), it did not replay
             assert f"note: {wid} was refused before anything was sent" in err and "STORED" not in err, err
     assert tool_calls(fastmcp_server, mark) == []  # what the server counted: no tools/call at all
@@ -191,6 +193,7 @@ async def test_no_worker_run_says_within_10_s_that_nothing_polls_and_ctrl_c_says
         await run.wait_for(f"no worker polls task queue '{queue}'", timeout_s=10)
         assert time.monotonic() - started < 10
         assert f"worker --task-queue {queue}" in run.err  # the command that serves it
+        assert "(Ctrl-C cancels the task)" in run.err, run.err  # as the interrupt below does
         run.proc.send_signal(signal.SIGINT)
         rc, _, _ = await run.finish(15)
     finally:
@@ -221,6 +224,7 @@ async def test_result_wait_and_cancel_without_a_worker_say_so(client: Client, te
     finally:
         proc.kill()
         await proc.wait()
+    assert "Ctrl-C stops following it; the task waits on" in seen and "Ctrl-C cancels" not in seen, seen
     rc, out, err = await cli("cancel", wid, "--json", "--address", address)
     assert rc == 3 and one_json(out)["error"]["kind"] == "no_worker", (rc, out, err)
     one_line(err, code=3, rc=rc, message=f"cancel requested for {wid}, but no worker polls its task queue")
@@ -346,6 +350,11 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(fa
     assert rc == 0 and "era 2025-11-25" in out and re.search(r"slow_echo: runs as task \(taskSupport \w+\)", out), out
     rc, _, err = await cli("tools", "--url", f"http://127.0.0.1:{free_port()}/mcp")
     one_line(err, code=3, rc=rc, message="MCP server unreachable")
+    rc, _, err = await cli("tools", "--server", "pay", "--config", str(_oauth_config(tmp_path, fastmcp_server.url or "")),
+                           env={"MCP_TEST_PAY_SECRET": unique("secret")})
+    line = one_line(err, code=1, rc=rc, message=f"the handshake with MCP server at {fastmcp_server.url} failed: no access "
+                                                 "token for")
+    assert "refused" not in line, line
 
 
 # --- workers on one queue -------------------------------------------------------------------------------------------
@@ -462,14 +471,19 @@ print(json.dumps(out))
 
 async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_env: Any, fastmcp_server: Peer) -> None:
     """The quick start's `tools` and `run` lines against the bundled demo server (this fixture is that server), with
-    only its address and Temporal's put in."""
+    only its address and Temporal's put in. The site's home (docs/index.md) repeats the quick start: the same lines."""
     import shlex
 
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme[readme.index("## Quick start"):readme.index("## How it works")]
-    lines = {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
-             if cmd.startswith(".venv/bin/mcp-tasks ")}
+    from tests.doc_pages import page, readme, section
+
+    def commands(text: str) -> dict[str, str]:
+        block = section(text, "## Quick start")
+        return {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
+                if cmd.startswith(".venv/bin/mcp-tasks ")}
+
+    lines = commands(readme())
     assert {"demo-server", "tools", "run"} <= set(lines), lines
+    assert commands(page("index.md")) == lines
     for name, expect in (("tools", "slow_echo"), ("run", "completed: slow_echo")):
         argv = shlex.split(lines[name].replace("http://127.0.0.1:8000/mcp", fastmcp_server.url or ""))[1:]
         rc, out, err = await cli(*argv, "--address", address_of(temporal_env)) if name == "run" else await cli(*argv)

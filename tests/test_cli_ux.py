@@ -584,27 +584,28 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
         stop_process(server, signal.SIGINT)
 
 
-# --- README agrees with behaviour -----------------------------------------------------------------------------------
+# --- the docs agree with behaviour -----------------------------------------------------------------------------------
 
 
-async def test_unknown_tool_is_what_the_readme_says(temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
+async def test_unknown_tool_is_what_the_docs_say(temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
     rc, out, err = await cli("run", unique("no_such_tool"), "--url", fastmcp_server.url or "", "--json",
                              "--task-queue", queue, "--address", address_of(temporal_env))
     outcome = one_json(out)
     # The server's tools/list does not list it: refused before tools/call was sent, nothing counted.
     assert rc == 1 and (outcome["outcome"], outcome["classification"]) == ("rejected", "permanent"), err[-2000:]
     assert outcome["operation_attempts"] == [] and "UnknownTool" in outcome["reason"]
-    readme = (REPO_ROOT / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `rejected` |"))
+    from tests.doc_pages import page
+
+    row = next(line for line in page("faults.md").splitlines() if line.startswith("| `rejected` |"))
     assert "`tools/list` does not list (`UnknownTool`, `permanent`)" in row and "`tools/call sent: 0`" in row
-    # Every option of every command is in the README's CLI section.
+    # Every option of every command is on the CLI page.
     from mcp_temporal_tasks.worker.cli import build_parser
 
-    cli_section = readme[readme.index("## CLI\n"):readme.index("## Inside a Temporal application")]
+    cli_section = page("cli.md")
     sub = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
     for name, parser in sub.choices.items():
         assert re.search(rf"(mcp-tasks|\||·) {name}\b", cli_section), name
         for action in parser._actions:
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
-                    assert option in cli_section, f"mcp-tasks {name} {option} is not documented in the README"
+                    assert option in cli_section, f"mcp-tasks {name} {option} is not documented in docs/cli.md"

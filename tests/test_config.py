@@ -108,17 +108,18 @@ def test_deploy_worker_toml_loads_with_the_worker_loader() -> None:
 
 
 def test_every_server_table_in_the_readme_loads() -> None:
-    """The README's TOML examples (tasks, job bindings, long synchronous tools) are valid configuration."""
+    """The TOML examples of the README and of every page of docs/ (tasks, job bindings, long synchronous tools,
+    authenticated servers) are valid configuration."""
     import re
     import tomllib
 
     from mcp_temporal_tasks.worker.config import server_config
-    from tests.temporal_harness import REPO_ROOT
+    from tests.doc_pages import everything
 
-    readme = (REPO_ROOT / "README.md").read_text()
-    blocks = re.findall(r"```toml\n(.*?)```", readme, re.S)
-    # The auth tables' secret variables are checked at load: the README's are set for the check.
-    env = {var: "set" for var in re.findall(r'client_secret = \{ env = "(\w+)" \}', readme)}
+    docs = everything()
+    blocks = re.findall(r"```toml\n(.*?)```", docs, re.S)
+    # The auth tables' secret variables are checked at load: the documented ones are set for the check.
+    env = {var: "set" for var in re.findall(r'client_secret = \{ env = "(\w+)" \}', docs)}
     loaded = {name: server_config(name, table, env=env) for block in blocks
               for name, table in tomllib.loads(block).get("servers", {}).items()}
     assert {"billing", "builds", "exports", "reports", "payments"} <= set(loaded)

@@ -32,7 +32,7 @@ CLASSIFICATIONS = [None, *Classification]
 
 
 def allowed(stage: Stage, outcome: Outcome, classification: Classification | None) -> str | None:
-    """The rule as the README and the docstring state it, written out case by case."""
+    """The rule as docs/how-it-works.md and the docstring state it, written out case by case."""
     if stage is Stage.GONE and outcome in (Outcome.LOST, Outcome.EXPIRED):
         return f"replay_{outcome.value}"
     if stage is Stage.SUBMITTING and outcome is Outcome.UNKNOWN_OUTCOME:
@@ -93,7 +93,7 @@ def test_replays_start_only_from_phases_where_an_operation_can_end() -> None:
 
 def test_the_diagrams_are_the_table() -> None:
     diagram = transition_diagram()
-    assert diagram in (ROOT / "README.md").read_text()
+    assert diagram in (ROOT / "docs" / "how-it-works.md").read_text()
     doc = mcp_task.__doc__ or ""
     assert "\n".join("    " + line for line in diagram.splitlines()) in doc
 

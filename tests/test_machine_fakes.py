@@ -195,6 +195,12 @@ async def env(skipping_env: WorkflowEnvironment) -> WorkflowEnvironment:
     return skipping_env
 
 
+@pytest.fixture
+async def lone_env(lone_skipping_env: WorkflowEnvironment) -> WorkflowEnvironment:
+    """For a test whose wait is cancelled while it heartbeats (``Blocking``): see ``lone_skipping_env``."""
+    return lone_skipping_env
+
+
 async def run(env: WorkflowEnvironment, fakes: Fakes, *, steer: Callable[[WorkflowHandle[Any, Any]], Any] | None = None,
               record: str | None = None, **request: Any) -> McpTaskOutcome:
     """One task through the fakes. ``record``: with MCP_TASKS_RECORD_HISTORIES=1, its history joins the committed
@@ -616,31 +622,31 @@ async def cancel_when_working(handle: WorkflowHandle[Any, Any]) -> None:
     (AwaitOutput(state=task("cancelled"), polls=1), Outcome.CANCELLED),
     (done(text("finished first")), Outcome.COMPLETED),
 ])
-async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(env: WorkflowEnvironment, settled: AwaitOutput,
+async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(lone_env: WorkflowEnvironment, settled: AwaitOutput,
                                                                         want: Outcome) -> None:
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))], settle=[settled])
-    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    out = await run(lone_env, fakes, steer=cancel_when_working, **REPLAY)
     assert out.outcome == want and fakes.calls["cancel_task"] == 1 and not replays(out)
 
 
-async def test_a_cancel_of_a_task_already_gone(env: WorkflowEnvironment) -> None:
+async def test_a_cancel_of_a_task_already_gone(lone_env: WorkflowEnvironment) -> None:
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(not_found=True)])
-    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    out = await run(lone_env, fakes, steer=cancel_when_working, **REPLAY)
     assert out.outcome == Outcome.CANCELLED and "already gone" in (out.reason or "") and not replays(out)
 
 
-async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(env: WorkflowEnvironment) -> None:
+async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(lone_env: WorkflowEnvironment) -> None:
     fault = wire(JsonRpcError("tasks/cancel: temporarily unavailable", code=-32603), task_read=True)
     fakes = Blocking(start_call=[started()], cancel_task=[fault])
-    out = await run(env, fakes, steer=cancel_when_working, **REPLAY)
+    out = await run(lone_env, fakes, steer=cancel_when_working, **REPLAY)
     assert out.outcome == Outcome.CANCELLED and "may still be running" in (out.reason or "")
     assert out.error is not None and out.error.code == -32603 and fakes.calls["cancel_task"] > 1
 
 
-async def test_a_cancel_whose_final_state_is_unknown(env: WorkflowEnvironment) -> None:
+async def test_a_cancel_whose_final_state_is_unknown(lone_env: WorkflowEnvironment) -> None:
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("working"))],
                      settle=[UNEXPECTED])
-    out = await run(env, fakes, steer=cancel_when_working)
+    out = await run(lone_env, fakes, steer=cancel_when_working)
     assert out.outcome == Outcome.CANCELLED and "final state unknown" in (out.reason or "")
 
 
@@ -691,7 +697,7 @@ async def test_a_run_through_input_a_lost_task_and_a_replay_makes_only_allowed_m
     assert fakes.calls["await_task"] == 3 and fakes.calls["answer_input"] == 1
 
 
-async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome_kept(env: WorkflowEnvironment) -> None:
+async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome_kept(lone_env: WorkflowEnvironment) -> None:
     """handle.cancel() (what `mcp-tasks cancel` sends): the UI shows Canceled, and outcome_of still reads the whole
     outcome (from the memo: a cancellation carries no details). The cancel update still ends Failed."""
     from temporalio.client import WorkflowExecutionStatus
@@ -705,7 +711,7 @@ async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome
         handles.append(handle)
         await handle.cancel()
 
-    out = await run(env, fakes, steer=cancel, record="cancelled_through_temporal_canceled")
+    out = await run(lone_env, fakes, steer=cancel, record="cancelled_through_temporal_canceled")
     assert out.outcome == Outcome.CANCELLED and out.task_id == "t-1" and fakes.calls["cancel_task"] == 1
     assert (await handles[0].describe()).status == WorkflowExecutionStatus.CANCELED
 
@@ -715,7 +721,7 @@ async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome
         await cancel_when_working(handle)
         by_update.append(handle)
 
-    again = await run(env, Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
+    again = await run(lone_env, Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
                                     settle=[AwaitOutput(state=task("cancelled"), polls=1)]), steer=update)
     assert again.outcome == Outcome.CANCELLED
     assert (await by_update[0].describe()).status == WorkflowExecutionStatus.FAILED
@@ -730,19 +736,19 @@ class Parent:
         return await McpTasksClient("fake").run("t", {}, child_id=child_id)
 
 
-async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outcome(env: WorkflowEnvironment) -> None:
+async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outcome(lone_env: WorkflowEnvironment) -> None:
     """The child ends Canceled (no details); the parent reads its outcome from the child's memo."""
     from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
                      settle=[AwaitOutput(state=task("cancelled"), polls=1)])
     queue, child_id = f"fast-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow, Parent],
+    async with Worker(lone_env.client, task_queue=queue, workflows=[McpTaskWorkflow, Parent],
                       activities=[*fakes.activities(), McpActivities().fetch_outcome],
                       workflow_runner=workflow_runner()):
-        parent = await env.client.start_workflow(Parent.run, child_id, id=f"parent-{uuid.uuid4().hex[:8]}",
+        parent = await lone_env.client.start_workflow(Parent.run, child_id, id=f"parent-{uuid.uuid4().hex[:8]}",
                                                  task_queue=queue)
-        child = env.client.get_workflow_handle(child_id)
+        child = lone_env.client.get_workflow_handle(child_id)
         await wait_for_view(child, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=20)
         await child.cancel()
         out = await asyncio.wait_for(parent.result(), 30)
@@ -781,7 +787,7 @@ async def test_an_attempt_is_dated_when_tools_call_was_sent_not_when_its_reply_c
     assert abs((at - scheduled).total_seconds()) < 1.0, (at, scheduled, completed)
 
 
-async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(env: WorkflowEnvironment) -> None:
+async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(lone_env: WorkflowEnvironment) -> None:
     """Cancelled while its server is being resolved: Canceled, with a cancelled outcome and nothing sent."""
     from temporalio.client import WorkflowExecutionStatus
 
@@ -797,9 +803,9 @@ async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(
 
     acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.RESOLVE]
     queue = f"fast-{uuid.uuid4().hex[:8]}"
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, resolve],
+    async with Worker(lone_env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, resolve],
                       workflow_runner=workflow_runner()):
-        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
+        handle = await start_mcp_task(lone_env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
                                       workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
         await asyncio.wait_for(resolving.wait(), 20)
         await handle.cancel()

@@ -35,7 +35,7 @@ CODES = [-32602, -32601, -32603, -32600, -32000, -32020, -32021, -32022, -1, 0, 
 
 
 def expected(method: str, era: str, status: str | None, code: int | None) -> ReadMeaning:
-    """The rule as the README states it, written independently of the table's rows."""
+    """The rule as docs/faults.md states it, written independently of the table's rows."""
     legacy_result = method == "tasks/result" and era == "2025-11-25"
     if legacy_result and status == "failed":
         return ReadMeaning.FAULT if code == -32601 else ReadMeaning.PAYLOAD
@@ -99,10 +99,10 @@ def test_table_ends_with_a_catch_all_fault_row() -> None:
     assert (last.method, last.era, last.status, last.code, last.meaning) == (None, None, None, None, ReadMeaning.FAULT)
 
 
-def test_readme_shows_the_table_as_the_code_has_it() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    m = re.search(r"<!-- read-error-table:start -->\n(.*?)\n<!-- read-error-table:end -->", readme, re.S)
-    assert m is not None, "README lost its read-error table markers"
+def test_the_docs_show_the_table_as_the_code_has_it() -> None:
+    faults = (Path(__file__).parent.parent / "docs" / "faults.md").read_text()
+    m = re.search(r"<!-- read-error-table:start -->\n(.*?)\n<!-- read-error-table:end -->", faults, re.S)
+    assert m is not None, "docs/faults.md lost its read-error table markers"
     assert m.group(1).strip() == read_error_table()
 
 

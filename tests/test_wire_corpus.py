@@ -378,7 +378,9 @@ async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[st
         assert kept_alive_is_on(transport) == (path == "ours"), "the read path under test is not the one taken"
         mark = len(server.requests)
         server.reads = reply
-        with PeakRss() as rss:
+        # Only a huge case is measured: a PeakRss costs a full gc.collect() first (~0.3 s with a whole suite loaded).
+        rss = PeakRss() if measure else None
+        with rss if rss is not None else contextlib.nullcontext():
             hostile = await outcome(transport.request("tasks/get", {"taskId": TASK_ID}))
         conns = {r.conn for r in server.requests[mark:] if r.method == "tasks/get"}
         await asyncio.sleep(pause_s)
@@ -388,7 +390,7 @@ async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[st
         nxt = next((r.conn for r in server.requests[mark:] if r.method == "tasks/get"), None)
     finally:
         await transport.aclose()
-    return hostile, after, conns, nxt, rss.growth if measure else 0
+    return hostile, after, conns, nxt, rss.growth if rss is not None else 0
 
 
 @pytest.mark.parametrize("path", ["httpx", "ours"])
@@ -422,7 +424,7 @@ def test_the_corpus_is_at_least_40_cases_with_unique_names() -> None:
 
 # --- property tests over chunked framing -------------------------------------------------------------------
 
-PROPERTY = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

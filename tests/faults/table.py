@@ -1,4 +1,4 @@
-"""Print the last fault-matrix run (``tests/faults/last_matrix.json``) as markdown, for the README.
+"""Print the last fault-matrix run (``tests/faults/last_matrix.json``) as markdown, for docs/faults.md.
 
     python -m tests.faults.table [--file PATH] [--cells]
 

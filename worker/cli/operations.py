@@ -171,8 +171,8 @@ async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool)
         raise CliError(f"MCP server unreachable at start ({printable(endpoint.identity())}): "
                        f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
                        EXIT_UNREACHABLE) from None
-    except Exception as exc:  # it answered: the workflow will report precisely what is wrong
-        err(f"note: MCP server at {endpoint.identity()} answered the handshake with: {printable(exc)}")
+    except Exception as exc:  # refused (by the server, or no OAuth token): the workflow reports precisely why
+        err(f"note: the handshake with MCP server at {printable(endpoint.identity())} failed: {printable(exc)}")
 
 
 async def _existing(client: Client, wid: str) -> WorkflowExecutionDescription | None:
@@ -324,8 +324,10 @@ class _QueueWatch:
     `status` does), one line when none does (and the command that serves it), one when one does again. Waiting goes
     on: a worker that starts picks the task up."""
 
-    def __init__(self, client: Client, queue: str, wid: str) -> None:
+    def __init__(self, client: Client, queue: str, wid: str, *, on_interrupt: str) -> None:
         self.client, self.queue, self.wid = client, queue, wid
+        #: What Ctrl-C does in the command that follows: `run` cancels the task, `result --wait` only stops following.
+        self.on_interrupt = on_interrupt
         self.none = False
         self.next_at = 0.0
 
@@ -338,7 +340,7 @@ class _QueueWatch:
         if pollers == 0 and not self.none:
             self.none = True
             return (f"note: no worker polls task queue {self.queue!r}, so {self.wid} waits until one does: "
-                    f"{_no_worker_hint(self.queue, self.wid)} (Ctrl-C cancels the task)")
+                    f"{_no_worker_hint(self.queue, self.wid)} ({self.on_interrupt})")
         if pollers and self.none:
             self.none = False
             return f"note: a worker polls task queue {self.queue!r} now"
@@ -432,7 +434,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
                 emit(args, {"workflow_id": wid}, wid)
                 err(f"started; a worker on task queue {queue!r} runs it (mcp-tasks worker --task-queue {queue}).{at}")
                 return EXIT_OK
-            watch = _WorkerWatch(worker_task, wid) if worker_task is not None else _QueueWatch(client, queue, wid)
+            watch = (_WorkerWatch(worker_task, wid) if worker_task is not None
+                     else _QueueWatch(client, queue, wid, on_interrupt="Ctrl-C cancels the task"))
 
             def left() -> str:
                 if in_process:
@@ -547,7 +550,7 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         raise CliError(f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}",
                        EXIT_UNREACHABLE) from None
     except McpWireError as exc:
-        raise CliError(f"MCP server at {where} refused the handshake: {printable(exc)}", EXIT_ENDED,
+        raise CliError(f"the handshake with MCP server at {where} failed: {printable(exc)}", EXIT_ENDED,
                        kind="refused") from None
     try:
         tools = await asyncio.wait_for(client.list_tools(), timeout=15)
@@ -712,8 +715,8 @@ async def cmd_result(args: argparse.Namespace) -> int:
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
-        watch = _QueueWatch(client, desc.task_queue, args.id) if desc.status == WorkflowExecutionStatus.RUNNING \
-            else None
+        watch = _QueueWatch(client, desc.task_queue, args.id, on_interrupt="Ctrl-C stops following it; the task waits on") \
+            if desc.status == WorkflowExecutionStatus.RUNNING else None
         try:
             outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait, check=watch)
         except CliError:
