@@ -36,13 +36,12 @@ them across deployments. Failure semantics, per activity:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import jsonschema
@@ -50,6 +49,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 
+from mcp_temporal_tasks.activities.failures import to_application_error
 from mcp_temporal_tasks.activities.models import (
     OUTCOME_MEMO,
     STILL_WORKING,
@@ -64,7 +64,6 @@ from mcp_temporal_tasks.activities.models import (
     JobBinding,
     LegacyInputRequest,
     ListToolsInput,
-    PollSchedule,
     RelayInput,
     RelayOutput,
     ResolveInput,
@@ -75,16 +74,21 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
     ToolPolicy,
-    failed_read_error,
     outcome_in_failure,
 )
 from mcp_temporal_tasks.activities.push import GRACE_S, PushHub
+from mcp_temporal_tasks.activities.relay import (
+    INPUT_DELIVERED_SIGNAL,
+    INPUT_REQUESTED_SIGNAL,
+    RELAY_STATE_QUERY,
+    legacy_input_key,
+)
 from mcp_temporal_tasks.activities.result_store import ResultStore
+from mcp_temporal_tasks.activities.schedule import after_read_fault, next_poll_delay, task_age_s
 from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
     McpTaskClient,
     McpWireError,
-    RateLimited,
     ResultDecodeError,
     SessionPool,
     TaskNotFound,
@@ -93,18 +97,14 @@ from mcp_temporal_tasks.activities.wire import (
     decode_result,
 )
 from mcp_temporal_tasks.activities.wire.errors import (
-    RAW_CAP,
     PayloadUnusable,
     _cap,
-    is_read_fault,
-    is_transient_read_error,
 )
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
 from mcp_temporal_tasks.activities.wire.models import (
     LEGACY,
     Endpoint,
-    RpcErrorInfo,
     StartResult,
     TaskPayload,
     TaskState,
@@ -128,112 +128,6 @@ LIST_TOOLS = "mcp-tasks.list_tools.v1"
 FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
 POLL_TASK = "mcp-tasks.poll_task.v1"
 
-# Workflow messages the relay uses (defined by McpTaskWorkflow).
-INPUT_REQUESTED_SIGNAL = "legacy_input_requested"
-INPUT_DELIVERED_SIGNAL = "legacy_input_delivered"
-RELAY_STATE_QUERY = "legacy_relay_state"
-
-
-def legacy_input_key(method: str, params: dict[str, Any]) -> str:
-    """Stable key of an input request: a re-sent identical question maps to the same key (asked once)."""
-    from mcp_temporal_tasks.activities.wire.contract import canonical_json
-
-    body = canonical_json({"method": method, "params": {k: v for k, v in params.items() if k != "_meta"}})
-    return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-#: Temporal keeps the failure of an attempt that will be retried only up to 4 KiB
-#: (``limit.mutableStateActivityFailureSize.error``); a larger one is replaced by "Failure exceeds size limit." and
-#: the reason is lost from the UI and ``describe``. A retryable failure's message is cut to this, ...
-RETRYABLE_MESSAGE_CAP = 1024
-#: ... each text or value of its details to this (their ``message`` is the failure's own), and it carries no cause
-#: chain (the wire error it stands for is in the details): message, details and the stack trace of its raise stay
-#: under that limit with room to spare (``tests/test_failure_bounds.py`` measures one on a real server).
-RETRYABLE_DETAIL_CAP = 256
-
-
-def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bool = False,
-                         sent: bool | None = None) -> ApplicationError:
-    """The one mapping from wire failures to Temporal failures: type = error kind, details = info.
-
-    ``read``: the request was an idempotent read, so a garbled reply is retryable like a transport fault.
-    ``task_read``: a read of an existing task (``tasks/*``, a job's status, result or cancel tool): every
-    failure :func:`~.wire.errors.is_read_fault` calls a fault is retryable, JSON-RPC errors included, and the
-    details say which attempt it was (the workflow reports how many there were).
-    ``sent=False``: the failure happened before ``tools/call`` left (discovery, ``tools/list``, connect),
-    whatever the failing request itself may have reached: the tool surely did not run.
-
-    A retryable failure is bounded (:data:`RETRYABLE_MESSAGE_CAP`, :data:`RETRYABLE_DETAIL_CAP`, the cut said in the
-    text) and suppresses its context: raise it plainly (``raise to_application_error(exc)``), not ``from exc``. A
-    final one keeps the wire error's 16 KiB texts (the outcome reads them) and its cause.
-    """
-    delay = timedelta(seconds=exc.retry_after_s) if isinstance(exc, RateLimited) and exc.retry_after_s else None
-    info = exc.info()
-    reached = exc.may_have_reached_server if sent is None else sent
-    info["may_have_reached_server"] = reached
-    message = exc.message
-    if sent is False:
-        message = f"tools/call was never sent: {message}"
-        info["message"] = message
-    retryable = exc.retryable or (read and is_transient_read_error(exc)) or (task_read and is_read_fault(exc))
-    if task_read and activity.in_activity():
-        info["attempt"] = activity.info().attempt
-    if retryable:
-        message = cap_text(message, RETRYABLE_MESSAGE_CAP)
-        info.pop("message", None)
-        info = {k: cap_text(v, RETRYABLE_DETAIL_CAP) if isinstance(v, str)
-                else safe_raw(v, RETRYABLE_DETAIL_CAP) if isinstance(v, (dict, list)) else v for k, v in info.items()}
-    err = ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
-    if retryable:
-        err.__suppress_context__ = True
-    else:
-        err.__cause__ = exc
-    return err
-
-
-#: A server's ``pollInterval`` is honoured up to this (a longer one is a server bug, not a reason to wait a day).
-MAX_HONOURED_POLL_INTERVAL_S = 3600.0
-
-
-def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None,
-                    age_s: float | None = None, schedule: PollSchedule | None = None) -> float:
-    """Seconds until the next ``tasks/get``.
-
-    The base is the server's ``pollInterval`` (or, when it gives none, a backoff from 0.5 s by 1.5× per poll)
-    within our floor and ceiling. Once the task is older than ``schedule.after_s`` the gap grows to
-    ``schedule.age_fraction × age`` (bounded by ``schedule.max_interval_s``), so a waiting task costs
-    O(log age) polls instead of age / pollInterval, and is still seen within that fraction of its age.
-    Never shorter than the server's ``pollInterval``: the spec lets a client poll less often, not more.
-    """
-    server_s = min(server_ms / 1000.0, MAX_HONOURED_POLL_INTERVAL_S) if server_ms is not None and server_ms > 0 else None
-    if server_s is not None:
-        base = server_s
-    elif previous_s is None:
-        base = 0.5
-    else:
-        base = previous_s * 1.5
-    delay = min(ceiling_s, max(floor_s, base))
-    if schedule is not None and age_s is not None and age_s >= schedule.after_s and schedule.age_fraction > 0:
-        delay = max(delay, min(schedule.max_interval_s, schedule.age_fraction * age_s))
-    return max(delay, server_s or 0.0)
-
-
-def task_age_s(created_at: str | None, submitted_at: float | None, now: float) -> float | None:
-    """A task's age, by our own clock: since we sent the ``tools/call`` that created it (durable, in the workflow's
-    history). A task cannot be older than that call, whatever the server's ``createdAt`` says (a server clock
-    hours behind, or local time written with a ``Z``, would make a fresh task look old and be polled minutes
-    apart). The server's ``createdAt`` counts only where we have no send time, and not when it is in the future."""
-    if submitted_at is not None:
-        return max(0.0, now - submitted_at)
-    if created_at:
-        try:
-            created = datetime.fromisoformat(created_at)
-        except ValueError:
-            return None
-        if created.tzinfo is not None and created.timestamp() <= now + 5:
-            return max(0.0, now - created.timestamp())
-    return None
-
 
 def _beat_every(info: activity.Info) -> float:
     """Heartbeat period: half the heartbeat timeout. The SDK sends at most one per 0.8 × the timeout (the
@@ -245,28 +139,6 @@ def _short(task_id: str, n: int = 64) -> str:
     return task_id if len(task_id) <= n else f"{task_id[:n]}…"
 
 
-def _after_read_fault(exc: McpWireError, inp: AwaitInput, failing_since: float, faults: int,
-                      tries: int) -> tuple[AwaitOutput | None, float]:
-    """What a failed poll leads to: ``(no_answer, 0)`` once the server has given no usable answer for
-    ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, a 429's
-    ``Retry-After``, never past the budget. A failure that is not a read fault raises the activity's typed error."""
-    if not is_read_fault(exc):
-        raise to_application_error(exc, task_read=True)
-    now = time.time()
-    if now - failing_since >= inp.unreachable_s:
-        what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
-        return AwaitOutput(
-            no_answer=f"{what} got no usable answer in {faults} attempts over {now - failing_since:.0f}s "
-                      f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
-            last_error=read_error_info(exc)), 0.0
-    backoff = min(30.0, 0.5 * 2 ** min(tries, 6))
-    wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
-    return None, min(wait, max(0.1, failing_since + inp.unreachable_s - now))
-
-
-def read_error_info(exc: McpWireError) -> RpcErrorInfo:
-    """The server's last answer to a read that kept failing (the wire error's message and data are capped)."""
-    return failed_read_error(exc.kind, exc.code, exc.message, exc.data)
 
 
 def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | JobTasks:
@@ -629,7 +501,7 @@ class McpActivities:
             except McpWireError as exc:
                 failing_since, faults = failing_since or time.time(), faults + 1
                 transient += 1
-                gave_up, wait = _after_read_fault(exc, inp, failing_since, faults, transient)
+                gave_up, wait = after_read_fault(exc, inp, failing_since, faults, transient)
                 if gave_up is not None:
                     gave_up.polls = polls
                     return gave_up
@@ -731,7 +603,7 @@ class McpActivities:
             return AwaitOutput(unreachable=exc.message, polls=1)
         except McpWireError as exc:
             failing_since, faults = failing_since or time.time(), faults + 1
-            gave_up, wait = _after_read_fault(exc, inp, failing_since, faults, faults)
+            gave_up, wait = after_read_fault(exc, inp, failing_since, faults, faults)
             if gave_up is not None:
                 return gave_up
             activity.heartbeat({**details, "failingSince": failing_since, "faults": faults,
@@ -950,4 +822,4 @@ class McpActivities:
         return await self._on_task(RelayOutput, relay, beat)
 
 
-__all__ = ["McpActivities", "to_application_error", "legacy_input_key", "RAW_CAP"]
+__all__ = ["McpActivities"]

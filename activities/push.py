@@ -71,7 +71,7 @@ from mcp_temporal_tasks.activities.wire.notifications import (
     TasksSubscription,
     task_notice,
 )
-from mcp_temporal_tasks.activities.wire.transport import StdioTransport
+from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 
 log = logging.getLogger("mcp_tasks.push")
 

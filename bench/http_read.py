@@ -29,8 +29,8 @@ import time
 import httpx2
 
 from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, sdk_compat
+from mcp_temporal_tasks.activities.wire.http_transport import SWITCH, HttpTransport
 from mcp_temporal_tasks.activities.wire.models import EXTENSION
-from mcp_temporal_tasks.activities.wire.transport import SWITCH, HttpTransport
 
 WAYS = ("httpx", "httpx over h11", "direct h11", "direct httpcore2")
 
@@ -91,7 +91,7 @@ async def cpu_per_read(url: str, reads: int, *, way: str) -> float:
 
 def start_server(sse: bool) -> tuple[subprocess.Popen[bytes], str]:
     """The demo's fastmcp server on a free port (``--json-response`` unless ``sse``), in our process group."""
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", "100", *([] if sse else ["--json-response"])]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     lines: queue.Queue[str] = queue.Queue()

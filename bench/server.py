@@ -1,6 +1,6 @@
 """Bench MCP server: the real fastmcp 2026-07-28 tasks runtime, instrumented for the benchmark.
 
-It is the same stack as ``mcp_temporal_tasks.worker.demo_server`` (``fastmcp[tasks]==4.1.4``, SEP-2663 extension, Docket on
+It is the same stack as ``mcp_temporal_tasks.demo.server`` (``fastmcp[tasks]==4.1.4``, SEP-2663 extension, Docket on
 ``memory://``), with three differences that matter for a benchmark:
 
 * **Docket worker concurrency** is raised from the fastmcp default of 10 (``DocketSettings.concurrency``)
@@ -345,7 +345,7 @@ async def serve(host: str, port: int, poll_interval_ms: int, concurrency: int, t
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when sock.proto is
     # IPPROTO_TCP, and a socket made with proto 0 hands that 0 to every accepted connection. Without
     # NODELAY each keep-alive reply (headers and body written separately) waits ~40 ms for the client's
-    # delayed ACK (Nagle). worker/demo_server.py creates its socket with proto 0 and has this stall.
+    # delayed ACK (Nagle). demo/server.py creates its socket with proto 0 and has this stall.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

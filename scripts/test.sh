@@ -19,7 +19,7 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
 
 # The gate: lint and types fail the run before any test does.
-.venv/bin/ruff check api activities workflows worker tests bench scripts examples
+.venv/bin/ruff check api activities workflows worker demo tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 # The documentation site builds with no dead link or anchor (mkdocs.yml: strict, links and anchors validated), into a
 # throwaway folder so a checkout's site/ is never touched. NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner.

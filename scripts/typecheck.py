@@ -1,4 +1,4 @@
-"""The static gate over the package as it installs (``mcp_temporal_tasks.{workflows,activities,worker}`` and the
+"""The static gate over the package as it installs (``mcp_temporal_tasks.{workflows,activities,worker,demo}`` and the
 modules of ``api/``): mypy, then the import layers (import-linter contracts in pyproject.toml).
 
 The repository keeps those folders at its top (pyproject's package-dir maps them), which neither tool can follow;
@@ -25,7 +25,7 @@ def build_view() -> Path:
     package.mkdir(parents=True)
     for module in (ROOT / "api").glob("*.py"):
         (package / module.name).symlink_to(module)
-    for folder in ("workflows", "activities", "worker"):
+    for folder in ("workflows", "activities", "worker", "demo"):
         (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
     return VIEW
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcp_temporal_tasks.activities.mcp_activities import next_poll_delay
+from mcp_temporal_tasks.activities.schedule import next_poll_delay
 from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
 from mcp_temporal_tasks.workflows.decisions import (
     after_submit_failure,
@@ -22,7 +22,7 @@ from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayP
 
 pytestmark = pytest.mark.fast
 
-# Real payloads, as captured from the peers (tests/peers/ts, worker/demo_server.py).
+# Real payloads, as captured from the peers (tests/peers/ts, demo/server.py).
 TS_429 = {"content": [{"type": "text", "text": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"}],
           "isError": True}
 TS_REQUIRED = {"content": [{"type": "text", "text": "MCP error -32601: Tool required_echo requires task augmentation "

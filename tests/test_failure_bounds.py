@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
-from mcp_temporal_tasks.activities.mcp_activities import RETRYABLE_MESSAGE_CAP, to_application_error
+from mcp_temporal_tasks.activities.failures import RETRYABLE_MESSAGE_CAP, to_application_error
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.activities.wire.errors import (
     AuthorizationRequired,

@@ -1,6 +1,6 @@
 """The "job tool" fixtures of the peers, through the official Python SDK client (``mcp`` ``ClientSession``).
 
-Both the TS SDK peer (``tests/peers/ts/server.mjs``) and the fastmcp demo server (``worker/demo_server.py``) serve
+Both the TS SDK peer (``tests/peers/ts/server.mjs``) and the fastmcp demo server (``demo/server.py``) serve
 the same plain (non-task) tools with the same arguments and reply shapes: ``start_export`` / ``get_export_status``
 / ``download_export`` / ``cancel_export`` (a job API a client has to poll) and ``slow_progress`` (a long synchronous
 call that reports ``notifications/progress``). Every test runs against both peers.

@@ -25,7 +25,7 @@ from mcp_temporal_tasks.activities.wire import (
 )
 from mcp_temporal_tasks.activities.wire.errors import RequestRefused
 from mcp_temporal_tasks.activities.wire.http11 import H11Transport
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from tests.faults import FaultProxy, Malformed, RateLimit, ResetAfterSend, Status, Truncated
 from tests.peers.harness import Peer
 

@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.activities import mcp_activities as names
-from mcp_temporal_tasks.activities.mcp_activities import to_application_error
+from mcp_temporal_tasks.activities.failures import to_application_error
 from mcp_temporal_tasks.activities.models import (
     TASK_NOTIFIED_SIGNAL,
     AnswerInput,

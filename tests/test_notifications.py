@@ -26,8 +26,8 @@ from starlette.routing import Route
 
 from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, McpTaskClient, SessionRef
 from mcp_temporal_tasks.activities.wire import notifications as n
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.models import Endpoint
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer
 
 

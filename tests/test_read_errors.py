@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_temporal_tasks.activities.mcp_activities import to_application_error
+from mcp_temporal_tasks.activities.failures import to_application_error
 from mcp_temporal_tasks.activities.wire.errors import (
     READ_ERROR_RULES,
     AuthorizationRequired,

@@ -36,7 +36,7 @@ from mcp_temporal_tasks.activities.wire import (
     TransportError,
     redact,
 )
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.worker.config import WorkerSettings, load_config
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task

@@ -55,8 +55,8 @@ from mcp_temporal_tasks.activities.wire.errors import (
     parse_retry_after,
     read_retry_after,
 )
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.models import UNLIMITED
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 
 pytestmark = pytest.mark.fast
 
@@ -570,7 +570,7 @@ def test_retry_after_is_digits_or_a_date_and_bounded(value: str | None, expected
 async def test_a_429_with_any_retry_after_maps_to_a_bounded_refusal(fake: _FakeServer, header: str) -> None:
     """Through the transport and the activities' one mapping: a RateLimited that never reached the tool, its
     ``next_retry_delay`` at most a day, what the server sent named in the message when it was not used as is."""
-    from mcp_temporal_tasks.activities.mcp_activities import to_application_error
+    from mcp_temporal_tasks.activities.failures import to_application_error
 
     with pytest.raises(RateLimited) as info:
         await _request(f"{fake.base}/429-custom/{urllib.parse.quote(header, safe='')}", "tools/call", {"name": "x"})

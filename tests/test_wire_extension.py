@@ -1,4 +1,4 @@
-"""The wire layer against the fastmcp 4.1.4 tasks-extension server (2026-07-28, ``worker/demo_server.py``).
+"""The wire layer against the fastmcp 4.1.4 tasks-extension server (2026-07-28, ``demo/server.py``).
 
 On this era the payload is inline in ``tasks/get`` (``result()`` sends nothing), ``tasks/cancel`` is an empty
 ack, a tool's ``isError`` ends ``completed``, and every request carries the ``_meta`` envelope and, on
@@ -28,8 +28,8 @@ from mcp_temporal_tasks.activities.wire import (
     decode_result,
     sdk_compat,
 )
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport
 from tests.peers.harness import Peer, poll_until_terminal, read_peer_log
 
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"

@@ -48,12 +48,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
-    from mcp_temporal_tasks.activities.mcp_activities import (
-        INPUT_DELIVERED_SIGNAL,
-        INPUT_REQUESTED_SIGNAL,
-        RELAY_STATE_QUERY,
-        McpActivities,
-    )
+    from mcp_temporal_tasks.activities.mcp_activities import McpActivities
     from mcp_temporal_tasks.activities.models import (
         OUTCOME_MEMO,
         TASK_NOTIFIED_SIGNAL,
@@ -72,12 +67,13 @@ with workflow.unsafe.imports_passed_through():
         StartCallInput,
         StartCallOutput,
         TaskNotified,
-        failed_read_error,
     )
+    from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
     from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.failures import attempts_text, failure_info, last_read_failure
     from mcp_temporal_tasks.workflows.models import (
         SA_OUTCOME,
         SA_SERVER,
@@ -105,29 +101,18 @@ with workflow.unsafe.imports_passed_through():
         search_attribute_value,
         validation_message,
     )
+    from mcp_temporal_tasks.workflows.options import (
+        IDLE_POLL,
+        LONG_WAIT,
+        MAX_RESEND_DELAY_S,
+        RETRIEVE,
+        SUBMIT,
+        TASK_STEP,
+        WAIT,
+        read_budget,
+    )
 
 
-# Activity presets. Which failures are worth retrying is said by each error itself (``non_retryable``, from the
-# wire error's ``retryable`` flag: activities.mcp_activities.to_application_error), not listed here again.
-#: tools/call: one attempt. Whether a failed send may be repeated is the workflow's decision, never a retry's.
-SUBMIT = ActivityConfig(retry_policy=RetryPolicy(maximum_attempts=1))
-#: Waiting on a task (poll, relay): retried while the worker dies or the server hiccups, bounded by the caller.
-WAIT = ActivityConfig(retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                               maximum_interval=timedelta(seconds=30)))
-#: Reading a terminal task's payload; the caller bounds it by the task's TTL or the deadline.
-RETRIEVE = ActivityConfig(start_to_close_timeout=timedelta(minutes=5))
-#: One idempotent request on an existing task (tasks/cancel, tasks/update).
-TASK_STEP = ActivityConfig(start_to_close_timeout=timedelta(seconds=60), retry_policy=WAIT["retry_policy"])
-#: Waiting on a task with nothing running between polls (``poll_task``): each attempt is one poll, retried at the
-#: gap the attempt names (``next_retry_delay``), so the backoff here only paces attempts a worker's death cut short.
-#: No schedule-to-close: a deadline is a workflow timer (a retry past schedule-to-close would be refused early).
-IDLE_POLL = ActivityConfig(start_to_close_timeout=timedelta(minutes=5),
-                           retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                                                    maximum_interval=timedelta(seconds=60)))
-LONG_WAIT = timedelta(days=7)
-#: Longest Retry-After honoured before a resend of a tools/call that never reached the tool; a longer one
-#: ends the task (``rejected``, ``retryable``, with ``retry_after_s``) so the caller decides when to come back.
-MAX_RESEND_DELAY_S = 300.0
 #: Guards the rule "a retrieval failure never leads to a replay": histories recorded before it replayed.
 RETRIEVAL_NEVER_REPLAYS = "retrieval-failures-never-replay"
 FAIL_UNLESS_COMPLETED = "fail-unless-completed"
@@ -203,46 +188,8 @@ def _placeholder_request(raw: Any) -> McpTaskRequest:
     return McpTaskRequest(server=server, tool=tool)
 
 
-def _failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dict[str, Any]]:
-    """(kind, may_have_reached_server, info) of a failed activity, from its typed cause.
-
-    Local activity failures may arrive as the bare ``ApplicationError``, not wrapped in ActivityError.
-    """
-    cause = err if isinstance(err, ApplicationError) else err.cause
-    if isinstance(cause, ApplicationError):
-        info = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-        return cause.type or "ApplicationError", bool(info.get("may_have_reached_server", True)), info
-    if isinstance(cause, TimeoutError):
-        # A worker died or hung mid-call: whatever it sent may have arrived.
-        return f"Timeout{cause.type.name if cause.type else ''}", True, {"message": str(cause)}
-    return type(cause).__name__ if cause else "ActivityError", True, {"message": str(err)}
 
 
-def _last_read_failure(err: ActivityError) -> tuple[str, dict[str, Any], RpcErrorInfo]:
-    """(kind, info, error) of a read whose retries ran out: the last attempt's typed failure, which Temporal
-    puts under the timeout when the schedule-to-close budget ended the retries; the error is the server's."""
-    cause: BaseException | None = err.cause
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.cause if isinstance(cause, (TimeoutError, ActivityError)) else None
-    kind, _, info = _failure_info(cause if cause is not None else err)
-    message = str(info.get("message") or (cause.message if cause is not None else ""))
-    return kind, info, failed_read_error(kind, info.get("code"), message, info.get("data"))
-
-
-def _read_budget(budget_s: float, *, max_interval_s: float = 30.0) -> dict[str, Any]:
-    """Activity options of a read retried on every fault for ``budget_s``: backoff from 1 s by 2×, its gaps within
-    a fifth of the budget, so the last tries are not forfeited (Temporal gives up at once when the next retry
-    would start past the schedule-to-close timeout)."""
-    return {"schedule_to_close_timeout": timedelta(seconds=budget_s),
-            "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                                        maximum_interval=timedelta(seconds=max(1.0, min(max_interval_s, budget_s / 5))))}
-
-
-def _attempts_text(info: dict[str, Any], since: datetime) -> str:
-    attempts = info.get("attempt")
-    seconds = (workflow.now() - since).total_seconds()
-    return f"{attempts} attempt{'s' if attempts != 1 else ''} over {seconds:.0f}s" if isinstance(attempts, int) \
-        else f"attempts over {seconds:.0f}s"
 
 
 @workflow.defn(name="McpTaskWorkflow")
@@ -399,7 +346,7 @@ class McpTaskWorkflow:
                                            reason=f"{self.m.cancel_reason} before tools/call was sent"))
             if isinstance(err, asyncio.CancelledError):
                 raise
-            kind, _, info = _failure_info(err)
+            kind, _, info = failure_info(err)
             return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
                 code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
                 classification=Classification.INPUT_CORRECTABLE, reason=kind))
@@ -563,7 +510,7 @@ class McpTaskWorkflow:
             try:
                 out = await self._uninterruptible(handle)
             except ActivityError as err:
-                kind, reached, info = _failure_info(err)
+                kind, reached, info = failure_info(err)
                 verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
                 retry_after = decisions.bounded_delay_s(info.get("retry_after_s")) or 0.0
                 if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
@@ -738,11 +685,11 @@ class McpTaskWorkflow:
                 McpActivities.retrieve_result,
                 RetrieveInput(session=self.m.session, job=self._job(), state=self.m.task_state, principal=self._principal(),
                               output_schema=self.m.output_schema),
-                **self._config(RETRIEVE, **_read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
+                **self._config(RETRIEVE, **read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
         except ActivityError as err:
-            kind, info, last = _last_read_failure(err)
+            kind, info, last = last_read_failure(err)
             self.m.ledger.last_retrieval = f"gave up: {kind}"
-            why = (f"reading its payload failed ({_attempts_text(info, started)} of a {budget:.0f}s budget; last: "
+            why = (f"reading its payload failed ({attempts_text(info, started)} of a {budget:.0f}s budget; last: "
                    f"{kind}: {info.get('message', '')})")
             if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
                 outcome, error = decisions.unretrieved_outcome(self.m.task_state.status, self.m.task_state.status_message)
@@ -811,16 +758,16 @@ class McpTaskWorkflow:
                 McpActivities.answer_input,
                 AnswerInput(session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()),
                 # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
-                **self._config(TASK_STEP, **_read_budget(self.req.timeouts.unreachable_s), summary=f"tasks/update {_short(task.task_id)}"))
+                **self._config(TASK_STEP, **read_budget(self.req.timeouts.unreachable_s), summary=f"tasks/update {_short(task.task_id)}"))
         except ActivityError as err:
-            kind, info, last = _last_read_failure(err)
+            kind, info, last = last_read_failure(err)
             if kind == "TaskNotFound":
                 outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
                 raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/update answered -32602: the task is gone"
                              + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
             # The answers may or may not have arrived; the task is not known to be gone: never a replay.
             raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.INPUT, error=last, reason=(
-                f"tasks/update could not deliver the answers ({_attempts_text(info, answering)}; last: {kind}: "
+                f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "
                 f"{info.get('message', '')}); not replayed: the task may still exist on the server")))
         self.m.answered_keys.extend(responses)
         self.m.pending = {}
@@ -885,11 +832,11 @@ class McpTaskWorkflow:
                 McpActivities.cancel_task, CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id,
                                                         principal=principal),
                 # Retried on every read fault, for as long as a poll would be (at most 5 minutes).
-                **self._config(TASK_STEP, **_read_budget(min(300.0, self.req.timeouts.unreachable_s)), summary=f"tasks/cancel {_short(task.task_id)}"))
+                **self._config(TASK_STEP, **read_budget(min(300.0, self.req.timeouts.unreachable_s)), summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
-            kind, info, last = _last_read_failure(err)
+            kind, info, last = last_read_failure(err)
             raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, error=last, reason=(
-                f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({_attempts_text(info, asked)}; last: "
+                f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({attempts_text(info, asked)}; last: "
                 f"{kind}): the task may still be running on the server")))
         if out.not_found or out.unreachable:
             raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING,
@@ -1018,7 +965,7 @@ class McpTaskWorkflow:
 
     @staticmethod
     def _lost(err: ActivityError, what: str, where: Stage) -> _Ended:
-        kind, _, info = _failure_info(err)
+        kind, _, info = failure_info(err)
         timeout = err.cause if isinstance(err.cause, TimeoutError) else None
         if timeout is not None and timeout.type == TimeoutType.SCHEDULE_TO_START:  # the owner's process is gone
             return _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE,

@@ -27,6 +27,8 @@ from mcp_temporal_tasks.activities.wire.errors import (
     is_transient_read_error,
     read_error_meaning,
 )
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.limits import (
     MAX_TASK_ID,
     STATUS_MESSAGE_CAP,
@@ -50,14 +52,9 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
+from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
-from mcp_temporal_tasks.activities.wire.transport import (
-    HttpTransport,
-    NotificationHandler,
-    ServerRequestHandler,
-    StdioTransport,
-    Transport,
-)
+from mcp_temporal_tasks.activities.wire.transport import Transport
 
 log = logging.getLogger(__name__)
 

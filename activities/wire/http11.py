@@ -2,7 +2,7 @@
 
 :class:`H11Transport` is an ``httpx2.AsyncBaseTransport``: httpx's client (auth flows, cookies, redirects, proxies
 from the environment, its default headers) runs on top of it exactly as on its own transport, and what comes back
-is an ``httpx2.Response`` read by the same code (:mod:`.transport`) whichever way it was sent. Every byte of HTTP
+is an ``httpx2.Response`` read by the same code (:mod:`.http_transport`) whichever way it was sent. Every byte of HTTP
 is framed and checked by h11, the library httpcore2 (httpx's own stack) uses: request and reply headers (names are
 tokens, no CR, LF or NUL in values), ``Content-Length`` and chunked coding, 1xx, bodies that end with the
 connection. What this module owns is the plumbing around h11: sockets, a small pool, timeouts, and two rules.

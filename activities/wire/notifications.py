@@ -44,8 +44,9 @@ import httpx2
 
 from mcp_temporal_tasks.activities.wire.client import McpTaskClient
 from mcp_temporal_tasks.activities.wire.errors import JsonRpcError, McpWireError
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID, carry_problem, loads_bounded
-from mcp_temporal_tasks.activities.wire.transport import HttpTransport, StdioTransport
+from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 
 log = logging.getLogger(__name__)
 

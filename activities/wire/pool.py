@@ -26,7 +26,7 @@ from typing import TypeVar
 from mcp_temporal_tasks.activities.wire.client import McpTaskClient
 from mcp_temporal_tasks.activities.wire.errors import RateLimited, SessionGone, TaskUnreachable, TransportError
 from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, SessionRef
-from mcp_temporal_tasks.activities.wire.transport import StdioTransport
+from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 
 T = TypeVar("T")
 

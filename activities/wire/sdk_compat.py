@@ -7,7 +7,7 @@ What the SDK cannot do for us, and why we work around it here:
   ``tools/call`` ourselves and parse both reply shapes (:mod:`.client`).
 * ``mcp_types.Task`` requires ``ttl``; real runtimes omit it. Task objects are parsed leniently
   (:func:`.client.parse_task`), never through ``mcp_types.Task``.
-* The SDK's HTTP transport hides HTTP status codes (see :mod:`.transport`).
+* The SDK's HTTP transport hides HTTP status codes (see :mod:`.http_transport`).
 
 What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our
 extension envelope is byte-for-byte what the SDK itself sends), the stdio transport and its safe

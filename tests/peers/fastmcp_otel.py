@@ -1,6 +1,6 @@
 """The fastmcp demo server with the official SDK's own server span per request, exported to a file.
 
-Run from the repository root (same arguments as ``python -m mcp_temporal_tasks.worker.demo_server``)::
+Run from the repository root (same arguments as ``python -m mcp_temporal_tasks.demo.server``)::
 
     PEER_SPANS=/path/spans.jsonl python -m tests.peers.fastmcp_otel --host 127.0.0.1 --port 0
 
@@ -34,7 +34,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from mcp_temporal_tasks.worker import demo_server
+from mcp_temporal_tasks.demo import server as demo_server
 
 
 def _jsonable(value: Any) -> Any:

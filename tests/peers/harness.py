@@ -2,7 +2,7 @@
 
 * TypeScript SDK 1.32.2 task runtime (2025-11-25): ``tests/peers/ts/server.mjs``, over stdio, stateful
   streamable HTTP and stateless streamable HTTP;
-* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m mcp_temporal_tasks.worker.demo_server``; the same server
+* fastmcp 4.1.4 tasks extension (2026-07-28): ``python -m mcp_temporal_tasks.demo.server``; the same server
   with the official SDK's own server span per request written to a ``PEER_SPANS`` file:
   ``python -m tests.peers.fastmcp_otel`` (:func:`fastmcp_otel_peer`, read with :meth:`Peer.spans`);
 * official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
@@ -247,7 +247,7 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
                  name: str | None = None) -> Iterator[Peer]:
     """The fastmcp 2026-07-28 tasks-extension demo server over streamable HTTP."""
     name = name or ("fastmcp" if task_ttl_ms is None else f"fastmcp-ttl{task_ttl_ms}")
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", str(poll_interval_ms)]
     if task_ttl_ms is not None:
         cmd += ["--task-ttl-ms", str(task_ttl_ms)]
@@ -367,7 +367,7 @@ def fastmcp_server(peer_logs: Path) -> Iterator[Peer]:
 @pytest.fixture(scope="session")
 def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
     """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.demo_server", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", "100", "--json-response"]
     extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     with _http_peer(cmd, name="fastmcp-json", log_path=_fresh_log(peer_logs, "fastmcp-json"), flavour="extension",

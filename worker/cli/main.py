@@ -4,25 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire import stdio
-from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
-from mcp_temporal_tasks.worker.cli.operations import (
-    cmd_answer,
-    cmd_approve,
-    cmd_cancel,
-    cmd_list,
-    cmd_result,
-    cmd_run,
-    cmd_status,
-    cmd_tools,
-)
 from mcp_temporal_tasks.worker.cli.parser import (
     EXIT_ENDED,
     EXIT_HOOKS,
@@ -35,17 +22,37 @@ from mcp_temporal_tasks.worker.cli.parser import (
     report,
     stdout_gone,
 )
-from mcp_temporal_tasks.worker.cli.serving import cmd_demo, cmd_demo_server, cmd_dev_server, cmd_worker
-from mcp_temporal_tasks.worker.config import ConfigError
 
 #: A command: synchronous (``answer`` prompts outside the event loop; ``demo-server`` runs its own) or a coroutine.
 Command = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
 
-COMMANDS: dict[str, Command] = {
-    "run": cmd_run, "status": cmd_status, "result": cmd_result, "cancel": cmd_cancel, "approve": cmd_approve,
-    "answer": cmd_answer, "list": cmd_list, "worker": cmd_worker, "dev-server": cmd_dev_server, "demo": cmd_demo,
-    "demo-server": cmd_demo_server, "tools": cmd_tools,
-}
+#: What serves a process (the worker, Temporal, the demo); every other command is an operation on tasks.
+SERVING = ("worker", "dev-server", "demo", "demo-server")
+
+
+def command(name: str) -> Command:
+    """The function of a command, imported only once the arguments have parsed: ``--help``, ``--version`` and usage
+    errors never load Temporal, the MCP SDK or pydantic (tests/test_cli_startup.py checks it)."""
+    if name in SERVING:
+        from mcp_temporal_tasks.worker.cli import serving
+
+        serves: dict[str, Command] = {"worker": serving.cmd_worker, "dev-server": serving.cmd_dev_server,
+                                      "demo": serving.cmd_demo, "demo-server": serving.cmd_demo_server}
+        return serves[name]
+    from mcp_temporal_tasks.worker.cli import operations
+
+    operates: dict[str, Command] = {
+        "run": operations.cmd_run, "status": operations.cmd_status, "result": operations.cmd_result,
+        "cancel": operations.cmd_cancel, "approve": operations.cmd_approve, "answer": operations.cmd_answer,
+        "list": operations.cmd_list, "tools": operations.cmd_tools}
+    return operates[name]
+
+
+def _is_config_error(exc: Exception) -> bool:
+    """Whether ``exc`` is the configuration's ``ConfigError``: only raised once that module is loaded, so it is looked
+    up there rather than imported (the module loads pydantic)."""
+    config = sys.modules.get("mcp_temporal_tasks.worker.config")
+    return config is not None and isinstance(exc, config.ConfigError)
 
 
 def run_async(coro: Coroutine[Any, Any, int]) -> int:
@@ -53,6 +60,8 @@ def run_async(coro: Coroutine[Any, Any, int]) -> int:
     an SDK poller that ignores cancellation) get 2 s after being cancelled, then the process leaves anyway
     (``main`` exits with ``os._exit``). Ctrl-C before a command installs its own handlers is KeyboardInterrupt,
     as with ``asyncio.run``."""
+    import asyncio  # here: ~0.1 s of imports (ssl, sockets, threads) that `--help` does not need
+
     runner = asyncio.Runner()
     loop = runner.get_loop()
     try:
@@ -76,27 +85,30 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         check_text(args)
+        from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+
         install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)
-        ran = COMMANDS[args.subcommand](args)
+        ran = command(args.subcommand)(args)
         code = ran if isinstance(ran, int) else run_async(ran)
     except CliError as exc:
         report(exc, as_json)
         code = exc.code
-    except ConfigError as exc:  # a configuration error found past the checks at start: still one line, exit 2
-        report(CliError(f"configuration: {exc}", EXIT_USAGE, kind="config"), as_json)
-        code = EXIT_USAGE
     except BrokenPipeError:  # stdout's reader left: nothing more to say, to anyone
         stdout_gone()
         code = EXIT_OK
     except KeyboardInterrupt:
         report(CliError("interrupted; nothing more was sent", EXIT_INTERRUPTED), as_json)
         code = EXIT_INTERRUPTED
-    except Exception as exc:  # a bug of ours: one line (MCP_TASKS_DEBUG=1 shows the traceback)
-        if os.environ.get("MCP_TASKS_DEBUG"):
+    except Exception as exc:
+        if _is_config_error(exc):  # a configuration error found past the checks at start: still one line, exit 2
+            report(CliError(f"configuration: {exc}", EXIT_USAGE, kind="config"), as_json)
+            code = EXIT_USAGE
+        elif os.environ.get("MCP_TASKS_DEBUG"):  # a bug of ours: one line, or with MCP_TASKS_DEBUG=1 the traceback
             raise
-        report(CliError(f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
-                        EXIT_ENDED, kind="internal"), as_json)
-        code = EXIT_ENDED
+        else:
+            report(CliError(f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
+                            EXIT_ENDED, kind="internal"), as_json)
+            code = EXIT_ENDED
     for hook in EXIT_HOOKS:
         with contextlib.suppress(Exception):
             hook()
@@ -108,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                 stdout_gone()
         except (OSError, ValueError):
             pass
-    # A stdio child whose close was cut short (its bound, a cancelled shutdown) is not left behind.
-    stdio.kill_all()
+    # A stdio child whose close was cut short (its bound, a cancelled shutdown) is not left behind (none was started
+    # where the module was never loaded).
+    stdio = sys.modules.get("mcp_temporal_tasks.activities.wire.stdio")
+    if stdio is not None:
+        stdio.kill_all()
     # The Temporal runtime's threads can abort a normal interpreter shutdown; our work is flushed.
     os._exit(code)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.workflows.models import Outcome, Phase
+from mcp_temporal_tasks.workflows.states import Outcome, Phase
 
 #: ``mcp-tasks --help``'s description.
 DESCRIPTION = """mcp-tasks: run, follow and operate MCP tasks as Temporal workflows.
@@ -181,12 +181,35 @@ def _port_or_0(text: str) -> int:
     return 0 if text.strip() == "0" else _port(text)
 
 
+def version() -> str:
+    """The installed distribution's version (a checkout run without installing has none)."""
+    import importlib.metadata  # only for --version: it is not free to import
+
+    try:
+        return importlib.metadata.version("mcp-temporal-tasks")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``: the version is looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command and option; ``args.subcommand`` names the command (``main`` maps it to its function).
 
     Not ``args.command``, the subparsers' own destination: ``run --command`` sets that to its command line.
     """
     parser = _Parser(prog="mcp-tasks", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, helptext: str) -> argparse.ArgumentParser:

@@ -403,7 +403,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_demo_server(args: argparse.Namespace) -> int:
     _require_demo_extra()
     # Imported only here: it needs fastmcp, the [demo] extra, which a worker image does not carry.
-    from mcp_temporal_tasks.worker import demo_server
+    from mcp_temporal_tasks.demo import server as demo_server
 
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     try:  # what uvicorn would fail on, said in one line

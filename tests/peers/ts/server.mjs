@@ -2,7 +2,7 @@
 // (@modelcontextprotocol/sdk 1.32.2), for the Python client tests.
 // Tool names and behaviour are a contract with those tests: see README.md.
 // The job tools (start_export, get_export_status, download_export, cancel_export, slow_progress) are
-// plain tools shared with worker/demo_server.py: see registerJobTools.
+// plain tools shared with demo/server.py: see registerJobTools.
 //
 //   node server.mjs --transport stdio
 //   node server.mjs --transport http --port P [--stateless]
@@ -75,7 +75,7 @@ const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 const text = t => ({ content: [{ type: 'text', text: t }] });
 
 // --- job tools: plain tools modelling a "start a job, then poll its status" API --------------------
-// Same names, arguments and reply shapes as worker/demo_server.py (the fastmcp peer). Module-level,
+// Same names, arguments and reply shapes as demo/server.py (the fastmcp peer). Module-level,
 // like the task store: one job table per process, shared by every session and stateless request.
 const EXPORT_FAILURE_MESSAGE = 'export failed: disk quota exceeded on volume exports-1';
 const exportJobs = new Map(); // jobId -> { jobId, seconds, fail, garble, rows, started, cancelledAt }

@@ -7,7 +7,7 @@ server of the CLI and the extension-era fixture of the test suite.
 
 Run from the repository root::
 
-    python -m mcp_temporal_tasks.worker.demo_server --host 127.0.0.1 --port 0 [--poll-interval-ms 500]
+    python -m mcp_temporal_tasks.demo.server --host 127.0.0.1 --port 0 [--poll-interval-ms 500]
         [--task-ttl-ms MS] [--json-response] [--log-level critical|error|warning|info|debug]
 
 Streamable HTTP on path ``/mcp``. ``--port 0`` picks a free port. Once the
@@ -566,7 +566,7 @@ async def _serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mcp_temporal_tasks.worker.demo_server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mcp_temporal_tasks.demo.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--poll-interval-ms", type=int, default=DEFAULT_POLL_INTERVAL_MS)

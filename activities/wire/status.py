@@ -1,0 +1,46 @@
+"""What an HTTP status ≥ 400 from an MCP server means, as a typed wire error (:mod:`.errors`): 429 with its
+``Retry-After``, 401/403, a session gone (404), a server fault (5xx), or a JSON-RPC error carried in the body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from mcp_temporal_tasks.activities.wire.errors import (
+    AuthorizationRequired,
+    HttpRefusal,
+    McpWireError,
+    RateLimited,
+    SessionGone,
+    TransportError,
+    error_from_rpc,
+    read_retry_after,
+)
+
+
+def http_error(method: str, status: int, ctype: str, header: Callable[[str], str | None], raw: str, *,
+               url: str, session_id: str | None) -> McpWireError:
+    """What an HTTP status ≥ 400 means, whichever path read it (``raw``: the body, at most 64 KiB)."""
+    if status == 429:
+        after = read_retry_after(header("retry-after"))
+        return RateLimited(f"{method}: HTTP 429 from {url}", retry_after_s=after.seconds,
+                           retry_after_note=after.note, raw=raw)
+    if status in (401, 403):
+        return AuthorizationRequired(f"{method}: HTTP {status} from {url}", status=status, raw=raw)
+    rpc_error = None
+    if ctype.startswith("application/json"):
+        try:
+            parsed = json.loads(raw)
+            rpc_error = parsed.get("error") if isinstance(parsed, dict) else None
+        except ValueError:
+            pass
+    # 404 with a session is "session gone" unless the body says which method is missing.
+    if status == 404 and session_id and method != "initialize" and (
+            rpc_error is None or rpc_error.get("code") not in (-32601, -32602)):
+        return SessionGone(f"{method}: session {session_id} is gone (HTTP 404)", raw=raw)
+    if status >= 500:
+        return TransportError(f"{method}: HTTP {status} from {url}", sent=True, status=status, raw=raw)
+    if rpc_error is not None:
+        return error_from_rpc(rpc_error, method=method, raw=raw)
+    return HttpRefusal(f"{method}: HTTP {status} without a JSON-RPC error", code=None, raw=raw)
