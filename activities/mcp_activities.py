@@ -36,6 +36,7 @@ them across deployments. Failure semantics, per activity:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -257,6 +258,20 @@ class McpActivities:
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
                         for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key)
+
+    def _watch_relay(self, inp: RelayInput, session: McpTaskClient, info: activity.Info,
+                     on_wake: Callable[[], None]) -> None:
+        """Register a held ``tasks/result`` with the push hub for as long as it may be held: a notification for the
+        task then runs ``on_wake`` (the workflow's copy of the signal is ignored while it relays)."""
+        try:
+            temporal = activity.client()
+        except RuntimeError:  # outside a worker (ActivityEnvironment): nobody to wake
+            return
+        if info.workflow_id is None:
+            return
+        self.push.watch(inp.session, inp.principal, inp.state.task_id, session=session, workflow_id=info.workflow_id,
+                        run_id=info.workflow_run_id, epoch=-1, for_s=inp.hold_s, temporal=temporal,
+                        on_wake=on_wake)
 
     def _stretch(self, inp: AwaitInput, key: str | None = None) -> float:
         return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key)
@@ -799,15 +814,41 @@ class McpActivities:
                 await client.reply(rec["rpc_id"], answer)
                 await wf.signal(INPUT_DELIVERED_SIGNAL, key)
 
+        async def held_read(client: McpTaskClient) -> tuple[TaskPayload | None, bool]:
+            """The held ``tasks/result``'s payload (None: it ended with an error), and whether a notification
+            ended the hold. A server may answer a held ``tasks/result`` only at its own poll interval (the
+            TypeScript SDK: up to a minute after the task ended); a notification that the task changed is checked
+            with a ``tasks/get``, and a task that has ended is read anew at once (a read: nothing is re-run)."""
+            woken = asyncio.Event()
+            self._watch_relay(inp, client, info, woken.set)
+            held = asyncio.create_task(self._heartbeating(
+                client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every))
+            try:
+                while True:
+                    wake = asyncio.create_task(woken.wait())
+                    await asyncio.wait({held, wake}, return_when=asyncio.FIRST_COMPLETED)
+                    wake.cancel()
+                    if held.done():
+                        try:
+                            return held.result(), False
+                        except JsonRpcError:
+                            return None, False
+                    woken.clear()
+                    if (await client.get(inp.state.task_id)).terminal:
+                        held.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await held
+                        return None, True
+            finally:
+                held.cancel()
+
         async def relay() -> RelayOutput:
             client = await self.pool.for_task(inp.session, principal=inp.principal)
             owed = asyncio.create_task(deliver_owed(client)) if info.attempt > 1 else None
             try:
-                payload = await self._heartbeating(
-                    client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every)
-            except JsonRpcError:
-                # The stream ended with an error: the task's own stored error, or "gone". Its status says which.
-                payload = None
+                # None: the stream ended with an error (the task's own stored error, or "gone"; its status says
+                # which), or a notification ended the hold.
+                payload, notified = await held_read(client)
             finally:
                 if owed is not None:
                     owed.cancel()
@@ -817,7 +858,8 @@ class McpActivities:
                     raise TransportError("tasks/result ended with an error while the task is still running", sent=True)
                 payload = await client.result(state)
             self.pool.track(client, inp.state.task_id, done=True)
-            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema))
+            self.push.forget(inp.session, inp.principal, inp.state.task_id)
+            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema), notified=notified)
 
         return await self._on_task(RelayOutput, relay, beat)
 

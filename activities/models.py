@@ -281,6 +281,8 @@ class RelayOutput(_Model):
     payload: DecodedPayload | None = None
     not_found: bool = False
     unreachable: str | None = None
+    #: The end was learned from a server's notification (the held ``tasks/result`` was then read anew).
+    notified: bool = False
 
 
 class ListToolsInput(_Model):

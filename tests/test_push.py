@@ -208,8 +208,14 @@ async def test_input_required_by_notification_is_shown_within_seconds(temporal_e
             await handle.execute_update(McpTaskWorkflow.provide_input,
                                         {key: {"action": "accept", "content": {"approve": True, "account": "a-1"}}})
             out = await asyncio.wait_for(outcome_of(handle), 60)
+            closed = await closed_at(handle)
         calls = tool_calls(peer, mark, "ask_user")
+        ended = terminal_at(peer, out.task_id)
     assert len(asked) == 1 and shown - asked[0] <= CLOSED_WITHIN_S, f"shown {shown - asked[0]:.2f}s after it was asked"
+    # Answered, the held tasks/result would be answered at the server's next poll (a minute away): its notification
+    # ends the hold instead, and the task is read anew.
+    assert closed - ended <= CLOSED_WITHIN_S, f"closed {closed - ended:.2f}s after the server's end"
+    assert out.delivered_by == "notification", out.delivered_by
     assert "needs input" in stdout + stderr and "Ship it?" in stdout + stderr, (code, stdout, stderr)
     assert out.outcome == Outcome.COMPLETED and "approved account=a-1" in str(out.result)
     assert len(calls) == 1

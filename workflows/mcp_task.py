@@ -816,6 +816,8 @@ class McpTaskWorkflow:
         assert out.payload is not None
         if out.state is not None:
             self.m.task_state = out.state
+        if out.notified:  # (False in every history from before: the outcome reads as it did)
+            self.m.delivered_by = "notification"
         status = self.m.task_state.status if self.m.task_state.terminal else "completed"
         raise self._ended_from_payload(status, out.payload, Stage.PAYLOAD)
 
