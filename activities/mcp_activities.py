@@ -814,9 +814,9 @@ class McpActivities:
                 await client.reply(rec["rpc_id"], answer)
                 await wf.signal(INPUT_DELIVERED_SIGNAL, key)
 
-        async def held_read(client: McpTaskClient) -> tuple[TaskPayload | None, bool]:
-            """The held ``tasks/result``'s payload (None: it ended with an error), and whether a notification
-            ended the hold. A server may answer a held ``tasks/result`` only at its own poll interval (the
+        async def held_read(client: McpTaskClient) -> tuple[TaskPayload | None, TaskState | None]:
+            """The held ``tasks/result``'s payload (None: it ended with an error), and the ended task's state when a
+            notification ended the hold (the ``tasks/get`` that confirmed it). A server may answer a held ``tasks/result`` only at its own poll interval (the
             TypeScript SDK: up to a minute after the task ended); a notification that the task changed is checked
             with a ``tasks/get``, and a task that has ended is read anew at once (a read: nothing is re-run)."""
             woken = asyncio.Event()
@@ -830,15 +830,16 @@ class McpActivities:
                     wake.cancel()
                     if held.done():
                         try:
-                            return held.result(), False
+                            return held.result(), None
                         except JsonRpcError:
-                            return None, False
+                            return None, None
                     woken.clear()
-                    if (await client.get(inp.state.task_id)).terminal:
+                    seen = await client.get(inp.state.task_id)
+                    if seen.terminal:
                         held.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):
                             await held
-                        return None, True
+                        return None, seen
             finally:
                 held.cancel()
 
@@ -848,18 +849,19 @@ class McpActivities:
             try:
                 # None: the stream ended with an error (the task's own stored error, or "gone"; its status says
                 # which), or a notification ended the hold.
-                payload, notified = await held_read(client)
+                payload, ended = await held_read(client)
             finally:
                 if owed is not None:
                     owed.cancel()
-            state = await client.get(inp.state.task_id)
+            state = ended or await client.get(inp.state.task_id)  # a notified end was just read: not asked twice
             if payload is None:
                 if not state.terminal:
                     raise TransportError("tasks/result ended with an error while the task is still running", sent=True)
                 payload = await client.result(state)
             self.pool.track(client, inp.state.task_id, done=True)
             self.push.forget(inp.session, inp.principal, inp.state.task_id)
-            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema), notified=notified)
+            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema),
+                               notified=ended is not None)
 
         return await self._on_task(RelayOutput, relay, beat)
 
