@@ -21,7 +21,9 @@ scope so far plus the one the 403 names) and the request is sent again once; a s
 
 Client authentication: the configured ``token_endpoint_auth_method`` when set (``private_key_jwt`` for that type);
 else ``client_secret_basic`` when the authorization server's ``token_endpoint_auth_methods_supported`` lists it or
-is absent (RFC 8414's default), else ``client_secret_post`` when listed; anything else is an error.
+is absent (RFC 8414's default), else ``client_secret_post`` when listed, else ``none`` when listed (the client id
+alone: the secret is not sent); anything else (e.g. only ``private_key_jwt`` for a client with a secret) is an
+error.
 
 The credentials (secret or signed assertion) go in one request only: the token request, to the token endpoint of
 an authorization server found as above, whose URL is ``https`` (``http`` only on loopback). Every other outcome
@@ -288,10 +290,11 @@ class TokenSource:
                     try:
                         return model.model_validate_json(body)
                     except ValidationError as exc:
-                        first = exc.errors()[0] if exc.errors() else {}
-                        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-                        raise self._error(f"{what} at {redact_url(url)} does not parse ({where}: "
-                                          f"{str(first.get('msg', 'invalid'))[:120]})") from None
+                        errors = exc.errors()
+                        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+                        msg = str(errors[0]["msg"])[:120] if errors else "invalid"
+                        raise self._error(f"{what} at {redact_url(url)} does not parse ({where or 'body'}: "
+                                          f"{msg})") from None
                 if resp.status_code >= 500 or resp.status_code == 429:
                     raise self._error(f"{what} at {redact_url(url)} answered HTTP {resp.status_code}")
                 log.debug("no %s at %s (HTTP %s)", what, redact_url(url), resp.status_code)
@@ -381,6 +384,8 @@ class TokenSource:
             return "client_secret_basic"
         if "client_secret_post" in supported:
             return "client_secret_post"
+        if "none" in supported:
+            return "none"  # the server authenticates no client: the client id alone, the secret stays here
         raise self._error(f"the authorization server supports token endpoint auth methods "
                           f"{', '.join(m[:40] for m in supported[:8]) or 'none'}; this client has a client secret "
                           "(client_secret_basic or client_secret_post)")
@@ -410,6 +415,8 @@ class TokenSource:
                         client_assertion_type="urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
         elif found.method == "client_secret_post":
             data.update(client_id=self.spec.client_id, client_secret=secret)
+        elif found.method == "none":
+            data.update(client_id=self.spec.client_id)
         else:  # client_secret_basic, form-encoded first (RFC 6749 §2.3.1)
             basic = httpx2.BasicAuth(quote(self.spec.client_id, safe=""), quote(secret, safe=""))
         where = redact_url(found.token_endpoint)
