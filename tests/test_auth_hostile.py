@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -38,7 +39,8 @@ class FakeHttp:
     """An HTTP server answering from ``routes`` (path → status, headers, body) and logging every request."""
 
     def __init__(self) -> None:
-        self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        #: path → (status, headers, body), or a function of the logged request returning one.
+        self.routes: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
         outer = self
 
@@ -46,9 +48,11 @@ class FakeHttp:
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                outer.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
-                                       "body": body.decode("utf-8", "replace")})
-                status, headers, content = outer.routes.get(self.path.split("?")[0], (404, {}, b"not found"))
+                request = {"method": self.command, "path": self.path, "headers": dict(self.headers),
+                           "body": body.decode("utf-8", "replace")}
+                outer.requests.append(request)
+                route = outer.routes.get(self.path.split("?")[0], (404, {}, b"not found"))
+                status, headers, content = route(request) if callable(route) else route
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -232,3 +236,33 @@ async def test_the_real_authorization_server_alone_gets_the_secret(hostile: Fake
     bearer = [r for r in hostile.requests if r["headers"].get("authorization", r["headers"].get("Authorization", ""))
               .startswith("Bearer ")]
     assert len(bearer) == 1 and bearer[0]["path"] == "/mcp"
+
+
+async def test_insufficient_scope_gets_one_step_up_then_a_clear_error(hostile: FakeHttp) -> None:
+    """A 401 naming scope ``a``: a token for ``a``. A 403 ``insufficient_scope`` naming ``a b``: one step-up (a
+    token for ``a b``) and the request once more. The same 403 again: the error, no third token, no loop."""
+    as_ = FakeHttp()
+    try:
+        as_.json("/.well-known/oauth-authorization-server", as_metadata(as_.url, f"{as_.url}/token"))
+        as_.json("/token", {"access_token": f"tok-{uuid.uuid4().hex}", "token_type": "Bearer", "expires_in": 60})
+        prm = f"{hostile.url}/prm"
+
+        def mcp(request: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+            if not any(k.lower() == "authorization" for k in request["headers"]):
+                return 401, {"www-authenticate": f'Bearer scope="a", resource_metadata="{prm}"'}, b""
+            return 403, {"www-authenticate": f'Bearer error="insufficient_scope", scope="a b", '
+                                             f'resource_metadata="{prm}"'}, b""
+
+        hostile.routes["/mcp"] = mcp
+        hostile.json("/prm", {"resource": f"{hostile.url}/mcp", "authorization_servers": [as_.url]})
+        text, _ = await refused(hostile, None)
+        assert "still refuses for insufficient scope after one step-up to scope 'a b'" in text, text
+        scopes = [dict(p.split("=", 1) for p in r["body"].split("&")).get("scope") for r in as_.requests
+                  if r["path"] == "/token"]
+        assert scopes == ["a", "a+b"], scopes
+        resource = f"resource={quote(hostile.url + '/mcp', safe='')}"
+        assert all(resource in r["body"] for r in as_.requests if r["path"] == "/token")  # RFC 8707, every time
+        assert [r["path"] for r in hostile.requests].count("/mcp") == 3  # bare, with the token, after the step-up
+        assert carrying_the_secret(hostile.requests) == []
+    finally:
+        as_.close()
