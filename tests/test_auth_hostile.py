@@ -24,6 +24,7 @@ from urllib.parse import quote
 import pytest
 
 from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, auth
+from mcp_temporal_tasks.activities.wire.errors import AuthorizationRequired
 from mcp_temporal_tasks.activities.wire.models import OAuthClient
 from tests.peers.harness import Peer, oauth_server
 
@@ -266,3 +267,18 @@ async def test_insufficient_scope_gets_one_step_up_then_a_clear_error(hostile: F
         assert carrying_the_secret(hostile.requests) == []
     finally:
         as_.close()
+
+
+async def test_2025_03_26_default_endpoints_only_for_a_server_that_negotiated_it(hostile: FakeHttp) -> None:
+    """No metadata anywhere: the origin's ``/token`` (2025-03-26's default) is used for a server whose session
+    negotiated 2025-03-26, and for no other: the same server with any later protocol gets no request at all."""
+    hostile.json("/token", {"access_token": f"tok-{uuid.uuid4().hex}", "token_type": "Bearer", "expires_in": 60})
+    spec = OAuthClient(type="client_credentials", client_id=CLIENT_ID, client_secret_env=SECRET_VAR)
+    for protocol in (None, "2025-06-18", "2025-11-25"):
+        source = auth.TokenSource(f"{hostile.url}/mcp", spec)
+        with pytest.raises(AuthorizationRequired, match="publishes no protected resource metadata"):
+            await source.after_401(None, auth.Challenge(401), protocol)
+    assert not [r for r in hostile.requests if r["path"] == "/token"]
+    source = auth.TokenSource(f"{hostile.url}/mcp", spec)
+    assert await source.after_401(None, auth.Challenge(401), "2025-03-26")
+    assert [r["method"] for r in hostile.requests if r["path"] == "/token"] == ["POST"]
