@@ -81,15 +81,14 @@ def credentials() -> Iterator[None]:
 def issued() -> Iterator[list[str]]:
     """Every access token the worker obtained (read from its token sources), for the leak checks."""
     tokens: list[str] = []
-    original = auth.TokenSource._fetch
+    original = auth.TokenSource._store
 
-    async def recording(self: auth.TokenSource) -> None:
-        await original(self)
-        assert self._token is not None
-        tokens.append(self._token)
+    def recording(self: auth.TokenSource, token: str, scope: str | None, lifetime: float) -> None:
+        original(self, token, scope, lifetime)
+        tokens.append(token)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(auth.TokenSource, "_fetch", recording)
+    mp.setattr(auth.TokenSource, "_store", recording)
     yield tokens
     mp.undo()
 
@@ -184,9 +183,10 @@ async def test_client_credentials_task_outlives_its_tokens_with_one_call(
     assert len(tool_calls(protected, mark, "slow_echo")) == 1
     polls = tool_calls(protected, mark, method="tasks/get")
     assert polls and polls[-1]["ts"] - polls[0]["ts"] > TOKEN_TTL_S * 1000, "polling did not span a token's life"
-    # Replaced before expiry, never after a refusal: the server refused nothing.
+    # The server speaks first: the session's first request (without a token) is refused and its challenge leads
+    # to the token; afterwards tokens are replaced before expiry, never after a refusal.
     assert len(oauth.log(client="svc-secret")) - issued_before >= 2
-    assert denied(protected, mark) == []
+    assert len(denied(protected, mark)) == 1, denied(protected, mark)
 
 
 async def test_private_key_jwt_task_completes(client: Client, oauth: Peer, protected: Peer, issued: list[str],
@@ -202,24 +202,27 @@ async def test_private_key_jwt_task_completes(client: Client, oauth: Peer, prote
 
 async def test_discovery_is_reused_for_a_tokens_lifetime_and_run_again_after_a_refusal(
         oauth: Peer, protected: Peer) -> None:
-    """Discovery (protected resource metadata, then the authorization server's) once; a token replaced before its
-    expiry costs only the token request; a token the server refused sends the next fetch through discovery again."""
+    """Discovery (from the server's 401: protected resource metadata, then the authorization server's) once; a
+    token replaced before its expiry costs only the token request; a token the server refused sends the next fetch
+    through discovery again."""
     spec = OAuthClient(type="client_credentials", client_id="svc-secret", client_secret_env=SECRET_VAR,
                        issuer=oauth.url)
-    source = auth.TokenSource(protected.url or "", spec)
     issued_before = len(oauth.log(client="svc-secret"))
-    first = await source.token()
-    assert (source.fetched, source.discoveries) == (1, 1)
-    await until(lambda: time.monotonic() >= source._refresh_at, TOKEN_TTL_S, "the token's refresh time")
-    second = await source.token()
-    assert second != first and (source.fetched, source.discoveries) == (2, 1)
-    third = await source.replace(second)
-    assert third != second and (source.fetched, source.discoveries) == (3, 2)
-    assert len(oauth.log(client="svc-secret")) - issued_before == 3
-    # Each token works at the server: the reused discovery led to the same authorization server.
+    auth._sources.pop(asyncio.get_running_loop(), None)  # a source of its own, not the earlier tests'
     client = await McpTaskClient.connect(Endpoint(url=protected.url, auth=spec))
     try:
+        source = auth.token_source(protected.url or "", spec)
+        first = source.current()
+        assert first is not None and (source.fetched, source.discoveries) == (1, 1)
+        await until(lambda: time.monotonic() >= source._refresh_at, TOKEN_TTL_S, "the token's refresh time")
         assert "slow_echo" in await client.list_tools()
+        second = source.current()
+        assert second not in (None, first) and (source.fetched, source.discoveries) == (2, 1)
+        # A 401 to the token we sent (the flow's path; the real refusal is the next test's): discovery again.
+        third = await source.after_401(second, auth.Challenge(401), None)
+        assert third not in (None, second) and (source.fetched, source.discoveries) == (3, 2)
+        assert "slow_echo" in await client.list_tools()
+        assert len(oauth.log(client="svc-secret")) - issued_before == 3
     finally:
         await client.aclose(terminate=True)
 
@@ -236,6 +239,7 @@ async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new
         await client.list_tools()  # so that the next request after the revocation is tools/call itself
         source = auth.token_source(protected.url or "", spec)
         stale = await source.token()
+        assert stale is not None
         # Revoked at the authorization server: the worker still holds it as valid; the MCP server refuses it.
         async with httpx2.AsyncClient() as http:
             revoked = await http.post(f"{oauth.url}/token/revocation", data={"token": stale},

@@ -42,7 +42,8 @@ class OAuthClient(StrictModel):
     type: Literal["client_credentials", "private_key_jwt"]
     client_id: str = Field(min_length=1)
     client_secret_env: str | None = None
-    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    #: None: chosen from the authorization server's ``token_endpoint_auth_methods_supported`` (``wire.auth``).
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] | None = None
     private_key_env: str | None = None
     private_key_file: str | None = None
     signing_alg: str = "RS256"
