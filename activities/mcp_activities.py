@@ -638,8 +638,9 @@ class McpActivities:
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                 previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
-        delay *= self._stretch(inp)
-        self._watch(inp, session, delay, status=state.status)
+        push_key = self.push.key(inp.session, inp.principal)  # once for both (a model_dump_json each)
+        delay *= self._stretch(inp, push_key)
+        self._watch(inp, session, delay, status=state.status, key=push_key)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
