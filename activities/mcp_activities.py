@@ -242,7 +242,7 @@ class McpActivities:
             raise to_application_error(exc, task_read=True)
 
     def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float,
-               on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
+               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
         own read is the only one). Jobs (plain tools) have no notifications."""
@@ -257,7 +257,7 @@ class McpActivities:
             return
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
-                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key)
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status)
 
     def _watch_relay(self, inp: RelayInput, session: McpTaskClient, info: activity.Info,
                      on_wake: Callable[[], None]) -> None:
@@ -271,7 +271,7 @@ class McpActivities:
             return
         self.push.watch(inp.session, inp.principal, inp.state.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=-1, for_s=inp.hold_s, temporal=temporal,
-                        on_wake=on_wake)
+                        on_wake=on_wake, status=inp.state.status)
 
     def _stretch(self, inp: AwaitInput, key: str | None = None) -> float:
         return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key)
@@ -540,7 +540,7 @@ class McpActivities:
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
             # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
             stretched = delay * self._stretch(inp, push_key)
-            self._watch(inp, session, stretched, on_wake=wake, key=push_key)
+            self._watch(inp, session, stretched, on_wake=wake, key=push_key, status=state.status)
             if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
@@ -638,8 +638,9 @@ class McpActivities:
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                 previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
-        delay *= self._stretch(inp)
-        self._watch(inp, session, delay)
+        push_key = self.push.key(inp.session, inp.principal)  # once for both (a model_dump_json each)
+        delay *= self._stretch(inp, push_key)
+        self._watch(inp, session, delay, status=state.status, key=push_key)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.

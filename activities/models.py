@@ -378,3 +378,5 @@ class TaskNotified(_Model):
 
     task_id: str = Field(max_length=16 * 1024)
     status: TaskStatus
+    #: How the worker learned it: None, a server's notification; ``list``, a ``tasks/list`` read (list_reader.py).
+    via: Literal["list"] | None = None

@@ -54,6 +54,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from mcp_temporal_tasks.activities.list_reader import ListReader
 from mcp_temporal_tasks.activities.models import (
     TASK_ID_SEARCH_ATTRIBUTE,
     TASK_NOTIFIED_SIGNAL,
@@ -107,6 +108,8 @@ class _Route:
     expires: float
     #: Run once the workflow is being woken (a heartbeating wait of this process stops polling).
     on_wake: Callable[[], None] | None = None
+    #: The status the wait's own last read saw (what a ``tasks/list`` read is compared with; None: not known).
+    status: str | None = None
 
 
 @dataclass
@@ -126,6 +129,10 @@ class _Session:
     retry_at: float = 0.0
     #: Last time a notice for a task waited on here arrived.
     heard: float | None = None
+    #: The session's ``tasks/list`` reader (``activities/list_reader.py``): stateful 2025-11-25 HTTP sessions only.
+    reader: ListReader | None = None
+    reader_task: asyncio.Task[None] | None = None
+    reader_retry_at: float = 0.0
 
 
 class _Lru(OrderedDict[Any, float]):
@@ -152,8 +159,10 @@ def _kind(ref: SessionRef) -> str | None:
 class PushHub:
     """The registry of this process's waits and the listeners of their sessions (see the module docstring)."""
 
-    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH) -> None:
+    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH, list_reads: bool = True) -> None:
         self.enabled = enabled
+        #: Read ``tasks/list`` of stateful 2025-11-25 HTTP sessions with waits here (``activities/list_reader.py``).
+        self.list_reads = list_reads
         self.factor = max(1.0, stretch)
         self._sessions: dict[str, _Session] = {}
         self._notifying: dict[str, float] = {}
@@ -175,10 +184,11 @@ class PushHub:
 
     def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: McpTaskClient | None,
               workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
-              on_wake: Callable[[], None] | None = None, key: str | None = None) -> None:
+              on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
         ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
-        ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll."""
+        ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
+        ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise)."""
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
@@ -190,8 +200,14 @@ class PushHub:
             s = self._sessions[key] = _Session(key=key, ref=ref, principal=principal, kind=kind,
                                                server=ref.endpoint.identity())
         new = task_id not in s.routes
-        s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch,
-                                   expires=time.monotonic() + max(for_s, 1.0), on_wake=on_wake)
+        route = s.routes.get(task_id)
+        expires = time.monotonic() + max(for_s, 1.0)
+        if route is not None and route.workflow_id == workflow_id and route.run_id == run_id:
+            # Renewed in place: one registration per poll of every idle wait, the hub's hottest path.
+            route.epoch, route.expires, route.on_wake, route.status = epoch, expires, on_wake, status
+        else:
+            s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch, expires=expires,
+                                       on_wake=on_wake, status=status)
         s.temporal = temporal
         if kind == "stdio" and session is not None and isinstance(session.transport, StdioTransport):
             s.stdio = session.transport
@@ -200,6 +216,13 @@ class PushHub:
         if self._meter_counter is None:
             self._meter_counter = _counter(temporal)
         self._ensure_listener(s)
+        if kind == "get" and self.list_reads:
+            if s.reader is None:
+                caps = session.capabilities if session is not None else {}
+                offered = None if not caps else (caps.get("tasks") or {}).get("list") is not None
+                s.reader = ListReader(ref, lambda: self._list_waits(s), lambda t, st: self._list_wake(s, t, st),
+                                      name=f"{s.server} {ref.session_id or ''}".strip(), offered=offered)
+            self._ensure_reader(s)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._sweep(), name="mcp-tasks-push-sweep")
 
@@ -216,7 +239,11 @@ class PushHub:
         if not self.enabled or self.factor <= 1.0:
             return 1.0
         s = self._sessions.get(key or self.key(ref, principal))
-        if s is None or s.listener is None or not s.listener.live(task_id):
+        if s is None:
+            return 1.0
+        if s.reader is not None and s.reader.covers(task_id):
+            return self.factor  # a recent complete tasks/list read listed it: the reader wakes it
+        if s.listener is None or not s.listener.live(task_id):
             return 1.0
         heard = self._notifying.get(s.server)
         if heard is None or time.monotonic() - heard > NOTIFYING_MEMORY_S:
@@ -229,12 +256,14 @@ class PushHub:
             s.key: {"kind": s.kind, "server": s.server, "waits": len(s.routes),
                     "state": s.listener.state.value if s.listener else None,
                     "why": s.listener.why if s.listener else None,
-                    "listener": dict(s.listener.counts) if s.listener else {}} for s in self._sessions.values()}}
+                    "listener": dict(s.listener.counts) if s.listener else {},
+                    "list": s.reader.stats() if s.reader else None} for s in self._sessions.values()}}
 
     async def aclose(self) -> None:
         self._closed = True
         tasks = [t for t in (self._sweeper, *self._senders, *self._lookups) if t is not None]
         tasks += [s.task for s in self._sessions.values() if s.task is not None]
+        tasks += [s.reader_task for s in self._sessions.values() if s.reader_task is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -255,6 +284,34 @@ class PushHub:
     def _ensure_listener(self, s: _Session) -> None:
         if (s.task is None or s.task.done()) and time.monotonic() >= s.retry_at and s.routes:
             s.task = asyncio.create_task(self._listen(s), name=f"mcp-tasks-push:{s.kind}")
+
+    def _ensure_reader(self, s: _Session) -> None:
+        if (s.reader is not None and (s.reader_task is None or s.reader_task.done())
+                and time.monotonic() >= s.reader_retry_at and s.routes):
+            s.reader_task = asyncio.create_task(self._read_lists(s), name="mcp-tasks-list")
+
+    async def _read_lists(self, s: _Session) -> None:
+        assert s.reader is not None
+        again = await s.reader.run()
+        if again is not None:
+            s.reader_retry_at = time.monotonic() + again
+
+    def _list_waits(self, s: _Session) -> dict[str, str | None]:
+        now = time.monotonic()
+        return {task_id: r.status for task_id, r in s.routes.items() if r.expires >= now}
+
+    def _list_wake(self, s: _Session, task_id: str, status: str) -> bool:
+        """A ``tasks/list`` read says a wait's task changed: the same wake-up as a notification's (``via = list``)."""
+        route = s.routes.get(task_id)
+        if route is None or route.expires < time.monotonic():
+            return False
+        if not self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=status), route.epoch,
+                          via="list"):
+            return False
+        if route.on_wake is not None:
+            with contextlib.suppress(Exception):
+                route.on_wake()
+        return True
 
     async def _listen(self, s: _Session) -> None:
         """Run the session's listener; when it finds no stream (unsupported, gone), try again much later."""
@@ -301,11 +358,13 @@ class PushHub:
                         s.listener.ids_changed()
                 if s.routes:
                     self._ensure_listener(s)
+                    self._ensure_reader(s)
                     continue
-                if s.task is not None:
-                    s.task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await s.task
+                for t in (s.task, s.reader_task):
+                    if t is not None:
+                        t.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await t
                 del self._sessions[key]
             if not self._sessions:
                 self._sweeper = None
@@ -341,7 +400,8 @@ class PushHub:
                 route.on_wake()
         return True
 
-    def _wake(self, s: _Session, workflow_id: str, run_id: str | None, notice: TaskNotice, epoch: int) -> bool:
+    def _wake(self, s: _Session, workflow_id: str, run_id: str | None, notice: TaskNotice, epoch: int,
+              via: str = "notification") -> bool:
         key = (workflow_id, notice.task_id, notice.status, epoch)
         if key in self._woken:
             self._count(s, "duplicate")
@@ -352,13 +412,14 @@ class PushHub:
             self._queue = asyncio.Queue(SIGNAL_QUEUE)
             self._senders = [asyncio.create_task(self._send(), name="mcp-tasks-push-signal") for _ in range(SENDERS)]
         try:
-            self._queue.put_nowait((s.temporal, workflow_id, run_id,
-                                    TaskNotified(task_id=notice.task_id, status=notice.status), s.server))  # type: ignore[arg-type]
+            notified = TaskNotified.model_validate({"task_id": notice.task_id, "status": notice.status,
+                                                    "via": via if via != "notification" else None})
+            self._queue.put_nowait((s.temporal, workflow_id, run_id, notified, s.server))
         except asyncio.QueueFull:
             self._count(s, "signal_dropped")
             return False
         self._woken.put(key, time.monotonic())
-        self._count(s, "woken")
+        self._count(s, "woken" if via == "notification" else f"{via}_woken")
         return True
 
     async def _send(self) -> None:

@@ -21,7 +21,10 @@ adds the tool, the age, the gates and the records, with the same ``/bench/*`` en
   SDK drops them while no client holds that stream); answers ``sent`` and ``seconds`` once all are handed over.
 
 Run (from the repository): ``tests/peers/py1/.venv/bin/python -m bench.push_server --port 0 --poll-interval-ms 500
-[--silent]``; prints ``LISTENING http://127.0.0.1:<port>/mcp`` on stderr.
+[--silent] [--no-list]``; prints ``LISTENING http://127.0.0.1:<port>/mcp`` on stderr. ``--no-list`` removes the SDK's
+default ``tasks/list`` handler (and so ``capabilities.tasks.list``: a ``tasks/list`` is answered -32601), for a server
+whose waits can only be polled one by one; with it (the SDK's default) the list is the session's own tasks
+(``mcp`` 1.30 scopes task ids to the session that made them), which the worker's list reader reads.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Recorder:
         self.aged: dict[str, dict[str, Any]] = {}
         self.requests = 0
         self.streams = 0
+        self.lists = 0
         #: taskId -> the session that created it (the flood's target); one entry per task the bench made.
         self.sessions: dict[str, Any] = {}
 
@@ -106,11 +110,14 @@ class BenchStore(InMemoryTaskStore):
         return task
 
 
-def build_server(store: BenchStore, *, silent: bool) -> Server:
+def build_server(store: BenchStore, *, silent: bool, listing: bool = True) -> Server:
     server: Server = Server("mcp-temporal-tasks-bench-push", version="1.0.0")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         server.experimental.enable_tasks(store=store)
+    if not listing:
+        # The capability follows the handler (ServerExperimental.update_capabilities): both go.
+        server.request_handlers.pop(types.ListTasksRequest, None)
     tool = types.Tool(name=TOOL, description="Completes after `seconds`, or when its gate opens.",
                       inputSchema={"type": "object", "properties": {"seconds": {"type": "number"},
                                                                     "gate": {"type": "string"},
@@ -172,6 +179,8 @@ def instrument(app: Any) -> Any:
             msg = json.loads(body)
         except ValueError:
             msg = None
+        if isinstance(msg, dict) and msg.get("method") == "tasks/list":
+            REC.lists += 1
         if isinstance(msg, dict) and msg.get("method") == "tasks/get":
             task_id = str((msg.get("params") or {}).get("taskId"))
             now = time.time()
@@ -217,9 +226,9 @@ async def flood(task_id: str, n: int, poll_ms: int) -> dict[str, Any]:
     return {"sent": sent, "seconds": round(time.monotonic() - t0, 3)}
 
 
-async def serve(port: int, poll_ms: int, silent: bool) -> None:
+async def serve(port: int, poll_ms: int, silent: bool, listing: bool = True) -> None:
     store = BenchStore(poll_ms)
-    manager = StreamableHTTPSessionManager(app=build_server(store, silent=silent), stateless=False,
+    manager = StreamableHTTPSessionManager(app=build_server(store, silent=silent, listing=listing), stateless=False,
                                            session_idle_timeout=None)
     mcp_app = instrument(manager.handle_request)
 
@@ -231,10 +240,11 @@ async def serve(port: int, poll_ms: int, silent: bool) -> None:
             return await mcp_app(scope, receive, send)
         if path == "/bench/state":
             return await json_reply(send, {"terminal": REC.terminal, "observed": REC.observed, "gets": REC.gets,
-                                           "aged": REC.aged, "streams": REC.streams})
+                                           "aged": REC.aged, "streams": REC.streams, "lists": REC.lists})
         if path == "/bench/counts":
             return await json_reply(send, {"polled": len(REC.gets), "requests": REC.requests,
-                                           "gets": sum(REC.gets.values()), "streams": REC.streams})
+                                           "gets": sum(REC.gets.values()), "streams": REC.streams,
+                                           "lists": REC.lists})
         if path == "/bench/reset":
             REC.reset()
             return await json_reply(send, {"ok": True})
@@ -266,8 +276,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--poll-interval-ms", type=int, default=500)
     p.add_argument("--silent", action="store_true", help="never send notifications/tasks/status")
+    p.add_argument("--no-list", action="store_true", help="offer no tasks/list (the SDK's default handler removed)")
     args = p.parse_args(argv)
-    anyio.run(serve, args.port, args.poll_interval_ms, args.silent)
+    anyio.run(serve, args.port, args.poll_interval_ms, args.silent, not args.no_list)
 
 
 if __name__ == "__main__":

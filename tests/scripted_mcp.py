@@ -49,6 +49,10 @@ class ScriptedMcp(ThreadingHTTPServer):
         self.sessions_made = 0
         #: Refuse every ``initialize`` after the first with a 404 (a server that lost all sessions).
         self.refuse_new_sessions = False
+        #: What ``initialize`` offers (``{"tasks": {"list": {}, ...}}`` for a server with ``tasks/list``).
+        self.capabilities: dict[str, Any] = {"tasks": {"requests": {"tools": {"call": {}}}}}
+        #: Session ids are this prefix and a count (servers of one test that must not issue the same ids differ).
+        self.session_prefix = "s"
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -89,12 +93,12 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "initialize":
             if srv.refuse_new_sessions and srv.sessions_made:
                 return self._send(404, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": "no sessions"}})
-            sid = f"s{next(srv._ids)}"
+            sid = f"{srv.session_prefix}{next(srv._ids)}"
             with srv._lock:
                 srv.live.add(sid)
                 srv.sessions_made += 1
             return self._send(200, {"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": LEGACY, "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
+                "protocolVersion": LEGACY, "capabilities": srv.capabilities,
                 "serverInfo": {"name": "scripted", "version": "0"}}}, {"mcp-session-id": sid})
         if sid not in srv.live:
             return self._send(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}})

@@ -206,8 +206,9 @@ def worker_process(address: str, task_queue: str, config: Path, **kw: Any) -> It
         proc.stop()
 
 
-def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
-    """A worker TOML with the given [servers.NAME] tables (values: url/command/principal/tools...)."""
+def write_config(path: Path, servers: dict[str, dict[str, Any]], *, worker: dict[str, Any] | None = None) -> Path:
+    """A worker TOML with the given [servers.NAME] tables (values: url/command/principal/tools...) and, given, a
+    [worker] table."""
     import json
 
     def value(v: Any) -> str:
@@ -224,6 +225,9 @@ def write_config(path: Path, servers: dict[str, dict[str, Any]]) -> Path:
         for tool, policy in tools.items():
             lines.append(f"[servers.{name}.tools.{tool}]")
             lines.extend(f"{k} = {value(v)}" for k, v in policy.items())
+    if worker:
+        lines.append("[worker]")
+        lines.extend(f"{k} = {value(v)}" for k, v in worker.items())
     path.write_text("\n".join(lines) + "\n")
     return path
 

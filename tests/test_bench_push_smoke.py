@@ -32,11 +32,13 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
     for needle in ("### Told, not polled", "**Flood**: 2000 ", "a flood of 2,000 notifications"):
         assert needle in table, f"{needle!r} missing from the table:\n{table}"
     for bucket in ("1 min", "5 min"):
-        for design in ("notifying", "silent"):
+        for design in ("notifying", "silent", "listing"):
             assert re.search(rf"^\| {bucket} \([^)]*\) \| {design} \| ", table, re.M), (bucket, design, table)
 
     p = json.loads(out.read_text())["push"]
-    assert p["primes_delivered_by"] == {"notifying": {"notification": 3}, "silent": {"poll": 3}}, p["primes_delivered_by"]
+    primes = p["primes_delivered_by"]
+    assert primes["notifying"] == {"notification": 3} and primes["silent"] == {"poll": 3}, primes
+    assert sum(primes["listing"].values()) == 3 and set(primes["listing"]) <= {"list", "poll"}, primes
     for design, by in (("notifying", "notification"), ("silent", "poll")):
         for bucket in ("1 min", "5 min"):
             row = p[design]["buckets"][bucket]
@@ -48,6 +50,11 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
                         "polls_per_task_hour", "worker_cpu_pct_of_core"):
                 assert row[key] is not None and row[key] >= 0, (design, bucket, key, row)
             assert row["signals_in_window"] == 0, row  # held tasks never end: nothing wakes them
+    # The silent server with tasks/list: its probes are woken by the list reader (or, young, seen at a poll first).
+    for bucket in ("1 min", "5 min"):
+        d = p["listing"]["buckets"][bucket]["delivery"]
+        assert d["n"] == d["of"] == 1 and set(d["delivered_by"]) <= {"list", "poll"}, d
+    assert p["listing"]["list_requests_in_window"] > 0 and p["silent"]["list_requests_in_window"] == 0
     # A task aged 1 min is polled every 3 s where the server is silent (5 % of its age): the window must see it.
     assert p["silent"]["buckets"]["1 min"]["polls_per_task_hour"] > 0
     # One wake per notified probe, none where the server is silent.

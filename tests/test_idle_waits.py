@@ -73,6 +73,10 @@ class Case:
         return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tasks/get" and x.get("taskId") == task_id)
 
 
+#: The polling waits under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py).
+NO_LIST = {"push_list_reads": False}
+
+
 @pytest.fixture(params=["ts-http", "fastmcp", "job-fastmcp"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     if request.param == "ts-http":
@@ -133,7 +137,7 @@ async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_kille
     mark = case.peer.log_mark()
     status_method = "tools/call" if case.job else "tasks/get"
     with FaultProxy(case.peer.url) as proxy:
-        cfg = write_config(tmp_path / "w.toml", {"srv": case.server(proxy.url)})
+        cfg = write_config(tmp_path / "w.toml", {"srv": case.server(proxy.url)}, worker=NO_LIST)
         with worker_process(address, queue, cfg) as first:
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="srv", tool=case.tool, arguments=case.arguments, timeouts=TIMEOUTS),
@@ -183,7 +187,7 @@ async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_f
     mark = case.peer.log_mark()
     # A gap as long as the task's age, up to a minute: by 8 s of age the next poll is ≥ 8 s away.
     cfg = write_config(tmp_path / "w.toml", {"srv": {"url": case.peer.url, "polling": {
-        "after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}})
+        "after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}}, worker=NO_LIST)
     with worker_process(address, queue, cfg) as worker:
         handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
             server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS),

@@ -40,6 +40,10 @@ KILL_AT_AGE_S = 9.0
 TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 
 
+#: The polling schedule under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py).
+NO_LIST = {"push_list_reads": False}
+
+
 @pytest.fixture(params=["ts-http", "fastmcp"])
 def slow_poll_peer(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "ts-http":
@@ -58,7 +62,8 @@ async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_
     address, queue = address_of(temporal_env), unique("wait")
     mark = peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"srv": {
-        "url": peer.url, "polling": {"after_s": AFTER_S, "age_fraction": FRACTION, "max_interval_s": MAX_S}}})
+        "url": peer.url, "polling": {"after_s": AFTER_S, "age_fraction": FRACTION, "max_interval_s": MAX_S}}},
+        worker=NO_LIST)
     text = unique("waited")
     with worker_process(address, queue, cfg) as first:
         handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
@@ -110,7 +115,7 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
     peer = slow_poll_peer
     address, queue = address_of(temporal_env), unique("long")
     mark = peer.log_mark()
-    cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": {"age_fraction": 0}}})
+    cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": {"age_fraction": 0}}}, worker=NO_LIST)
     timeouts = Timeouts(heartbeat_s=2.0, long_wait_after_s=4.0, long_wait_heartbeat_s=5.0, poll_floor_s=0.05,
                         owner_pickup_s=4, submit_s=60)
     with worker_process(address, queue, cfg) as first:

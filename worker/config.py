@@ -143,6 +143,9 @@ class WorkerSettings(_Strict):
     #: Where a server has shown it notifies, poll gaps stretch by this (polls stay the safety net: a dropped
     #: notification is still seen within this × the schedule's bound). 1: today's schedule everywhere.
     push_stretch: float = Field(4.0, ge=1.0, le=10.0)
+    #: Read ``tasks/list`` of a stateful 2025-11-25 HTTP session with waits here, at the server's pollInterval, and
+    #: wake the waits whose task changed (``activities/list_reader.py``); off: those waits are polled one by one.
+    push_list_reads: StrictBool = True
 
 
 class WorkerConfig(_Strict):

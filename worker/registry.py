@@ -57,4 +57,5 @@ def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] =
                          allow_inline_endpoints=w.allow_inline_endpoints, allow_inline_commands=w.allow_inline_commands,
                          allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
                          owner_queue=owner, live_sink=live_sink,
-                         push=PushHub(enabled=w.push_notifications, stretch=w.push_stretch))
+                         push=PushHub(enabled=w.push_notifications, stretch=w.push_stretch,
+                                      list_reads=w.push_list_reads))

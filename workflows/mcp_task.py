@@ -284,7 +284,7 @@ class McpTaskWorkflow:
         if key in self.m.wakes or len(self.m.wakes) >= _MAX_WAKES or not workflow.patched(NOTIFIED_WAKES):
             return
         self.m.wakes.append(key)
-        self.m.wake = n.status
+        self.m.wake, self.m.wake_via = n.status, n.via
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
@@ -606,6 +606,7 @@ class McpTaskWorkflow:
         first_poll_at: float | None = None
         #: The wait that follows reads the task because a notification woke the one before (delivered_by).
         woken_read = False
+        woken_via: str | None = None
         while True:
             self._enter(Phase.WORKING)
             arg = AwaitInput(
@@ -630,7 +631,7 @@ class McpTaskWorkflow:
             if waited is None:
                 await self._cancel_and_settle(task)
             if isinstance(waited, _Woken):
-                self.m.wake, woken_read = None, True
+                self.m.wake, woken_read, woken_via = None, True, self.m.wake_via
                 continue
             aw = waited
             self._after_wait(aw)
@@ -639,7 +640,7 @@ class McpTaskWorkflow:
                 self.m.wake = None  # this read already shows what the notification said
             if self.m.task_state.terminal:
                 # How the end was learned: the first read after a wake, or a poll of the schedule.
-                self.m.delivered_by = "notification" if woken_read and aw.polls <= 1 else "poll"
+                self.m.delivered_by = (woken_via or "notification") if woken_read and aw.polls <= 1 else "poll"  # type: ignore[assignment]
             woken_read = False
             if aw.idle and workflow.patched(IDLE_WAITS):
                 idle, first_poll_at = True, aw.next_poll_at
@@ -998,7 +999,7 @@ class McpTaskWorkflow:
             final_status = outcome.value  # a finished task is not listed as `working`
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
-        learned = {"notification": " (notified)", "poll": " (polled)"}.get(self.m.delivered_by or "", "")
+        learned = {"notification": " (notified)", "poll": " (polled)", "list": " (seen in tasks/list)"}.get(self.m.delivered_by or "", "")
         workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}{learned}")
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})

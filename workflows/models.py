@@ -315,7 +315,7 @@ class Ending(_Model):
         return self.model_dump(exclude={"outcome", "stage"}, exclude_unset=False)
 
 
-DeliveredBy = Literal["notification", "poll"]
+DeliveredBy = Literal["notification", "poll", "list"]
 
 
 class McpTaskOutcome(_Model):
@@ -338,7 +338,8 @@ class McpTaskOutcome(_Model):
     raw_payload: Any = None
     reason: str | None = None
     #: How the task's end was learned while waiting: ``notification`` (the first read after a server's task
-    #: notification woke the wait) or ``poll`` (a read of the schedule). None when no wait saw it end (a synchronous
+    #: notification woke the wait), ``list`` (the first read after a ``tasks/list`` read of the session woke it) or
+    #: ``poll`` (a read of the schedule). None when no wait saw it end (a synchronous
     #: result, a cancel, an input relay, a task lost).
     delivered_by: DeliveredBy | None = None
 
@@ -416,4 +417,6 @@ class MachineState(_Model):
     #: A notification's status that woke the wait and was not read yet; the wakes acted on (``status#round``).
     wake: str | None = None
     wakes: list[str] = Field(default_factory=list)
+    #: How the pending wake was learned (``TaskNotified.via``): None, a notification; ``list``, a tasks/list read.
+    wake_via: str | None = None
     delivered_by: DeliveredBy | None = None

@@ -576,6 +576,12 @@ class McpTaskClient:
         return await self._request("subscriptions/listen", {"notifications": {"taskIds": list(task_ids)}},
                                    on_notification=on_notification, timeout_s=hold_s)
 
+    async def list_tasks_page(self, cursor: str | None = None) -> dict[str, Any]:
+        """One page of legacy ``tasks/list``, as the server sent it (the list reader bounds and reads it)."""
+        if self.era != LEGACY:
+            raise CapabilityUnavailable("tasks/list does not exist with the 2026-07-28 tasks extension")
+        return await self._request("tasks/list", {"cursor": cursor} if cursor else {})
+
     async def list_tasks(self) -> list[TaskState]:
         """Legacy ``tasks/list`` (may be absent: MethodNotFound). The extension has none."""
         if self.era != LEGACY:

@@ -275,10 +275,14 @@ def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str =
 
 
 @contextlib.contextmanager
-def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http") -> Iterator[Peer]:
-    """The official Python SDK 1.30.0 task server (2025-11-25) over stateful streamable HTTP."""
+def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http",
+                  notify: bool = True) -> Iterator[Peer]:
+    """The official Python SDK 1.30.0 task server (2025-11-25) over stateful streamable HTTP (``notify=False``:
+    ``slow_echo`` sends no ``notifications/tasks/status``, ``PEER_NOTIFY=0``)."""
     python = require_py1_peer()
-    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else None
+    extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else {}
+    if not notify:
+        extra["PEER_NOTIFY"] = "0"
     with _http_peer([str(python), str(PY1_SERVER), "--port", "0"], name=name, log_path=_fresh_log(log_dir, name),
                     flavour="legacy", stateful=True, cwd=PY1_DIR, extra_env=extra) as peer:
         yield peer

@@ -40,7 +40,7 @@ STILL_FIRST_S, STILL_MAX_S = 10.0, 300.0
 #: What a start_call heartbeat says once tools/call has left: a long synchronous call shows as CALLING.
 CALL_SENT = "tools/call sent"
 #: How the end was learned (``delivered_by``), as the live view and the summary say it.
-_LEARNED = {"notification": "notified", "poll": "polled"}
+_LEARNED = {"notification": "notified", "poll": "polled", "list": "seen in tasks/list"}
 
 
 class LiveBoard:

@@ -10,7 +10,9 @@ task-augmented ``tools/call``, and ``StreamableHTTPSessionManager`` (stateful se
 This file only defines the fixture tools and the request log. Contract: README.md next to this file.
 
 Env: PEER_LOG=/path.jsonl (one JSON line per incoming JSON-RPC request, and ``{"event": "terminal", "taskId",
-"status", "ts"}`` when a task ends), PEER_POLL_MS (pollInterval, 200).
+"status", "ts"}`` when a task ends), PEER_POLL_MS (pollInterval, 200), PEER_NOTIFY=0: ``slow_echo`` sends no
+``notifications/tasks/status`` (the SDK's ``update_status``/``complete`` with ``notify=False``): a silent server whose
+``tasks/list`` (the SDK's default handler, listing the session's own tasks) is the only way to learn more than polls do.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.experimental.tasks.in_memory_task_store import InMemoryTaskStore
 
 POLL_MS = int(os.environ.get("PEER_POLL_MS", "200"))
+NOTIFY = os.environ.get("PEER_NOTIFY") != "0"
 PEER_LOG = os.environ.get("PEER_LOG")
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests; retry-after=30"
 CALL_COUNTS: Counter[str] = Counter()
@@ -111,9 +114,12 @@ def build_server(store: InMemoryTaskStore) -> Server:
 
             async def echo(task: ServerTaskContext | None = None) -> types.CallToolResult:
                 if task is not None:
-                    await task.update_status(f"sleeping {seconds:g}s")
+                    await task.update_status(f"sleeping {seconds:g}s", notify=NOTIFY)
                 await anyio.sleep(seconds)
-                return text_result(text, structured={"echo": text})
+                result = text_result(text, structured={"echo": text})
+                if task is not None and not NOTIFY:
+                    await task.complete(result, notify=False)  # run_task's own complete() would notify
+                return result
 
             return await ctx.experimental.run_task(echo) if ctx.experimental.is_task else await echo()
 
