@@ -108,8 +108,6 @@ def _scripted(kind: str, state: dict[str, Any]) -> ScriptedMcp:
 
     server = ScriptedMcp({"tools/call": call, "tasks/get": get, "tasks/list": listed})
     server.capabilities = {"tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}}
-    # Distinct session ids: the worker's session pool finds a session by its id alone (see the report of issue 42).
-    server.session_prefix = f"{kind}-"
     return server
 
 

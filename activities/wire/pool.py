@@ -1,7 +1,8 @@
 """Live sessions of this process, for reuse across activity calls.
 
-Keyed by (server, principal, era pin) for new calls, and by session id for legacy HTTP tasks (which are
-bound to the session that created them). Stdio servers are children of this process: their tasks can
+Keyed by (server, principal, era pin) for new calls, and by (server, session id) for legacy HTTP tasks (which are
+bound to the session that created them: a session id is the server's to choose, so two servers may issue the same one,
+and a read keyed by the id alone would ask the wrong server). Stdio servers are children of this process: their tasks can
 be reached only from here, and only while the child lives.
 
 Rules:
@@ -47,12 +48,16 @@ class SessionPool:
         self.idle_s = idle_s
         self.owner = owner
         self._by_key: dict[tuple[str, str, str], _Entry] = {}
-        self._by_session: dict[str, _Entry] = {}
+        self._by_session: dict[tuple[str, str], _Entry] = {}
         self._lock = asyncio.Lock()
 
     @staticmethod
     def _key(endpoint: Endpoint, principal: str | None, era: Era | None) -> tuple[str, str, str]:
         return (endpoint.model_dump_json(), principal or "", era or "")
+
+    @staticmethod
+    def _session_key(endpoint: Endpoint, session_id: str) -> tuple[str, str]:
+        return (endpoint.model_dump_json(), session_id)
 
     async def _sweep(self) -> None:
         now = time.monotonic()
@@ -77,7 +82,7 @@ class SessionPool:
                 entry = _Entry(await McpTaskClient.connect(endpoint, era=era, owner=self.owner))
                 self._by_key[key] = entry
                 if entry.client.transport.session_id:
-                    self._by_session[entry.client.transport.session_id] = entry
+                    self._by_session[self._session_key(endpoint, entry.client.transport.session_id)] = entry
             entry.last_used = time.monotonic()
             return entry.client
 
@@ -88,7 +93,7 @@ class SessionPool:
             if ref.endpoint.command is not None:
                 # The task lives in the very child that created it (named by the ref's session id): a child
                 # re-opened for the same endpoint after a crash does not hold it.
-                entry = self._by_session.get(ref.session_id) if ref.session_id else (
+                entry = self._by_session.get(self._session_key(ref.endpoint, ref.session_id)) if ref.session_id else (
                     self._by_key.get(self._key(ref.endpoint, principal, None))
                     or self._by_key.get(self._key(ref.endpoint, principal, ref.era)))
                 if ref.owner != self.owner or entry is None or not entry.client.alive:
@@ -96,10 +101,11 @@ class SessionPool:
                         f"the stdio server holding this task was started by {ref.owner!r} and is gone "
                         f"(this is {self.owner!r})")
             elif ref.session_id:
-                entry = self._by_session.get(ref.session_id)
+                skey = self._session_key(ref.endpoint, ref.session_id)
+                entry = self._by_session.get(skey)
                 if entry is None or not entry.client.alive:
                     entry = _Entry(await McpTaskClient.attach(ref))
-                    self._by_session[ref.session_id] = entry
+                    self._by_session[skey] = entry
             else:
                 key = self._key(ref.endpoint, principal, ref.era)
                 entry = self._by_key.get(key)
@@ -134,13 +140,13 @@ class SessionPool:
     async def _new_session_for(self, ref: SessionRef, principal: str | None) -> McpTaskClient:
         """A fresh handshake with ``ref``'s server, put in the place of ``ref``'s session for this process."""
         async with self._lock:
-            old = self._by_session.pop(ref.session_id, None) if ref.session_id else None
+            old = self._by_session.pop(self._session_key(ref.endpoint, ref.session_id), None) if ref.session_id else None
         if old is not None:
             await old.client.aclose()
         client = await McpTaskClient.connect(ref.endpoint, era=ref.era, owner=self.owner)
         async with self._lock:
             if ref.session_id:
-                self._by_session[ref.session_id] = _Entry(client)
+                self._by_session[self._session_key(ref.endpoint, ref.session_id)] = _Entry(client)
             else:
                 self._by_key[self._key(ref.endpoint, principal, ref.era)] = _Entry(client)
         return client
