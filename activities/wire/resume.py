@@ -12,8 +12,9 @@ only what a client decides with them, each value bounded:
 * the wait before a resumption: the server's ``retry`` (milliseconds), clamped to
   [:data:`MIN_RETRY_S`, :data:`MAX_RETRY_S`]; :data:`DEFAULT_RETRY_S` when the server sent none or a value the
   decoder kept but the SSE spec does not allow (negative);
-* the ``Last-Event-ID`` sent: the last event id seen (the decoder carries it from event to event, as the SSE spec
-  says); an id over :data:`MAX_EVENT_ID` characters or with characters a header cannot carry is not resumable;
+* the ``Last-Event-ID`` sent: the last non-empty event id seen, across the resumed streams too (the SDKs' rule:
+  a decoder starts each stream afresh, so an empty id cannot tell "none in this stream" from a reset); an id over
+  :data:`MAX_EVENT_ID` characters or with characters a header cannot carry is not resumable;
 * how many resumptions: at most :data:`MAX_IDLE_RESUMPTIONS` in a row that bring no message (a failed GET, a 5xx, a
   stream that ends again with nothing but priming events). A resumption that brings a message starts the count
   again, so a long tool on a server that cycles its streams is followed for as long as the request's own bound
@@ -61,7 +62,7 @@ def usable_event_id(event_id: str | None) -> str | None:
 class ResumePoint:
     """Where a stream may be resumed from, and how many resumptions in a row have brought nothing."""
 
-    #: The last event id seen, as the decoder carries it ("" once a server reset it with an empty ``id:``).
+    #: The last non-empty event id seen.
     event_id: str | None = None
     retry_ms: int | None = None
     idle: int = 0
@@ -72,7 +73,7 @@ class ResumePoint:
 
     def saw(self, event_id: str | None, retry_ms: int | None, *, message: bool) -> None:
         """One event read (``message``: it carried a JSON-RPC message, not only a priming or empty event)."""
-        if event_id is not None:
+        if event_id:
             self.event_id = event_id
         if retry_ms is not None:
             self.retry_ms = retry_ms
