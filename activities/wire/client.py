@@ -6,6 +6,7 @@ Failure semantics of each call are in the package docstring (:mod:`mcp_temporal_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -412,8 +413,11 @@ class McpTaskClient:
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
-            reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener,
-                                        on_server_request=on_server_request)
+            async with (self.transport.server_requests(on_server_request)
+                        if on_server_request is not None and not task_requested and self.era != EXTENSION
+                        and isinstance(self.transport, HttpTransport) else contextlib.nullcontext()):
+                reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s,
+                                            on_notification=listener, on_server_request=on_server_request)
             out = self._start_result(reply, task_requested=task_requested)
         except McpWireError as exc:
             exc.lost_call = call  # type: ignore[attr-defined]

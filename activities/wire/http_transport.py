@@ -9,8 +9,11 @@ servers orphans every task of the old session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import logging
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -18,6 +21,7 @@ import httpx2
 from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth import BearerAuth
 from mcp_temporal_tasks.activities.wire.errors import (
+    McpWireError,
     PayloadUnusable,
     ProtocolViolation,
     RequestRefused,
@@ -39,10 +43,13 @@ from mcp_temporal_tasks.activities.wire.jsonrpc import (
 )
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
-from mcp_temporal_tasks.activities.wire.resume import ResumePoint
+from mcp_temporal_tasks.activities.wire.resume import MAX_IDLE_RESUMPTIONS, ResumePoint
 from mcp_temporal_tasks.activities.wire.status import http_error
 
 CONNECT_TIMEOUT_S = 10.0
+#: How long a plain call waits for the session's standalone GET stream to open before it is sent anyway.
+SIDE_STREAM_READY_S = 2.0
+log = logging.getLogger(__name__)
 #: Reads bounded as a whole (connect, write and every wait for bytes together), not only per wait for bytes: the
 #: requests a waiting worker sends by the thousand, which a server trickling bytes must not hold.
 KEPT_ALIVE_READS = frozenset({"tasks/get"})
@@ -323,6 +330,57 @@ class HttpTransport:
             raise SessionGone(f"{what}: session {self.session_id} is gone (HTTP 404)")
         if resp.status_code >= 400:
             raise ProtocolViolation(f"server refused our {what}: HTTP {resp.status_code}")
+
+    @contextlib.asynccontextmanager
+    async def server_requests(self, handler: ServerRequestHandler) -> AsyncIterator[None]:
+        """Hold the session's standalone GET stream open while a plain call runs, answering the server requests it
+        carries with ``handler``: a server may send a call's ``elicitation/create`` there instead of on the call's
+        own stream (the TypeScript SDK does for ``server.request`` without a related request; the conformance
+        suite's SEP-1034 scenario does). Opened before the call is sent (a server drops what it sends while no
+        stream is open), at most :data:`SIDE_STREAM_READY_S` waited for; a server without one (405), one held by
+        another client (409), or one that keeps failing (:data:`~.resume.MAX_IDLE_RESUMPTIONS` in a row) is simply
+        not heard. Nothing but server requests is read from it here."""
+        if not self.session_id or self.closed:
+            yield
+            return
+        opened = asyncio.Event()
+        side = asyncio.create_task(self._hold_server_requests(handler, opened))
+        waiter = asyncio.create_task(opened.wait())
+        try:
+            await asyncio.wait({side, waiter}, timeout=SIDE_STREAM_READY_S, return_when=asyncio.FIRST_COMPLETED)
+            yield
+        finally:
+            for task in (waiter, side):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _hold_server_requests(self, handler: ServerRequestHandler, opened: asyncio.Event) -> None:
+        point = ResumePoint()
+        idle = 0
+        while idle < MAX_IDLE_RESUMPTIONS:
+            answered = False
+            try:
+                async with self.open_event_stream(read_timeout_s=self._timeout_s,
+                                                  last_event_id=point.header()) as response:
+                    ctype = response.headers.get("content-type", "").lower()
+                    if response.status_code >= 300 or not ctype.startswith("text/event-stream"):
+                        log.debug("no GET stream for server requests: HTTP %s %s", response.status_code, ctype[:64])
+                        return
+                    opened.set()
+                    async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
+                        point.saw(event.id, event.retry, message=False)
+                        try:
+                            message = sse_message(event.data, "GET stream")
+                        except ProtocolViolation:
+                            continue
+                        if message is not None and "method" in message and "id" in message:
+                            answered = True
+                            await self._answer_server_request(message, handler)
+            except (httpx2.HTTPError, McpWireError) as exc:
+                log.debug("GET stream for server requests: %s: %s", type(exc).__name__, exc)
+            idle = 0 if answered else idle + 1
+            await asyncio.sleep(point.delay_s())
 
     def open_event_stream(self, *, read_timeout_s: float, last_event_id: str | None = None) -> Any:
         """The session's standalone GET stream (what the server sends outside any request: task status
