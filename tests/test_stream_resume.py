@@ -87,7 +87,13 @@ async def scripted(script: Script) -> AsyncIterator[str]:
                 writer.write(script.post(msg_ids[-1]))
             else:
                 script.gets.append((time.monotonic(), headers.get("last-event-id")))
-                writer.write(script.get(len(script.gets), msg_ids[-1] if msg_ids else None))
+                answer = script.get(len(script.gets), msg_ids[-1] if msg_ids else None)
+                if answer.startswith(b"HOLD:"):  # written, then the stream stays open and silent
+                    writer.write(answer[5:])
+                    await writer.drain()
+                    await asyncio.sleep(30)
+                    return
+                writer.write(answer)
             await writer.drain()
             if request.method == b"POST":
                 script.closed_at = time.monotonic()
@@ -175,6 +181,17 @@ async def test_garbage_on_the_resumed_stream_is_a_garbled_reply_not_a_hang() -> 
         with pytest.raises(Exception) as caught:
             await call(url)
     assert caught.value.__class__.__name__ == "ProtocolViolation" and script.posts == 1
+
+
+async def test_a_resumed_stream_that_goes_silent_is_a_read_fault_within_the_read_timeout() -> None:
+    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
+                    get=lambda n, i: b"HOLD:" + SSE_HEAD + b"id: e2\ndata: \n\n")
+    async with scripted(script) as url:
+        started = time.monotonic()
+        with pytest.raises(TransportError) as caught:
+            await call(url, timeout_s=1.0)
+    assert time.monotonic() - started < 5 and script.posts == 1 and len(script.gets) == 1
+    assert "ReadTimeout" in caught.value.message and caught.value.may_have_reached_server
 
 
 async def test_a_busy_resumption_is_asked_again_within_the_bound() -> None:
