@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
 from tests.peers.harness import Peer, ts_http_peer
-from tests.temporal_harness import FAST, address_of, cli, tool_calls, unique, wait_for_view
+from tests.temporal_harness import FAST, address_of, cli, keep_history, tool_calls, unique, wait_for_view
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,7 @@ async def test_a_question_on_a_plain_call_is_answered_through_the_cli_with_defau
     assert outcome.outcome == Outcome.COMPLETED
     assert json.loads(text_of(outcome)) == {"action": "accept", "content": {"ok": True, "name": "John Doe", "age": 30}}
     assert len(tool_calls(resumable, mark, "ask_plain")) == 1
+    await keep_history(handle, "plain_call_input_answered")
 
 
 async def test_a_question_nobody_answers_is_declined_after_the_bound(resumable: Peer, client: Client, queue: str,
@@ -68,6 +69,7 @@ async def test_a_question_nobody_answers_is_declined_after_the_bound(resumable: 
     assert outcome.outcome == Outcome.COMPLETED and json.loads(text_of(outcome)) == {"action": "decline"}
     assert outcome.reason is not None and "nobody answered within 2s" in outcome.reason
     assert len(tool_calls(resumable, mark, "ask_plain")) == 1
+    await keep_history(handle, "plain_call_input_declined")
 
 
 async def test_a_malformed_form_is_refused_with_a_clear_error_not_asked(resumable: Peer, client: Client, queue: str,
