@@ -97,11 +97,13 @@ from mcp_temporal_tasks.activities.wire import (
     TransportError,
     decode_result,
 )
+from mcp_temporal_tasks.activities.wire.elicitation import elicitation_problem
 from mcp_temporal_tasks.activities.wire.errors import (
     PayloadUnusable,
     _cap,
 )
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
+from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
 from mcp_temporal_tasks.activities.wire.models import (
     LEGACY,
@@ -375,6 +377,52 @@ class McpActivities:
             raise ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602},
                                    type="InvalidArguments", non_retryable=True)
 
+    def _call_input_relay(self, inp: StartCallInput, beat: dict[str, Any], workflow_id: str) -> ServerRequestHandler:
+        """What answers a server's request on the stream of this ``tools/call``: ``ping``; an ``elicitation/create``
+        (form mode, the one declared) put to the workflow as a task's input is (the relay's signal; the answer read
+        back by query), or ``decline``/``cancel`` (``inp.input_timeout_action``) when none comes within
+        ``inp.input_wait_s`` (+10 s: the workflow's own timer decides first); a workflow from before
+        (``input_wait_s`` None) gets ``decline`` at once. A request that cannot be put to a person (URL mode, a
+        malformed ``requestedSchema``) is answered ``-32602`` naming why; anything else ``-32601``."""
+
+        async def on_request(method: str, params: dict[str, Any], rpc_id: Any) -> dict[str, Any]:
+            if method == "ping":
+                return {}
+            if method != "elicitation/create":
+                raise McpWireError(f"{method} is not supported by this client (no handler configured)", code=-32601)
+            problem = elicitation_problem(params)
+            if problem is not None:
+                raise McpWireError(f"elicitation/create cannot be answered: {problem}", code=-32602)
+            if inp.input_wait_s is None:
+                return {"action": "decline"}
+            try:
+                wf = activity.client().get_workflow_handle(workflow_id, run_id=activity.info().workflow_run_id)
+            except RuntimeError:  # outside a worker: nobody to ask
+                return {"action": inp.input_timeout_action}
+            key = legacy_input_key(method, params)
+            await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method,
+                                                                       params=params))
+            beat["step"] = "input_required"
+            self._live(beat, workflow_id)
+            answer: dict[str, Any] = {"action": inp.input_timeout_action}
+            try:
+                async with asyncio.timeout(inp.input_wait_s + 10.0):
+                    while True:
+                        relay = await wf.query(RELAY_STATE_QUERY)
+                        given = (relay.get(key) or {}).get("answer")
+                        if isinstance(given, dict):
+                            answer = given
+                            break
+                        await asyncio.sleep(0.5)
+            except TimeoutError:
+                pass
+            await wf.signal(INPUT_DELIVERED_SIGNAL, key)
+            beat["step"] = "tools/call sent"
+            self._live(beat, workflow_id)
+            return answer
+
+        return on_request
+
     @activity.defn(name=START_CALL)
     async def start_call(self, inp: StartCallInput) -> StartCallOutput:
         """Send ``tools/call`` once. Everything before its bytes leave (connect, discovery, ``initialize``,
@@ -398,6 +446,8 @@ class McpActivities:
             beat["statusMessage"] = message or beat["progress"]
             # Not a heartbeat here: a pooled session's notifications may arrive in another activity's context.
             self._live(beat, workflow_id)
+
+        on_request = self._call_input_relay(inp, beat, workflow_id)
 
         async def call(client: McpTaskClient) -> StartCallOutput:
             nonlocal sent
@@ -427,7 +477,8 @@ class McpActivities:
                 try:
                     start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
                                                input_responses=inp.input_responses, request_state=inp.request_state,
-                                               timeout_s=inp.call_timeout_s, on_progress=progress)
+                                               timeout_s=inp.call_timeout_s, on_progress=progress,
+                                               on_server_request=on_request)
                 except McpWireError as exc:
                     if not exc.may_have_reached_server:
                         raise
@@ -798,6 +849,9 @@ class McpActivities:
         async def on_request(method: str, params: dict[str, Any], rpc_id: Any) -> dict[str, Any]:
             if method != "elicitation/create":
                 raise McpWireError(f"{method} is not supported by this client (no handler configured)", code=-32601)
+            problem = elicitation_problem(params)
+            if problem is not None:
+                raise McpWireError(f"elicitation/create cannot be answered: {problem}", code=-32602)
             key = legacy_input_key(method, params)
             await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method,
                                                                        params=params))

@@ -168,6 +168,11 @@ class StartCallInput(_Model):
     request_state: str | None = None
     #: How long the reply to tools/call may take (a synchronous tool runs that long); None: the transport's.
     call_timeout_s: float | None = None
+    #: How long an ``elicitation/create`` on the call's own stream waits for the workflow's answer
+    #: (``decisions.call_input_bound_s``); None (a workflow from before): answered ``decline`` at once.
+    input_wait_s: float | None = None
+    #: The answer when nobody gave one within ``input_wait_s``: ``decline`` or ``cancel``.
+    input_timeout_action: str = "decline"
 
 
 class StartCallOutput(_Model):

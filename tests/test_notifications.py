@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -73,11 +74,14 @@ class Scripted:
         self.gets: list[Answer] = []
         self.posts: list[Callable[[dict[str, Any]], Response]] = []
         self.get_count = 0
+        #: (monotonic time, Last-Event-ID header) of each GET.
+        self.get_seen: list[tuple[float, str | None]] = []
         self.bodies: list[dict[str, Any]] = []
         self.url = ""
 
     async def _get(self, request: Request) -> Response:
         self.get_count += 1
+        self.get_seen.append((time.monotonic(), request.headers.get("last-event-id")))
         answer = self.gets[min(self.get_count - 1, len(self.gets) - 1)]
         return answer()
 
@@ -214,6 +218,22 @@ async def test_a_silent_stream_is_reopened_and_a_cut_one_too(monkeypatch: pytest
             await until(lambda: len(heard.messages) == 2, 10, "both notifications")
             assert listener.counts["silent"] >= 1 and listener.counts["ended"] >= 1
             assert server.get_count == 3
+
+
+async def test_an_ended_stream_is_resumed_with_its_last_event_id_after_the_servers_retry() -> None:
+    """SEP-1699 on the standalone GET stream: reopened with Last-Event-ID (the last id it carried) after the
+    server's retry (300 ms here), not the listener's own 1 s backoff; a hostile retry is clamped (30 s at most)."""
+    async with scripted() as server:
+        server.gets = [stream(b"id: g-1\nretry: 300\ndata: \n\n", frame(json.dumps(notice("t-1")))),
+                       stream(frame(json.dumps(notice("t-2"))), then_hold=True)]
+        heard = Heard()
+        async with get_stream(server.url, heard) as listener:
+            await until(lambda: len(heard.messages) == 2, 10, "both notifications")
+            assert [seen[1] for seen in server.get_seen] == [None, "g-1"]
+            assert 0.2 <= server.get_seen[1][0] - server.get_seen[0][0] < 0.9  # the retry, jittered ±20 %
+            assert listener.point.header() == "g-1"
+    point = n.ResumePoint(event_id="g", retry_ms=10**12)
+    assert point.delay_s() == 30.0
 
 
 async def test_a_flood_of_useless_notifications_sheds_the_stream() -> None:

@@ -38,7 +38,7 @@ def test_histories_are_committed() -> None:
             "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost",
             "cancelled_through_temporal_canceled", "rejected_before_tools_call_sent",
             "rejected_before_send_counted_one_attempt", "idle_wait_completed", "notified_wake",
-            "notified_wake_idle"} <= names
+            "notified_wake_idle", "plain_call_input_answered", "plain_call_input_declined"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

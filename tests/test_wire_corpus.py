@@ -68,6 +68,8 @@ Outcome = tuple[Any, ...]
 OK: Outcome = ("ok", "working")
 #: A transport fault on a read: may have reached the server (it is a read: nothing repeats), retried.
 FAULT: Outcome = ("TransportError", True, True)
+#: An SSE stream that ended before the reply, after an event id: resumed (GET + Last-Event-ID), which brought nothing.
+STREAM_LOST: Outcome = ("StreamLost", True, True)
 #: The server answered with a body that is not a JSON-RPC reply: a garbled read, retried.
 GARBLED: Outcome = ("ProtocolViolation", True, True)
 #: A reply over the cap: the server answered, asking again gets the same (final, decode_failed for a payload).
@@ -278,7 +280,7 @@ CASES: list[Case] = [
     Case("sse-notification-before-answer", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(
         sse_event(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {}}'), sse(i))), OK, drops=False),
     Case("sse-stream-ends-without-answer", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b"id: 0\ndata: \n\n")),
-         FAULT, drops=False),
+         STREAM_LOST, drops=False),
     Case("sse-stream-never-answers", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b": waiting\n\n", end=b""),
                                        then="hang"), FAULT),
     Case("sse-malformed-json", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse_event(b"{not json"))), GARBLED,

@@ -252,3 +252,11 @@ def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: da
     if deadline is not None:
         candidates.append((deadline - now).total_seconds())
     return max(5.0, min(candidates))
+
+
+def call_input_bound_s(input_s: float, call_bound_s: float) -> float:
+    """How long a question asked on the stream of a plain ``tools/call`` (``elicitation/create``) waits for a person:
+    the task's input bound (``input_timeout_s``, else ``timeouts.input_s``), but at most half the call's own bound
+    (``submit_s``, or the tool's ``max_call_s``), so the tool has the other half to finish once answered. Then the
+    answer is ``decline`` (``cancel`` with ``on_input_timeout = "cancel"``)."""
+    return max(1.0, min(input_s, call_bound_s / 2))

@@ -2,9 +2,9 @@
 
 Its phases and the moves between them (``models.TRANSITIONS``, checked on every move; a test keeps this copy equal):
 
-    SUBMITTING        ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    SUBMITTING        ─► SUBMITTING · WORKING · INPUT_REQUIRED · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
     WORKING           ─► WORKING · INPUT_REQUIRED · RETRIEVING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
-    INPUT_REQUIRED    ─► WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    INPUT_REQUIRED    ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
     RETRIEVING        ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
     AWAITING_APPROVAL ─► REPLAYING · DONE
     REPLAYING         ─► SUBMITTING · DONE
@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
+    from mcp_temporal_tasks.activities.wire.elicitation import with_defaults
     from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.errors import McpTaskError
@@ -136,6 +137,11 @@ CANCELLED_SHOWS_CANCELED = "cancelled-shows-canceled"
 #: for a notice that would wake the wait, so a task never notified has no marker; a history recorded by a worker from
 #: before (which ignored the signal) replays with the wake ignored.
 NOTIFIED_WAKES = "notifications-wake-waits"
+#: A question the server asks on the stream of a plain ``tools/call`` (``elicitation/create``, relayed by start_call as
+#: the relay's signal) moves the task to INPUT_REQUIRED, is answered with ``provide_input`` or declined after
+#: ``decisions.call_input_bound_s`` (a timer), and the call goes on. Asked when such a question first arrives: a
+#: history from before (whose start_call never relayed one) has none and replays unchanged.
+CALL_INPUT = "plain-call-input"
 #: Statuses a notification may wake a wait for (never ``working``).
 _WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
 #: Wakes one task may act on: one per status and input round, whatever a server repeats.
@@ -251,7 +257,9 @@ class McpTaskWorkflow:
 
     @workflow.update
     def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
-        self.m.answers.update(responses)
+        # SEP-1034: an accept that omits a property with a default in the form gets the default.
+        self.m.answers.update({k: with_defaults(v, self.m.pending[k].requested_schema) if k in self.m.pending else v
+                               for k, v in responses.items()})
         return sorted(k for k in self.m.pending if k not in self.m.answers)
 
     @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
@@ -472,7 +480,10 @@ class McpTaskWorkflow:
         attempt = self.m.attempts[-1]
         if start.payload is not None:  # the server ran the tool synchronously
             self.m.task_state = None
-            raise self._ended_from_payload("completed", start.payload, Stage.SUBMITTING)
+            end = self._ended_from_payload("completed", start.payload, Stage.SUBMITTING)
+            if self.m.call_input_note:  # (None in every history from before)
+                end.ending.reason = "; ".join(filter(None, [end.ending.reason, self.m.call_input_note]))
+            raise end
         if start.start.input_requests is not None:
             raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=RpcErrorInfo(
                 code=-32601, message="server asked for input on tools/call itself; answer through a task"),
@@ -504,11 +515,13 @@ class McpTaskWorkflow:
                 StartCallInput(profile=self.m.profile, tool=self.req.tool, arguments=self.req.arguments,
                                ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None,
                                # Only a tool with its own bound waits longer than the transport's read timeout.
-                               call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None),
+                               call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None,
+                               input_wait_s=self._call_input_bound_s(),
+                               input_timeout_action="cancel" if self.req.on_input_timeout == "cancel" else "decline"),
                 **self._config(SUBMIT, start_to_close_timeout=timedelta(seconds=self._call_bound_s()),
                                summary=f"tools/call {self.req.tool} ({reason})", pinned=False))
             try:
-                out = await self._uninterruptible(handle)
+                out = await self._await_call(handle)
             except ActivityError as err:
                 kind, reached, info = failure_info(err)
                 verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
@@ -552,6 +565,36 @@ class McpTaskWorkflow:
             if out.tool is not None:
                 self._learn_tool(out)
             return out
+
+    def _call_input_bound_s(self) -> float:
+        return decisions.call_input_bound_s(self.req.input_timeout_s or self.req.timeouts.input_s, self._call_bound_s())
+
+    async def _await_call(self, handle: Any) -> StartCallOutput:
+        """``tools/call`` to its end (never abandoned, a cancel is remembered). A question the server asks on the call's
+        own stream (``elicitation/create``, relayed by start_call as the relay's signal) is put to a person as a task's
+        input is: INPUT_REQUIRED with the questions, answered with ``provide_input``, or declined (cancelled, with
+        ``on_input_timeout = "cancel"`` or once the task is cancelled) after :meth:`_call_input_bound_s`."""
+        while True:
+            try:
+                await workflow.wait_condition(lambda: handle.done() or bool(self._unanswered()))
+            except asyncio.CancelledError:
+                self._cancelled_by_temporal()
+                continue
+            if handle.done() or not workflow.patched(CALL_INPUT):
+                return await self._uninterruptible(handle)
+            bound = self._call_input_bound_s()
+            self._enter(Phase.INPUT_REQUIRED, "input_required")
+            answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(), timeout_s=bound)
+            if not answered and not handle.done():
+                action = "cancel" if self.m.cancel_reason is not None or self.req.on_input_timeout == "cancel" \
+                    else "decline"
+                why = f"cancelled ({self.m.cancel_reason})" if self.m.cancel_reason else f"nobody answered within {bound:g}s"
+                for key in self._unanswered():
+                    self.m.answers[key] = {"action": action}
+                    self.m.call_input_note = (f"the server asked for input during tools/call ({self.m.pending[key].message or key!r}): "
+                                              f"answered {action}: {why}")[:1024]
+            self.m.pending = {}
+            self._enter(Phase.SUBMITTING, "submitting")
 
     def _record(self, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
         self.m.attempts.append(OperationAttempt(n=len(self.m.attempts) + 1, reason=reason,  # type: ignore[arg-type]
@@ -1032,11 +1075,16 @@ def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> 
     if pending.requested_schema is not None:
         if not isinstance(content, dict):
             raise ValueError(f"input {pending.key!r}: accept needs a content object")
+        # Held to the form as it is sent: with the SEP-1034 defaults filled in.
+        content = with_defaults(response, pending.requested_schema).get("content")
         try:
             jsonschema.validate(content, pending.requested_schema)
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "content"
             raise ValueError(f"input {pending.key!r}: {where}: {exc.message}") from None
+        except (jsonschema.SchemaError, RecursionError, TypeError) as exc:
+            raise ValueError(f"input {pending.key!r}: the server's requestedSchema is unusable "
+                             f"({type(exc).__name__}); answer decline or cancel") from None
 
 
 def initial_search_attributes(request: McpTaskRequest) -> TypedSearchAttributes:

@@ -106,12 +106,13 @@ def validation_message(error: Any) -> str:
 #: policy allow a new ``tools/call``, to AWAITING_APPROVAL or REPLAYING.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # CANCELLING: a cancel while a resend waits out a Retry-After settles the previous attempt's task, if any.
-    Phase.SUBMITTING: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL,
-                                 Phase.REPLAYING, Phase.DONE}),
+    # INPUT_REQUIRED: the server asked for input on the stream of a plain tools/call, which goes on once answered.
+    Phase.SUBMITTING: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED, Phase.CANCELLING,
+                                 Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
     Phase.WORKING: frozenset({Phase.WORKING, Phase.INPUT_REQUIRED, Phase.RETRIEVING, Phase.CANCELLING,
                               Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
-    Phase.INPUT_REQUIRED: frozenset({Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING,
-                                     Phase.DONE}),
+    Phase.INPUT_REQUIRED: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL,
+                                     Phase.REPLAYING, Phase.DONE}),
     Phase.RETRIEVING: frozenset({Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
     Phase.CANCELLING: frozenset({Phase.RETRIEVING, Phase.DONE}),
     Phase.AWAITING_APPROVAL: frozenset({Phase.REPLAYING, Phase.DONE}),
@@ -404,6 +405,8 @@ class MachineState(_Model):
     answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     answered_keys: list[str] = Field(default_factory=list)
     legacy_inputs: dict[str, LegacyInputRecord] = Field(default_factory=dict)
+    #: What became of a question asked on a plain tools/call's stream that nobody answered (shown in the outcome).
+    call_input_note: str | None = None
     #: Why the task is being cancelled (an update, workflow cancellation, the deadline, an input timeout).
     cancel_reason: str | None = None
     #: The workflow itself was cancelled through Temporal (it then ends as Canceled, not Failed).

@@ -6,6 +6,7 @@ Failure semantics of each call are in the package docstring (:mod:`mcp_temporal_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire import redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
+from mcp_temporal_tasks.activities.wire.elicitation import ELICITATION_CAPABILITY
 from mcp_temporal_tasks.activities.wire.errors import (
     INTERNAL_ERROR,
     CapabilityUnavailable,
@@ -308,8 +310,9 @@ class McpTaskClient:
         # The handshake joins the caller's trace too: a server's spans for it belong to the task that opened it.
         reply = await transport.request("initialize", with_trace_context({
             "protocolVersion": LEGACY,
-            # Input requests of this era (elicitation) are relayed to a human by the relay_input activity.
-            "capabilities": {"elicitation": {}},
+            # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's held
+            # tasks/result (relay_input) and on a plain tools/call's own stream (start_call): wire/elicitation.py.
+            "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
             "clientInfo": sdk_compat.CLIENT_INFO,
         }))
         version = reply.get("protocolVersion")
@@ -381,11 +384,13 @@ class McpTaskClient:
 
     async def start(self, tool: str, arguments: dict[str, Any], *, ttl_ms: int | None = None,
                     input_responses: dict[str, Any] | None = None, request_state: str | None = None,
-                    timeout_s: float | None = None, on_progress: ProgressHandler | None = None) -> StartResult:
+                    timeout_s: float | None = None, on_progress: ProgressHandler | None = None,
+                    on_server_request: ServerRequestHandler | None = None) -> StartResult:
         """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly.
 
         ``timeout_s`` bounds the wait for a reply (a synchronous tool may take that long); ``on_progress``
-        receives the call's ``notifications/progress`` (asked for with a progress token)."""
+        receives the call's ``notifications/progress`` (asked for with a progress token); ``on_server_request``
+        answers the server's requests on the call's own stream (``elicitation/create``: :mod:`.elicitation`)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
         task_requested = False
@@ -408,7 +413,11 @@ class McpTaskClient:
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
-            reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
+            async with (self.transport.server_requests(on_server_request)
+                        if on_server_request is not None and not task_requested and self.era != EXTENSION
+                        and isinstance(self.transport, HttpTransport) else contextlib.nullcontext()):
+                reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s,
+                                            on_notification=listener, on_server_request=on_server_request)
             out = self._start_result(reply, task_requested=task_requested)
         except McpWireError as exc:
             exc.lost_call = call  # type: ignore[attr-defined]

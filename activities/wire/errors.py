@@ -136,6 +136,19 @@ class TransportError(McpWireError):
         return {**super().info(), "sent": self.sent, "status": self.status}
 
 
+class StreamLost(TransportError):
+    """A request's SSE stream ended (closed or dropped) before its reply, and resuming it (SEP-1699: ``GET`` with
+    ``Last-Event-ID`` after the server's ``retry``) did not bring the reply: no event id to resume from, the
+    resumption refused (HTTP 4xx, not an event stream) or too many resumptions in a row brought nothing
+    (:mod:`.resume` states the bounds). The request was delivered (``sent`` is always True): for ``tools/call``
+    the tool may be running, so it is never sent again for this; a read is simply asked again."""
+
+    kind = "StreamLost"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, sent=True, **kw)
+
+
 class RateLimited(TransportError):
     """HTTP 429. ``retry_after_s`` is the parsed ``Retry-After`` header, when present."""
 
@@ -269,7 +282,7 @@ ERROR_TYPES: dict[str, type[McpWireError]] = {
         McpWireError, JsonRpcError, TaskNotFound, InvalidParams, MethodNotFound, MissingCapability,
         HeaderMismatch, UnsupportedProtocolVersion, TransportError, RateLimited, AuthorizationRequired,
         ProtocolViolation, TaskUnreachable, SessionGone, ProcessGone, ResultDecodeError, CapabilityUnavailable,
-        HttpRefusal, PayloadUnusable, RequestRefused,
+        HttpRefusal, PayloadUnusable, RequestRefused, StreamLost,
     )
 }
 

@@ -9,8 +9,11 @@ servers orphans every task of the old session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import logging
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -18,10 +21,12 @@ import httpx2
 from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth import BearerAuth
 from mcp_temporal_tasks.activities.wire.errors import (
+    McpWireError,
     PayloadUnusable,
     ProtocolViolation,
     RequestRefused,
     SessionGone,
+    StreamLost,
     TransportError,
 )
 from mcp_temporal_tasks.activities.wire.http11 import FRESH_CONNECTION, H11Transport, RequestNotSent, StaleConnection
@@ -38,9 +43,13 @@ from mcp_temporal_tasks.activities.wire.jsonrpc import (
 )
 from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
+from mcp_temporal_tasks.activities.wire.resume import MAX_IDLE_RESUMPTIONS, ResumePoint
 from mcp_temporal_tasks.activities.wire.status import http_error
 
 CONNECT_TIMEOUT_S = 10.0
+#: How long a plain call waits for the session's standalone GET stream to open before it is sent anyway.
+SIDE_STREAM_READY_S = 2.0
+log = logging.getLogger(__name__)
 #: Reads bounded as a whole (connect, write and every wait for bytes together), not only per wait for bytes: the
 #: requests a waiting worker sends by the thousand, which a server trickling bytes must not hold.
 KEPT_ALIVE_READS = frozenset({"tasks/get"})
@@ -186,7 +195,7 @@ class HttpTransport:
         except httpx2.HTTPError as exc:
             raise TransportError(f"{method}: {type(exc).__name__}: {exc}", sent=True) from exc
         try:
-            return await self._read_reply(response, method, msg_id, on_server_request, on_notification)
+            return await self._read_reply(response, method, msg_id, on_server_request, on_notification, timeout_s)
         except httpx2.SSEError as exc:
             if "exceeded" in str(exc):
                 raise PayloadUnusable(f"{method}: a reply event exceeds {MAX_REPLY_BYTES} bytes", raw=str(exc)) from exc
@@ -203,6 +212,7 @@ class HttpTransport:
         msg_id: str,
         on_server_request: ServerRequestHandler | None,
         on_notification: NotificationHandler | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         status = response.status_code
         ctype = response.headers.get("content-type", "").lower()
@@ -216,7 +226,7 @@ class HttpTransport:
         if ctype.startswith("application/json"):
             return json_result(await _read_bounded(response, method), method, msg_id)
         if ctype.startswith("text/event-stream"):
-            return await self._read_sse(response, method, msg_id, on_server_request, on_notification)
+            return await self._read_sse(response, method, msg_id, on_server_request, on_notification, timeout_s)
         raw_text = (await _read_bounded(response, method, limit=2048, truncate=True)).decode("utf-8", "replace")
         raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
 
@@ -227,20 +237,80 @@ class HttpTransport:
         msg_id: str,
         on_server_request: ServerRequestHandler | None,
         on_notification: NotificationHandler | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
-            message = sse_message(event.data, method)
-            if message is None:
-                continue
-            if "method" in message and "id" in message:
-                await self._answer_server_request(message, on_server_request)
-            elif "method" in message:
-                # Progress of a long synchronous call is shown, never relied on; task status pushes are ignored.
-                if on_notification is not None:
-                    on_notification(message)
-            elif message.get("id") == msg_id:
-                return result_of(message, method=method)
-        raise TransportError(f"{method}: SSE stream ended without a reply", sent=True)
+        """The reply on an SSE stream; a stream that ends (gracefully or dropped) before it is resumed with ``GET`` and
+        ``Last-Event-ID`` after the server's ``retry``, within the bounds of :mod:`.resume` (the request itself is never
+        sent again); a resumption that cannot bring the reply raises :class:`~.errors.StreamLost`."""
+        point = ResumePoint()
+        reply = await self._read_events(response, method, msg_id, on_server_request, on_notification, point)
+        while reply is None:
+            why = point.ended()
+            if why is not None and not point.resumptions and point.header() is None:
+                raise TransportError(f"{method}: SSE stream ended without a reply ({why})", sent=True)
+            if why is not None:
+                raise StreamLost(f"{method}: SSE stream ended without a reply and was not resumed: {why}")
+            await asyncio.sleep(point.delay_s())
+            reply = await self._resume(method, msg_id, on_server_request, on_notification, point, timeout_s)
+        return reply
+
+    async def _read_events(self, response: httpx2.Response, method: str, msg_id: str,
+                           on_server_request: ServerRequestHandler | None,
+                           on_notification: NotificationHandler | None, point: ResumePoint) -> dict[str, Any] | None:
+        """Every event of one stream until the reply (returned); None when the stream ended or dropped first."""
+        try:
+            async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
+                message = sse_message(event.data, method)
+                point.saw(event.id, event.retry, message=message is not None)
+                if message is None:
+                    continue
+                if "method" in message and "id" in message:
+                    await self._answer_server_request(message, on_server_request)
+                elif "method" in message:
+                    # Progress of a long synchronous call is shown, never relied on; task status pushes are ignored.
+                    if on_notification is not None:
+                        on_notification(message)
+                elif message.get("id") == msg_id:
+                    return result_of(message, method=method)
+        except (httpx2.ReadError, httpx2.RemoteProtocolError) as exc:
+            # Dropped mid-stream: resumable like a graceful end (a silence, ReadTimeout, is not: it propagates);
+            # without an event id to resume from, the drop is the fault it always was.
+            if point.header() is None:
+                raise
+            point.last_failure = f"dropped: {type(exc).__name__}"
+        return None
+
+    async def _resume(self, method: str, msg_id: str, on_server_request: ServerRequestHandler | None,
+                      on_notification: NotificationHandler | None, point: ResumePoint,
+                      timeout_s: float | None) -> dict[str, Any] | None:
+        """One resumption: ``GET`` with ``Last-Event-ID``. The reply, or None when this stream too ended first (or the
+        GET failed in a way worth another try: a connect error, a 5xx, a 429). Final refusals raise StreamLost."""
+        headers = {**self._base_headers({"last-event-id": point.header() or ""}), "accept": "text/event-stream"}
+        headers.pop("content-type", None)
+        try:
+            request = self._client.build_request(
+                "GET", self.url, headers=headers,
+                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S) if timeout_s else httpx2.USE_CLIENT_DEFAULT)
+            response = await self._client.send(request, stream=True)
+        except httpx2.HTTPError as exc:
+            point.last_failure = f"GET failed: {type(exc).__name__}"
+            return None
+        try:
+            status = response.status_code
+            ctype = response.headers.get("content-type", "").lower()
+            if status in (409, 429) or status >= 500:
+                # Busy, or (409) the server still holds the old stream as connected: asked again after retry.
+                point.last_failure = f"GET answered HTTP {status}"
+                return None
+            if status >= 300:
+                raise StreamLost(f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
+                                 f"was answered HTTP {status}: the server cannot resume it")
+            if not ctype.startswith("text/event-stream"):
+                raise StreamLost(f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
+                                 f"was answered {ctype[:64]!r}, not an event stream")
+            return await self._read_events(response, method, msg_id, on_server_request, on_notification, point)
+        finally:
+            await response.aclose()
 
     async def _answer_server_request(self, message: dict[str, Any], handler: ServerRequestHandler | None) -> None:
         await self._post_reply(await server_reply(message, handler), f"reply to {message.get('method')}")
@@ -261,12 +331,65 @@ class HttpTransport:
         if resp.status_code >= 400:
             raise ProtocolViolation(f"server refused our {what}: HTTP {resp.status_code}")
 
-    def open_event_stream(self, *, read_timeout_s: float) -> Any:
+    @contextlib.asynccontextmanager
+    async def server_requests(self, handler: ServerRequestHandler) -> AsyncIterator[None]:
+        """Hold the session's standalone GET stream open while a plain call runs, answering the server requests it
+        carries with ``handler``: a server may send a call's ``elicitation/create`` there instead of on the call's
+        own stream (the TypeScript SDK does for ``server.request`` without a related request; the conformance
+        suite's SEP-1034 scenario does). Opened before the call is sent (a server drops what it sends while no
+        stream is open), at most :data:`SIDE_STREAM_READY_S` waited for; a server without one (405), one held by
+        another client (409), or one that keeps failing (:data:`~.resume.MAX_IDLE_RESUMPTIONS` in a row) is simply
+        not heard. Nothing but server requests is read from it here."""
+        if not self.session_id or self.closed:
+            yield
+            return
+        opened = asyncio.Event()
+        side = asyncio.create_task(self._hold_server_requests(handler, opened))
+        waiter = asyncio.create_task(opened.wait())
+        try:
+            await asyncio.wait({side, waiter}, timeout=SIDE_STREAM_READY_S, return_when=asyncio.FIRST_COMPLETED)
+            yield
+        finally:
+            for task in (waiter, side):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _hold_server_requests(self, handler: ServerRequestHandler, opened: asyncio.Event) -> None:
+        point = ResumePoint()
+        idle = 0
+        while idle < MAX_IDLE_RESUMPTIONS:
+            answered = False
+            try:
+                async with self.open_event_stream(read_timeout_s=self._timeout_s,
+                                                  last_event_id=point.header()) as response:
+                    ctype = response.headers.get("content-type", "").lower()
+                    if response.status_code >= 300 or not ctype.startswith("text/event-stream"):
+                        log.debug("no GET stream for server requests: HTTP %s %s", response.status_code, ctype[:64])
+                        return
+                    opened.set()
+                    async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
+                        point.saw(event.id, event.retry, message=False)
+                        try:
+                            message = sse_message(event.data, "GET stream")
+                        except ProtocolViolation:
+                            continue
+                        if message is not None and "method" in message and "id" in message:
+                            answered = True
+                            await self._answer_server_request(message, handler)
+            except (httpx2.HTTPError, McpWireError) as exc:
+                log.debug("GET stream for server requests: %s: %s", type(exc).__name__, exc)
+            idle = 0 if answered else idle + 1
+            await asyncio.sleep(point.delay_s())
+
+    def open_event_stream(self, *, read_timeout_s: float, last_event_id: str | None = None) -> Any:
         """The session's standalone GET stream (what the server sends outside any request: task status
         notifications), as an httpx2 streaming-response context for :mod:`.notifications`: this session's headers
         and auth, never the kept-alive path (it is held open); ``read_timeout_s`` bounds a silence."""
         headers = {**self._base_headers(None), "accept": "text/event-stream"}
         headers.pop("content-type", None)
+        if last_event_id:  # resuming (SEP-1699): the server may replay what this session missed
+            headers["last-event-id"] = last_event_id
         return self._client.stream("GET", self.url, headers=headers, timeout=httpx2.Timeout(read_timeout_s, connect=10.0))
 
     @scrubbed

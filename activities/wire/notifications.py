@@ -46,6 +46,7 @@ from mcp_temporal_tasks.activities.wire.client import McpTaskClient
 from mcp_temporal_tasks.activities.wire.errors import JsonRpcError, McpWireError
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID, carry_problem, loads_bounded
+from mcp_temporal_tasks.activities.wire.resume import ResumePoint
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,11 @@ class Listener:
     async def _stream(self) -> None:
         raise NotImplementedError
 
+    def _after_end_s(self, backoff_s: float) -> float:
+        """The wait before opening a stream the server ended (or dropped) again: ``backoff_s`` unless a subclass
+        knows what the server asked for (the GET stream's SSE ``retry``)."""
+        return backoff_s
+
     async def run(self) -> None:
         failures = held = 0
         while True:
@@ -228,7 +234,7 @@ class Listener:
                 self.counts["ended"] += 1
                 self._set(Reach.BACKING_OFF, "the server ended the stream")
                 failures = 0 if time.monotonic() - opened >= MAX_BACKOFF_S else failures + 1
-                delay = min(MAX_BACKOFF_S, 2.0 ** (failures - 1)) if failures else 1.0
+                delay = self._after_end_s(min(MAX_BACKOFF_S, 2.0 ** (failures - 1)) if failures else 1.0)
             except asyncio.CancelledError:
                 raise
             except _Again:
@@ -261,7 +267,7 @@ class Listener:
                 self._set(Reach.BACKING_OFF, f"an event over {MAX_NOTICE_BYTES} bytes" if oversized
                           else f"{type(exc).__name__}: {str(exc)[:200]}")
                 failures = 0 if time.monotonic() - opened >= MAX_BACKOFF_S else failures
-                delay = min(MAX_BACKOFF_S, 2.0 ** failures)
+                delay = self._after_end_s(min(MAX_BACKOFF_S, 2.0 ** failures))
                 failures += 1
             if self.state != Reach.HELD_ELSEWHERE:
                 held = 0
@@ -270,18 +276,30 @@ class Listener:
 
 class GetStream(Listener):
     """2025-11-25 over streamable HTTP: the session's standalone GET stream, through httpx2 (its SSE decoder with a
-    per-event bound). ``transport`` is this listener's own (never a pooled one the pool may close while idle)."""
+    per-event bound). ``transport`` is this listener's own (never a pooled one the pool may close while idle).
+
+    Resumed as the spec says (SEP-1699, :mod:`.resume`): a stream that ended or dropped is opened again with
+    ``Last-Event-ID`` (the last event id it carried), after the server's ``retry`` when it sent one (clamped to
+    [0.05 s, 30 s]; the listener's own backoff otherwise, and whenever the stream keeps failing: the longer wins)."""
 
     kind = "GET"
 
     def __init__(self, transport: HttpTransport, deliver: Deliver, *, name: str) -> None:
         super().__init__(deliver, name=name)
         self.transport = transport
+        self.point = ResumePoint()
+
+    def _after_end_s(self, backoff_s: float) -> float:
+        if self.point.retry_ms is None:
+            return backoff_s
+        # The server's retry, unless the stream keeps failing (then the backoff, which grows, is longer).
+        return max(self.point.delay_s(), backoff_s if backoff_s > 1.0 else 0.0)
 
     async def _stream(self) -> None:
         if self.transport.closed:
             raise _Gone("transport closed")
-        async with self.transport.open_event_stream(read_timeout_s=READ_IDLE_S) as response:
+        async with self.transport.open_event_stream(read_timeout_s=READ_IDLE_S,
+                                                    last_event_id=self.point.header()) as response:
             status = response.status_code
             if status == 409:
                 raise _Held()
@@ -298,6 +316,7 @@ class GetStream(Listener):
             self.counts["opened"] += 1
             self._set(Reach.LISTENING)
             async for event in httpx2.EventSource(response, max_event_size=MAX_NOTICE_BYTES):
+                self.point.saw(event.id, event.retry, message=False)
                 if not event.data or not event.data.strip():
                     continue  # priming events
                 try:

@@ -179,18 +179,22 @@ def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, state
 
 @contextlib.contextmanager
 def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None,
-                 auth: dict[str, str] | None = None, name: str | None = None, notify: bool = True) -> Iterator[Peer]:
+                 auth: dict[str, str] | None = None, name: str | None = None, notify: bool = True,
+                 retry_ms: int | None = None) -> Iterator[Peer]:
     """TS peer over streamable HTTP (stateful, or ``stateless``).
 
     ``auth``: ``{"issuer", "client_id", "client_secret"}`` makes it a protected resource of that authorization
     server (:func:`oauth_server`), checking tokens by introspection as that client. ``notify=False``: its task
-    tools send no ``notifications/tasks/status`` (``PEER_NOTIFY=0``)."""
+    tools send no ``notifications/tasks/status`` (``PEER_NOTIFY=0``). ``retry_ms``: resumable streams (an event
+    store; priming events carry that ``retry``; ``PEER_RETRY_MS``)."""
     node = require_ts_peer()
     name = name or ("ts-http-stateless" if stateless else "ts-http-stateful")
     cmd = [node, str(TS_SERVER), "--transport", "http", "--port", "0"] + (["--stateless"] if stateless else [])
     extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else {}
     if not notify:
         extra["PEER_NOTIFY"] = "0"
+    if retry_ms is not None:
+        extra["PEER_RETRY_MS"] = str(retry_ms)
     if auth is not None:
         extra.update(PEER_AUTH_ISSUER=auth["issuer"], PEER_AUTH_CLIENT_ID=auth["client_id"],
                      PEER_AUTH_CLIENT_SECRET=auth["client_secret"])

@@ -26,6 +26,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { CreateMessageResultSchema, ElicitResultSchema, isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { InMemoryTaskStore, InMemoryTaskMessageQueue, isTerminal } from '@modelcontextprotocol/sdk/experimental/tasks';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -42,6 +43,9 @@ const PEER_LOG = process.env.PEER_LOG;
 // (a tasks/get would be a poll of its own in the request log).
 const TRACE_TASK_ENDS = opts.transport === 'http';
 const NOTIFY = process.env.PEER_NOTIFY !== '0';
+// PEER_RETRY_MS (HTTP, stateful): resumable streams (SEP-1699): the SDK's InMemoryEventStore, priming events with
+// this `retry`; the tool `cycling_sync` closes its own SSE stream (closeSSEStream) before it answers.
+const RETRY_MS = process.env.PEER_RETRY_MS;
 const logEvent = line => PEER_LOG && appendFileSync(PEER_LOG, JSON.stringify({ ts: Date.now(), pid: process.pid, ...line }) + '\n');
 // Stored in a failed task's result to mean "tasks/result answers this JSON-RPC error".
 const RPC_ERROR_META = 'peer.test/rpc-error';
@@ -378,6 +382,36 @@ function buildServer() {
   // Protocol-level trouble (e.g. a reply for a tasks/result stream the client dropped) is
   // otherwise silent; stderr is never the protocol channel.
   server.server.onerror = err => process.stderr.write(`[peer] ${err.message}\n`);
+  // A plain (non-task) tool that closes its SSE stream `closes` times, `seconds` apart, then answers: the client
+  // must resume the stream (GET + Last-Event-ID) each time. Needs PEER_RETRY_MS (an event store); otherwise it
+  // just answers after closes × seconds.
+  server.registerTool('cycling_sync', { description: 'Plain tool that closes its SSE stream before answering.',
+    inputSchema: { seconds: z.number().default(0.5), closes: z.number().default(1) } },
+    async ({ seconds, closes }, extra) => {
+      for (let i = 0; i < closes; i++) {
+        await new Promise(r => setTimeout(r, seconds * 1000));
+        extra.closeSSEStream?.();
+      }
+      await new Promise(r => setTimeout(r, seconds * 1000));
+      return text(`answered after ${closes} closed streams`);
+    });
+  // A plain (non-task) tool that asks through elicitation/create on its own tools/call stream (form mode, with
+  // SEP-1034 defaults) and answers with what came back.
+  server.registerTool('ask_plain', { description: 'Plain tool that elicits a form on its tools/call stream.',
+    inputSchema: { broken: z.boolean().default(false) } },
+    async ({ broken }, extra) => {
+      const requestedSchema = broken ? { type: 'object', properties: { x: { type: 'no-such-type' } } }
+        : { type: 'object', properties: {
+          name: { type: 'string', default: 'John Doe' }, age: { type: 'integer', default: 30 },
+          ok: { type: 'boolean', description: 'approve?' } }, required: ['ok'] };
+      try {
+        const res = await extra.sendRequest({ method: 'elicitation/create', params: {
+          message: 'Approve the plain call?', requestedSchema } }, ElicitResultSchema, { timeout: ELICIT_TIMEOUT_MS });
+        return text(JSON.stringify(res));
+      } catch (err) {
+        return { ...text(`elicitation failed: ${err.message}`), isError: true };
+      }
+    });
   server.registerTool('counter', { description: 'tools/call count per tool name in this process.', inputSchema: {} },
     async () => text(JSON.stringify(callCounts)));
   registerJobTools(server);
@@ -500,7 +534,7 @@ async function serveHttp() {
 
     const sid = req.headers['mcp-session-id'];
     // The standalone GET streams asked for (the SDK answers a second one for a session with 409).
-    if (req.method === 'GET') logEvent({ event: 'get_stream', session: sid ?? null });
+    if (req.method === 'GET') logEvent({ event: 'get_stream', session: sid ?? null, lastEventId: req.headers['last-event-id'] ?? null });
     let transport = sid ? sessions.get(sid) : undefined;
     if (sid && !transport) return jsonError(res, 404, -32001, 'Session not found');
     if (!transport) {
@@ -508,7 +542,8 @@ async function serveHttp() {
       if (!isInit) return jsonError(res, 400, -32000, 'Bad Request: No valid session ID provided');
       transport = new StreamableHTTPServerTransport({
         sessionIdGenerator: randomUUID,
-        onsessioninitialized: id => sessions.set(id, transport)
+        onsessioninitialized: id => sessions.set(id, transport),
+        ...(RETRY_MS !== undefined ? { eventStore: new InMemoryEventStore(), retryInterval: Number(RETRY_MS) } : {})
       });
       transport.onclose = () => transport.sessionId && sessions.delete(transport.sessionId);
       await buildServer().connect(transport);
