@@ -271,6 +271,30 @@ def acceptance_server(framing: str, *, broken: tuple[int, ...] = (2, 3, 4)) -> S
     return server
 
 
+# --- the acceptance scenario of issue 39 ----------------------------------------------------------------------
+
+def gone_after_first_read(**fields: Any) -> ScriptedMcpServer:
+    """A 2025-11-25 server whose task records (the ``tools/call`` reply and ``tasks/get`` #1) carry ``fields`` (a
+    hostile ``ttl``, a ``createdAt`` in year 1 or 9999, ...) and whose ``tasks/get`` #2 and later answer ``-32602``
+    "no such task". Issue 39: the workflow must end with an outcome saying so, never fail its workflow task."""
+
+    class Server(ScriptedMcpServer):
+        def answer(self, message: dict[str, Any]) -> Reply:
+            if message.get("method") == "tools/call" and message.get("id") is not None:
+                return Reply(json_reply(rpc(message["id"], {"task": task("working", **fields)})))
+            return super().answer(message)
+
+    server = Server()
+
+    def reads(message: dict[str, Any]) -> Reply:
+        if len(server.seen("tasks/get")) >= 2:
+            return Reply(json_reply(rpc_error(message["id"], -32602, "no such task")))
+        return Reply(json_reply(rpc(message["id"], task("working", **fields))))
+
+    server.reads = reads
+    return server
+
+
 def summary(server: ScriptedMcpServer) -> str:
     counts: dict[str, int] = {}
     for r in server.requests:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
+from mcp_temporal_tasks.activities.wire.bounds import parse_time, shifted
 from mcp_temporal_tasks.activities.wire.errors import MAX_RETRY_AFTER_S
-from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
+from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
 from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
@@ -144,19 +145,23 @@ def terminal_outcome(
     return Outcome.FAILED, RpcErrorInfo(code=-32603, message=status_message or "task failed with no stored payload")
 
 
+def task_expires_at(created_at: str | None, ttl_ms: int | str | None) -> datetime | None:
+    """When a task's TTL runs out by the server's own record (``createdAt + ttl``), or None when it does not say
+    (no or an unusable ``createdAt``, no ``ttl``, ``ttl: null``). Never raises, whatever the values: a date beyond
+    the calendar saturates at ``datetime.max`` (an old worker's history may hold values the parser now bounds)."""
+    created = parse_time(created_at)
+    if created is None or isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+        return None
+    return shifted(created, ms=ttl_ms)
+
+
 def not_found_outcome(created_at: str | None, ttl_ms: int | str | None, now: datetime) -> Outcome:
     """``-32602`` on a task we created: ``expired`` if its TTL had run out, else ``lost``."""
-    if created_at is None or ttl_ms is None or ttl_ms == UNLIMITED:
+    expires = task_expires_at(created_at, ttl_ms)
+    if expires is None:
         return Outcome.LOST
-    try:
-        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-    except ValueError:
-        return Outcome.LOST
-    if created.tzinfo is None and now.tzinfo is not None:
-        created = created.replace(tzinfo=now.tzinfo)
-    assert isinstance(ttl_ms, int)
     # A little slack: server and worker clocks differ, and purges run late, not early.
-    return Outcome.EXPIRED if now >= created + timedelta(milliseconds=ttl_ms) - timedelta(seconds=2) else Outcome.LOST
+    return Outcome.EXPIRED if now >= shifted(expires, seconds=-2) else Outcome.LOST
 
 
 def unretrieved_outcome(status: str, status_message: str | None) -> tuple[Outcome, RpcErrorInfo | None]:
@@ -241,14 +246,9 @@ def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: da
                        deadline: datetime | None, default_s: float = 3600.0) -> float:
     """How long a retrieval may keep retrying: until the task's TTL or the deadline, whichever is first."""
     candidates = [default_s]
-    if created_at and isinstance(ttl_ms, int):
-        try:
-            created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-            if created.tzinfo is None and now.tzinfo is not None:
-                created = created.replace(tzinfo=now.tzinfo)
-            candidates.append((created + timedelta(milliseconds=ttl_ms) - now).total_seconds())
-        except ValueError:
-            pass
+    expires = task_expires_at(created_at, ttl_ms)
+    if expires is not None:
+        candidates.append((expires - now).total_seconds())
     if deadline is not None:
         candidates.append((deadline - now).total_seconds())
     return max(5.0, min(candidates))

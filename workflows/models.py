@@ -354,8 +354,15 @@ class PendingInput(_Model):
 
     @classmethod
     def of(cls, key: str, req: InputRequest) -> PendingInput:
-        return cls(key=key, method=req.method, message=req.params.get("message"),
-                   requested_schema=req.params.get("requestedSchema"), params=req.params)
+        return cls.from_params(key, req.method, req.params)
+
+    @classmethod
+    def from_params(cls, key: str, method: str, params: dict[str, Any]) -> PendingInput:
+        """From a server's request: a ``message`` that is not text or a ``requestedSchema`` that is not an object is
+        left out (kept in ``params``), never a validation error in workflow code (a workflow task failing forever)."""
+        message, schema = params.get("message"), params.get("requestedSchema")
+        return cls(key=key, method=method, message=message if isinstance(message, str) else None,
+                   requested_schema=schema if isinstance(schema, dict) else None, params=params)
 
 
 class TaskView(_Model):
