@@ -193,6 +193,64 @@ def decide_replay(policy: ReplayPolicy, *, idempotent: bool, replays_used: int, 
     return "await_approval"
 
 
+def annotation_idempotent(*, trusted: bool, idempotent_hint: bool | None, read_only_hint: bool | None,
+                          read_only_alone: bool = True) -> bool | None:
+    """What a tool's annotations say about sending its call again, or None when they do not count.
+
+    They count only for a server configuration trusts (``trust_annotations``). ``readOnlyHint: true`` makes a tool
+    idempotent (it changes nothing: the spec gives ``idempotentHint`` meaning only when ``readOnlyHint`` is false);
+    else ``idempotentHint`` says. Neither stated: None (not idempotent unless configured so).
+    ``read_only_alone=False`` is the rule of workflows recorded before ``readOnlyHint`` alone counted (it needed
+    ``idempotentHint`` stated): kept only so their histories replay.
+    """
+    if not trusted or (idempotent_hint is None and (read_only_hint is None or not read_only_alone)):
+        return None
+    return bool(idempotent_hint or read_only_hint)
+
+
+class ReplayRule:
+    """The replay policy and idempotency of one tool, resolved once by :func:`replay_rule`."""
+
+    __slots__ = ("policy", "idempotent", "max_replays")
+
+    def __init__(self, policy: ReplayPolicy, idempotent: bool, max_replays: int) -> None:
+        self.policy, self.idempotent, self.max_replays = policy, idempotent, max_replays
+
+    def __repr__(self) -> str:
+        return f"ReplayRule({self.policy.value}, idempotent={self.idempotent}, max_replays={self.max_replays})"
+
+
+def replay_rule(*, requested_policy: ReplayPolicy | None = None, configured_policy: str | None = None,
+                requested_idempotent: bool | None = None, configured_idempotent: bool | None = None,
+                annotated_idempotent: bool | None = None, requested_max: int | None = None,
+                configured_max: int | None = None) -> ReplayRule:
+    """The precedence, in one place: for each of the policy, idempotency and the replay budget, the request (a
+    trusted caller's start input: ``--replay``, ``--idempotent``, ``--max-replays``) first, then the worker's
+    configuration (``[servers.NAME.tools.TOOL]``), then, for idempotency only, the annotations of a server
+    configuration trusts (:func:`annotation_idempotent`); else policy ``never``, not idempotent, one replay."""
+    policy = requested_policy or (ReplayPolicy(configured_policy) if configured_policy else ReplayPolicy.NEVER)
+    idempotent = next((v for v in (requested_idempotent, configured_idempotent, annotated_idempotent)
+                       if v is not None), False)
+    max_replays = next((v for v in (requested_max, configured_max) if v is not None), 1)
+    return ReplayRule(policy, bool(idempotent), max_replays)
+
+
+def may_replay(rule: ReplayRule, *, replays_used: int = 0, repeat: bool = False) -> Decision:
+    """May a *new* ``tools/call`` of the same request be sent? The one replay rule: ``McpTaskWorkflow`` asks it when
+    an ending justifies a replay (:func:`replay_reason`), the agent tools when a model repeats an identical call.
+
+    * a replay after a failure (``repeat=False``): nothing past ``max_replays`` or under policy ``never``;
+      ``if_idempotent`` replays an idempotent tool only; ``always`` replays; ``ask`` waits for an operator;
+    * ``repeat=True``, a caller's own second identical request (no failure): it runs again for an idempotent tool
+      whatever the policy (running it again does no harm, and its answer may have changed) or under ``always``;
+      else it is answered by the first call (``stop``).
+    """
+    if repeat:
+        return "replay" if rule.idempotent or rule.policy == ReplayPolicy.ALWAYS else "stop"
+    return decide_replay(rule.policy, idempotent=rule.idempotent, replays_used=replays_used,
+                         max_replays=rule.max_replays)
+
+
 #: Outcomes that can ever justify a replay (each only at the stages :func:`replay_reason` names).
 REPLAYABLE_OUTCOMES = frozenset({Outcome.LOST, Outcome.EXPIRED, Outcome.UNKNOWN_OUTCOME})
 

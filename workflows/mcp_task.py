@@ -24,7 +24,7 @@ anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLA
   running in between. O(1) history whatever the duration, either way.
   A dead worker is noticed by the heartbeat timeout and the next attempt resumes polling elsewhere.
 * **Retrieve** is retried alone (never re-calling the tool), bounded by the task's TTL or the deadline.
-* **Replay** is a new ``tools/call``, only through ``decisions.decide_replay``, recorded in
+* **Replay** is a new ``tools/call``, only through ``decisions.may_replay``, recorded in
   ``operation_attempts`` with its reason; a ``Retry-After`` hint becomes a durable timer.
 * **Cancel** (workflow cancellation or the ``cancel`` update) sends ``tasks/cancel`` and then reads the
   task's true end: a task that had already finished keeps its real outcome.
@@ -137,6 +137,9 @@ CANCELLED_SHOWS_CANCELED = "cancelled-shows-canceled"
 #: before (which ignored the signal) replays with the wake ignored.
 NOTIFIED_WAKES = "notifications-wake-waits"
 #: Statuses a notification may wake a wait for (never ``working``).
+#: A trusted server's ``readOnlyHint: true`` makes a tool idempotent without ``idempotentHint`` (as the agent tools
+#: always counted it: ``decisions.annotation_idempotent``). Asked only for such a tool; histories from before replay.
+READ_ONLY_IS_IDEMPOTENT = "read-only-hint-is-idempotent"
 _WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
 #: Wakes one task may act on: one per status and input round, whatever a server repeats.
 _MAX_WAKES = 16
@@ -376,8 +379,7 @@ class McpTaskWorkflow:
             replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
             if replay is None or self.m.cancel_reason is not None:
                 return self._finish(ending)
-            decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
-                                               replays_used=len(self.m.attempts) - 1, max_replays=self._max_replays())
+            decision = decisions.may_replay(self._rule(), replays_used=len(self.m.attempts) - 1)
             if decision == "stop":
                 return self._finish(ending)
             if decision == "await_approval":
@@ -408,25 +410,25 @@ class McpTaskWorkflow:
         self.m.cancel_requested = True
         self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
 
+    def _rule(self) -> decisions.ReplayRule:
+        """Replay policy, idempotency and budget: the request, then configuration, then annotations of a trusted
+        server (``decisions.replay_rule``, the one precedence)."""
+        configured = self.m.profile.policy if self.m.profile else None
+        annotated = self.m.ledger.idempotency.get("annotation_idempotent")
+        return decisions.replay_rule(
+            requested_policy=self.req.replay, configured_policy=configured.replay if configured else None,
+            requested_idempotent=self.req.idempotent, configured_idempotent=configured.idempotent if configured else None,
+            annotated_idempotent=bool(annotated) if annotated is not None else None,
+            requested_max=self.req.max_replays, configured_max=configured.max_replays if configured else None)
+
     def _max_replays(self) -> int:
-        if self.req.max_replays is not None:
-            return self.req.max_replays
-        configured = self.m.profile.policy.max_replays if self.m.profile else None
-        return configured if configured is not None else 1
+        return self._rule().max_replays
 
     def _policy(self) -> ReplayPolicy:
-        if self.req.replay is not None:
-            return self.req.replay
-        configured = self.m.profile.policy.replay if self.m.profile else None
-        return ReplayPolicy(configured) if configured else ReplayPolicy.NEVER
+        return self._rule().policy
 
     def _idempotent(self) -> bool:
-        """Trusted idempotency: the request, then configuration, then annotations of a trusted server."""
-        if self.req.idempotent is not None:
-            return self.req.idempotent
-        if self.m.profile and self.m.profile.policy.idempotent is not None:
-            return self.m.profile.policy.idempotent
-        return bool(self.m.ledger.idempotency.get("annotation_idempotent"))
+        return self._rule().idempotent
 
     def _apply_profile(self) -> None:
         if self.m.profile is None:
@@ -584,9 +586,14 @@ class McpTaskWorkflow:
         if self.m.output_schema is None and out.tool.output_schema is not None:
             self.m.output_schema = out.tool.output_schema
             self._set_contract()
-        if self.m.profile.trust_annotations and out.tool.idempotent_hint is not None:
-            # Annotations count only for servers configuration trusts.
-            self.m.ledger.idempotency["annotation_idempotent"] = bool(out.tool.idempotent_hint or out.tool.read_only_hint)
+        # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
+        annotated = decisions.annotation_idempotent(trusted=self.m.profile.trust_annotations,
+                                                    idempotent_hint=out.tool.idempotent_hint,
+                                                    read_only_hint=out.tool.read_only_hint)
+        if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
+            annotated = None  # recorded before readOnlyHint alone counted
+        if annotated is not None:
+            self.m.ledger.idempotency["annotation_idempotent"] = annotated
             self.m.ledger.idempotency["idempotent"] = self._idempotent()
 
     def _config(self, preset: ActivityConfig, *, pinned: bool = True, **overrides: Any) -> ActivityConfig:

@@ -496,17 +496,18 @@ async def cmd_run(args: argparse.Namespace) -> int:
 def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -> dict[str, Any]:
     """The replay policy a worker of this configuration applies to ``name`` when the request says nothing (the
     workflow's order: the request, then configuration, then annotations of a server whose annotations it trusts)."""
+    from mcp_temporal_tasks.workflows import decisions
+
     policy = (server.tools.get(name) if server else None) or ToolPolicy()
-    hint = bool(info and (info.idempotent_hint or info.read_only_hint))
-    trusted = bool(server and server.trust_annotations)
-    if policy.idempotent is not None:
-        idempotent, source = policy.idempotent, "configuration"
-    elif trusted and info is not None and info.idempotent_hint is not None:
-        idempotent, source = hint, "annotations (trusted)"
-    else:
-        idempotent, source = False, "default"
-    return {"replay": policy.replay or "never", "idempotent": idempotent, "idempotent_from": source,
-            "max_replays": policy.max_replays if policy.max_replays is not None else 1,
+    annotated = decisions.annotation_idempotent(trusted=bool(server and server.trust_annotations),
+                                                idempotent_hint=info.idempotent_hint if info else None,
+                                                read_only_hint=info.read_only_hint if info else None)
+    rule = decisions.replay_rule(configured_policy=policy.replay, configured_idempotent=policy.idempotent,
+                                 annotated_idempotent=annotated, configured_max=policy.max_replays)
+    source = ("configuration" if policy.idempotent is not None else
+              "annotations (trusted)" if annotated is not None else "default")
+    return {"replay": rule.policy.value, "idempotent": rule.idempotent, "idempotent_from": source,
+            "max_replays": rule.max_replays,
             "output_schema": "configured" if policy.output_schema is not None else (
                 "server's" if info is not None and info.output_schema is not None else None),
             "max_call_s": policy.max_call_s}
