@@ -35,6 +35,7 @@ from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, Task
 from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo
 from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
+    TROUBLE,
     LiveBoard,
     TaskHandle,
     exit_code,
@@ -42,6 +43,7 @@ from mcp_temporal_tasks.worker.cli.following import (
     live_state,
     outcome_summary,
     view_line,
+    workflow_trouble,
 )
 from mcp_temporal_tasks.worker.cli.form import prompt_elicitation
 from mcp_temporal_tasks.worker.cli.parser import (
@@ -651,10 +653,20 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 return EXIT_ENDED
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
-        await query_status(client, handle, desc)
+        stuck = await workflow_trouble(handle, desc.raw_description)
+        if stuck is None:
+            await query_status(client, handle, desc)
         view, live = await live_state(handle)
+        if view is None and stuck:  # its workflow task fails and no query is answered: say that, not "no worker"
+            emit(args, {"workflow_id": args.id, "workflow_status": "RUNNING", TROUBLE: stuck},
+                 f"{printable(args.id)}: {stuck}")
+            return EXIT_ENDED
         if view is None:
             raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
+        if live.get(TROUBLE):  # the JSON says it too (the text says it in place of the phase)
+            emit(args, {**view.model_dump(mode="json"), TROUBLE: live[TROUBLE]},
+                 f"{printable(args.id)}: {view_line(view, args.id, live)}")
+            return EXIT_ENDED
         # The JSON and the text show the same view (live status and statusMessage included).
         emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live)}")
         return EXIT_ENDED
@@ -824,6 +836,10 @@ def cmd_answer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: ``list`` asks describe for at most this many running workflows (whether their workflow task fails).
+LIST_DESCRIBE = 50
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     for option, value, allowed in (("--outcome", args.outcome, outcome_values()),
                                    ("--status", args.status, status_values())):
@@ -845,9 +861,22 @@ async def cmd_list(args: argparse.Namespace) -> int:
                          "server": sa.get("McpServer"), "tool": sa.get("McpTool"), "task_id": sa.get("McpTaskId"),
                          "task_status": sa.get("McpTaskStatus"), "outcome": sa.get("McpOutcome"),
                          "started": wf.start_time.isoformat() if wf.start_time else None})
+        # A running workflow whose workflow task fails cannot update its search attributes: ask describe (at most
+        # LIST_DESCRIBE of them, at once), so it is never listed as `working`.
+        running = [r for r in rows if r["workflow_status"] == "RUNNING"][:LIST_DESCRIBE]
+
+        async def stuck(r: dict[str, Any]) -> None:
+            with contextlib.suppress(Exception):
+                handle = client.get_workflow_handle_for(McpTaskWorkflow.run, r["workflow_id"])
+                desc = await asyncio.wait_for(handle.describe(), 5)
+                r[TROUBLE] = await workflow_trouble(handle, desc.raw_description)
+
+        await asyncio.gather(*(stuck(r) for r in running))
     p = printable
 
     def shown_status(r: dict[str, Any]) -> str:
+        if r.get(TROUBLE):
+            return str(r[TROUBLE])[:60]
         # A finished task is shown under its outcome (older histories kept their last server status).
         if r["workflow_status"] != "RUNNING" and r["outcome"]:
             return r["outcome"] if r["task_status"] not in ("completed", "failed", "cancelled") else r["task_status"]
