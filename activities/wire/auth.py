@@ -47,6 +47,10 @@ from mcp_temporal_tasks.activities.wire.models import OAuthClient, redact_url
 AUTH_SERVER_TIMEOUT_S = 10.0
 
 
+#: How long a refresh token (its lifetime is not told) stays in the log scrubber's registry.
+REFRESH_TOKEN_SCRUB_S = 7 * 86400.0
+
+
 def refresh_margin_s(lifetime_s: float) -> float:
     """How long before its expiry a token is replaced: a fifth of its lifetime, between 2 s and 60 s (the 2 s
     cover the whole seconds of ``exp`` and a request's way to the server)."""
@@ -225,8 +229,11 @@ class TokenSource:
         tokens = provider.context.current_tokens
         if tokens is None or not tokens.access_token:
             raise self._error("the authorization server's answer holds no access token")
-        redact.register([tokens.access_token, *([tokens.refresh_token] if tokens.refresh_token else [])])
         lifetime = float(tokens.expires_in) if tokens.expires_in else 3600.0
+        # Scrubbed from logs while it can be used (and a grace after): then it leaves the registry (bounded).
+        redact.register([tokens.access_token], lifetime_s=lifetime)
+        if tokens.refresh_token:
+            redact.register([tokens.refresh_token], lifetime_s=max(lifetime, REFRESH_TOKEN_SCRUB_S))
         self._token = tokens.access_token
         self._refresh_at = time.monotonic() + lifetime - refresh_margin_s(lifetime)
         self._discovered_until = time.monotonic() + lifetime
