@@ -19,13 +19,9 @@ from temporalio.api.enums.v1 import EventType
 
 from mcp_temporal_tasks.workflows.models import McpTaskOutcome
 from tests.temporal_harness import address_of, cli, one_json, unique
-from tests.wire_scripted_server import gone_after_first_read, summary
+from tests.wire_scripted_server import GONE_AFTER_FIRST_READ, gone_after_first_read, summary
 
-CASES = {
-    "ttl-1e15": {"ttl": 10**15},
-    "created-year-1": {"ttl": 10**15, "createdAt": "0001-01-01T00:00:00Z"},
-    "created-year-9999": {"ttl": 10**15, "createdAt": "9999-12-31T23:59:59Z"},
-}
+CASES = GONE_AFTER_FIRST_READ
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
