@@ -87,3 +87,25 @@ def test_progress_notifications_pass_on_only_finite_numbers(progress: Any, total
             "params": {"progressToken": params["_meta"]["progressToken"], "progress": progress, "total": total}})
     for p, t, _ in seen:
         assert math.isfinite(p) and (t is None or (math.isfinite(t) and t >= 0))
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, 1e300, 10**20])
+@pytest.mark.parametrize("where", ["ttl_s", "input_timeout_s", "timeouts.heartbeat_s", "timeouts.input_s",
+                                   "timeouts.idle_gap_s", "timeouts.unreachable_s"])
+def test_a_request_span_no_timer_can_hold_is_refused_when_validated(where: str, value: Any) -> None:
+    """The request is input too: workflow code makes timers of these, so they are bounded (the task then ends
+    ``rejected`` naming the field, never a workflow task failing forever)."""
+    from pydantic import ValidationError
+
+    from mcp_temporal_tasks.workflows.models import MAX_SPAN_S, McpTaskRequest
+
+    raw: dict[str, Any] = {"server": "s", "tool": "t"}
+    if where.startswith("timeouts."):
+        raw["timeouts"] = {where.split(".")[1]: value}
+    else:
+        raw[where] = value
+    with pytest.raises(ValidationError):
+        McpTaskRequest.model_validate(raw)
+    ok = McpTaskRequest.model_validate({**raw, **({"timeouts": {where.split(".")[1]: MAX_SPAN_S}}
+                                                  if where.startswith("timeouts.") else {where: MAX_SPAN_S})})
+    assert ok is not None and timedelta(seconds=MAX_SPAN_S) > timedelta(0)
