@@ -86,6 +86,11 @@ def test_failing_reads_say_since_when_how_often_the_last_error_and_the_budget() 
     text = read_trouble({"status": "working", "failingSince": now - 46, "faults": 7, "readBudgetEndsAt": now + 254,
                          "transportError": "TransportError: connection refused"}, now)
     assert text is not None
-    assert text.startswith("reads failing since ") and "46s ago" in text and "7 attempts" in text
-    assert "last: TransportError: connection refused" in text and "gives up in 254s" in text
+    assert text.startswith("reads failing since ") and "(7 attempts; " in text
+    assert time.strftime("%H:%M:%S", time.localtime(now - 46)) in text
+    assert "last: TransportError: connection refused" in text
+    assert f"gives up at {time.strftime('%H:%M:%S', time.localtime(now + 254))}" in text
+    assert read_trouble({"failingSince": now - 46, "faults": 8}, now + 1) != text  # a new attempt: a new line
+    assert read_trouble({"failingSince": now - 46, "faults": 7, "readBudgetEndsAt": now + 254,
+                         "transportError": "TransportError: connection refused"}, now + 0.5) == text  # else stable
     assert read_trouble({"status": "working", "polls": 3}, now) is None

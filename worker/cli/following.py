@@ -108,15 +108,23 @@ def read_trouble(live: dict[str, Any], now: float | None = None) -> str | None:
     since, faults = live.get("failingSince"), live.get("faults")
     if not isinstance(since, (int, float)) or isinstance(since, bool) or not since:
         return None
+    # Absolute times only: the line changes when the reads do (a new attempt), not on every tick of the live view.
     now = time.time() if now is None else now
-    text = f"reads failing since {time.strftime('%H:%M:%S', time.localtime(since))} ({_ago(now - since)}"
-    text += f"; {faults} attempts" if isinstance(faults, int) else ""
+    text = f"reads failing since {_clock(since)}"
+    text += f" ({faults} attempts" if isinstance(faults, int) else " ("
     error = live.get("transportError")
     text += f"; last: {printable(error)[:200]}" if isinstance(error, str) else ""
     ends = live.get("readBudgetEndsAt")
     if isinstance(ends, (int, float)) and not isinstance(ends, bool):
-        text += f"; gives up in {max(0.0, ends - now):.0f}s" if ends > now else "; giving up"
+        text += f"; gives up at {_clock(ends)}" if ends > now else "; giving up"
     return text + ")"
+
+
+def _clock(epoch: float) -> str:
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 async def live_state(handle: TaskHandle, board: LiveBoard | None = None) -> tuple[TaskView | None, dict[str, Any]]:
