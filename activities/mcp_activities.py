@@ -572,8 +572,9 @@ class McpActivities:
                     gave_up.polls = polls
                     return gave_up
                 details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since,
-                               faults=faults)
+                               faults=faults, readBudgetEndsAt=failing_since + inp.unreachable_s)
                 activity.heartbeat(details)
+                self._live(details)  # `run` shows at once that reads fail (and until when it tries)
                 await self._sleep_beating(wait, hb_every, details, shutdown)
                 continue
             polls += 1
@@ -672,8 +673,11 @@ class McpActivities:
             gave_up, wait = after_read_fault(exc, inp, failing_since, faults, faults)
             if gave_up is not None:
                 return gave_up
-            activity.heartbeat({**details, "failingSince": failing_since, "faults": faults,
-                                "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)})
+            failing = {**details, "failingSince": failing_since, "faults": faults,
+                       "readBudgetEndsAt": failing_since + inp.unreachable_s,
+                       "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)}
+            activity.heartbeat(failing)
+            self._live(failing)
             raise ApplicationError(f"{'tasks/get' if inp.job is None else inp.job.status} failed ({faults} in a row, "
                                    f"retrying in {wait:.1f}s): {exc.kind}: {cap_text(exc.message, 512)}",
                                    type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from None

@@ -48,8 +48,9 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.mcp_activities import RESOLVE
     from mcp_temporal_tasks.activities.models import ResolveInput, ServerProfile
     from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
+    from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.errors import McpTaskError
-    from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome, ReplayPolicy, Timeouts
+    from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome, Timeouts
     from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
 
 #: What to do with an outcome other than ``completed`` / ``tool_error``: end the agent run with
@@ -239,20 +240,20 @@ class AgentMcpTools:
 
     async def _runs_again(self, tool: mcp_types.Tool) -> bool:
         """Whether a repeated identical call sends a new ``tools/call``: the tool is idempotent (configuration,
-        else trusted annotations), or its replay policy is ``always``. Decided as ``McpTaskWorkflow`` does."""
+        else trusted annotations), or its replay policy is ``always``: ``decisions.may_replay`` (``repeat=True``),
+        the rule ``McpTaskWorkflow`` asks too, with the same precedence (``decisions.replay_rule``)."""
         # One resolve per tool and scope, shared by calls made at once (a model's parallel tool calls).
         pending = self._policies.get(tool.name)
         if pending is None:
             pending = self._policies[tool.name] = asyncio.ensure_future(self._resolve(tool.name))
         profile = await pending
-        policy = profile.policy
-        if policy.replay is not None and ReplayPolicy(policy.replay) == ReplayPolicy.ALWAYS:
-            return True
-        if policy.idempotent is not None:
-            return policy.idempotent
-        hints = tool.annotations
-        return bool(profile.trust_annotations and hints is not None
-                    and (hints.idempotent_hint or hints.read_only_hint))
+        policy, hints = profile.policy, tool.annotations
+        rule = decisions.replay_rule(
+            configured_policy=policy.replay, configured_idempotent=policy.idempotent,
+            annotated_idempotent=decisions.annotation_idempotent(
+                trusted=profile.trust_annotations, idempotent_hint=hints.idempotent_hint if hints else None,
+                read_only_hint=hints.read_only_hint if hints else None))
+        return decisions.may_replay(rule, repeat=True) == "replay"
 
     async def _resolve(self, tool: str) -> ServerProfile:
         try:

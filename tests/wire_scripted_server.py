@@ -271,6 +271,30 @@ def acceptance_server(framing: str, *, broken: tuple[int, ...] = (2, 3, 4)) -> S
     return server
 
 
+# --- the acceptance scenario of issue 39 ----------------------------------------------------------------------
+
+def gone_after_first_read(**fields: Any) -> ScriptedMcpServer:
+    """A 2025-11-25 server whose task records (the ``tools/call`` reply and ``tasks/get`` #1) carry ``fields`` (a
+    hostile ``ttl``, a ``createdAt`` in year 1 or 9999, ...) and whose ``tasks/get`` #2 and later answer ``-32602``
+    "no such task". Issue 39: the workflow must end with an outcome saying so, never fail its workflow task."""
+
+    class Server(ScriptedMcpServer):
+        def answer(self, message: dict[str, Any]) -> Reply:
+            if message.get("method") == "tools/call" and message.get("id") is not None:
+                return Reply(json_reply(rpc(message["id"], {"task": task("working", **fields)})))
+            return super().answer(message)
+
+    server = Server()
+
+    def reads(message: dict[str, Any]) -> Reply:
+        if len(server.seen("tasks/get")) >= 2:
+            return Reply(json_reply(rpc_error(message["id"], -32602, "no such task")))
+        return Reply(json_reply(rpc(message["id"], task("working", **fields))))
+
+    server.reads = reads
+    return server
+
+
 def summary(server: ScriptedMcpServer) -> str:
     counts: dict[str, int] = {}
     for r in server.requests:
@@ -279,10 +303,24 @@ def summary(server: ScriptedMcpServer) -> str:
             + f"; tools/call: {counts.get('tools/call', 0)}")
 
 
+#: Issue 39's scenarios (``--gone-after-first-read NAME``): the task record's hostile fields.
+GONE_AFTER_FIRST_READ: dict[str, dict[str, Any]] = {
+    "ttl-1e15": {"ttl": 10**15},
+    "created-year-1": {"ttl": 10**15, "createdAt": "0001-01-01T00:00:00Z"},
+    "created-year-9999": {"ttl": 10**15, "createdAt": "9999-12-31T23:59:59Z"},
+}
+
+
 async def _serve(args: argparse.Namespace) -> None:
-    server = await acceptance_server(args.framing).start(port=args.port)
-    print(f"scripted MCP server ({args.framing} framing on tasks/get #2-#4, then a stale 404): {server.url}",
-          flush=True)
+    if args.gone_after_first_read:
+        fields = GONE_AFTER_FIRST_READ[args.gone_after_first_read]
+        server = await gone_after_first_read(**fields).start(port=args.port)
+        print(f"scripted MCP server (task records {json.dumps(fields)}; tasks/get #2 and later -32602): {server.url}",
+              flush=True)
+    else:
+        server = await acceptance_server(args.framing).start(port=args.port)
+        print(f"scripted MCP server ({args.framing} framing on tasks/get #2-#4, then a stale 404): {server.url}",
+              flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -296,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.wire_scripted_server", description=__doc__.split("\n")[0])
     parser.add_argument("--framing", choices=sorted(FRAMINGS), default="0x5")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--gone-after-first-read", choices=sorted(GONE_AFTER_FIRST_READ),
+                        help="issue 39: hostile task records, then -32602 from tasks/get #2 on")
     asyncio.run(_serve(parser.parse_args(argv)))
     return 0
 

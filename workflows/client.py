@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.activities.models import OUTCOME_MEMO
 from mcp_temporal_tasks.activities.wire.contract import canonical_json
@@ -54,8 +55,13 @@ async def _existing_request(handle: WorkflowHandle[Any, Any]) -> tuple[str, str]
             raw = values[0] if values and isinstance(values[0], dict) else {}
             arguments = raw.get("arguments") if isinstance(raw.get("arguments"), dict) else {}
             return str(raw.get("tool")), digest(arguments)
-    except Exception:  # unreadable (e.g. not permitted): the id's usual idempotency stands
-        return None
+    except RPCError as err:
+        # Not permitted to read it (a caller allowed to start but not to describe): the id's usual idempotency stands.
+        # Anything else (the server unreachable, a timeout, an undecodable input) raises: the check is never skipped
+        # by accident, and calling start_mcp_task again is safe.
+        if err.status == RPCStatusCode.PERMISSION_DENIED:
+            return None
+        raise
     return None
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
+from mcp_temporal_tasks.activities.wire.bounds import parse_time, shifted
 from mcp_temporal_tasks.activities.wire.errors import MAX_RETRY_AFTER_S
-from mcp_temporal_tasks.activities.wire.models import UNLIMITED, RpcErrorInfo
+from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
 from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
@@ -144,19 +145,23 @@ def terminal_outcome(
     return Outcome.FAILED, RpcErrorInfo(code=-32603, message=status_message or "task failed with no stored payload")
 
 
+def task_expires_at(created_at: str | None, ttl_ms: int | str | None) -> datetime | None:
+    """When a task's TTL runs out by the server's own record (``createdAt + ttl``), or None when it does not say
+    (no or an unusable ``createdAt``, no ``ttl``, ``ttl: null``). Never raises, whatever the values: a date beyond
+    the calendar saturates at ``datetime.max`` (an old worker's history may hold values the parser now bounds)."""
+    created = parse_time(created_at)
+    if created is None or isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+        return None
+    return shifted(created, ms=ttl_ms)
+
+
 def not_found_outcome(created_at: str | None, ttl_ms: int | str | None, now: datetime) -> Outcome:
     """``-32602`` on a task we created: ``expired`` if its TTL had run out, else ``lost``."""
-    if created_at is None or ttl_ms is None or ttl_ms == UNLIMITED:
+    expires = task_expires_at(created_at, ttl_ms)
+    if expires is None:
         return Outcome.LOST
-    try:
-        created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-    except ValueError:
-        return Outcome.LOST
-    if created.tzinfo is None and now.tzinfo is not None:
-        created = created.replace(tzinfo=now.tzinfo)
-    assert isinstance(ttl_ms, int)
     # A little slack: server and worker clocks differ, and purges run late, not early.
-    return Outcome.EXPIRED if now >= created + timedelta(milliseconds=ttl_ms) - timedelta(seconds=2) else Outcome.LOST
+    return Outcome.EXPIRED if now >= shifted(expires, seconds=-2) else Outcome.LOST
 
 
 def unretrieved_outcome(status: str, status_message: str | None) -> tuple[Outcome, RpcErrorInfo | None]:
@@ -186,6 +191,64 @@ def decide_replay(policy: ReplayPolicy, *, idempotent: bool, replays_used: int, 
     if policy == ReplayPolicy.ALWAYS:
         return "replay"
     return "await_approval"
+
+
+def annotation_idempotent(*, trusted: bool, idempotent_hint: bool | None, read_only_hint: bool | None,
+                          read_only_alone: bool = True) -> bool | None:
+    """What a tool's annotations say about sending its call again, or None when they do not count.
+
+    They count only for a server configuration trusts (``trust_annotations``). ``readOnlyHint: true`` makes a tool
+    idempotent (it changes nothing: the spec gives ``idempotentHint`` meaning only when ``readOnlyHint`` is false);
+    else ``idempotentHint`` says. Neither stated: None (not idempotent unless configured so).
+    ``read_only_alone=False`` is the rule of workflows recorded before ``readOnlyHint`` alone counted (it needed
+    ``idempotentHint`` stated): kept only so their histories replay.
+    """
+    if not trusted or (idempotent_hint is None and (read_only_hint is None or not read_only_alone)):
+        return None
+    return bool(idempotent_hint or read_only_hint)
+
+
+class ReplayRule:
+    """The replay policy and idempotency of one tool, resolved once by :func:`replay_rule`."""
+
+    __slots__ = ("policy", "idempotent", "max_replays")
+
+    def __init__(self, policy: ReplayPolicy, idempotent: bool, max_replays: int) -> None:
+        self.policy, self.idempotent, self.max_replays = policy, idempotent, max_replays
+
+    def __repr__(self) -> str:
+        return f"ReplayRule({self.policy.value}, idempotent={self.idempotent}, max_replays={self.max_replays})"
+
+
+def replay_rule(*, requested_policy: ReplayPolicy | None = None, configured_policy: str | None = None,
+                requested_idempotent: bool | None = None, configured_idempotent: bool | None = None,
+                annotated_idempotent: bool | None = None, requested_max: int | None = None,
+                configured_max: int | None = None) -> ReplayRule:
+    """The precedence, in one place: for each of the policy, idempotency and the replay budget, the request (a
+    trusted caller's start input: ``--replay``, ``--idempotent``, ``--max-replays``) first, then the worker's
+    configuration (``[servers.NAME.tools.TOOL]``), then, for idempotency only, the annotations of a server
+    configuration trusts (:func:`annotation_idempotent`); else policy ``never``, not idempotent, one replay."""
+    policy = requested_policy or (ReplayPolicy(configured_policy) if configured_policy else ReplayPolicy.NEVER)
+    idempotent = next((v for v in (requested_idempotent, configured_idempotent, annotated_idempotent)
+                       if v is not None), False)
+    max_replays = next((v for v in (requested_max, configured_max) if v is not None), 1)
+    return ReplayRule(policy, bool(idempotent), max_replays)
+
+
+def may_replay(rule: ReplayRule, *, replays_used: int = 0, repeat: bool = False) -> Decision:
+    """May a *new* ``tools/call`` of the same request be sent? The one replay rule: ``McpTaskWorkflow`` asks it when
+    an ending justifies a replay (:func:`replay_reason`), the agent tools when a model repeats an identical call.
+
+    * a replay after a failure (``repeat=False``): nothing past ``max_replays`` or under policy ``never``;
+      ``if_idempotent`` replays an idempotent tool only; ``always`` replays; ``ask`` waits for an operator;
+    * ``repeat=True``, a caller's own second identical request (no failure): it runs again for an idempotent tool
+      whatever the policy (running it again does no harm, and its answer may have changed) or under ``always``;
+      else it is answered by the first call (``stop``).
+    """
+    if repeat:
+        return "replay" if rule.idempotent or rule.policy == ReplayPolicy.ALWAYS else "stop"
+    return decide_replay(rule.policy, idempotent=rule.idempotent, replays_used=replays_used,
+                         max_replays=rule.max_replays)
 
 
 #: Outcomes that can ever justify a replay (each only at the stages :func:`replay_reason` names).
@@ -241,14 +304,9 @@ def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: da
                        deadline: datetime | None, default_s: float = 3600.0) -> float:
     """How long a retrieval may keep retrying: until the task's TTL or the deadline, whichever is first."""
     candidates = [default_s]
-    if created_at and isinstance(ttl_ms, int):
-        try:
-            created = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-            if created.tzinfo is None and now.tzinfo is not None:
-                created = created.replace(tzinfo=now.tzinfo)
-            candidates.append((created + timedelta(milliseconds=ttl_ms) - now).total_seconds())
-        except ValueError:
-            pass
+    expires = task_expires_at(created_at, ttl_ms)
+    if expires is not None:
+        candidates.append((expires - now).total_seconds())
     if deadline is not None:
         candidates.append((deadline - now).total_seconds())
     return max(5.0, min(candidates))

@@ -24,7 +24,7 @@ anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLA
   running in between. O(1) history whatever the duration, either way.
   A dead worker is noticed by the heartbeat timeout and the next attempt resumes polling elsewhere.
 * **Retrieve** is retried alone (never re-calling the tool), bounded by the task's TTL or the deadline.
-* **Replay** is a new ``tools/call``, only through ``decisions.decide_replay``, recorded in
+* **Replay** is a new ``tools/call``, only through ``decisions.may_replay``, recorded in
   ``operation_attempts`` with its reason; a ``Retry-After`` hint becomes a durable timer.
 * **Cancel** (workflow cancellation or the ``cancel`` update) sends ``tasks/cancel`` and then reads the
   task's true end: a task that had already finished keeps its real outcome.
@@ -143,6 +143,9 @@ NOTIFIED_WAKES = "notifications-wake-waits"
 #: history from before (whose start_call never relayed one) has none and replays unchanged.
 CALL_INPUT = "plain-call-input"
 #: Statuses a notification may wake a wait for (never ``working``).
+#: A trusted server's ``readOnlyHint: true`` makes a tool idempotent without ``idempotentHint`` (as the agent tools
+#: always counted it: ``decisions.annotation_idempotent``). Asked only for such a tool; histories from before replay.
+READ_ONLY_IS_IDEMPOTENT = "read-only-hint-is-idempotent"
 _WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
 #: Wakes one task may act on: one per status and input round, whatever a server repeats.
 _MAX_WAKES = 16
@@ -182,6 +185,20 @@ def _explain(exc: ValidationError | RequestTooLarge) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "<input>"
         parts.append(f"{loc}: {'unknown field' if err['type'] == 'extra_forbidden' else validation_message(err)}")
     return "; ".join(parts)
+
+
+def _bug(what: str) -> RuntimeError:
+    """An invariant of our own code broken (never a value a server sent: those end the task with an outcome). It
+    fails the workflow *task*, which Temporal retries until fixed code is deployed; the CLI shows it as
+    ``workflow task failing``."""
+    return RuntimeError(f"McpTaskWorkflow bug: {what}")
+
+
+def _unusable_note(task: TaskState | None) -> str:
+    """What the server's task record held that could not be used as sent (clamped or ignored where it was parsed)."""
+    if task is None or not task.unusable:
+        return ""
+    return " (its task record had unusable " + ", ".join(f"{k}={v}" for k, v in sorted(task.unusable.items())) + ")"
 
 
 def _placeholder_request(raw: Any) -> McpTaskRequest:
@@ -267,8 +284,7 @@ class McpTaskWorkflow:
         # A re-sent request (same content) keeps its first record and, if answered, its answer.
         self.m.legacy_inputs[req.key] = LegacyInputRecord(rpc_id=req.rpc_id)
         if req.key not in self.m.answers:
-            self.m.pending[req.key] = PendingInput(key=req.key, method=req.method, message=req.params.get("message"),
-                                                 requested_schema=req.params.get("requestedSchema"), params=req.params)
+            self.m.pending[req.key] = PendingInput.from_params(req.key, req.method, req.params)
 
     @workflow.signal(name=INPUT_DELIVERED_SIGNAL)
     def _legacy_input_delivered(self, key: str) -> None:
@@ -371,8 +387,7 @@ class McpTaskWorkflow:
             replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
             if replay is None or self.m.cancel_reason is not None:
                 return self._finish(ending)
-            decision = decisions.decide_replay(self._policy(), idempotent=self._idempotent(),
-                                               replays_used=len(self.m.attempts) - 1, max_replays=self._max_replays())
+            decision = decisions.may_replay(self._rule(), replays_used=len(self.m.attempts) - 1)
             if decision == "stop":
                 return self._finish(ending)
             if decision == "await_approval":
@@ -403,28 +418,29 @@ class McpTaskWorkflow:
         self.m.cancel_requested = True
         self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
 
+    def _rule(self) -> decisions.ReplayRule:
+        """Replay policy, idempotency and budget: the request, then configuration, then annotations of a trusted
+        server (``decisions.replay_rule``, the one precedence)."""
+        configured = self.m.profile.policy if self.m.profile else None
+        annotated = self.m.ledger.idempotency.get("annotation_idempotent")
+        return decisions.replay_rule(
+            requested_policy=self.req.replay, configured_policy=configured.replay if configured else None,
+            requested_idempotent=self.req.idempotent, configured_idempotent=configured.idempotent if configured else None,
+            annotated_idempotent=bool(annotated) if annotated is not None else None,
+            requested_max=self.req.max_replays, configured_max=configured.max_replays if configured else None)
+
     def _max_replays(self) -> int:
-        if self.req.max_replays is not None:
-            return self.req.max_replays
-        configured = self.m.profile.policy.max_replays if self.m.profile else None
-        return configured if configured is not None else 1
+        return self._rule().max_replays
 
     def _policy(self) -> ReplayPolicy:
-        if self.req.replay is not None:
-            return self.req.replay
-        configured = self.m.profile.policy.replay if self.m.profile else None
-        return ReplayPolicy(configured) if configured else ReplayPolicy.NEVER
+        return self._rule().policy
 
     def _idempotent(self) -> bool:
-        """Trusted idempotency: the request, then configuration, then annotations of a trusted server."""
-        if self.req.idempotent is not None:
-            return self.req.idempotent
-        if self.m.profile and self.m.profile.policy.idempotent is not None:
-            return self.m.profile.policy.idempotent
-        return bool(self.m.ledger.idempotency.get("annotation_idempotent"))
+        return self._rule().idempotent
 
     def _apply_profile(self) -> None:
-        assert self.m.profile is not None
+        if self.m.profile is None:
+            raise _bug("_apply_profile before resolve")
         self.m.output_schema = self.m.profile.policy.output_schema
         self.m.ledger.server = self.m.profile.name
         self.m.ledger.server_identity = self.m.profile.identity
@@ -489,7 +505,13 @@ class McpTaskWorkflow:
                 code=-32601, message="server asked for input on tools/call itself; answer through a task"),
                 classification=Classification.PERMANENT))
         task = start.start.task
-        assert task is not None
+        if task is None:
+            # The server's reply to tools/call was neither a task, nor a result, nor an input request (the wire
+            # refuses such a reply; this guards what a history may hold): the call reached the server and gave
+            # nothing to follow, as if its reply had been lost. An outcome, never a failing workflow task.
+            attempt.ended = Outcome.UNKNOWN_OUTCOME.value
+            raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, stage=Stage.SUBMITTING, reason=(
+                "tools/call was answered with neither a task, a result nor an input request")))
         self.m.session = start.start.session
         self.m.owner_queue = start.owner_queue
         self.m.task_state = task
@@ -504,7 +526,8 @@ class McpTaskWorkflow:
             raise
 
     async def _submit(self, reason: str) -> StartCallOutput:
-        assert self.m.profile is not None
+        if self.m.profile is None:
+            raise _bug("_submit before resolve")
         self._enter(Phase.SUBMITTING, "submitting")
         resends = 0
         while True:
@@ -601,13 +624,19 @@ class McpTaskWorkflow:
                                               at=sent_at, ended=ended))
 
     def _learn_tool(self, out: StartCallOutput) -> None:
-        assert out.tool is not None and self.m.profile is not None
+        if out.tool is None or self.m.profile is None:
+            raise _bug("_learn_tool without a tool or a profile")
         if self.m.output_schema is None and out.tool.output_schema is not None:
             self.m.output_schema = out.tool.output_schema
             self._set_contract()
-        if self.m.profile.trust_annotations and out.tool.idempotent_hint is not None:
-            # Annotations count only for servers configuration trusts.
-            self.m.ledger.idempotency["annotation_idempotent"] = bool(out.tool.idempotent_hint or out.tool.read_only_hint)
+        # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
+        annotated = decisions.annotation_idempotent(trusted=self.m.profile.trust_annotations,
+                                                    idempotent_hint=out.tool.idempotent_hint,
+                                                    read_only_hint=out.tool.read_only_hint)
+        if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
+            annotated = None  # recorded before readOnlyHint alone counted
+        if annotated is not None:
+            self.m.ledger.idempotency["annotation_idempotent"] = annotated
             self.m.ledger.idempotency["idempotent"] = self._idempotent()
 
     def _config(self, preset: ActivityConfig, *, pinned: bool = True, **overrides: Any) -> ActivityConfig:
@@ -637,7 +666,8 @@ class McpTaskWorkflow:
 
     async def _follow(self, task: TaskState) -> NoReturn:
         """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
-        assert self.m.session is not None
+        if self.m.session is None:
+            raise _bug("_follow without a session")
         timeouts = self.req.timeouts
         # A wait on an old task goes on under a longer heartbeat timeout: one more activity per task, far fewer
         # heartbeats (billable actions, server writes) for the hours it may still take.
@@ -678,7 +708,8 @@ class McpTaskWorkflow:
                 continue
             aw = waited
             self._after_wait(aw)
-            assert self.m.task_state is not None
+            if self.m.task_state is None:
+                raise _bug("a wait ended without a task state")
             if self.m.wake is not None and (self.m.task_state.terminal or self.m.task_state.status == self.m.wake):
                 self.m.wake = None  # this read already shows what the notification said
             if self.m.task_state.terminal:
@@ -710,7 +741,7 @@ class McpTaskWorkflow:
             outcome = decisions.not_found_outcome(last.created_at if last else None, last.ttl_ms if last else None,
                                                   workflow.now())
             raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/get answered -32602: the task is gone"
-                         + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
+                         + (" after its TTL" if outcome == Outcome.EXPIRED else "") + _unusable_note(last)))
         if aw.no_answer is not None:
             # The server may still hold the task: we lost sight of it, it is not known to be gone.
             raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.UNREACHABLE, error=aw.last_error,
@@ -719,7 +750,8 @@ class McpTaskWorkflow:
 
     async def _retrieve(self) -> DecodedPayload:
         """RETRIEVING: read the payload again and again, never re-calling the tool."""
-        assert self.m.task_state is not None and self.m.session is not None
+        if self.m.task_state is None or self.m.session is None:
+            raise _bug("_retrieve without a task or a session")
         self._enter(Phase.RETRIEVING)
         started = workflow.now()
         budget = decisions.retrieval_budget_s(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now(),
@@ -778,7 +810,8 @@ class McpTaskWorkflow:
     # --- input (2026-07-28: tasks/update) --------------------------------------------------------
 
     async def _input_required(self, task: TaskState) -> None:
-        assert self.m.task_state is not None and self.m.session is not None
+        if self.m.task_state is None or self.m.session is None:
+            raise _bug("_input_required without a task or a session")
         requests = {k: v for k, v in (self.m.task_state.input_requests or {}).items() if k not in self.m.answered_keys}
         if not requests:
             return
@@ -825,7 +858,8 @@ class McpTaskWorkflow:
         Input requests arrive by signal; the human answers through ``provide_input``; the relay reads the
         answer by query and replies on the wire. Raises :class:`_Ended`.
         """
-        assert self.m.task_state is not None and self.m.session is not None
+        if self.m.task_state is None or self.m.session is None:
+            raise _bug("_legacy_relay without a task or a session")
         timeout = self.req.input_timeout_s or self.req.timeouts.input_s
         handle = workflow.start_activity_method(
             McpActivities.relay_input,
@@ -857,7 +891,8 @@ class McpTaskWorkflow:
             raise self._lost(err, "input relay failed", Stage.INPUT)
         if out.not_found or out.unreachable or out.payload is None:
             self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
-        assert out.payload is not None
+        if out.payload is None:  # (_after_wait raised for every such reply)
+            raise _bug("a relay ended without a payload")
         if out.state is not None:
             self.m.task_state = out.state
         if out.notified:  # (False in every history from before: the outcome reads as it did)
@@ -869,7 +904,8 @@ class McpTaskWorkflow:
 
     async def _cancel_and_settle(self, task: TaskState) -> NoReturn:
         """Send ``tasks/cancel``, then learn how the task really ended. Always raises :class:`_Ended`."""
-        assert self.m.session is not None
+        if self.m.session is None:
+            raise _bug("_cancel_and_settle without a session")
         self._enter(Phase.CANCELLING, "cancelling")
         principal = self._principal()
         asked = workflow.now()

@@ -129,37 +129,43 @@ def transition_diagram() -> str:
                      for p in Phase)
 
 
+#: The longest span a request may give (any timeout, ``ttl_s``): 100 years. NaN, ±∞ and anything longer are refused
+#: when the request is validated (the task ends ``rejected``): workflow code turns these into timers and deadlines,
+#: where a value ``timedelta`` cannot hold would fail the workflow task on every attempt.
+MAX_SPAN_S = 100 * 366 * 86400.0
+
+
 class Timeouts(_Model):
     """Bounds of one task. Defaults suit production; tests shrink them."""
 
     #: Heartbeat timeout of activities that wait on the server: how fast a dead worker is noticed.
-    heartbeat_s: float = Field(30.0, gt=0)
+    heartbeat_s: float = Field(30.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: Longest a single tools/call may take to answer (synchronous tools take the whole run).
-    submit_s: float = Field(300.0, gt=0)
+    submit_s: float = Field(300.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: How long a task's activities may wait for a worker on a stdio owner's queue before it is `lost`.
-    owner_pickup_s: float = Field(60.0, gt=0)
+    owner_pickup_s: float = Field(60.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: Poll-interval floor and ceiling of our own (the ceiling never undercuts the server's pollInterval; an
     #: old task's gap grows past it by the server's ``polling`` schedule).
-    poll_floor_s: float = Field(0.1, gt=0)
-    poll_ceiling_s: float = Field(30.0, gt=0)
+    poll_floor_s: float = Field(0.1, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
+    poll_ceiling_s: float = Field(30.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: A wait on a task older than this moves to ``long_wait_heartbeat_s``. The SDK lets one heartbeat reach
     #: Temporal per min(0.8 × the heartbeat timeout, the worker's ``max_heartbeat_throttle_interval``): 150 per
     #: task-hour at 30 s; 37.5 at 120 s (``mcp-tasks worker`` sets the interval to 120 s; the SDK's default 60 s
     #: gives 60). The price is noticing a dead worker later, for tasks old enough (40 min: 2 min is 5 % of their
     #: age) that it is in scale.
-    long_wait_after_s: float = Field(2400.0, gt=0)
-    long_wait_heartbeat_s: float = Field(120.0, gt=0)
+    long_wait_after_s: float = Field(2400.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
+    long_wait_heartbeat_s: float = Field(120.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: Once the gap to a task's next poll is at least this long, the wait holds no activity open: each poll is one
     #: short attempt of ``poll_task`` that, while the task works, ends with a benign retryable error whose
     #: ``next_retry_delay`` is the gap (no heartbeats, no worker slot, no history events). One attempt costs one
     #: billable action, a heartbeat-held gap one per 0.8 × ``heartbeat_s``: None hands over where the attempt gets
     #: cheaper (24 s at the default 30 s heartbeat: a task's 8th minute on the default schedule); 0 never does.
-    idle_gap_s: float | None = Field(None, ge=0)
+    idle_gap_s: float | None = Field(None, ge=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: Default human-answer timeout for input requests.
-    input_s: float = Field(24 * 3600.0, gt=0)
+    input_s: float = Field(24 * 3600.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: How long a task's server may give no usable answer (refused, reset, garbled, 5xx) before the task
     #: counts as ``lost``. Such a task may still exist on the server, so this ``lost`` is never replayed.
-    unreachable_s: float = Field(600.0, gt=0)
+    unreachable_s: float = Field(600.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
 
 
 class McpTaskRequest(_Model):
@@ -174,7 +180,7 @@ class McpTaskRequest(_Model):
     tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME)
     arguments: dict[str, Any] = Field(default_factory=dict)
     era: Era | None = None
-    ttl_s: float | None = Field(None, gt=0)
+    ttl_s: float | None = Field(None, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     deadline: datetime | None = None
     idempotency_key: str | None = Field(None, max_length=200)
     replay: ReplayPolicy | None = None
@@ -185,7 +191,7 @@ class McpTaskRequest(_Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     #: What to do when a human does not answer an input request in time.
     on_input_timeout: Literal["decline", "cancel"] = "cancel"
-    input_timeout_s: float | None = Field(None, gt=0)
+    input_timeout_s: float | None = Field(None, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
 
     @field_validator("server")
     @classmethod
@@ -356,8 +362,15 @@ class PendingInput(_Model):
 
     @classmethod
     def of(cls, key: str, req: InputRequest) -> PendingInput:
-        return cls(key=key, method=req.method, message=req.params.get("message"),
-                   requested_schema=req.params.get("requestedSchema"), params=req.params)
+        return cls.from_params(key, req.method, req.params)
+
+    @classmethod
+    def from_params(cls, key: str, method: str, params: dict[str, Any]) -> PendingInput:
+        """From a server's request: a ``message`` that is not text or a ``requestedSchema`` that is not an object is
+        left out (kept in ``params``), never a validation error in workflow code (a workflow task failing forever)."""
+        message, schema = params.get("message"), params.get("requestedSchema")
+        return cls(key=key, method=method, message=message if isinstance(message, str) else None,
+                   requested_schema=schema if isinstance(schema, dict) else None, params=params)
 
 
 class TaskView(_Model):

@@ -83,6 +83,10 @@ MAX_AUTH_BODY = 64 * 1024
 LEGACY_PROTOCOL = "2025-03-26"
 
 
+#: How long a refresh token (its lifetime is not told) stays in the log scrubber's registry.
+REFRESH_TOKEN_SCRUB_S = 7 * 86400.0
+
+
 def refresh_margin_s(lifetime_s: float) -> float:
     """How long before its expiry a token is replaced: a fifth of its lifetime, between 2 s and 60 s (the 2 s
     cover the whole seconds of ``exp`` and a request's way to the server)."""
@@ -410,7 +414,7 @@ class TokenSource:
             except Exception as exc:  # PyJWT: a key that does not load or does not fit the algorithm
                 raise self._error(f"cannot sign the client assertion with {self.spec.signing_alg}: "
                                   f"{type(exc).__name__}") from None
-            redact.register([assertion])
+            redact.register([assertion], lifetime_s=60)
             data.update(client_id=self.spec.client_id, client_assertion=assertion,
                         client_assertion_type="urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
         elif found.method == "client_secret_post":
@@ -437,8 +441,11 @@ class TokenSource:
                               "that is not a bearer token response") from None
         if not tokens.access_token:
             raise self._error(f"the authorization server at {where} answered with an empty access token")
-        redact.register([tokens.access_token, *([tokens.refresh_token] if tokens.refresh_token else [])])
         lifetime = float(tokens.expires_in) if tokens.expires_in and tokens.expires_in > 0 else 3600.0
+        # Scrubbed from logs while it can be used (and a grace after): then it leaves the registry (bounded).
+        redact.register([tokens.access_token], lifetime_s=lifetime)
+        if tokens.refresh_token:
+            redact.register([tokens.refresh_token], lifetime_s=max(lifetime, REFRESH_TOKEN_SCRUB_S))
         self._store(tokens.access_token, scope, lifetime)
 
     def _store(self, token: str, scope: str | None, lifetime: float) -> None:

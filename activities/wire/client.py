@@ -16,6 +16,14 @@ from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire import redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
+from mcp_temporal_tasks.activities.wire.bounds import (
+    MAX_POLL_INTERVAL_MS,
+    MAX_TTL_MS,
+    bounded_int,
+    finite_number,
+    parse_time,
+    raw_text,
+)
 from mcp_temporal_tasks.activities.wire.elicitation import ELICITATION_CAPABILITY
 from mcp_temporal_tasks.activities.wire.errors import (
     INTERNAL_ERROR,
@@ -91,36 +99,59 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
         raise ProtocolViolation(f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8",
                                 raw=task_id[:200])
 
+    # Every number and time is bounded here, where it is parsed (:mod:`.bounds`): what is out of range is clamped or
+    # ignored, and its raw value kept in ``unusable``.
+    unusable: dict[str, str] = {}
+
     def ttl(key: str) -> int | Literal["unlimited"] | None:
         if key not in obj:
             return None
         value = obj[key]
         if value is None:
             return UNLIMITED
-        return int(value) if isinstance(value, (int, float)) else None
+        ms, usable = bounded_int(value, low=0, high=MAX_TTL_MS)
+        if not usable:
+            unusable[key] = raw_text(value)
+        return ms
 
     def number(*keys: str) -> int | None:
         for key in keys:
-            value = obj.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return int(value)
+            if key not in obj or obj[key] is None:
+                continue
+            ms, usable = bounded_int(obj[key], low=0, high=MAX_POLL_INTERVAL_MS)
+            if not usable:
+                unusable[key] = raw_text(obj[key])
+            if ms is not None:
+                return ms
         return None
+
+    def time(key: str) -> str | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if parse_time(value) is None:  # not a date-time, or far past or far future: ignored
+            unusable[key] = raw_text(value)
+            return None
+        return str(value)
 
     error = obj.get("error")
     input_requests = obj.get("inputRequests")
+    status_message = obj.get("statusMessage")
+    if status_message is not None and not isinstance(status_message, str):
+        unusable["statusMessage"] = raw_text(status_message)
     return TaskState(
         task_id=task_id,
         status=status,
         era=era,
-        status_message=(cap_text(obj["statusMessage"], STATUS_MESSAGE_CAP)
-                        if isinstance(obj.get("statusMessage"), str) else None),
-        created_at=cap_text(obj["createdAt"], 64) if isinstance(obj.get("createdAt"), str) else None,
-        last_updated_at=cap_text(obj["lastUpdatedAt"], 64) if isinstance(obj.get("lastUpdatedAt"), str) else None,
+        status_message=cap_text(status_message, STATUS_MESSAGE_CAP) if isinstance(status_message, str) else None,
+        created_at=time("createdAt"),
+        last_updated_at=time("lastUpdatedAt"),
         ttl_ms=ttl("ttlMs") if "ttlMs" in obj else ttl("ttl"),
         poll_interval_ms=number("pollIntervalMs", "pollInterval"),
         result=obj.get("result") if isinstance(obj.get("result"), dict) else None,
         error=_rpc_error_info(error) if isinstance(error, dict) else None,
         input_requests=_input_requests(input_requests) if isinstance(input_requests, dict) and input_requests else None,
+        unusable=unusable or None,
     )
 
 
@@ -175,9 +206,10 @@ def _progress_listener(params: dict[str, Any], on_progress: ProgressHandler | No
         p = message.get("params")
         if message.get("method") != "notifications/progress" or not isinstance(p, dict) or p.get("progressToken") != token:
             return
-        progress, total, text = p.get("progress"), p.get("total"), p.get("message")
-        if isinstance(progress, (int, float)) and not isinstance(progress, bool):
-            on_progress(float(progress), float(total) if isinstance(total, (int, float)) else None,
+        # NaN, ±∞, a huge int or a negative total: never passed on (a heartbeat detail, a progress bar).
+        progress, total, text = finite_number(p.get("progress")), finite_number(p.get("total")), p.get("message")
+        if progress is not None:
+            on_progress(progress, total if total is not None and total >= 0 else None,
                         cap_text(text, 512) if isinstance(text, str) else None)
 
     return listen

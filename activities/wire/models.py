@@ -147,6 +147,10 @@ class TaskState(StrictModel):
     result: dict[str, Any] | None = None
     error: RpcErrorInfo | None = None
     input_requests: dict[str, InputRequest] | None = None
+    #: Fields the server sent out of range, of a wrong type, NaN or infinite (``ttl: 1e15``, ``createdAt`` in year
+    #: 1): wire name → the raw value as JSON text (capped), kept for the record. The normalised field above holds
+    #: the clamped value, or None when the value was ignored (:mod:`.bounds`).
+    unusable: dict[str, str] | None = None
 
     @property
     def terminal(self) -> bool:

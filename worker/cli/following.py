@@ -20,6 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.mcp_activities import START_CALL
@@ -67,18 +70,82 @@ def _merge_live(view: TaskView, live: dict[str, Any] | None) -> TaskView:
     return view
 
 
+#: What the live details say when something is wrong (``live["trouble"]``): shown instead of the phase, never
+#: "still WORKING" about a workflow that cannot move or a task that cannot be read.
+TROUBLE = "trouble"
+
+
+async def _last_task_failure(handle: TaskHandle) -> str:
+    """The message of the workflow's last ``WorkflowTaskFailed`` event (read from the end of its history)."""
+    try:
+        execution = WorkflowExecution(workflow_id=handle.id, run_id=handle.result_run_id or "")
+        resp = await asyncio.wait_for(handle._client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(namespace=handle._client.namespace, execution=execution,
+                                                      maximum_page_size=100)), 2)
+    except Exception:
+        return "(its error could not be read)"
+    for event in resp.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failure = event.workflow_task_failed_event_attributes.failure
+            kind = failure.application_failure_info.type if failure.HasField("application_failure_info") else ""
+            return f"{kind + ': ' if kind else ''}{failure.message}"
+    return "(no failure recorded yet)"
+
+
+async def workflow_trouble(handle: TaskHandle, raw: Any) -> str | None:
+    """``workflow task failing (attempt N): <error>`` when the workflow's own task is being retried (a bug, or a
+    value it cannot handle: it does not move until fixed code is deployed), from ``describe``'s pending workflow
+    task and the last ``WorkflowTaskFailed`` event; None otherwise."""
+    if not raw.HasField("pending_workflow_task") or raw.pending_workflow_task.attempt < 2:
+        return None
+    error = printable(await _last_task_failure(handle))
+    return f"workflow task failing (attempt {raw.pending_workflow_task.attempt}): {error[:300]}"
+
+
+def read_trouble(live: dict[str, Any], now: float | None = None) -> str | None:
+    """``reads failing since …`` when the waiting activity's reads of the task have been failing: since when, how
+    many attempts, the last error, and when the read budget runs out (then the task ends ``lost``)."""
+    since, faults = live.get("failingSince"), live.get("faults")
+    if not isinstance(since, (int, float)) or isinstance(since, bool) or not since:
+        return None
+    # Absolute times only: the line changes when the reads do (a new attempt), not on every tick of the live view.
+    now = time.time() if now is None else now
+    text = f"reads failing since {_clock(since)}"
+    text += f" ({faults} attempts" if isinstance(faults, int) else " ("
+    error = live.get("transportError")
+    text += f"; last: {printable(error)[:200]}" if isinstance(error, str) else ""
+    ends = live.get("readBudgetEndsAt")
+    if isinstance(ends, (int, float)) and not isinstance(ends, bool):
+        text += f"; gives up at {_clock(ends)}" if ends > now else "; giving up"
+    return text + ")"
+
+
+def _clock(epoch: float) -> str:
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
 async def live_state(handle: TaskHandle, board: LiveBoard | None = None) -> tuple[TaskView | None, dict[str, Any]]:
     """(the ``status()`` query's view with the live MCP status and ``statusMessage``, the live details they came
     from). The workflow's own copy is as of its last transition; the live one is this process's board when it runs
     the task, else the waiting activity's heartbeat (or, idle between polls, its last attempt's benign failure).
-    The view is None when no worker answers."""
+    The view is None when no worker answers. ``live[TROUBLE]``: a workflow task failing, or reads failing."""
+    trouble: str | None = None
+    try:
+        desc = await asyncio.wait_for(handle.describe(), timeout=2)
+        trouble = await workflow_trouble(handle, desc.raw_description)
+    except Exception:
+        desc = None
     try:
         view = await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=2)
     except Exception:
-        return None, {}
+        return None, ({TROUBLE: trouble} if trouble else {})
     live: dict[str, Any] | None = None
     try:
-        desc = await asyncio.wait_for(handle.describe(), timeout=2)
+        if desc is None:
+            raise LookupError
         for act in desc.raw_description.pending_activities:
             if act.heartbeat_details.payloads:
                 live = json.loads(act.heartbeat_details.payloads[0].data)
@@ -93,7 +160,10 @@ async def live_state(handle: TaskHandle, board: LiveBoard | None = None) -> tupl
     local = board.get(handle.id) if board is not None else None
     if local is not None and view.phase in (Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED):
         live = local
-    live = live if isinstance(live, dict) else {}
+    live = dict(live) if isinstance(live, dict) else {}
+    trouble = trouble or read_trouble(live)
+    if trouble:
+        live[TROUBLE] = trouble
     return _merge_live(view, live), live
 
 
@@ -105,7 +175,10 @@ async def live_view(handle: TaskHandle) -> TaskView | None:
 
 def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
     """The phase as a person reads it: a ``tools/call`` that has left and not answered yet (a long synchronous
-    tool) is CALLING, not SUBMITTING."""
+    tool) is CALLING, not SUBMITTING; a workflow task failing or reads failing say so instead of the phase."""
+    trouble = (live or {}).get(TROUBLE)
+    if isinstance(trouble, str) and trouble.startswith("workflow task failing"):
+        return trouble
     if view.phase == Phase.SUBMITTING and (live or {}).get("step") == CALL_SENT:
         return "CALLING"
     return view.phase.value
@@ -123,6 +196,9 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
         parts.append(f"task {printable(view.task_id)}")
     if view.delivered_by:
         parts.append(_LEARNED[view.delivered_by])
+    trouble = (live or {}).get(TROUBLE)
+    if isinstance(trouble, str) and trouble.startswith("reads failing"):
+        parts.append(trouble)
     line = " · ".join(parts)
     wid = shlex.quote(printable(workflow_id))
     if view.phase.value == "AWAITING_APPROVAL":
@@ -183,7 +259,8 @@ class _Lines:
                 LIVE_LINE.append(self._clear)
             self.drawn = True
         elif elapsed >= self.next_still:
-            err(f"[{elapsed:6.1f}s] still {about}")
+            still = "" if phase.startswith("workflow task failing") else "still "
+            err(f"[{elapsed:6.1f}s] {still}{about}")
             self.gap = min(STILL_MAX_S, self.gap * 2)
             self.next_still = elapsed + self.gap
 
@@ -213,6 +290,12 @@ async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False, che
                     out.line(note)
             view, live = await live_state(handle, board)
             now = time.monotonic()
+            if view is None and live.get(TROUBLE):  # no view (the query failed too): the trouble alone
+                phase = str(live[TROUBLE])
+                if phase != last and not quiet:
+                    out.line(f"[{now - start:6.1f}s] {phase}")
+                    out.changed(now - start)
+                    last = phase
             if view is not None:
                 phase = shown_phase(view, live)
                 if view.status_message != message:

@@ -35,6 +35,7 @@ from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, Task
 from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo
 from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
+    TROUBLE,
     LiveBoard,
     TaskHandle,
     exit_code,
@@ -42,6 +43,7 @@ from mcp_temporal_tasks.worker.cli.following import (
     live_state,
     outcome_summary,
     view_line,
+    workflow_trouble,
 )
 from mcp_temporal_tasks.worker.cli.form import prompt_elicitation
 from mcp_temporal_tasks.worker.cli.parser import (
@@ -496,17 +498,18 @@ async def cmd_run(args: argparse.Namespace) -> int:
 def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -> dict[str, Any]:
     """The replay policy a worker of this configuration applies to ``name`` when the request says nothing (the
     workflow's order: the request, then configuration, then annotations of a server whose annotations it trusts)."""
+    from mcp_temporal_tasks.workflows import decisions
+
     policy = (server.tools.get(name) if server else None) or ToolPolicy()
-    hint = bool(info and (info.idempotent_hint or info.read_only_hint))
-    trusted = bool(server and server.trust_annotations)
-    if policy.idempotent is not None:
-        idempotent, source = policy.idempotent, "configuration"
-    elif trusted and info is not None and info.idempotent_hint is not None:
-        idempotent, source = hint, "annotations (trusted)"
-    else:
-        idempotent, source = False, "default"
-    return {"replay": policy.replay or "never", "idempotent": idempotent, "idempotent_from": source,
-            "max_replays": policy.max_replays if policy.max_replays is not None else 1,
+    annotated = decisions.annotation_idempotent(trusted=bool(server and server.trust_annotations),
+                                                idempotent_hint=info.idempotent_hint if info else None,
+                                                read_only_hint=info.read_only_hint if info else None)
+    rule = decisions.replay_rule(configured_policy=policy.replay, configured_idempotent=policy.idempotent,
+                                 annotated_idempotent=annotated, configured_max=policy.max_replays)
+    source = ("configuration" if policy.idempotent is not None else
+              "annotations (trusted)" if annotated is not None else "default")
+    return {"replay": rule.policy.value, "idempotent": rule.idempotent, "idempotent_from": source,
+            "max_replays": rule.max_replays,
             "output_schema": "configured" if policy.output_schema is not None else (
                 "server's" if info is not None and info.output_schema is not None else None),
             "max_call_s": policy.max_call_s}
@@ -650,10 +653,20 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 return EXIT_ENDED
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
-        await query_status(client, handle, desc)
+        stuck = await workflow_trouble(handle, desc.raw_description)
+        if stuck is None:
+            await query_status(client, handle, desc)
         view, live = await live_state(handle)
+        if view is None and stuck:  # its workflow task fails and no query is answered: say that, not "no worker"
+            emit(args, {"workflow_id": args.id, "workflow_status": "RUNNING", TROUBLE: stuck},
+                 f"{printable(args.id)}: {stuck}")
+            return EXIT_ENDED
         if view is None:
             raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
+        if live.get(TROUBLE):  # the JSON says it too (the text says it in place of the phase)
+            emit(args, {**view.model_dump(mode="json"), TROUBLE: live[TROUBLE]},
+                 f"{printable(args.id)}: {view_line(view, args.id, live)}")
+            return EXIT_ENDED
         # The JSON and the text show the same view (live status and statusMessage included).
         emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live)}")
         return EXIT_ENDED
@@ -823,6 +836,10 @@ def cmd_answer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: ``list`` asks describe for at most this many running workflows (whether their workflow task fails).
+LIST_DESCRIBE = 50
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     for option, value, allowed in (("--outcome", args.outcome, outcome_values()),
                                    ("--status", args.status, status_values())):
@@ -844,9 +861,22 @@ async def cmd_list(args: argparse.Namespace) -> int:
                          "server": sa.get("McpServer"), "tool": sa.get("McpTool"), "task_id": sa.get("McpTaskId"),
                          "task_status": sa.get("McpTaskStatus"), "outcome": sa.get("McpOutcome"),
                          "started": wf.start_time.isoformat() if wf.start_time else None})
+        # A running workflow whose workflow task fails cannot update its search attributes: ask describe (at most
+        # LIST_DESCRIBE of them, at once), so it is never listed as `working`.
+        running = [r for r in rows if r["workflow_status"] == "RUNNING"][:LIST_DESCRIBE]
+
+        async def stuck(r: dict[str, Any]) -> None:
+            with contextlib.suppress(Exception):
+                handle = client.get_workflow_handle_for(McpTaskWorkflow.run, r["workflow_id"])
+                desc = await asyncio.wait_for(handle.describe(), 5)
+                r[TROUBLE] = await workflow_trouble(handle, desc.raw_description)
+
+        await asyncio.gather(*(stuck(r) for r in running))
     p = printable
 
     def shown_status(r: dict[str, Any]) -> str:
+        if r.get(TROUBLE):
+            return str(r[TROUBLE])[:60]
         # A finished task is shown under its outcome (older histories kept their last server status).
         if r["workflow_status"] != "RUNNING" and r["outcome"]:
             return r["outcome"] if r["task_status"] not in ("completed", "failed", "cancelled") else r["task_status"]
