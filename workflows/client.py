@@ -24,7 +24,6 @@ from mcp_temporal_tasks.workflows.errors import McpTaskError
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
 from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
 
-
 #: Where a service connects when neither ``TEMPORAL_ADDRESS`` nor a temporal.toml profile says (as Temporal's samples
 #: and the CLI do).
 DEFAULT_ADDRESS = "localhost:7233"
@@ -144,13 +143,15 @@ async def start_mcp_task(
     workflow_id: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
     replace_failed: bool = False,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]:
     """Start (or attach to) the workflow for ``request``. Safe to call again with the same id.
 
     A running workflow with this id is reused (``USE_EXISTING``); a finished one is never re-run
     (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome. ``replace_failed``: a
     finished run that *failed* may be replaced (``ALLOW_DUPLICATE_FAILED_ONLY``): for a caller that knows it was
-    refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands.
+    refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands. ``memo``:
+    the workflow's memo at start (the CLI records the configuration it was started with; never a secret).
 
     Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
     arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
@@ -165,7 +166,7 @@ async def start_mcp_task(
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY if replace_failed
                              else WorkflowIDReusePolicy.REJECT_DUPLICATE),
-            search_attributes=initial_search_attributes(request),
+            search_attributes=initial_search_attributes(request), memo=memo,
             static_summary=f"MCP {request.tool} on {request.server_label()}",
             static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "
                            f"replay `{(request.replay.value if request.replay else 'configured')}`",
