@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 import shutil
 import sys
 import time
