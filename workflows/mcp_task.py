@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
     from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.errors import McpTaskError, finished_details
     from mcp_temporal_tasks.workflows.failures import attempts_text, failure_info, last_read_failure
     from mcp_temporal_tasks.workflows.models import (
         SA_OUTCOME,
@@ -999,7 +999,9 @@ class McpTaskWorkflow:
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
         learned = {"notification": " (notified)", "poll": " (polled)"}.get(self.m.delivered_by or "", "")
-        workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}{learned}")
+        # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
+        # too, whose cancellation carries no failure to show (issue 43).
+        workflow.set_current_details(finished_details(self.m.outcome) + (f"\n\nlearned by{learned}" if learned else ""))
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})
         if self.m.delivered_by is not None:
