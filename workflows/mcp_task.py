@@ -1001,7 +1001,9 @@ class McpTaskWorkflow:
         learned = {"notification": " (notified)", "poll": " (polled)"}.get(self.m.delivered_by or "", "")
         # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
         # too, whose cancellation carries no failure to show (issue 43).
-        workflow.set_current_details(finished_details(self.m.outcome) + (f"\n\nlearned by{learned}" if learned else ""))
+        how = {"notification": "its end was learned from a notification", "poll": "its end was learned by a poll"}
+        workflow.set_current_details(finished_details(self.m.outcome)
+                                     + (f"\n\n{how[self.m.delivered_by]}" if self.m.delivered_by in how else ""))
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})
         if self.m.delivered_by is not None:
