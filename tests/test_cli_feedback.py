@@ -95,7 +95,9 @@ async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal
                                  env=env)
         _no_traceback(err)
         outcome = one_json(out)
-        assert rc == 1 and outcome["outcome"] == "rejected", (rc, out, err[-2000:])
+        # What was typed (a tool not listed, arguments against its schema) is bad input: exit 2 (issue 43).
+        bad_input = case in ("unknown_tool", "schema_mismatch")
+        assert rc == (2 if bad_input else 1) and outcome["outcome"] == "rejected", (rc, out, err[-2000:])
         assert outcome["operation_attempts"] == [], outcome["operation_attempts"]
         assert outcome["reason"] == f"refused before tools/call was sent ({want[case][0]})", outcome
         assert outcome["error"]["message"].startswith("tools/call was never sent"), outcome["error"]

@@ -591,8 +591,8 @@ async def test_unknown_tool_is_what_the_docs_say(temporal_env: Any, fastmcp_serv
     rc, out, err = await cli("run", unique("no_such_tool"), "--url", fastmcp_server.url or "", "--json",
                              "--task-queue", queue, "--address", address_of(temporal_env))
     outcome = one_json(out)
-    # The server's tools/list does not list it: refused before tools/call was sent, nothing counted.
-    assert rc == 1 and (outcome["outcome"], outcome["classification"]) == ("rejected", "permanent"), err[-2000:]
+    # The server's tools/list does not list it: refused before tools/call was sent, nothing counted; bad input.
+    assert rc == 2 and (outcome["outcome"], outcome["classification"]) == ("rejected", "permanent"), err[-2000:]
     assert outcome["operation_attempts"] == [] and "UnknownTool" in outcome["reason"]
     from tests.doc_pages import page
 

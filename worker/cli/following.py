@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import sys
 import time
@@ -23,7 +24,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.mcp_activities import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
-from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, LIVE_LINE, err, hint
+from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
@@ -255,5 +256,12 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     return "\n".join(lines)
 
 
+#: A task refused before tools/call because of what was typed: a tool the server does not list, arguments that do
+#: not match its input schema. Bad input (exit 2), as the docs' exit codes say.
+BAD_INPUT_REFUSALS = re.compile(r"\b(UnknownTool|InvalidArguments)\b")
+
+
 def exit_code(outcome: McpTaskOutcome) -> int:
+    if outcome.outcome.value == "rejected" and BAD_INPUT_REFUSALS.search(outcome.reason or ""):
+        return EXIT_USAGE
     return EXIT_OK if outcome.outcome.value == "completed" else EXIT_ENDED

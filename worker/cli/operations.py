@@ -518,10 +518,33 @@ def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -
 
 def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
     if era != "2025-11-25":
+        if support == "required":
+            return "task (the server requires one)"
+        if support == "forbidden":
+            return "synchronous"
         return "task or synchronous (the server decides per call)"
     if tasks_offered and support in ("optional", "required"):
         return "task"
     return "refused: task required, not offered" if support == "required" else "synchronous"
+
+
+def _arguments_line(schema: Any) -> str:
+    """A tool's input schema in one line: ``seconds: number = 60, text: string (required)``; "" for none."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return ""
+    required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+    parts = []
+    for name, prop in schema["properties"].items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type") or ("|".join(str(a.get("type")) for a in prop.get("anyOf", []) if isinstance(a, dict))
+                                    or "any")
+        text = f"{name}: {'|'.join(kind) if isinstance(kind, list) else kind}"
+        if "default" in prop:
+            text += f" = {json.dumps(prop['default'])[:40]}"
+        if name in required:
+            text += " (required)"
+        parts.append(text)
+    return ", ".join(parts) or "none"
 
 
 async def cmd_tools(args: argparse.Namespace) -> int:
@@ -567,7 +590,10 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for name, info in sorted(tools.items()):
         description = raw.get(name, {}).get("description")
+        schema = raw.get(name, {}).get("inputSchema")
         rows.append({"name": name, "description": description if isinstance(description, str) else None,
+                     "input_schema": schema if isinstance(schema, dict) else None,
+                     "arguments": _arguments_line(schema),
                      "task_support": info.task_support, "runs_as": _runs_as(client.era, client.tasks_offered,
                                                                             info.task_support),
                      "annotations": {"readOnlyHint": info.read_only_hint, "idempotentHint": info.idempotent_hint,
@@ -584,7 +610,8 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     obj = {"server": label, "identity": endpoint.identity(), "era": client.era, "tasks": client.tasks_offered,
            "trust_annotations": bool(server and server.trust_annotations), "tools": rows, "jobs": jobs}
     p = printable
-    lines = [f"{p(label)} ({where}) · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
+    named = p(label) if label == endpoint.identity() else f"{p(label)} ({where})"  # a URL said once
+    lines = [f"{named} · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
              f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"]
     for r in rows:
         pol, ann = r["policy"], r["annotations"]
@@ -599,6 +626,8 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                      + (f", max_call_s {pol['max_call_s']:g}" if pol["max_call_s"] else ""))
         if r["description"]:
             lines.append(f"      {p(' '.join(r['description'].split())[:200])}")
+        if r["arguments"]:
+            lines.append(f"      arguments: {p(r['arguments'][:300])}")
     for j in jobs:
         lines.append(f"  job {p(j['name'])}: submit {p(j['submit'])}, status {p(j['status'])}"
                      + (f", result {p(j['result'])}" if j["result"] else "")
