@@ -347,6 +347,9 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(fa
                                                 "idempotent_from": "default", "max_replays": 2,
                                                 "output_schema": "server's", "max_call_s": None}
     assert listed["jobs"][0]["name"] == "export" and listed["jobs"][0]["missing"] == []
+    # Each tool's arguments, from its inputSchema (issue 43).
+    assert "seconds: number" in by_name["slow_echo"]["arguments"], by_name["slow_echo"]
+    assert by_name["slow_echo"]["input_schema"]["type"] == "object"
     assert tool_calls(fastmcp_server, mark) == []  # it lists, it never calls
     rc, out, err = await cli("tools", "--server", "ts", "--config", str(config))
     assert rc == 0 and "era 2025-11-25" in out and re.search(r"slow_echo: runs as task \(taskSupport \w+\)", out), out

@@ -998,7 +998,6 @@ class McpTaskWorkflow:
             final_status = outcome.value  # a finished task is not listed as `working`
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
-        learned = {"notification": " (notified)", "poll": " (polled)"}.get(self.m.delivered_by or "", "")
         # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
         # too, whose cancellation carries no failure to show (issue 43).
         how = {"notification": "its end was learned from a notification", "poll": "its end was learned by a poll"}
