@@ -482,7 +482,7 @@ async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_
     from tests.doc_pages import page, readme, section
 
     def commands(text: str) -> dict[str, str]:
-        block = section(text, "## Quick start")
+        block = section(text, "## Quick start").replace(" \\\n", " ")  # a line continued with a backslash
         return {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
                 if cmd.startswith(".venv/bin/mcp-tasks ")}
 
