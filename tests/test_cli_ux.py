@@ -438,14 +438,15 @@ async def test_awaiting_approval_is_visible_and_searchable(temporal_env: Any, fa
     assert proc.stderr is not None and proc.stdout is not None
     seen = ""
     try:
-        while f"approve with: mcp-tasks approve {wid}" not in seen:
+        # The hint carries the options this command was given, so it works as printed (issue 43).
+        while f"mcp-tasks approve {wid} --address {address}" not in seen:
             line = await asyncio.wait_for(proc.stderr.readline(), 60)
             assert line, f"run ended before waiting for approval: {seen}"
             seen += line.decode()
         assert "AWAITING_APPROVAL" in seen and "the last call ended tool_error" in seen
         await listed_under("awaiting_approval", wid, address, timeout_s=10)
         rc, out, _ = await cli("status", wid, "--address", address)
-        assert rc == 1 and f"mcp-tasks approve {wid}" in out
+        assert rc == 1 and f"mcp-tasks approve {wid} --address {address}" in out
         rc, _, err = await cli("cancel", wid, "--address", address)
         assert rc == 0, err
         out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
