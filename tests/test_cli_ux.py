@@ -207,7 +207,7 @@ async def test_stdio_command_unreachable_at_start(temporal_env: Any, command: st
 
 async def test_activity_failures_stay_out_of_runs_stderr(temporal_env: Any, fastmcp_server: Peer, queue: str,
                                                          tmp_path: Path) -> None:
-    """tools/call answered with HTTP 500: the activity fails (a traceback in the log), the user gets the outcome."""
+    """tools/call answered with HTTP 500: the activity fails (one line in the log), the user gets the outcome."""
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", Status(500))
         rc, out, err = await cli("run", "slow_echo", "--url", proxy.url, "--args", '{"seconds": 0.1}', "--json",
@@ -216,7 +216,9 @@ async def test_activity_failures_stay_out_of_runs_stderr(temporal_env: Any, fast
     assert rc == 1 and one_json(out)["outcome"] == "unknown_outcome", err[-2000:]
     assert "Traceback" not in err and "activity" not in err.lower(), err[-3000:]
     log = (tmp_path / "run.log").read_text()
-    assert "Traceback" in log  # the activity's failure, with its traceback, is in the log file
+    # The activity's failure is in the log file, in one line naming its type: an expected ending, not a bug
+    # (issue 43; a bug keeps its traceback: tests/test_log_lines.py).
+    assert "Completing activity as failed: " in log and "Traceback" not in log, log[-3000:]
 
 
 async def test_unset_credential_variable_is_a_configuration_error(temporal_env: Any, fastmcp_server: Peer,
