@@ -10,9 +10,9 @@ modules (network clients, the CLI):
 
 * worker side: :class:`McpTasksPlugin` (a ``temporalio.plugin.SimplePlugin``);
 * workflow side: :class:`McpTasksClient`, :class:`McpTaskError`;
-* services: :func:`start_mcp_task`, :func:`get_outcome`, :func:`outcome_of`, :class:`McpTaskRequest`,
+* services: :func:`connect`, :func:`start_mcp_task`, :func:`get_outcome`, :func:`outcome_of`, :class:`McpTaskRequest`,
   :class:`McpTaskOutcome`, :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`,
-  :class:`RequestMismatch`;
+  :class:`RequestMismatch`, :class:`NoWorker`;
 * configuration from Python (``McpTasksPlugin(servers=...)``): :class:`ServerConfig`, :class:`ToolPolicy`,
   :class:`JobBinding`, :class:`PollSchedule`, :class:`WorkerSettings`, :class:`Endpoint` (an inline server);
 * the machine itself: :class:`McpTaskWorkflow` (to register or start it by type), :class:`TaskView` (its
@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from mcp_temporal_tasks.activities.wire.models import Endpoint
     from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
-    from mcp_temporal_tasks.workflows.client import RequestMismatch, get_outcome, outcome_of, start_mcp_task
+    from mcp_temporal_tasks.workflows.client import (
+        NoWorker,
+        RequestMismatch,
+        connect,
+        get_outcome,
+        outcome_of,
+        start_mcp_task,
+    )
     from mcp_temporal_tasks.workflows.errors import McpTaskError
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
     from mcp_temporal_tasks.workflows.models import (
@@ -53,6 +60,8 @@ _WHERE = {
     "McpTasksClient": "mcp_temporal_tasks.workflows.tasks_client",
     "McpTaskError": "mcp_temporal_tasks.workflows.errors",
     "start_mcp_task": "mcp_temporal_tasks.workflows.client",
+    "connect": "mcp_temporal_tasks.workflows.client",
+    "NoWorker": "mcp_temporal_tasks.workflows.client",
     "get_outcome": "mcp_temporal_tasks.workflows.client",
     "outcome_of": "mcp_temporal_tasks.workflows.client",
     "RequestMismatch": "mcp_temporal_tasks.workflows.client",
@@ -73,8 +82,8 @@ _WHERE = {
     "Phase": "mcp_temporal_tasks.workflows.models",
 }
 
-__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "start_mcp_task", "get_outcome", "outcome_of",
-           "RequestMismatch", "McpTaskRequest",
+__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "connect", "start_mcp_task", "get_outcome",
+           "outcome_of", "RequestMismatch", "NoWorker", "McpTaskRequest",
            "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge",
            "ServerConfig", "ToolPolicy", "JobBinding", "PollSchedule",
            "Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"]

@@ -321,7 +321,7 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
 
     @mcp.tool(task=required)
     async def cancellable(ctx: Context, seconds: float = 60) -> str:
-        """Works `seconds` unless cancelled (task required)."""
+        """Works `seconds` unless cancelled; a task-only tool (taskSupport required on 2025-11-25)."""
         await _work(ctx, seconds, "working")
         return f"finished after {_fmt_seconds(seconds)}"
 

@@ -95,7 +95,9 @@ async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal
                                  env=env)
         _no_traceback(err)
         outcome = one_json(out)
-        assert rc == 1 and outcome["outcome"] == "rejected", (rc, out, err[-2000:])
+        # What was typed (a tool not listed, arguments against its schema) is bad input: exit 2 (issue 43).
+        bad_input = case in ("unknown_tool", "schema_mismatch")
+        assert rc == (2 if bad_input else 1) and outcome["outcome"] == "rejected", (rc, out, err[-2000:])
         assert outcome["operation_attempts"] == [], outcome["operation_attempts"]
         assert outcome["reason"] == f"refused before tools/call was sent ({want[case][0]})", outcome
         assert outcome["error"]["message"].startswith("tools/call was never sent"), outcome["error"]
@@ -345,6 +347,9 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(fa
                                                 "idempotent_from": "default", "max_replays": 2,
                                                 "output_schema": "server's", "max_call_s": None}
     assert listed["jobs"][0]["name"] == "export" and listed["jobs"][0]["missing"] == []
+    # Each tool's arguments, from its inputSchema (issue 43).
+    assert "seconds: number" in by_name["slow_echo"]["arguments"], by_name["slow_echo"]
+    assert by_name["slow_echo"]["input_schema"]["type"] == "object"
     assert tool_calls(fastmcp_server, mark) == []  # it lists, it never calls
     rc, out, err = await cli("tools", "--server", "ts", "--config", str(config))
     assert rc == 0 and "era 2025-11-25" in out and re.search(r"slow_echo: runs as task \(taskSupport \w+\)", out), out
@@ -477,7 +482,7 @@ async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_
     from tests.doc_pages import page, readme, section
 
     def commands(text: str) -> dict[str, str]:
-        block = section(text, "## Quick start")
+        block = section(text, "## Quick start").replace(" \\\n", " ")  # a line continued with a backslash
         return {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
                 if cmd.startswith(".venv/bin/mcp-tasks ")}
 

@@ -126,3 +126,18 @@ def test_every_server_table_in_the_readme_loads() -> None:
     assert loaded["payments"].auth is not None and loaded["payments"].auth.client_secret_env == "PAYMENTS_CLIENT_SECRET"
     assert loaded["exports"].jobs["export"].submit == "start_export"
     assert loaded["reports"].tools["monthly_report"].max_call_s == 1800
+
+
+def test_every_mistake_at_once_with_suggestions_in_every_section(tmp_path: Path) -> None:
+    """Issue 43: three mistakes in three sections are all named in one run, each with the key it is closest to."""
+    text = ('[temporal]\nadress = "localhost:7233"\n[worker]\nmetrics_prot = 9464\n'
+            '[servers.demo]\nulr = "http://h/mcp"\n[servers.demo.tools.x]\nreplya = "never"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text), env={})
+    assert exc.value.problems == [
+        "temporal.adress: unknown key (did you mean 'address'?)",
+        "worker.metrics_prot: unknown key (did you mean 'metrics_port'?)",
+        "servers.demo.ulr: unknown key (did you mean 'url'?)",
+        "servers.demo: needs exactly one of 'url' or 'command'",
+        "servers.demo.tools.x.replya: unknown key (did you mean 'replay'?)",
+    ]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,12 @@ from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, validation_m
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key and what is wrong."""
+    """The configuration is invalid; the message names the key and what is wrong: every problem of the file at
+    once, joined by ``; `` (``problems``: one per item), an unknown key with the known one it is closest to."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 class _Strict(BaseModel):
@@ -240,40 +246,48 @@ def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a table")
     raw = dict(raw)
+    problems: list[str] = []
+
+    def check(step: Any, *args: Any) -> Any:
+        try:
+            return step(*args)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            return None
+
     # An unknown key is named first, even when it also leaves a required one missing (`ulr` for `url`).
-    unknown = [key for key in raw if key not in ServerConfig.model_fields]
-    if unknown:
-        problems = [f"{where}.{key}: unknown key{_did_you_mean(key, ServerConfig.model_fields)}" for key in unknown]
-        if not ("url" in raw or "command" in raw):
-            problems.append(f"{where}: needs exactly one of 'url' or 'command'")
-        raise ConfigError("; ".join(problems))
+    problems += [f"{where}.{key}: unknown key{_did_you_mean(key, ServerConfig.model_fields)}"
+                 for key in raw if key not in ServerConfig.model_fields]
     if "auth" in raw:
-        raw["auth"] = _auth(raw["auth"], f"{where}.auth", env)
+        raw["auth"] = check(_auth, raw["auth"], f"{where}.auth", env)
         if "command" in raw:
-            raise ConfigError(f"{where}.auth: OAuth is for servers reached by 'url', not stdio commands")
+            problems.append(f"{where}.auth: OAuth is for servers reached by 'url', not stdio commands")
     if "headers" in raw:
-        raw["headers"] = _refs(raw["headers"], f"{where}.headers")
+        raw["headers"] = check(_refs, raw["headers"], f"{where}.headers")
     if "env" in raw:
-        raw["env"] = _refs(raw["env"], f"{where}.env")
+        raw["env"] = check(_refs, raw["env"], f"{where}.env")
     if isinstance(raw.get("command"), str):
-        raise ConfigError(f"{where}.command: must be a list of arguments, e.g. [\"node\", \"server.mjs\"]")
+        problems.append(f"{where}.command: must be a list of arguments, e.g. [\"node\", \"server.mjs\"]")
     if ("url" in raw) == ("command" in raw):
-        raise ConfigError(f"{where}: needs exactly one of 'url' or 'command'")
+        problems.append(f"{where}: needs exactly one of 'url' or 'command'")
     tools = raw.get("tools", {})
     if not isinstance(tools, dict):
-        raise ConfigError(f"{where}.tools: must be a table")
+        problems.append(f"{where}.tools: must be a table")
+        tools = {}
     policies = {}
     for tool, policy in tools.items():
         try:
             policies[tool] = ToolPolicy.model_validate(policy)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, f"{where}.tools.{tool}")) from None
+            problems += _explained(exc, f"{where}.tools.{tool}", ToolPolicy)
+    if problems:
+        raise ConfigError("; ".join(problems), problems)
     raw["tools"] = policies
     try:
         cfg = ServerConfig.model_validate(raw)
         cfg.endpoint()
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, where)) from None
+        raise ConfigError(_explain(exc, where, ServerConfig), _explained(exc, where, ServerConfig)) from None
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return cfg
@@ -284,13 +298,42 @@ def _did_you_mean(key: str, known: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _explain(exc: ValidationError, prefix: str = "") -> str:
+def _keys_at(model: Any, path: tuple[Any, ...]) -> list[str]:
+    """The keys a table at ``path`` under ``model`` may have (its model's fields), for "did you mean"."""
+    t: Any = model
+    for part in (*path, None):
+        while not (isinstance(t, type) and issubclass(t, BaseModel)) and typing.get_origin(t) is not dict:
+            args = [a for a in typing.get_args(t) if a is not type(None)]
+            if not args:
+                return []
+            t = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), args[0])
+        if part is None:
+            break
+        if typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+            continue
+        field = t.model_fields.get(part)
+        if field is None:
+            return []
+        t = field.annotation
+    return list(t.model_fields) if isinstance(t, type) and issubclass(t, BaseModel) else []
+
+
+def _explained(exc: ValidationError, prefix: str = "", model: Any = None) -> list[str]:
+    """One line per error, an unknown key with the known one closest to it (in every section)."""
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
-        lines.append(f"{key}: {validation_message(err)}")
-    return "; ".join(lines)
+        hint = ""
+        if err.get("type") == "extra_forbidden" and model is not None and err["loc"]:
+            hint = _did_you_mean(str(err["loc"][-1]), _keys_at(model, tuple(err["loc"][:-1])))
+        lines.append(f"{key}: {validation_message(err)}{hint}")
+    return lines
+
+
+def _explain(exc: ValidationError, prefix: str = "", model: Any = None) -> str:
+    return "; ".join(_explained(exc, prefix, model))
 
 
 ENV_OVERRIDES = {
@@ -325,20 +368,33 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
             raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown = set(raw) - {"temporal", "worker", "servers"}
-    if unknown:
-        raise ConfigError(f"unknown top-level key(s): {', '.join(sorted(unknown))} (expected temporal, worker, servers)")
+    # Every problem of the file at once (issue 43), each unknown key with the known one closest to it.
+    sections = ("temporal", "worker", "servers")
+    problems = [f"unknown top-level key(s): {key}{_did_you_mean(key, sections)} (expected temporal, worker, servers)"
+                for key in sorted(set(raw) - set(sections))]
+    raw = {k: v for k, v in raw.items() if k in sections}
     for var, (section, key) in ENV_OVERRIDES.items():
-        if env.get(var):
-            raw.setdefault(section, {})[key] = env[var]
+        if env.get(var) and isinstance(raw.setdefault(section, {}), dict):
+            raw[section][key] = env[var]
     if temporal_only:
         raw = {"temporal": raw["temporal"]} if "temporal" in raw else {}
+        problems = []
     servers_raw = raw.pop("servers", {})
     if not isinstance(servers_raw, dict):
-        raise ConfigError("servers: must be a table of [servers.NAME] tables")
+        problems.append("servers: must be a table of [servers.NAME] tables")
+        servers_raw = {}
+    cfg: WorkerConfig | None = None
     try:
         cfg = WorkerConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc)) from None
-    cfg.servers = {name: _server(name, s, env) for name, s in servers_raw.items()}
+        problems += _explained(exc, "", WorkerConfig)
+    servers = {}
+    for name, table in servers_raw.items():
+        try:
+            servers[name] = _server(name, table, env)
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems or cfg is None:
+        raise ConfigError("; ".join(problems), problems)
+    cfg.servers = servers
     return cfg

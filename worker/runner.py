@@ -28,6 +28,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
+from temporalio.exceptions import ApplicationError
 from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -82,7 +83,32 @@ def _not_poll_shutdown(record: logging.LogRecord) -> bool:
     return not (record.name == "asyncio" and exc is not None and type(exc).__name__ == "PollShutdownError")
 
 
+class TypedFailureOneLine(logging.Filter):
+    """The SDK's "Completing activity as failed" for an ``ApplicationError`` our activities raise on purpose (it has
+    a ``type``: ``UnknownServer``, ``McpTaskRejected``...) as one line naming the type and its message: an expected
+    ending of a task, not a bug. Anything else (a bug: ``KeyError``...) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if (isinstance(exc, ApplicationError) and exc.type and isinstance(record.msg, str)
+                and record.msg.startswith("Completing activity as failed")):
+            words = " ".join(str(exc.message).split())[:500]
+            record.msg = record.msg.replace("Completing activity as failed",
+                                            f"Completing activity as failed: {exc.type}: {words}", 1)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_TYPED_FAILURES = TypedFailureOneLine()
+
+
+def install_typed_failure_filter() -> None:
+    """On the ``temporalio.activity`` logger, so every handler (stderr, run.log) gets the one line; idempotent."""
+    logging.getLogger("temporalio.activity").addFilter(_TYPED_FAILURES)
+
+
 def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
+    install_typed_failure_filter()
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_not_poll_shutdown)
     handler.setFormatter(JsonFormatter() if json_logs else logging.Formatter("%(levelname)s %(name)s: %(message)s"))

@@ -6,9 +6,14 @@ returns the same workflow, running or finished, and never sends a second ``tools
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from typing import Any
+import logging
+import time
+from typing import Any, Literal
 
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
@@ -19,6 +24,55 @@ from mcp_temporal_tasks.activities.wire.contract import canonical_json
 from mcp_temporal_tasks.workflows.errors import McpTaskError
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
 from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
+
+#: Where a service connects when neither ``TEMPORAL_ADDRESS`` nor a temporal.toml profile says (as Temporal's samples
+#: and the CLI do).
+DEFAULT_ADDRESS = "localhost:7233"
+#: How long :func:`get_outcome` lets a running task's queue go without a polling worker before it says so.
+NO_WORKER_S = 10.0
+#: A poller whose last poll began longer ago than this is gone (the server lists a dead worker for minutes).
+_POLLER_GONE_S = 100.0
+
+_log = logging.getLogger("mcp_temporal_tasks")
+
+
+class NoWorker(RuntimeError):
+    """No worker has polled the task's queue for ``waited_s``: the task waits until one does.
+
+    Raised by :func:`get_outcome` with ``no_worker="raise"`` (by default it logs one WARNING and keeps waiting).
+    The task is not cancelled: a worker that starts later runs it, and ``get_outcome`` again returns its outcome.
+    """
+
+    def __init__(self, workflow_id: str, task_queue: str, waited_s: float) -> None:
+        super().__init__(no_worker_message(workflow_id, task_queue, waited_s))
+        self.workflow_id, self.task_queue, self.waited_s = workflow_id, task_queue, waited_s
+
+
+def no_worker_message(workflow_id: str, task_queue: str, waited_s: float) -> str:
+    return (f"no worker has polled task queue {task_queue!r} for {waited_s:g} s, so MCP task {workflow_id} waits "
+            f"until one does: start one with `mcp-tasks worker --task-queue {task_queue} --config YOUR.toml` "
+            "(the configuration with its [servers])")
+
+
+async def connect(target_host: str | None = None, **kwargs: Any) -> Client:
+    """``Client.connect`` as a service needs it: Temporal's environment configuration (``TEMPORAL_ADDRESS``,
+    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE`` and temporal.toml
+    profiles), the target defaulting to ``localhost:7233`` as in Temporal's samples, and the pydantic data
+    converter the workflow's payloads need. ``target_host`` and any ``Client.connect`` keyword (``namespace``,
+    ``plugins``, ``data_converter``, ``tls``...) override what the environment says."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.envconfig import ClientConfig
+
+    options: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    if target_host:
+        options["target_host"] = target_host
+    options.setdefault("target_host", DEFAULT_ADDRESS)
+    if options.get("api_key") and "tls" not in options:
+        options["tls"] = True  # Temporal Cloud: an API key always travels over TLS
+    if not kwargs.get("plugins"):  # McpTasksPlugin sets the converter (keeping a codec) when it is given
+        options["data_converter"] = pydantic_data_converter
+    options.update(kwargs)
+    return await Client.connect(options.pop("target_host"), **options)
 
 
 class RequestMismatch(ValueError):
@@ -95,13 +149,15 @@ async def start_mcp_task(
     workflow_id: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
     replace_failed: bool = False,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]:
     """Start (or attach to) the workflow for ``request``. Safe to call again with the same id.
 
     A running workflow with this id is reused (``USE_EXISTING``); a finished one is never re-run
     (``REJECT_DUPLICATE``): its handle is returned so the caller reads the stored outcome. ``replace_failed``: a
     finished run that *failed* may be replaced (``ALLOW_DUPLICATE_FAILED_ONLY``): for a caller that knows it was
-    refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands.
+    refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands. ``memo``:
+    the workflow's memo at start (the CLI records the configuration it was started with; never a secret).
 
     Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
     arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
@@ -116,7 +172,7 @@ async def start_mcp_task(
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY if replace_failed
                              else WorkflowIDReusePolicy.REJECT_DUPLICATE),
-            search_attributes=initial_search_attributes(request),
+            search_attributes=initial_search_attributes(request), memo=memo,
             static_summary=f"MCP {request.tool} on {request.server_label()}",
             static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "
                            f"replay `{(request.replay.value if request.replay else 'configured')}`",
@@ -131,9 +187,70 @@ async def start_mcp_task(
     return handle
 
 
-async def get_outcome(client: Client, workflow_id: str) -> McpTaskOutcome:
-    """Wait for and return the outcome of an MCP task workflow, whatever it is (see :func:`outcome_of`)."""
-    return await outcome_of(client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id))
+async def get_outcome(client: Client, workflow_id: str, *, no_worker_s: float | None = NO_WORKER_S,
+                      no_worker: Literal["warn", "raise"] = "warn") -> McpTaskOutcome:
+    """Wait for and return the outcome of an MCP task workflow, whatever it is (see :func:`outcome_of`).
+
+    While it waits it looks at the task's queue: once no worker has polled it for ``no_worker_s`` (default
+    10 s; None: never look), it logs one WARNING on the ``mcp_temporal_tasks`` logger naming the queue and the
+    command that serves it, and keeps waiting (a worker that starts picks the task up); with
+    ``no_worker="raise"`` it raises :class:`NoWorker` instead (the task goes on waiting for a worker).
+    """
+    handle = client.get_workflow_handle_for(McpTaskWorkflow.run, workflow_id)
+    if no_worker_s is None:
+        return await outcome_of(handle)
+    waiting = asyncio.ensure_future(outcome_of(handle))
+    watch = asyncio.ensure_future(_watch_queue(client, handle, no_worker_s, no_worker))
+    try:
+        await asyncio.wait({waiting, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            watch.result()  # raises NoWorker; a watch that ended otherwise never ends first
+        return waiting.result()
+    finally:
+        for future in (waiting, watch):
+            future.cancel()
+
+
+async def _pollers(client: Client, queue: str) -> int | None:
+    """How many live workers poll ``queue`` for workflow tasks; None when the server cannot say."""
+    try:
+        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=queue))), 5)
+    except Exception:  # noqa: BLE001  (e.g. the time-skipping test server: unknown, say nothing)
+        return None
+    now = time.time()
+    return sum(1 for p in resp.pollers
+               if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < _POLLER_GONE_S)
+
+
+async def _watch_queue(client: Client, handle: WorkflowHandle[Any, Any], bound_s: float, mode: str) -> None:
+    """Log once (or raise :class:`NoWorker`) when the task's queue went ``bound_s`` without a poller; runs until
+    cancelled."""
+    try:
+        desc = await handle.describe()
+    except Exception:  # noqa: BLE001  (the wait itself reports a missing workflow)
+        desc = None
+    if desc is None or desc.status != WorkflowExecutionStatus.RUNNING:
+        await asyncio.Event().wait()  # nothing to watch: the wait ends by itself
+    assert desc is not None
+    queue, loop = desc.task_queue, asyncio.get_running_loop()
+    since: float | None = None
+    told = False
+    while True:
+        pollers = await _pollers(client, queue)
+        now = loop.time()
+        if pollers == 0:
+            since = now if since is None else since
+            if now - since >= bound_s and not told:
+                if mode == "raise":
+                    raise NoWorker(handle.id, queue, bound_s)
+                _log.warning("%s", no_worker_message(handle.id, queue, bound_s))
+                told = True
+        elif pollers:
+            if told:
+                _log.warning("a worker polls task queue %r now: MCP task %s goes on", queue, handle.id)
+            since, told = None, False
+        await asyncio.sleep(min(2.0, max(0.2, bound_s / 5)))
 
 
 async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:

@@ -37,6 +37,46 @@ def _detail(outcome: McpTaskOutcome) -> str:
     return text if len(text) <= DETAIL_CAP else text[: DETAIL_CAP - 1] + "…"
 
 
+def classification_words(outcome: McpTaskOutcome) -> str:
+    """The outcome's classification, worded so that it cannot be read as the failure's retry flag: the workflow
+    is never retried (its failure is non-retryable); the classification says whether the *MCP call* is worth
+    another ``tools/call``, which only the replay policy sends."""
+    if outcome.classification is None:
+        return ""
+    after = f", retry after {outcome.retry_after_s:g} s" if outcome.retry_after_s is not None else ""
+    return f"MCP outcome class {outcome.classification.value}{after}"
+
+
+def _md(text: str) -> str:
+    """Server text shown as markdown (the UI renders current details): one line, markup characters escaped."""
+    text = " ".join(text.split())
+    return "".join(f"\\{c}" if c in "\\`*_{}[]()<>#+-.!|~" else c for c in text)
+
+
+def finished_details(outcome: McpTaskOutcome) -> str:
+    """The workflow's current details once the task ended, the same for every ending (a Canceled workflow carries
+    no failure, so this is where its page shows the outcome, the reason and the server's words)."""
+    lines = [f"**{_md(outcome.ledger.tool)}** on `{_md(outcome.ledger.server)}` ended **{outcome.outcome.value}**"]
+    if outcome.classification is not None:
+        lines.append(f"{classification_words(outcome)} (a new tools/call only as the tool's replay policy allows; "
+                     "the workflow itself is never retried)")
+    server = outcome.error.message if outcome.error is not None else None
+    if server is None and outcome.result is not None and outcome.outcome != Outcome.COMPLETED:
+        server = _detail(outcome)
+    if server:
+        lines.append(f"server: {_md(server[:DETAIL_CAP])}")
+    if outcome.reason:
+        lines.append(f"reason: {_md(outcome.reason[:DETAIL_CAP])}")
+    task = [f"task {_md(outcome.task_id)}"] if outcome.task_id else []
+    if outcome.task_status:
+        task.append(f"status {_md(outcome.task_status)}")
+    if outcome.status_message:
+        task.append(f"“{_md(outcome.status_message[:DETAIL_CAP])}”")
+    if task:
+        lines.append(" · ".join(task))
+    return "\n\n".join(lines)
+
+
 def failure_type(outcome: Outcome) -> str:
     """``tool_error`` → ``McpTaskToolError``: the ``ApplicationError.type`` of a task that ended so."""
     return TYPE_PREFIX + "".join(part.title() for part in outcome.value.split("_"))
@@ -51,7 +91,10 @@ class McpTaskError(ApplicationError):
     def __init__(self, outcome: McpTaskOutcome) -> None:
         detail = _detail(outcome)
         where = f"{outcome.ledger.tool} on {outcome.ledger.server}"
-        super().__init__(f"MCP task {where} ended {outcome.outcome.value}" + (f": {detail}" if detail else ""),
+        classified = classification_words(outcome)
+        super().__init__(f"MCP task {where} ended {outcome.outcome.value}"
+                         + (f" ({classified}; the workflow is not retried)" if classified else "")
+                         + (f": {detail}" if detail else ""),
                          outcome.model_dump(mode="json"), type=failure_type(outcome.outcome), non_retryable=True)
         self.outcome = outcome
 

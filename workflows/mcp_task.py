@@ -2,9 +2,12 @@
 
 Its phases and the moves between them (``models.TRANSITIONS``, checked on every move; a test keeps this copy equal):
 
-    SUBMITTING        ─► SUBMITTING · WORKING · INPUT_REQUIRED · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
-    WORKING           ─► WORKING · INPUT_REQUIRED · RETRIEVING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
-    INPUT_REQUIRED    ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    SUBMITTING        ─► SUBMITTING · WORKING · INPUT_REQUIRED · AWAITING_APPROVAL
+                         REPLAYING · CANCELLING · DONE
+    WORKING           ─► WORKING · INPUT_REQUIRED · RETRIEVING · AWAITING_APPROVAL
+                         REPLAYING · CANCELLING · DONE
+    INPUT_REQUIRED    ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING
+                         CANCELLING · DONE
     RETRIEVING        ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
     AWAITING_APPROVAL ─► REPLAYING · DONE
     REPLAYING         ─► SUBMITTING · DONE
@@ -73,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.wire.elicitation import with_defaults
     from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.workflows.errors import McpTaskError, finished_details
     from mcp_temporal_tasks.workflows.failures import attempts_text, failure_info, last_read_failure
     from mcp_temporal_tasks.workflows.models import (
         SA_OUTCOME,
@@ -1078,8 +1081,12 @@ class McpTaskWorkflow:
             final_status = outcome.value  # a finished task is not listed as `working`
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
-        learned = {"notification": " (notified)", "poll": " (polled)", "list": " (seen in tasks/list)"}.get(self.m.delivered_by or "", "")
-        workflow.set_current_details(f"**{self.req.tool}** — {outcome.value}{learned}")
+        # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
+        # too, whose cancellation carries no failure to show (issue 43).
+        how = {"notification": "its end was learned from a notification", "poll": "its end was learned by a poll",
+               "list": "its end was learned from the server's tasks/list"}
+        workflow.set_current_details(finished_details(self.m.outcome)
+                                     + (f"\n\n{how[self.m.delivered_by]}" if self.m.delivered_by in how else ""))
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})
         if self.m.delivered_by is not None:

@@ -125,8 +125,16 @@ def transition_diagram() -> str:
     """:data:`TRANSITIONS` as text: one line per phase (the module docstring and the README show it; a test keeps
     them equal)."""
     width = max(len(p.value) for p in Phase)
-    return "\n".join(f"{p.value:<{width}} ─► " + (" · ".join(n.value for n in Phase if n in TRANSITIONS[p]) or "(end)")
-                     for p in Phase)
+    lines = []
+    for p in Phase:
+        line = f"{p.value:<{width}} ─►"
+        for n in [n.value for n in Phase if n in TRANSITIONS[p]] or ["(end)"]:
+            if len(line) + len(n) + 3 > 80:  # the width the documentation site shows
+                lines.append(line)
+                line = " " * (width + 3)
+            line += f" {n}" if line.endswith(("─►", " ")) else f" · {n}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 #: The longest span a request may give (any timeout, ``ttl_s``): 100 years. NaN, ±∞ and anything longer are refused

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator
 from urllib.parse import quote, urlsplit
 
@@ -15,7 +16,8 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err
+from mcp_temporal_tasks.activities.result_store import state_dir
+from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err, prog
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, is_host_port, load_config
 from mcp_temporal_tasks.worker.devserver import (
     DevServer,
@@ -80,6 +82,48 @@ def why(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not text:
         return "no answer in time"
     return printable(text) or type(exc).__name__
+
+
+#: What a failed connect says, in words: (markers in the SDK's error text, the reason a person reads).
+_CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("Connection refused", "ConnectionRefused"), "nothing listens there (connection refused)"),
+    (("dns error", "failed to lookup address", "Name or service not known"),
+     "its host name does not resolve (DNS lookup failed)"),
+    (("grpc-status header missing", "Unimplemented"),
+     "something answers there, but not Temporal's gRPC frontend"),
+    (("certificate", "InvalidCertificate", "tls handshake", "TLS"),
+     "the TLS handshake failed (certificate, or TLS on one side only)"),
+    (("Unauthenticated", "PermissionDenied", "Request unauthorized"),
+     "it refused this client's credentials (API key or client certificate)"),
+    (("Connection reset", "ConnectionReset", "connection closed", "broken pipe"),
+     "the connection was dropped (TLS on one side only, or a proxy in between?)"),
+    (("timed out", "Timeout", "deadline has elapsed"), "no answer in time"),
+    (("Unavailable", "not healthy yet"), "it is not ready to serve (still starting?)"),
+)
+
+
+def connect_failure(exc: BaseException) -> str:
+    """Why a connect to Temporal failed, in words a person reads (never the transport's ``tonic::`` dump)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, TimeoutError) and not text:
+        return "no answer in time"
+    for markers, words in _CONNECT_FAILURES:
+        if any(m.lower() in text.lower() for m in markers):
+            return words
+    inner = re.findall(r'message: "([^"]+)"', text)  # the innermost message of a Rust error's Debug form
+    return printable(inner[-1] if inner else text.split(": ", 1)[-1])[:200] or type(exc).__name__
+
+
+def start_hint(address: str, explicit: bool, source: str) -> str:
+    """The command that gets a Temporal at ``address``: the embedded one over the state `run` used, when it is the
+    default address; else what to check."""
+    if not explicit:
+        db = state_dir() / "temporal.db"
+        where = f"the tasks `run` started are in {db}" if db.exists() else f"state in {state_dir()}"
+        return (f"start one: {prog()} dev-server (the embedded Temporal stops when the `run` that started it exits; "
+                f"{where})")
+    return (f"check {source} ({address}), or start a local one with `{prog()} dev-server` and use "
+            "--address localhost:7233")
 
 
 async def check_namespace(client: Client, namespace: str, address: str) -> None:
@@ -169,7 +213,8 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, de
             client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, wait_s=wait_s,
                                                     interceptors=interceptors), timeout=wait_s + 15)
         except Exception as exc:
-            raise CliError(f"Temporal is unreachable at {address}: {why(exc)}", EXIT_UNREACHABLE) from None
+            raise CliError(f"Temporal is unreachable at {address}: {connect_failure(exc)}; "
+                           f"{start_hint(address, explicit, address_source(args, cfg))}", EXIT_UNREACHABLE) from None
         await check_namespace(client, namespace, address)
         yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=cfg.temporal.ui_url,
                               started=server.ui_url if server else None)

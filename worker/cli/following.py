@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
+import re
 import shutil
 import sys
 import time
@@ -27,7 +27,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.mcp_activities import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
-from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, LIVE_LINE, err
+from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
@@ -200,15 +200,15 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
     if isinstance(trouble, str) and trouble.startswith("reads failing"):
         parts.append(trouble)
     line = " · ".join(parts)
-    wid = shlex.quote(printable(workflow_id))
+    wid = printable(workflow_id)
     if view.phase.value == "AWAITING_APPROVAL":
         ended = view.operation_attempts[-1].ended if view.operation_attempts else None
         line += (f"\n    waiting for approval to send tools/call again: the last call ended {printable(ended or 'unknown')}"
-                 f"\n    approve with: mcp-tasks approve {wid}   (or stop with: mcp-tasks cancel {wid})")
+                 f"\n    approve with: {hint('approve', wid)}   (or stop with: {hint('cancel', wid)})")
     for p in view.pending_inputs:
         key = printable(p.key)
         line += (f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
-                 f"    answer with: mcp-tasks answer {wid} --key {shlex.quote(key)}")
+                 f"    answer with: {hint('answer', wid, '--key', key)}")
     return line
 
 
@@ -339,5 +339,12 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     return "\n".join(lines)
 
 
+#: A task refused before tools/call because of what was typed: a tool the server does not list, arguments that do
+#: not match its input schema. Bad input (exit 2), as the docs' exit codes say.
+BAD_INPUT_REFUSALS = re.compile(r"\b(UnknownTool|InvalidArguments)\b")
+
+
 def exit_code(outcome: McpTaskOutcome) -> int:
+    if outcome.outcome.value == "rejected" and BAD_INPUT_REFUSALS.search(outcome.reason or ""):
+        return EXIT_USAGE
     return EXIT_OK if outcome.outcome.value == "completed" else EXIT_ENDED

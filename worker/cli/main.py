@@ -19,6 +19,7 @@ from mcp_temporal_tasks.worker.cli.parser import (
     CliError,
     build_parser,
     check_text,
+    remember_hint_options,
     report,
     stdout_gone,
 )
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         check_text(args)
+        remember_hint_options(args)
         from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 
         install_log_redaction()  # `worker` replaces the handlers with its own, redacting as well (setup_logging)

@@ -58,6 +58,7 @@ from mcp_temporal_tasks.worker.cli.parser import (
     check_id,
     emit,
     err,
+    hint,
     outcome_values,
     prog,
     report,
@@ -81,6 +82,8 @@ from mcp_temporal_tasks.workflows.models import (
 
 #: After the first Ctrl-C (or SIGTERM) of a foreground `run`: how long the task has to report how it ended.
 CANCEL_WAIT_S = 4.0
+#: `cancel`: how long it waits for the task to report how it ended before it says it has not yet.
+CANCEL_COMMAND_WAIT_S = 30.0
 #: After the first Ctrl-C (or SIGTERM), `run` has left by then whatever anything does: its stdio children are
 #: killed (their process groups) and it exits 130 (or with the outcome's code, once that is printed).
 INTERRUPT_EXIT_S = 4.5
@@ -326,8 +329,8 @@ class _QueueWatch:
     `status` does), one line when none does (and the command that serves it), one when one does again. Waiting goes
     on: a worker that starts picks the task up."""
 
-    def __init__(self, client: Client, queue: str, wid: str, *, on_interrupt: str) -> None:
-        self.client, self.queue, self.wid = client, queue, wid
+    def __init__(self, client: Client, queue: str, wid: str, *, on_interrupt: str, config: str | None = None) -> None:
+        self.client, self.queue, self.wid, self.config = client, queue, wid, config
         #: What Ctrl-C does in the command that follows: `run` cancels the task, `result --wait` only stops following.
         self.on_interrupt = on_interrupt
         self.none = False
@@ -342,7 +345,7 @@ class _QueueWatch:
         if pollers == 0 and not self.none:
             self.none = True
             return (f"note: no worker polls task queue {self.queue!r}, so {self.wid} waits until one does: "
-                    f"{_no_worker_hint(self.queue, self.wid)} ({self.on_interrupt})")
+                    f"{_no_worker_hint(self.queue, self.wid, self.config)} ({self.on_interrupt})")
         if pollers and self.none:
             self.none = False
             return f"note: a worker polls task queue {self.queue!r} now"
@@ -415,7 +418,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
         try:
             try:
                 # Again: only a run refused before anything was sent (a failed one) is replaced.
-                await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again)
+                await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again,
+                                     memo={CONFIG_MEMO: str(Path(args.config).absolute())} if args.config else None)
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
             handle = untraced(client).get_workflow_handle_for(McpTaskWorkflow.run, wid)
@@ -434,10 +438,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
                         f"was sent. To run the tool again: mcp-tasks run ... --id NEW (any new workflow id)")
             if args.detach:
                 emit(args, {"workflow_id": wid}, wid)
-                err(f"started; a worker on task queue {queue!r} runs it (mcp-tasks worker --task-queue {queue}).{at}")
+                err(f"started; a worker on task queue {queue!r} runs it "
+                    f"({hint('worker', '--task-queue', queue, config=args.config)}).{at}")
                 return EXIT_OK
             watch = (_WorkerWatch(worker_task, wid) if worker_task is not None
-                     else _QueueWatch(client, queue, wid, on_interrupt="Ctrl-C cancels the task"))
+                     else _QueueWatch(client, queue, wid, on_interrupt="Ctrl-C cancels the task", config=args.config))
 
             def left() -> str:
                 if in_process:
@@ -445,10 +450,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
                             f"with the same command: {_resume_command(wid)}")
                 if isinstance(watch, _QueueWatch) and watch.none:
                     return (f"no worker polls task queue {queue}: the task waits (a cancel asked for included) "
-                            f"until one does: {_no_worker_hint(queue, wid)}; then follow it with: {prog()} result "
-                            f"{shlex.quote(wid)} --wait")
-                return (f"the workers on task queue {queue} finish it; follow it with: {prog()} result "
-                        f"{shlex.quote(wid)} --wait")
+                            f"until one does: {_no_worker_hint(queue, wid, args.config)}; then follow it with: "
+                            f"{hint('result', wid, '--wait')}")
+                return (f"the workers on task queue {queue} finish it; follow it with: {hint('result', wid, '--wait')}")
 
             cancel_sent = False
             interrupts.leave = lambda: _leave_now(
@@ -517,10 +521,33 @@ def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -
 
 def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
     if era != "2025-11-25":
+        if support == "required":
+            return "task (the server requires one)"
+        if support == "forbidden":
+            return "synchronous"
         return "task or synchronous (the server decides per call)"
     if tasks_offered and support in ("optional", "required"):
         return "task"
     return "refused: task required, not offered" if support == "required" else "synchronous"
+
+
+def _arguments_line(schema: Any) -> str:
+    """A tool's input schema in one line: ``seconds: number = 60, text: string (required)``; "" for none."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return ""
+    required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+    parts = []
+    for name, prop in schema["properties"].items():
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type") or ("|".join(str(a.get("type")) for a in prop.get("anyOf", []) if isinstance(a, dict))
+                                    or "any")
+        text = f"{name}: {'|'.join(kind) if isinstance(kind, list) else kind}"
+        if "default" in prop:
+            text += f" = {json.dumps(prop['default'])[:40]}"
+        if name in required:
+            text += " (required)"
+        parts.append(text)
+    return ", ".join(parts) or "none"
 
 
 async def cmd_tools(args: argparse.Namespace) -> int:
@@ -566,7 +593,10 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for name, info in sorted(tools.items()):
         description = raw.get(name, {}).get("description")
+        schema = raw.get(name, {}).get("inputSchema")
         rows.append({"name": name, "description": description if isinstance(description, str) else None,
+                     "input_schema": schema if isinstance(schema, dict) else None,
+                     "arguments": _arguments_line(schema),
                      "task_support": info.task_support, "runs_as": _runs_as(client.era, client.tasks_offered,
                                                                             info.task_support),
                      "annotations": {"readOnlyHint": info.read_only_hint, "idempotentHint": info.idempotent_hint,
@@ -583,7 +613,8 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     obj = {"server": label, "identity": endpoint.identity(), "era": client.era, "tasks": client.tasks_offered,
            "trust_annotations": bool(server and server.trust_annotations), "tools": rows, "jobs": jobs}
     p = printable
-    lines = [f"{p(label)} ({where}) · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
+    named = p(label) if label == endpoint.identity() else f"{p(label)} ({where})"  # a URL said once
+    lines = [f"{named} · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
              f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"]
     for r in rows:
         pol, ann = r["policy"], r["annotations"]
@@ -598,6 +629,8 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                      + (f", max_call_s {pol['max_call_s']:g}" if pol["max_call_s"] else ""))
         if r["description"]:
             lines.append(f"      {p(' '.join(r['description'].split())[:200])}")
+        if r["arguments"]:
+            lines.append(f"      arguments: {p(r['arguments'][:300])}")
     for j in jobs:
         lines.append(f"  job {p(j['name'])}: submit {p(j['submit'])}, status {p(j['status'])}"
                      + (f", result {p(j['result'])}" if j["result"] else "")
@@ -690,11 +723,27 @@ async def _pollers(client: Client, queue: str) -> int | None:
                if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < POLLER_GONE_S)
 
 
-def _no_worker_hint(queue: str, wid: str) -> str:
+#: The memo key where `run` records the configuration it was given (an absolute path: never a secret), so that the
+#: worker a hint names later serves the task's server (issue 43).
+CONFIG_MEMO = "mcp_tasks_config"
+
+
+async def started_with(desc: WorkflowExecutionDescription) -> str | None:
+    """The ``--config`` the task was started with (`run` records it in the memo), or None."""
+    try:
+        value = (await desc.memo()).get(CONFIG_MEMO)
+    except Exception:  # noqa: BLE001  (an unreadable memo: the hint goes without it)
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def _no_worker_hint(queue: str, wid: str, config: str | None = None) -> str:
+    """The command that serves ``queue``: with the configuration the task was started with (``config``), so that
+    the worker knows its server."""
     if queue.startswith(RUN_QUEUE_PREFIX):
         return (f"it was started by `mcp-tasks run` with its own worker, which is gone: run that same command again "
                 f"with --id {shlex.quote(wid)} to resume it (its worker runs a cancel too)")
-    return f"start one: {prog()} worker --task-queue {shlex.quote(queue)}"
+    return f"start one: {hint('worker', '--task-queue', queue, config=config)}"
 
 
 async def query_status(client: Client, handle: TaskHandle, desc: WorkflowExecutionDescription) -> TaskView:
@@ -703,14 +752,14 @@ async def query_status(client: Client, handle: TaskHandle, desc: WorkflowExecuti
     queue = desc.task_queue
     if await _pollers(client, queue) == 0:
         raise CliError(f"{handle.id} is running but no worker polls its task queue {queue!r}: "
-                       f"{_no_worker_hint(queue, handle.id)}",
+                       f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
                        EXIT_UNREACHABLE, kind="no_worker")
     try:
         return await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=STATUS_QUERY_S)
     except Exception as exc:
         raise CliError(f"{handle.id} is running but no worker answered the status query within {STATUS_QUERY_S:g} s "
                        f"(task queue {queue!r}; {why(exc)}); if its workers have stopped: "
-                       f"{_no_worker_hint(queue, handle.id)}",
+                       f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
                        EXIT_UNREACHABLE, kind="no_worker") from None
 
 
@@ -728,7 +777,8 @@ async def cmd_result(args: argparse.Namespace) -> int:
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
-        watch = _QueueWatch(client, desc.task_queue, args.id, on_interrupt="Ctrl-C stops following it; the task waits on") \
+        watch = _QueueWatch(client, desc.task_queue, args.id, on_interrupt="Ctrl-C stops following it; the task waits on",
+                            config=await started_with(desc)) \
             if desc.status == WorkflowExecutionStatus.RUNNING else None
         try:
             outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait, check=watch)
@@ -752,9 +802,26 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         if await _pollers(client, desc.task_queue) == 0:
             # Recorded, but nothing carries it out: the MCP task goes on until a worker does (exit 3, kind no_worker).
             raise CliError(f"cancel requested for {args.id}, but no worker polls its task queue {desc.task_queue!r}, "
-                           f"so tasks/cancel is sent only once one does: {_no_worker_hint(desc.task_queue, args.id)}",
+                           f"so tasks/cancel is sent only once one does: "
+                           f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
                            EXIT_UNREACHABLE, kind="no_worker")
-    emit(args, {"workflow_id": args.id, "cancel_requested": True}, f"cancel requested for {args.id}")
+        # How the task really ended: the workflow sends tasks/cancel and reads the server's answer (a task that
+        # finished first keeps its true outcome).
+        try:
+            outcome = await asyncio.wait_for(outcome_of(handle), CANCEL_COMMAND_WAIT_S)
+        except TimeoutError:
+            raise CliError(f"cancel requested for {args.id}; it has not ended within {CANCEL_COMMAND_WAIT_S:g} s "
+                           f"(the server may take longer to stop it): follow it with: {hint('result', args.id, '--wait')}",
+                           EXIT_ENDED, kind="not_ended") from None
+        except Exception as exc:  # ended without an outcome (terminated meanwhile)
+            raise CliError(f"cancel requested for {args.id}; it ended without an outcome: {why(exc)}",
+                           EXIT_ENDED) from None
+    outcome = _resolve_ref(outcome)
+    ended = outcome.outcome.value
+    # Exit 0: the cancel was carried out; how the task ended is the outcome (`cancelled`, or its true end when it had
+    # finished first or was not running a call: a task awaiting approval keeps the end of its last call).
+    emit(args, {**outcome.model_dump(mode="json"), "cancel_requested": True},
+         f"cancel requested for {args.id}; it ended {ended}\n{outcome_summary(outcome)}")
     return EXIT_OK
 
 
@@ -767,7 +834,8 @@ async def _update(args: argparse.Namespace, name: str, *update_args: object, wha
             raise CliError(f"{what} refused: {args.id} has already ended: {await _ended(handle, desc)}", EXIT_ENDED)
         if await _pollers(client, desc.task_queue) == 0:
             raise CliError(f"{what}: {args.id} is running but no worker polls its task queue {desc.task_queue!r}: "
-                           f"{_no_worker_hint(desc.task_queue, args.id)}", EXIT_UNREACHABLE, kind="no_worker")
+                           f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
+                           EXIT_UNREACHABLE, kind="no_worker")
         try:
             return await asyncio.wait_for(handle.execute_update(name, *update_args), timeout=30)
         except WorkflowUpdateFailedError as exc:

@@ -69,6 +69,31 @@ def prog() -> str:
     return f"{shlex.quote(sys.executable)} -m mcp_temporal_tasks.worker.cli"
 
 
+#: The options that say where Temporal is, as this command was given them (``--address``, ``--namespace``,
+#: ``--config`` as an absolute path): every command a hint prints carries them, so it works when typed as printed.
+HINT_OPTIONS: list[str] = []
+
+
+def remember_hint_options(args: argparse.Namespace) -> None:
+    HINT_OPTIONS.clear()
+    for option in ("address", "namespace", "config"):
+        value = getattr(args, option, None)
+        if value:
+            HINT_OPTIONS.extend([f"--{option}", str(Path(value).absolute()) if option == "config" else str(value)])
+
+
+def hint(*words: str, config: str | None = None) -> str:
+    """A command line to print, which works as printed: ``mcp-tasks`` (as :func:`prog` types it), ``words``, and
+    the options that say where Temporal is; ``config``: the worker configuration the command needs (its servers),
+    in place of this command's ``--config``."""
+    options = list(HINT_OPTIONS)
+    if config:
+        if "--config" in options:
+            del options[options.index("--config"):options.index("--config") + 2]
+        options += ["--config", str(Path(config).absolute())]
+    return f"{prog()} {shlex.join([*words, *options])}"
+
+
 #: Run by ``main`` before the process leaves (with ``os._exit``, which runs no ``atexit``): e.g. sending the last
 #: spans of a traced worker.
 EXIT_HOOKS: list[Callable[[], None]] = []

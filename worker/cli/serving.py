@@ -66,6 +66,7 @@ from mcp_temporal_tasks.worker.runner import (
     JsonFormatter,
     connect,
     connect_options,
+    install_typed_failure_filter,
     run_workers,
     runtime,
     setup_logging,
@@ -126,6 +127,7 @@ def check_env_refs(cfg: WorkerConfig, only: list[str] | None = None, inline: End
 def run_logging() -> Path | None:
     """``run``'s (and ``demo``'s) in-process worker logs (activity failures with their tracebacks) go to a log file; the user
     gets the outcome. Errors still reach stderr as one line each, naming the file."""
+    install_typed_failure_filter()
     root = logging.getLogger()
     path: Path | None = state_dir() / "run.log"
     handlers: list[logging.Handler] = []
