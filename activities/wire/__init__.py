@@ -77,10 +77,13 @@ from mcp_temporal_tasks.activities.wire.errors import (
     TaskNotFound,
     TaskUnreachable,
     TransportError,
+    UnknownProtocolVersion,
     UnsupportedProtocolVersion,
 )
 from mcp_temporal_tasks.activities.wire.models import (
     EXTENSION,
+    INITIALIZE_VERSIONS,
+    KNOWN_VERSIONS,
     LEGACY,
     TERMINAL_STATUSES,
     Endpoint,
@@ -101,6 +104,7 @@ __all__ = [
     "McpWireError", "MethodNotFound", "MissingCapability", "PROCESS_ID", "ProcessGone", "ProtocolViolation",
     "RateLimited", "ResultDecodeError", "RpcErrorInfo", "SessionGone", "SessionPool", "SessionRef",
     "StartResult", "TERMINAL_STATUSES", "TaskNotFound", "TaskPayload", "TaskState", "TaskUnreachable",
-    "ToolInfo", "TransportError", "UnsupportedProtocolVersion", "contract_of", "decode_result", "digest",
+    "ToolInfo", "TransportError", "UnknownProtocolVersion", "UnsupportedProtocolVersion", "INITIALIZE_VERSIONS",
+    "KNOWN_VERSIONS", "contract_of", "decode_result", "digest",
     "parse_task",
 ]
