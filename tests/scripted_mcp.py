@@ -49,6 +49,8 @@ class ScriptedMcp(ThreadingHTTPServer):
         self.sessions_made = 0
         #: Refuse every ``initialize`` after the first with a 404 (a server that lost all sessions).
         self.refuse_new_sessions = False
+        #: The ``protocolVersion`` ``initialize`` answers (any JSON value: a hostile server's too).
+        self.initialize_version: Any = LEGACY
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -94,7 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
                 srv.live.add(sid)
                 srv.sessions_made += 1
             return self._send(200, {"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": LEGACY, "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
+                "protocolVersion": srv.initialize_version, "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}},
                 "serverInfo": {"name": "scripted", "version": "0"}}}, {"mcp-session-id": sid})
         if sid not in srv.live:
             return self._send(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}})
