@@ -265,9 +265,11 @@ class McpTaskClient:
         * Not pinned: ``initialize`` first, which every server before 2026-07-28 knows, and its answer decides.
           2025-03-26 / 2025-06-18 (such a server predates 2026-07-28: it would have answered 2025-11-25 if it spoke
           a newer version), or 2025-11-25 *with* tasks: that session, and nothing else is asked. 2025-11-25
-          *without* tasks, or an ``initialize`` the server refuses with a JSON-RPC error: the 2026-07-28 era is
-          possible (a dual-era server keeps its tasks there), so ``server/discover`` is asked once; when it
-          advertises the tasks extension the client speaks that, and the ``initialize`` session is ended.
+          *without* tasks: ``tools/list`` (which a call needs anyway); only if a tool there declares
+          ``execution.taskSupport`` although the server declares no tasks (a dual-era server, whose tasks live in
+          2026-07-28) is ``server/discover`` asked, once; when it advertises the tasks extension the client speaks
+          that and the ``initialize`` session is ended. An ``initialize`` the server refuses with a JSON-RPC error
+          (a server of 2026-07-28 alone): ``server/discover``, once.
         * A protocol version this client does not know: :class:`UnknownProtocolVersion` (nothing more is sent).
 
         ``protocol_version`` is the version the server answered (``2026-07-28`` on the extension).
@@ -292,15 +294,20 @@ class McpTaskClient:
                            capabilities=discovered, tasks_offered=True, owner=owner)
             offered = version == LEGACY and bool(
                 ((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None)
-            if era is None and version == LEGACY and not offered:
-                switched = await cls._try_extension(transport, endpoint)
-                if switched is not None:
-                    extension, discovered = switched
-                    return cls(extension, endpoint, era=EXTENSION, protocol_version=EXTENSION,
-                               capabilities=discovered, tasks_offered=True, owner=owner)
             await transport.notify("notifications/initialized")
-            return cls(transport, endpoint, era=LEGACY, protocol_version=version, capabilities=caps,
-                       tasks_offered=offered, owner=owner)
+            client = cls(transport, endpoint, era=LEGACY, protocol_version=version, capabilities=caps,
+                         tasks_offered=offered, owner=owner)
+            if era is None and version == LEGACY and not offered:
+                # Tools that say they run as tasks on a server that declares no tasks: its tasks live in the
+                # 2026-07-28 era (a dual-era server). tools/list is kept: start() would ask it anyway.
+                tools = await client.list_tools()
+                if any(t.task_support in ("optional", "required") for t in tools.values()):
+                    switched = await cls._try_extension(transport, endpoint)
+                    if switched is not None:
+                        extension, discovered = switched
+                        return cls(extension, endpoint, era=EXTENSION, protocol_version=EXTENSION,
+                                   capabilities=discovered, tasks_offered=True, owner=owner)
+            return client
         except BaseException:
             await transport.aclose(terminate=True)
             raise
