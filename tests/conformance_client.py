@@ -20,12 +20,20 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
 CLI = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli"]
 #: Arguments for the scenario servers' tools; any tool not here gets ``{}``.
 ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 2, "b": 3}}
+#: The tool each scenario's server has (known: no ``mcp-tasks tools`` step, which CI time pays for); other
+#: scenarios list the tools first and call the first one.
+TOOL_OF = {"tools_call": "add_numbers", "sse-retry": "test_reconnection",
+           "elicitation-sep1034-client-defaults": "test_client_elicitation_defaults"}
+AUTH_TOOL = "test-tool"
+#: Credentials of our own for auth scenarios whose context gives none (not a secret: the suite's mock accepts any).
+DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET = "mcp-tasks-conformance", "conformance-secret"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
 STEP_TIMEOUT_S = 60
 
@@ -36,10 +44,14 @@ def toml_value(value: Any) -> str:
     return json.dumps(value)
 
 
-def write_config(directory: Path, url: str, context: dict[str, Any], env: dict[str, str]) -> Path:
+def write_config(directory: Path, url: str, scenario: str, context: dict[str, Any], env: dict[str, str]) -> Path:
     """``[servers.s]`` for ``url``; credentials from the context go to ``env`` and are referenced by name only."""
     lines = ["[servers.s]", f"url = {toml_value(url)}"]
     auth: dict[str, Any] = {}
+    if scenario.startswith("auth/") and not isinstance(context.get("client_id"), str):
+        # No credentials from the suite: a service client is still configured with its own (the suite's mock
+        # authorization servers accept any client for client credentials), as a user of mcp-tasks would be.
+        context = {"client_id": DEFAULT_CLIENT_ID, "client_secret": DEFAULT_CLIENT_SECRET}
     if isinstance(context.get("client_id"), str):
         if isinstance(context.get("private_key_pem"), str):
             env["CONFORMANCE_PRIVATE_KEY"] = context["private_key_pem"]
@@ -79,22 +91,27 @@ def main(argv: list[str]) -> int:
         context = {}
     env = {k: v for k, v in os.environ.items() if k != "MCP_CONFORMANCE_CONTEXT"}
     with tempfile.TemporaryDirectory(prefix="mcp-conformance-") as tmp:
-        config = write_config(Path(tmp), url, context if isinstance(context, dict) else {}, env)
+        config = write_config(Path(tmp), url, scenario, context if isinstance(context, dict) else {}, env)
         env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
         target = ["--server", "s", "--config", str(config)]
-        listed = step(["tools", *target, "--json"], env)
-        if listed.returncode != 0 or scenario == "initialize":
-            return listed.returncode
-        tools = [t["name"] for t in json.loads(listed.stdout).get("tools", []) if isinstance(t.get("name"), str)]
-        if not tools:
-            sys.stderr.write("the scenario server lists no tool\n")
-            return 1
-        tool = next((t for t in ARGUMENTS if t in tools), tools[0])
+        tool = TOOL_OF.get(scenario) or (AUTH_TOOL if scenario.startswith("auth/") else None)
+        if tool is None:
+            listed = step(["tools", *target, "--json"], env)
+            if listed.returncode != 0 or scenario == "initialize":
+                return listed.returncode
+            tools = [t["name"] for t in json.loads(listed.stdout).get("tools", []) if isinstance(t.get("name"), str)]
+            if not tools:
+                sys.stderr.write("the scenario server lists no tool\n")
+                return 1
+            tool = next((t for t in ARGUMENTS if t in tools), tools[0])
         address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS")
         if not address:
             sys.stderr.write("CONFORMANCE_TEMPORAL_ADDRESS is not set (host:port of a running Temporal)\n")
             return 2
-        return step(["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--json",
+        # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
+        # would (rightly) show the first one's stored outcome instead of calling the tool.
+        wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+        return step(["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--id", wid, "--json",
                      "--address", address], env).returncode
 
 
