@@ -92,21 +92,22 @@ def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
          "--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(tmp_path)],
         env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, cwd=REPO_ROOT)
     elapsed = time.monotonic() - started
+    report = out.stdout + out.stderr  # the suite writes its verdict to stderr
     files = list(tmp_path.rglob("checks.json"))
-    assert len(files) == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    assert len(files) == 1, (out.stdout + out.stderr)[-3000:]
     checks = json.loads(files[0].read_text())
     failing = sorted({c["id"] for c in checks if c.get("status") == "FAILURE"})
     passed = [c["id"] for c in checks if c.get("status") == "SUCCESS"]
     client_err = "".join(p.read_text(errors="replace")[-2000:] for p in files[0].parent.glob("stderr.txt"))
-    what = f"{scenario} ({elapsed:.1f} s): failing {failing}\n{out.stdout[-2500:]}\n{client_err}"
+    what = f"{scenario} ({elapsed:.1f} s): failing {failing}\n{report[-2500:]}\n{client_err}"
     status = row["status"]
     if status == "pass":
-        assert passed and not failing and "OVERALL: PASSED" in out.stdout, what
+        assert passed and not failing and "OVERALL: PASSED" in report, what
     elif status == "n/a":
         # Exactly the checks of the flow a service client never runs fail; every other check passes, and the client
         # finished (a timeout would hide checks).
         assert failing == sorted(row["failing"]) and passed, what
-        assert "TIMED OUT" not in out.stdout, what
+        assert "TIMED OUT" not in report, what
     else:
         assert failing, f"{scenario} passes now: set its row of {TABLE_FILE.name} to \"pass\" ({status}). {what}"
 
