@@ -7,6 +7,8 @@
   ``python -m tests.peers.fastmcp_otel`` (:func:`fastmcp_otel_peer`, read with :meth:`Peer.spans`);
 * official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
   stateful streamable HTTP, run by its own venv ``tests/peers/py1/.venv`` (the project pins mcp 2.x).
+* official Python SDK ``mcp==1.12.4`` FastMCP, protocol 2025-06-18, no tasks: ``tests/peers/py0618/server.py``, over
+  stateful streamable HTTP, in its own venv ``tests/peers/py0618/.venv`` (needs pydantic < 2.12).
 
 Every peer gets a fresh ``PEER_LOG`` file (one JSON line per incoming JSON-RPC request) that tests read
 with :meth:`Peer.log` / :func:`read_peer_log`. HTTP peers bind 127.0.0.1 on a free port (``--port 0``;
