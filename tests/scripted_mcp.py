@@ -53,6 +53,8 @@ class ScriptedMcp(ThreadingHTTPServer):
         self.capabilities: dict[str, Any] = {"tasks": {"requests": {"tools": {"call": {}}}}}
         #: Session ids are this prefix and a count (servers of one test that must not issue the same ids differ).
         self.session_prefix = "s"
+        #: The ``protocolVersion`` ``initialize`` answers (any JSON value: a hostile server's too).
+        self.initialize_version: Any = LEGACY
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -98,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
                 srv.live.add(sid)
                 srv.sessions_made += 1
             return self._send(200, {"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": LEGACY, "capabilities": srv.capabilities,
+                "protocolVersion": srv.initialize_version, "capabilities": srv.capabilities,
                 "serverInfo": {"name": "scripted", "version": "0"}}}, {"mcp-session-id": sid})
         if sid not in srv.live:
             return self._send(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}})

@@ -61,8 +61,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     "tasks/cancel":    dict(Refuse=X, ResetAfterSend=X, Stall=X, Malformed=X, Truncated=X, Status500=X, RateLimit=X),
 }
 
-#: Which methods each era's client sends (the client sends server/discover first to every server, but the
-#: TS peer refuses it with HTTP 400: it is an extension-only cell).
+#: Which methods each era's client sends (unpinned, initialize goes first to every server; server/discover only to
+#: a server where 2026-07-28 is possible, never to the TS peer: it is an extension-only cell).
 METHODS = {
     "legacy": ["initialize", "tools/list", "tools/call", "tasks/get", "tasks/result", "tasks/cancel"],
     "extension": ["server/discover", "tools/list", "tools/call", "tasks/get", "tasks/update", "tasks/cancel"],

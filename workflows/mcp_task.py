@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
     from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
     from mcp_temporal_tasks.activities.wire.elicitation import with_defaults
-    from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState
+    from mcp_temporal_tasks.activities.wire.models import LEGACY, RpcErrorInfo, TaskState, protocol_label
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.errors import McpTaskError, finished_details
     from mcp_temporal_tasks.workflows.failures import attempts_text, failure_info, last_read_failure
@@ -251,6 +251,7 @@ class McpTaskWorkflow:
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
             era=self.m.task_state.era if self.m.task_state else self.m.ledger.era, pending_inputs=list(self.m.pending.values()),
+            protocol_version=self.m.ledger.protocol_version,
             operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
             ledger=self.m.ledger, delivered_by=self.m.delivered_by,
         )
@@ -1073,7 +1074,8 @@ class McpTaskWorkflow:
             task_id=self.m.task_state.task_id if self.m.task_state else (self.m.attempts[-1].task_id if self.m.attempts else None),
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
-            era=self.m.ledger.era, operation_attempts=self.m.attempts, ledger=self.m.ledger,
+            era=self.m.ledger.era, protocol_version=self.m.ledger.protocol_version,
+            operation_attempts=self.m.attempts, ledger=self.m.ledger,
             delivered_by=self.m.delivered_by, **ending.outcome_fields())
         final_status = self.m.task_state.status if self.m.task_state else outcome.value
         if final_status not in _TERMINAL_STATUSES and final_status != outcome.value \
@@ -1082,10 +1084,12 @@ class McpTaskWorkflow:
         workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
         workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
         # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
-        # too, whose cancellation carries no failure to show (issue 43).
+        # too, whose cancellation carries no failure to show (issue 43); and the protocol the task ran on.
         how = {"notification": "its end was learned from a notification", "poll": "its end was learned by a poll",
                "list": "its end was learned from the server's tasks/list"}
+        protocol = protocol_label(self.m.ledger.era, self.m.ledger.protocol_version)
         workflow.set_current_details(finished_details(self.m.outcome)
+                                     + (f"\n\nprotocol {protocol}" if protocol else "")
                                      + (f"\n\n{how[self.m.delivered_by]}" if self.m.delivered_by in how else ""))
         workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
             1, {"outcome": outcome.value, "tool": self.req.tool})

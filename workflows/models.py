@@ -342,6 +342,9 @@ class McpTaskOutcome(_Model):
     task_status: TaskStatus | None = None
     status_message: str | None = None
     era: Era | None = None
+    #: The protocol version the server answered (2025-03-26, 2025-06-18, 2025-11-25 or 2026-07-28; ``era`` is its
+    #: handshake family). None in outcomes of histories from before issue 37 (the ledger has it there too).
+    protocol_version: str | None = None
     result: dict[str, Any] | None = None
     result_ref: ResultRef | None = None
     error: RpcErrorInfo | None = None
@@ -392,6 +395,8 @@ class TaskView(_Model):
     task_status: TaskStatus | None = None
     status_message: str | None = None
     era: Era | None = None
+    #: As in the outcome: the protocol version the server answered, once known.
+    protocol_version: str | None = None
     pending_inputs: list[PendingInput] = Field(default_factory=list)
     operation_attempts: list[OperationAttempt] = Field(default_factory=list)
     outcome: Outcome | None = None

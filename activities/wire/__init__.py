@@ -15,9 +15,12 @@ Interface (:class:`McpTaskClient`; get one from :class:`SessionPool` in long-liv
 
 ``McpTaskClient.connect(endpoint, era=None)``
     Opens a session. With ``era`` pinned speaks only that era (:class:`CapabilityUnavailable` if the
-    server does not offer tasks there). Otherwise picks the era in which the server offers tasks: the
-    extension when ``server/discover`` advertises it, else 2025-11-25. ``client.era`` and
-    ``client.tasks_offered`` report the choice. Transport failures raise :class:`TransportError`.
+    server does not offer tasks there). Otherwise ``initialize`` first and its answer decides: servers of
+    2025-03-26 / 2025-06-18 (plain tools, no tasks) and 2025-11-25 are spoken as they answer; ``server/discover``
+    only where 2026-07-28 is possible (a 2025-11-25 server without tasks whose tools declare ``taskSupport``,
+    or one that refuses ``initialize``). A version nobody knows: :class:`UnknownProtocolVersion`.
+    ``client.era``, ``client.protocol_version`` and ``client.tasks_offered`` report the choice. Transport
+    failures raise :class:`TransportError`.
 ``McpTaskClient.attach(session_ref)``
     Re-attaches from any process with only a serialised :class:`SessionRef` (no new ``initialize``,
     which on stateful servers would orphan the tasks). Stdio sessions cannot be re-attached
@@ -77,10 +80,13 @@ from mcp_temporal_tasks.activities.wire.errors import (
     TaskNotFound,
     TaskUnreachable,
     TransportError,
+    UnknownProtocolVersion,
     UnsupportedProtocolVersion,
 )
 from mcp_temporal_tasks.activities.wire.models import (
     EXTENSION,
+    INITIALIZE_VERSIONS,
+    KNOWN_VERSIONS,
     LEGACY,
     TERMINAL_STATUSES,
     Endpoint,
@@ -101,6 +107,7 @@ __all__ = [
     "McpWireError", "MethodNotFound", "MissingCapability", "PROCESS_ID", "ProcessGone", "ProtocolViolation",
     "RateLimited", "ResultDecodeError", "RpcErrorInfo", "SessionGone", "SessionPool", "SessionRef",
     "StartResult", "TERMINAL_STATUSES", "TaskNotFound", "TaskPayload", "TaskState", "TaskUnreachable",
-    "ToolInfo", "TransportError", "UnsupportedProtocolVersion", "contract_of", "decode_result", "digest",
+    "ToolInfo", "TransportError", "UnknownProtocolVersion", "UnsupportedProtocolVersion", "INITIALIZE_VERSIONS",
+    "KNOWN_VERSIONS", "contract_of", "decode_result", "digest",
     "parse_task",
 ]

@@ -275,6 +275,12 @@ class CapabilityUnavailable(McpWireError):
     kind = "CapabilityUnavailable"
 
 
+class UnknownProtocolVersion(CapabilityUnavailable):
+    """The server answered ``initialize`` with a protocol version this client does not speak. Nothing more is
+    sent to it (no ``tools/list``, no ``tools/call``); across processes it travels as ``CapabilityUnavailable``
+    (a refusal: never retried)."""
+
+
 #: Every error type by kind, so a failure that crossed a process boundary can be rebuilt.
 ERROR_TYPES: dict[str, type[McpWireError]] = {
     cls.kind: cls

@@ -14,6 +14,24 @@ Era = Literal["2025-11-25", "2026-07-28"]
 LEGACY: Era = "2025-11-25"
 EXTENSION: Era = "2026-07-28"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+#: Every protocol version an ``initialize`` may answer that this client speaks, newest first. Only 2025-11-25 has
+#: tasks (``capabilities.tasks``); on 2025-06-18 and 2025-03-26 every tool runs as a plain synchronous ``tools/call``.
+#: They all belong to the era :data:`LEGACY` (the ``initialize`` handshake); :data:`EXTENSION` is the other one.
+INITIALIZE_VERSIONS: tuple[str, ...] = ("2025-11-25", "2025-06-18", "2025-03-26")
+#: Every protocol version this client speaks.
+KNOWN_VERSIONS: tuple[str, ...] = ("2026-07-28", *INITIALIZE_VERSIONS)
+
+
+def protocol_label(era: str | None, protocol_version: str | None) -> str | None:
+    """How a task's protocol shows in ``status``, the outcome and the UI: the version the server answered and its
+    era, e.g. ``2025-06-18 (initialize handshake, no tasks in this version)``. None when not known yet."""
+    if protocol_version is None:
+        return era
+    if protocol_version == "2026-07-28":
+        return f"{protocol_version} (tasks extension, no handshake)"
+    if protocol_version == "2025-11-25":
+        return f"{protocol_version} (initialize handshake)"
+    return f"{protocol_version} (initialize handshake, no tasks in this version)"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]

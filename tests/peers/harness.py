@@ -7,6 +7,8 @@
   ``python -m tests.peers.fastmcp_otel`` (:func:`fastmcp_otel_peer`, read with :meth:`Peer.spans`);
 * official Python SDK ``mcp==1.30.0`` experimental tasks (2025-11-25): ``tests/peers/py1/server.py``, over
   stateful streamable HTTP, run by its own venv ``tests/peers/py1/.venv`` (the project pins mcp 2.x).
+* official Python SDK ``mcp==1.12.4`` FastMCP, protocol 2025-06-18, no tasks: ``tests/peers/py0618/server.py``, over
+  stateful streamable HTTP, in its own venv ``tests/peers/py0618/.venv`` (needs pydantic < 2.12).
 
 Every peer gets a fresh ``PEER_LOG`` file (one JSON line per incoming JSON-RPC request) that tests read
 with :meth:`Peer.log` / :func:`read_peer_log`. HTTP peers bind 127.0.0.1 on a free port (``--port 0``;
@@ -46,6 +48,8 @@ TS_SERVER = TS_DIR / "server.mjs"
 PY1_DIR = REPO_ROOT / "tests" / "peers" / "py1"
 PY1_SERVER = PY1_DIR / "server.py"
 PY1_PYTHON = PY1_DIR / ".venv" / "bin" / "python"
+PY0618_DIR = REPO_ROOT / "tests" / "peers" / "py0618"
+PY0618_PYTHON = PY0618_DIR / ".venv" / "bin" / "python"
 START_TIMEOUT_S = 30.0
 
 
@@ -72,6 +76,15 @@ def require_py1_peer() -> Path:
         pytest.fail(f"{PY1_PYTHON} does not have mcp==1.30.0 (got {probe.stdout.strip() or probe.stderr.strip()!r}); "
                     f"{fix}", pytrace=False)
     return PY1_PYTHON
+
+
+def require_py0618_peer() -> Path:
+    """Python of the mcp 1.12.4 (protocol 2025-06-18) peer venv; fails the test (never skips) when it is missing."""
+    fix = (f"create it: python3 -m venv {PY0618_DIR}/.venv && {PY0618_DIR}/.venv/bin/pip install -r "
+           f"{PY0618_DIR}/requirements.txt (scripts/test.sh does this)")
+    if not PY0618_PYTHON.exists():
+        pytest.fail(f"{PY0618_PYTHON} is missing: the mcp 1.12.4 peer cannot run; {fix}", pytrace=False)
+    return PY0618_PYTHON
 
 
 def read_peer_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -293,6 +306,15 @@ def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1
 
 
 @contextlib.contextmanager
+def py0618_http_peer(log_dir: Path, *, name: str = "py0618-http") -> Iterator[Peer]:
+    """The official Python SDK 1.12.4 FastMCP server (protocol 2025-06-18, no tasks) over stateful streamable HTTP."""
+    python = require_py0618_peer()
+    with _http_peer([str(python), str(PY0618_DIR / "server.py"), "--port", "0"], name=name,
+                    log_path=_fresh_log(log_dir, name), flavour="2025-06-18", stateful=True, cwd=PY0618_DIR) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
 def peer_log_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="mcp-peer-logs-") as tmp:
         yield Path(tmp)
@@ -398,6 +420,13 @@ def py1_http(peer_logs: Path) -> Iterator[Peer]:
 
 
 @pytest.fixture(scope="session")
+def py0618_http(peer_logs: Path) -> Iterator[Peer]:
+    """The mcp 1.12.4 FastMCP server (protocol 2025-06-18, no tasks) over stateful streamable HTTP."""
+    with py0618_http_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
 def all_peers(ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer, fastmcp_server: Peer) -> list[Peer]:
     return [ts_stdio, ts_http_stateful, ts_http_stateless, fastmcp_server]
 
@@ -409,4 +438,5 @@ __all__ = [
     "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
     "fastmcp_json", "fastmcp_short_ttl", "all_peers",
     "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http", "oauth_server",
+    "PY0618_DIR", "PY0618_PYTHON", "require_py0618_peer", "py0618_http_peer", "py0618_http",
 ]

@@ -27,6 +27,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.mcp_activities import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
+from mcp_temporal_tasks.activities.wire.models import protocol_label
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
@@ -184,8 +185,10 @@ def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
     return view.phase.value
 
 
-def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = None) -> str:
-    """One progress line (and, for each input request or a pending approval, how to answer it)."""
+def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = None, *,
+              protocol: bool = False) -> str:
+    """One progress line (and, for each input request or a pending approval, how to answer it). ``protocol``: also
+    the protocol version the server answered and its era (``status`` shows it; ``run``'s ticks do not repeat it)."""
     parts = [shown_phase(view, live)]
     # Server text: shown escaped (control and bidi characters), one line per field.
     if view.task_status:
@@ -199,6 +202,8 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
     trouble = (live or {}).get(TROUBLE)
     if isinstance(trouble, str) and trouble.startswith("reads failing"):
         parts.append(trouble)
+    if protocol and view.protocol_version:
+        parts.append(f"protocol {printable(protocol_label(view.era, view.protocol_version))}")
     line = " · ".join(parts)
     wid = printable(workflow_id)
     if view.phase.value == "AWAITING_APPROVAL":
@@ -323,6 +328,9 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     if o.task_id:
         learned = f" · {_LEARNED[o.delivered_by]}" if o.delivered_by else ""
         lines.append(f"  task {p(o.task_id)} · last status {p(o.task_status)} · era {p(o.era)}{learned}")
+    protocol_version = o.protocol_version or o.ledger.protocol_version  # outcomes from before issue 37: the ledger
+    if protocol_version:
+        lines.append(f"  protocol {p(protocol_label(o.era or o.ledger.era, protocol_version))}")
     if o.result is not None:
         texts = [p(b.get("text", ""), multiline=True) for b in o.result.get("content", []) if b.get("type") == "text"]
         lines.append("  result: " + (" | ".join(texts) if texts else json.dumps(o.result)[:500]))

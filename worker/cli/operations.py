@@ -32,7 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import ResultStore, state_dir
 from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, TaskUnreachable, TransportError, stdio
-from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo
+from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo, protocol_label
 from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
     TROUBLE,
@@ -610,11 +610,13 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                      "policy": {"replay": job.replay or "never", "idempotent": bool(job.idempotent),
                                 "max_replays": job.max_replays if job.max_replays is not None else 1}})
     label = args.server or endpoint.identity()
-    obj = {"server": label, "identity": endpoint.identity(), "era": client.era, "tasks": client.tasks_offered,
+    obj = {"server": label, "identity": endpoint.identity(), "era": client.era,
+           "protocol_version": client.protocol_version, "tasks": client.tasks_offered,
            "trust_annotations": bool(server and server.trust_annotations), "tools": rows, "jobs": jobs}
     p = printable
     named = p(label) if label == endpoint.identity() else f"{p(label)} ({where})"  # a URL said once
-    lines = [f"{named} · era {client.era} · tasks {'offered' if client.tasks_offered else 'not offered'}"
+    lines = [f"{named} · era {client.era} · protocol {p(protocol_label(client.era, client.protocol_version))}"
+             f" · tasks {'offered' if client.tasks_offered else 'not offered'}"
              f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"]
     for r in rows:
         pol, ann = r["policy"], r["annotations"]
@@ -701,7 +703,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
                  f"{printable(args.id)}: {view_line(view, args.id, live)}")
             return EXIT_ENDED
         # The JSON and the text show the same view (live status and statusMessage included).
-        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live)}")
+        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live, protocol=True)}")
         return EXIT_ENDED
 
 

@@ -1,0 +1,119 @@
+"""The client command the official MCP conformance suite runs (tests/test_conformance.py, docs/conformance.md).
+
+    conformance client --command "python -m tests.conformance_client" --scenario NAME ...
+
+The suite appends the scenario server's URL and sets ``MCP_CONFORMANCE_SCENARIO`` (and, for some auth scenarios,
+``MCP_CONFORMANCE_CONTEXT``: JSON with ``client_id`` and ``client_secret``, or ``private_key_pem`` and
+``signing_algorithm``). Each scenario becomes what a user of ``mcp-tasks`` does: a configuration file for the server
+(with its ``[servers.s.auth]`` table where the context gives credentials; the secret or key only by environment
+reference, as a worker takes them), then ``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at
+``CONFORMANCE_TEMPORAL_ADDRESS`` (an already-running one: no dev server per scenario). The exit code is ``run``'s.
+
+Which tool: the scenario server's own (``add_numbers`` gets ``{"a": 2, "b": 3}``; any other tool ``{}``), the first
+of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it checks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+CLI = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli"]
+#: Arguments for the scenario servers' tools; any tool not here gets ``{}``.
+ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 2, "b": 3}}
+#: The tool each scenario's server has (known: no ``mcp-tasks tools`` step, which CI time pays for); other
+#: scenarios list the tools first and call the first one.
+TOOL_OF = {"tools_call": "add_numbers", "sse-retry": "test_reconnection",
+           "elicitation-sep1034-client-defaults": "test_client_elicitation_defaults"}
+AUTH_TOOL = "test-tool"
+#: Credentials of our own for auth scenarios whose context gives none (not a secret: the suite's mock accepts any).
+DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET = "mcp-tasks-conformance", "conformance-secret"
+#: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
+STEP_TIMEOUT_S = 60
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def write_config(directory: Path, url: str, scenario: str, context: dict[str, Any], env: dict[str, str]) -> Path:
+    """``[servers.s]`` for ``url``; credentials from the context go to ``env`` and are referenced by name only."""
+    lines = ["[servers.s]", f"url = {toml_value(url)}"]
+    auth: dict[str, Any] = {}
+    if scenario.startswith("auth/") and not isinstance(context.get("client_id"), str):
+        # No credentials from the suite: a service client is still configured with its own (the suite's mock
+        # authorization servers accept any client for client credentials), as a user of mcp-tasks would be.
+        context = {"client_id": DEFAULT_CLIENT_ID, "client_secret": DEFAULT_CLIENT_SECRET}
+    if isinstance(context.get("client_id"), str):
+        if isinstance(context.get("private_key_pem"), str):
+            env["CONFORMANCE_PRIVATE_KEY"] = context["private_key_pem"]
+            auth = {"type": "private_key_jwt", "client_id": context["client_id"],
+                    "private_key": {"env": "CONFORMANCE_PRIVATE_KEY"}}
+            if isinstance(context.get("signing_algorithm"), str):
+                auth["signing_alg"] = context["signing_algorithm"]
+        elif isinstance(context.get("client_secret"), str):
+            env["CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+            auth = {"type": "client_credentials", "client_id": context["client_id"],
+                    "client_secret": {"env": "CONFORMANCE_CLIENT_SECRET"}}
+    if auth:
+        lines.append("[servers.s.auth]")
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in auth.items())
+    path = directory / "mcp-tasks.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    sys.stderr.write(f"$ mcp-tasks {' '.join(args[:2])} ... -> exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    sys.stdout.write(proc.stdout[-3000:])
+    return proc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m tests.conformance_client <server URL> (the suite appends it)\n")
+        return 2
+    url = argv[0]
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    try:
+        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    except ValueError:
+        context = {}
+    env = {k: v for k, v in os.environ.items() if k != "MCP_CONFORMANCE_CONTEXT"}
+    with tempfile.TemporaryDirectory(prefix="mcp-conformance-") as tmp:
+        config = write_config(Path(tmp), url, scenario, context if isinstance(context, dict) else {}, env)
+        env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
+        target = ["--server", "s", "--config", str(config)]
+        tool = TOOL_OF.get(scenario) or (AUTH_TOOL if scenario.startswith("auth/") else None)
+        if tool is None:
+            listed = step(["tools", *target, "--json"], env)
+            if listed.returncode != 0 or scenario == "initialize":
+                return listed.returncode
+            tools = [t["name"] for t in json.loads(listed.stdout).get("tools", []) if isinstance(t.get("name"), str)]
+            if not tools:
+                sys.stderr.write("the scenario server lists no tool\n")
+                return 1
+            tool = next((t for t in ARGUMENTS if t in tools), tools[0])
+        address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS")
+        if not address:
+            sys.stderr.write("CONFORMANCE_TEMPORAL_ADDRESS is not set (host:port of a running Temporal)\n")
+            return 2
+        # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
+        # would (rightly) show the first one's stored outcome instead of calling the tool.
+        wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+        return step(["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--id", wid, "--json",
+                     "--address", address], env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,122 @@
+"""The official MCP conformance suite as the outside judge: every client scenario of
+``@modelcontextprotocol/conformance`` 0.1.16 (Node 22, both pinned in tests/peers/conformance, installed by
+scripts/test.sh with ``npm ci``), run through ``mcp-tasks`` by ``tests/conformance_client.py`` against this xdist
+worker's Temporal dev server, each asserted against ONE table: tests/conformance_expectations.toml (``pass``; ``n/a``
+with exactly which checks fail; ``pending: ...`` still run and asserted to still fail). docs/conformance.md shows the
+same table, generated from it: ``python -m tests.test_conformance`` rewrites it; a test checks it is current.
+
+One test per scenario, so xdist spreads them over its workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.peers.harness import REPO_ROOT
+
+SUITE_DIR = REPO_ROOT / "tests" / "peers" / "conformance"
+NODE_BIN = SUITE_DIR / "node_modules" / "node" / "bin"
+SUITE = SUITE_DIR / "node_modules" / ".bin" / "conformance"
+TABLE_FILE = REPO_ROOT / "tests" / "conformance_expectations.toml"
+DOCS_PAGE = REPO_ROOT / "docs" / "conformance.md"
+START, END = "<!-- conformance-table:start -->", "<!-- conformance-table:end -->"
+#: The suite's bound on our client command per scenario (it kills the client after it), and ours on the suite.
+CLIENT_TIMEOUT_MS = 90_000
+SUITE_TIMEOUT_S = 150
+
+
+def table() -> dict[str, dict[str, Any]]:
+    with TABLE_FILE.open("rb") as fh:
+        return tomllib.load(fh)["scenarios"]
+
+
+def suite_env(**extra: str) -> dict[str, str]:
+    if not (NODE_BIN / "node").exists() or not SUITE.exists():
+        pytest.fail(f"the conformance suite is not installed: run `npm ci` in {SUITE_DIR} (scripts/test.sh does)",
+                    pytrace=False)
+    return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])), **extra}
+
+
+def render() -> str:
+    """The docs table, from the expectations file."""
+    rows = ["| scenario | result | why |", "|---|---|---|"]
+    for name, row in table().items():
+        status = row["status"]
+        shown = "passes" if status == "pass" else ("not applicable" if status == "n/a" else status)
+        why = row.get("reason", "")
+        if row.get("failing"):
+            why += f" (failing checks, all of that flow: {', '.join(f'`{c}`' for c in row['failing'])})"
+        rows.append(f"| `{name}` | {shown} | {why} |")
+    return "\n".join(rows)
+
+
+def test_the_table_lists_every_client_scenario_of_the_suite() -> None:
+    out = subprocess.run([str(SUITE), "list", "--client"], env=suite_env(), capture_output=True, text=True,
+                         timeout=60, cwd=SUITE_DIR)
+    listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("  - ")]
+    assert len(listed) >= 26, out.stdout + out.stderr
+    assert sorted(listed) == sorted(table()), "tests/conformance_expectations.toml must list exactly the suite's scenarios"
+    for name, row in table().items():
+        status = row["status"]
+        assert status in ("pass", "n/a") or status.startswith("pending: issue "), (name, status)
+        assert status == "pass" or row.get("reason"), f"{name}: every n/a and pending row says why"
+        assert (status == "n/a") == bool(row.get("failing")), f"{name}: n/a rows (only) list their failing checks"
+
+
+def test_docs_page_shows_the_table() -> None:
+    text = DOCS_PAGE.read_text(encoding="utf-8")
+    assert START in text and END in text
+    shown = text.split(START, 1)[1].split(END, 1)[0].strip()
+    assert shown == render(), "docs/conformance.md is out of date: run `python -m tests.test_conformance`"
+
+
+@pytest.mark.parametrize("scenario", sorted(table()))
+def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
+    from tests.temporal_harness import address_of
+
+    row = table()[scenario]
+    env = suite_env(CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env))
+    started = time.monotonic()
+    out = subprocess.run(
+        [str(SUITE), "client", "--command", f"{sys.executable} -m tests.conformance_client", "--scenario", scenario,
+         "--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, cwd=REPO_ROOT)
+    elapsed = time.monotonic() - started
+    report = out.stdout + out.stderr  # the suite writes its verdict to stderr
+    files = list(tmp_path.rglob("checks.json"))
+    assert len(files) == 1, (out.stdout + out.stderr)[-3000:]
+    checks = json.loads(files[0].read_text())
+    failing = sorted({c["id"] for c in checks if c.get("status") == "FAILURE"})
+    passed = [c["id"] for c in checks if c.get("status") == "SUCCESS"]
+    client_err = "".join(p.read_text(errors="replace")[-2000:] for p in files[0].parent.glob("stderr.txt"))
+    what = f"{scenario} ({elapsed:.1f} s): failing {failing}\n{report[-2500:]}\n{client_err}"
+    status = row["status"]
+    if status == "pass":
+        assert passed and not failing and "OVERALL: PASSED" in report, what
+    elif status == "n/a":
+        # Exactly the checks of the flow a service client never runs fail; every other check passes, and the client
+        # finished (a timeout would hide checks).
+        assert failing == sorted(row["failing"]) and passed, what
+        assert "TIMED OUT" not in report, what
+    else:
+        assert failing, f"{scenario} passes now: set its row of {TABLE_FILE.name} to \"pass\" ({status}). {what}"
+
+
+def write_docs() -> None:
+    text = DOCS_PAGE.read_text(encoding="utf-8")
+    head, rest = text.split(START, 1)
+    DOCS_PAGE.write_text(f"{head}{START}\n{render()}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_docs()
