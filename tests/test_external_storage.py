@@ -1,0 +1,299 @@
+"""Large payloads on Temporal's External Storage (worker/storage.py) against a real S3-compatible server.
+
+The S3 server is moto's (``moto[server]``, pinned in the [test] extra): a separate HTTP process speaking the S3 API
+over the wire, which aioboto3 talks to exactly as to AWS or MinIO (no MinIO server installs from the registries
+here; docker-compose.yml runs MinIO). What it does not check: durability and lifecycle rules (it does not expire
+objects), so retention is checked on the embedded store and stated in the docs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.converter import PayloadCodec
+
+from mcp_temporal_tasks.activities.models import Endpoint
+from mcp_temporal_tasks.worker.config import StorageSettings
+from mcp_temporal_tasks.worker.runner import DATA_CONVERTER
+from mcp_temporal_tasks.worker.storage import with_storage
+from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from tests.peers.harness import Peer
+from tests.temporal_harness import (
+    cli,
+    in_process_worker,
+    settled_calls,
+    unique,
+    worker_process,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("external_storage")]
+
+AWS = {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+BUCKET = "mcp-tasks-test"
+MB = 1024 * 1024
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclasses.dataclass
+class S3Server:
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+
+    def s3(self) -> Any:
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id=AWS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=AWS["AWS_SECRET_ACCESS_KEY"])
+
+    def keys(self, bucket: str = BUCKET, prefix: str = "") -> dict[str, int]:
+        listing = self.s3().list_objects_v2(Bucket=bucket, Prefix=prefix)
+        return {o["Key"]: o["Size"] for o in listing.get("Contents", [])}
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = S3Server(proc, f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            server.s3().create_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.2)
+    yield server
+    proc.kill()
+    proc.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in AWS.items():
+        monkeypatch.setenv(k, v)
+
+
+def settings(s3: S3Server, **kw: Any) -> StorageSettings:
+    return StorageSettings(bucket=kw.pop("bucket", BUCKET), endpoint=s3.endpoint, **kw)
+
+
+def stored_client(base: Client, storage: StorageSettings, codec: PayloadCodec | None = None) -> Client:
+    converter = dataclasses.replace(DATA_CONVERTER, payload_codec=codec) if codec else DATA_CONVERTER
+    return Client(base.service_client, namespace=base.namespace, data_converter=with_storage(converter, storage))
+
+
+def big_request(peer: Peer, marker: str, kb: int = 5120) -> McpTaskRequest:
+    return McpTaskRequest(server=Endpoint(url=peer.url or ""), tool="big_echo",
+                          arguments={"kb": kb, "marker": marker, "seconds": 0.2})
+
+
+class XorCodec(PayloadCodec):
+    """An encrypting codec for the test (a SHA-256 keystream): what leaves it has no plaintext in it."""
+
+    KEY = b"test key: never in the bucket"
+
+    @classmethod
+    def _xor(cls, data: bytes) -> bytes:
+        stream = bytearray()
+        counter = 0
+        while len(stream) < len(data):
+            stream += hashlib.sha256(cls.KEY + counter.to_bytes(8, "big")).digest()
+            counter += 1
+        return bytes(a ^ b for a, b in zip(data, stream))
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [Payload(metadata={"encoding": b"binary/xor-test"}, data=self._xor(p.SerializeToString()))
+                for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for p in payloads:
+            if p.metadata.get("encoding") != b"binary/xor-test":
+                out.append(p)
+                continue
+            inner = Payload()
+            inner.ParseFromString(self._xor(p.data))
+            out.append(inner)
+        return out
+
+
+async def test_encrypting_codec_leaves_no_plaintext_in_the_bucket(s3_server: S3Server, client: Client,
+                                                                   ts_http_stateful: Peer) -> None:
+    marker = unique("PLAINTEXT-MARKER")
+    prefix = unique("codec") + "/"
+    c = stored_client(client, settings(s3_server, prefix=prefix), codec=XorCodec())
+    queue = unique("q-codec")
+    async with in_process_worker(c, task_queue=queue):
+        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker, kb=400), workflow_id=unique("codec"),
+                                      task_queue=queue)
+        out = await get_outcome(c, handle.id)
+    assert out.outcome == Outcome.COMPLETED and out.result is not None
+    assert out.result["content"][0]["text"].startswith(marker)
+    keys = s3_server.keys(prefix=prefix)
+    assert keys, "nothing was stored in the bucket"
+    s3 = s3_server.s3()
+    found = [k for k in keys if marker.encode() in s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()]
+    print(f"objects under {prefix}: {len(keys)}; objects containing the plaintext marker: {len(found)}")
+    assert found == []
+
+
+async def test_two_machines(s3_server: S3Server, client: Client, ts_http_stateful: Peer, tmp_path: Path) -> None:
+    """Worker A (own HOME and state dir) stores a 5 MB result; a client with another HOME and state dir reads it
+    with get_outcome and `mcp-tasks result`; the bucket holds the objects, the history only claims."""
+    prefix = unique("two") + "/"
+    queue = unique("q-two")
+    home_a, home_c = tmp_path / "a", tmp_path / "c"
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+                   "[worker]\nallow_inline_endpoints = true\n")
+    env_a = {**AWS, "HOME": str(home_a), "MCP_TASKS_STATE_DIR": str(home_a / "state")}
+    marker = unique("TWO-MACHINES")
+    mark = ts_http_stateful.log_mark()
+    with worker_process(address_of_client(client), queue, cfg, env=env_a):
+        c = stored_client(client, settings(s3_server, prefix=prefix))
+        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker), workflow_id=unique("two"),
+                                      task_queue=queue)
+        out = await asyncio.wait_for(get_outcome(c, handle.id), 120)
+        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id])
+    text = out.result["content"][0]["text"] if out.result else ""
+    print(f"get_outcome: {out.outcome.value}, result {len(text)} chars, starts {text[:len(marker)]!r}, "
+          f"tools/call {calls}")
+    assert out.outcome == Outcome.COMPLETED and text.startswith(marker) and len(text) >= 5 * MB and calls == 1
+    assert not any(home_c.glob("**/*")) and not (Path.home() / ".local/state/mcp-tasks/payloads" / prefix).exists()
+    # Another machine: its own HOME and state dir, the same [temporal] table.
+    cfg_c = tmp_path / "c.toml"
+    cfg_c.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\n'
+                     f'prefix = "{prefix}"\n')
+    code, stdout, stderr = await cli("result", handle.id, "--json", "--address", address_of_client(client),
+                                     "--config", str(cfg_c), timeout=120,
+                                     env={**AWS, "HOME": str(home_c), "MCP_TASKS_STATE_DIR": str(home_c / "state")})
+    assert code == 0, stderr
+    printed = json.loads(stdout)
+    got = printed.get("result") or printed.get("outcome", {}).get("result")
+    assert got is not None, stdout[:500]
+    print(f"mcp-tasks result: exit {code}, result text {len(got['content'][0]['text'])} chars")
+    assert got["content"][0]["text"] == text
+    keys = s3_server.keys(prefix=prefix)
+    print("bucket listing:\n" + "\n".join(f"  {size:>9}  {key}" for key, size in sorted(keys.items())))
+    assert keys and all(size > 5 * MB for size in keys.values())
+    history = await handle.fetch_history()
+    biggest = max(e.ByteSize() for e in history.events)
+    claims = sum(b"temporal.api.sdk.v1.ExternalStorageReference" in e.SerializeToString() for e in history.events)
+    print(f"history: {len(history.events)} events, biggest {biggest} bytes, {claims} holding a storage claim")
+    assert biggest < 16 * 1024 and claims >= 2
+
+
+def address_of_client(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+async def test_store_down_during_a_read_is_retried_never_replayed(s3_server: S3Server, client: Client,
+                                                                   ts_http_stateful: Peer) -> None:
+    """The store stops answering (SIGSTOP: connections hang) while a client reads the outcome: each request times
+    out, the read is retried within its bound and succeeds once the store is back; the tool ran once. 4 s of
+    outage stand for 30: the code path (request timeout, retry, back-off) is the same, only the count differs."""
+    prefix = unique("down") + "/"
+    queue = unique("q-down")
+    worker_client = stored_client(client, settings(s3_server, prefix=prefix))
+    reader = stored_client(client, settings(s3_server, prefix=prefix, request_timeout_s=1.0, read_retry_s=30))
+    mark = ts_http_stateful.log_mark()
+    async with in_process_worker(worker_client, task_queue=queue):
+        handle = await start_mcp_task(worker_client, big_request(ts_http_stateful, unique("DOWN"), kb=600),
+                                      workflow_id=unique("down"), task_queue=queue)
+        await asyncio.wait_for(handle.result(), 60)  # done; now read it while the store is down
+        os.kill(s3_server.proc.pid, signal.SIGSTOP)
+        try:
+            read = asyncio.create_task(get_outcome(reader, handle.id))
+            await asyncio.sleep(4)
+            assert not read.done(), "the read ended while the store was down"
+        finally:
+            os.kill(s3_server.proc.pid, signal.SIGCONT)
+        out = await asyncio.wait_for(read, 30)
+        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id])
+    print(f"store down 4 s during the read: outcome {out.outcome.value}, tools/call {calls}")
+    assert out.outcome == Outcome.COMPLETED and out.result is not None and calls == 1
+
+
+async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_http_stateful: Peer) -> None:
+    """A missing bucket, a deleted object and a changed object: one clear error naming it, no replay, no None."""
+    prefix = unique("bad") + "/"
+    queue = unique("q-bad")
+    c = stored_client(client, settings(s3_server, prefix=prefix, read_retry_s=2))
+    async with in_process_worker(c, task_queue=queue):
+        handle = await start_mcp_task(c, big_request(ts_http_stateful, unique("BAD"), kb=400),
+                                      workflow_id=unique("bad"), task_queue=queue)
+        await asyncio.wait_for(handle.result(), 60)
+    s3 = s3_server.s3()
+    keys = sorted(s3_server.keys(prefix=prefix))
+    # A changed object: the digest in the claim no longer matches.
+    for key in keys:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"tampered")
+    with pytest.raises(Exception) as exc_info:
+        await get_outcome(c, handle.id)
+    assert "digest mismatch" in _chain(exc_info.value), _chain(exc_info.value)
+    # A deleted object.
+    for key in keys:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as exc_info:
+        await get_outcome(c, handle.id)
+    assert "does not exist" in _chain(exc_info.value) and keys[0] in _chain(exc_info.value)
+    assert time.monotonic() - t0 < 10  # not retried: it cannot come back
+    # A bucket that does not exist: the store fails naming it (the activity's result cannot be stored: bounded
+    # retries of that read, never a tools/call again).
+    missing = stored_client(client, settings(s3_server, bucket="no-such-bucket-here"))
+    mark = ts_http_stateful.log_mark()
+    queue2 = unique("q-nobucket")
+    async with in_process_worker(missing, task_queue=queue2):
+        handle2 = await start_mcp_task(missing, big_request(ts_http_stateful, unique("NOBUCKET"), kb=400),
+                                       workflow_id=unique("nobucket"), task_queue=queue2)
+        failures = await _activity_failures(handle2, timeout_s=30)
+        await handle2.terminate("test: the bucket does not exist")
+        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle2.id])
+    print(f"missing bucket: {failures[0][:200]!r}; tools/call {calls}")
+    assert "bucket does not exist" in failures[0] and "no-such-bucket-here" in failures[0] and calls == 1
+
+
+def _chain(exc: BaseException | None) -> str:
+    parts = []
+    while exc is not None:
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return " <- ".join(parts)
+
+
+async def _activity_failures(handle: Any, timeout_s: float) -> list[str]:
+    """The last failure of each pending activity of ``handle`` (how a retried activity says why)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        desc = await handle.describe()
+        found = [p.last_failure.message for p in desc.raw_description.pending_activities if p.last_failure.message]
+        if found:
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError("no activity failure within the bound")
