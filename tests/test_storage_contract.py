@@ -188,7 +188,7 @@ def test_old_file_references_still_resolve(tmp_path: Path) -> None:
     """A history written before External Storage carries ``result_ref`` with a ``file://`` URI: still read."""
     ref = ResultStore(tmp_path).put({"content": [{"type": "text", "text": "old"}], "isError": False})
     outcome = McpTaskOutcome.model_validate({"workflow_id": "w", "outcome": "completed", "result_ref": ref,
-                                             "ledger": {"workflow_id": "w", "server": "s", "tool": "t",
+                                             "ledger": {"server": "s", "tool": "t",
                                                         "request_digest": "d", "created_at": "2026-01-01T00:00:00Z"}})
     assert outcome.result_ref is not None and outcome.result_ref.uri.startswith("file://")
     assert ResultStore.get(outcome.result_ref.model_dump())["content"][0]["text"] == "old"
