@@ -3,13 +3,14 @@ language's SDK sends through its default JSON converter) validates against them 
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from mcp_temporal_tasks.worker.cli.main import main
+from mcp_temporal_tasks.worker.cli.schema import cmd_schema
 from mcp_temporal_tasks.workflows.models import McpTaskRequest
 from mcp_temporal_tasks.workflows.schemas import json_schemas, render
 
@@ -24,7 +25,7 @@ def test_committed_schemas_are_current() -> None:
     assert committed == set(schemas), "docs/schemas differs: run `mcp-tasks schema --out docs/schemas`"
     stale = [n for n, s in schemas.items() if (DOCS / n).read_text(encoding="utf-8") != render(s)]
     assert not stale, f"stale: {stale}; run `mcp-tasks schema --out docs/schemas`"
-    assert main(["schema", "--out", str(DOCS), "--check"]) == 0
+    assert cmd_schema(argparse.Namespace(out=str(DOCS), check=True)) == 0
 
 
 def test_plain_json_request_validates(tmp_path: Path) -> None:
@@ -36,4 +37,4 @@ def test_plain_json_request_validates(tmp_path: Path) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**plain, "toll": "typo"}, schema)
     (tmp_path / "McpTaskRequest.json").write_text("{}")
-    assert main(["schema", "--out", str(tmp_path), "--check"]) == 1
+    assert cmd_schema(argparse.Namespace(out=str(tmp_path), check=True)) == 1
