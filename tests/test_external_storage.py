@@ -297,3 +297,42 @@ async def _activity_failures(handle: Any, timeout_s: float) -> list[str]:
             return found
         await asyncio.sleep(0.5)
     raise AssertionError("no activity failure within the bound")
+
+
+TS_SERVICE = Path(__file__).resolve().parent / "peers" / "ts" / "temporal_service.mjs"
+
+
+async def _ts_service(spec: dict[str, Any]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec("node", str(TS_SERVICE), json.dumps(spec), cwd=TS_SERVICE.parent,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                env={**os.environ, **AWS})
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_typescript_service_starts_and_reads(s3_server: S3Server, client: Client, ts_http_stateful: Peer) -> None:
+    """A TypeScript service (@temporalio/client) starts McpTaskWorkflow on our worker with a plain JSON request and
+    reads the outcome; through the TS SDK's External Storage (a reader of aws.s3driver claims) the 5 MB one too."""
+    prefix = unique("ts") + "/"
+    queue = unique("q-ts")
+    c = stored_client(client, settings(s3_server, prefix=prefix))
+    address = address_of_client(client)
+    marker = unique("TS-BIG")
+    async with in_process_worker(c, task_queue=queue):
+        small = {"server": {"url": ts_http_stateful.url}, "tool": "slow_echo",
+                 "arguments": {"seconds": 0.2, "text": "hello from TypeScript"}}
+        code, out, err = await _ts_service({"address": address, "taskQueue": queue, "workflowId": unique("ts-small"),
+                                            "request": small})
+        print(f"node temporal_service.mjs (plain request) -> exit {code}: {out.strip()}")
+        assert code == 0, err
+        got = json.loads(out)
+        assert got["outcome"] == "completed" and got["resultStart"] == "hello from TypeScript"
+        big = {"server": {"url": ts_http_stateful.url}, "tool": "big_echo", "arguments": {"kb": 5120, "marker": marker}}
+        code, out, err = await _ts_service({"address": address, "taskQueue": queue, "workflowId": unique("ts-big"),
+                                            "request": big, "s3": {"endpoint": s3_server.endpoint,
+                                                                   "region": "us-east-1"}})
+        print(f"node temporal_service.mjs (5 MB result via S3 claim) -> exit {code}: {out.strip()}")
+        assert code == 0, err
+        got = json.loads(out)
+        assert got["outcome"] == "completed" and got["resultStart"].startswith(marker) \
+            and got["resultChars"] >= 5 * MB
