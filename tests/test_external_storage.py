@@ -27,13 +27,16 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import PayloadCodec
+from temporalio.worker import Worker
 
+from mcp_temporal_tasks import McpTasksPlugin
 from mcp_temporal_tasks.activities.models import Endpoint
 from mcp_temporal_tasks.worker.config import StorageSettings
 from mcp_temporal_tasks.worker.runner import DATA_CONVERTER
 from mcp_temporal_tasks.worker.storage import with_storage
 from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     cli,
@@ -170,7 +173,8 @@ async def test_two_machines(s3_server: S3Server, client: Client, ts_http_statefu
     home_a, home_c = tmp_path / "a", tmp_path / "c"
     cfg = tmp_path / "a.toml"
     cfg.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
-                   "[worker]\nallow_inline_endpoints = true\n")
+                   "[worker]\nallow_inline_endpoints = true\n"
+                   f'[servers.big]\nurl = "{ts_http_stateful.url}"\n')
     env_a = {**AWS, "HOME": str(home_a), "MCP_TASKS_STATE_DIR": str(home_a / "state")}
     marker = unique("TWO-MACHINES")
     mark = ts_http_stateful.log_mark()
@@ -179,11 +183,28 @@ async def test_two_machines(s3_server: S3Server, client: Client, ts_http_statefu
         handle = await start_mcp_task(c, big_request(ts_http_stateful, marker), workflow_id=unique("two"),
                                       task_queue=queue)
         out = await asyncio.wait_for(get_outcome(c, handle.id), 120)
-        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id])
+        # A parent workflow on worker B (in this process: another queue, the same storage) whose child runs on A.
+        queue_b = unique("q-two-b")
+        parent_marker = unique("PARENT")
+        worker_b = Worker(c, task_queue=queue_b, workflows=[UserAgent], plugins=[McpTasksPlugin(storage=settings(
+            s3_server, prefix=prefix))])
+        async with worker_b:
+            parent_id = unique("two-parent")
+            steps = await asyncio.wait_for(c.execute_workflow(UserAgent.run, Plan([Step(
+                "call", "big", "big_echo", {"kb": 5120, "marker": parent_marker}, task_queue=queue)]), id=parent_id,
+                task_queue=queue_b), 120)
+        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client,
+                                    workflows=[handle.id, f"{parent_id}/mcp/1"])
+    child_text = steps[0].get("text") or ""
+    print(f"parent on worker B: child {parent_id}/mcp/1 ran on worker A; result {len(child_text)} chars, "
+          f"starts {child_text[:len(parent_marker)]!r}")
+    assert child_text.startswith(parent_marker) and len(child_text) >= 5 * MB
+    child = await client.get_workflow_handle(f"{parent_id}/mcp/1").describe()
+    assert child.task_queue == queue and child.parent_id == parent_id  # the child ran on worker A's queue
     text = out.result["content"][0]["text"] if out.result else ""
     print(f"get_outcome: {out.outcome.value}, result {len(text)} chars, starts {text[:len(marker)]!r}, "
-          f"tools/call {calls}")
-    assert out.outcome == Outcome.COMPLETED and text.startswith(marker) and len(text) >= 5 * MB and calls == 1
+          f"tools/call {calls} (this task and the parent's child: one each)")
+    assert out.outcome == Outcome.COMPLETED and text.startswith(marker) and len(text) >= 5 * MB and calls == 2
     assert not any(home_c.glob("**/*")) and not (Path.home() / ".local/state/mcp-tasks/payloads" / prefix).exists()
     # Another machine: its own HOME and state dir, the same [temporal] table.
     cfg_c = tmp_path / "c.toml"
@@ -200,7 +221,7 @@ async def test_two_machines(s3_server: S3Server, client: Client, ts_http_statefu
     assert got["content"][0]["text"] == text
     keys = s3_server.keys(prefix=prefix)
     print("bucket listing:\n" + "\n".join(f"  {size:>9}  {key}" for key, size in sorted(keys.items())))
-    assert keys and all(size > 5 * MB for size in keys.values())
+    assert len(keys) >= 4 and all(size > 5 * MB for size in keys.values())
     history = await handle.fetch_history()
     biggest = max(e.ByteSize() for e in history.events)
     claims = sum(b"temporal.api.sdk.v1.ExternalStorageReference" in e.SerializeToString() for e in history.events)
