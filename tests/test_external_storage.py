@@ -35,13 +35,15 @@ from mcp_temporal_tasks.worker.config import StorageSettings
 from mcp_temporal_tasks.worker.runner import DATA_CONVERTER
 from mcp_temporal_tasks.worker.storage import with_storage
 from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     cli,
+    eventually,
     in_process_worker,
     settled_calls,
+    tool_calls,
     unique,
     worker_process,
 )
@@ -258,6 +260,48 @@ async def test_store_down_during_a_read_is_retried_never_replayed(s3_server: S3S
         calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id])
     print(f"store down 4 s during the read: outcome {out.outcome.value}, tools/call {calls}")
     assert out.outcome == Outcome.COMPLETED and out.result is not None and calls == 1
+
+
+async def test_worker_killed_mid_store_loses_nothing(s3_server: S3Server, client: Client, ts_http_stateful: Peer,
+                                                     tmp_path: Path) -> None:
+    """Worker A has read the task's 5 MB result and is storing it when it is SIGKILLed (the store is frozen so the
+    kill lands mid-store). Its attempt times out (heartbeat), worker B reads the task's result again and stores it:
+    the outcome is complete, and the tool ran once."""
+    prefix = unique("kill") + "/"
+    queue = unique("q-kill")
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+                   "request_timeout_s = 120\n[worker]\nallow_inline_endpoints = true\n")
+    env_a = {**AWS, "HOME": str(tmp_path / "a"), "MCP_TASKS_STATE_DIR": str(tmp_path / "a" / "state")}
+    c = stored_client(client, settings(s3_server, prefix=prefix))
+    marker = unique("KILLED")
+    mark = ts_http_stateful.log_mark()
+    request = big_request(ts_http_stateful, marker).model_copy(update={"timeouts": Timeouts(heartbeat_s=3)})
+    frozen = False
+    try:
+        with worker_process(address_of_client(client), queue, cfg, env=env_a) as worker_a:
+            handle = await start_mcp_task(c, request, workflow_id=unique("kill"), task_queue=queue)
+            os.kill(s3_server.proc.pid, signal.SIGSTOP)
+            frozen = True
+            await eventually(lambda: _async_true(tool_calls(ts_http_stateful, mark, method="tasks/result")), 30,
+                             "worker A reading the task's result")
+            await asyncio.sleep(1.5)  # it has the 5 MB now and waits on the frozen store
+            worker_a.kill()
+        os.kill(s3_server.proc.pid, signal.SIGCONT)
+        frozen = False
+        async with in_process_worker(c, task_queue=queue):
+            out = await asyncio.wait_for(get_outcome(c, handle.id), 90)
+            calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id])
+    finally:
+        if frozen:
+            os.kill(s3_server.proc.pid, signal.SIGCONT)
+    text = out.result["content"][0]["text"] if out.result else ""
+    print(f"worker killed mid-store: outcome {out.outcome.value}, result {len(text)} chars, tools/call {calls}")
+    assert out.outcome == Outcome.COMPLETED and text.startswith(marker) and len(text) >= 5 * MB and calls == 1
+
+
+async def _async_true(value: Any) -> bool:
+    return bool(value)
 
 
 async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_http_stateful: Peer) -> None:
