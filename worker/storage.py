@@ -244,7 +244,7 @@ def _s3_driver(settings: StorageSettings) -> StorageDriver:
     timeout = settings.request_timeout_s
 
     async def open_client(stack: contextlib.AsyncExitStack) -> Any:
-        session = aioboto3.Session()
+        session: Any = aioboto3.Session()
         raw = await stack.enter_async_context(session.client(
             "s3", endpoint_url=settings.endpoint, region_name=settings.region or os.environ.get("AWS_REGION")
             or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
@@ -265,29 +265,28 @@ def _s3_driver(settings: StorageSettings) -> StorageDriver:
         def describe(self) -> dict[str, str]:
             return {"endpoint": settings.endpoint} if settings.endpoint else {}
 
+    class Prefixed(S3StorageDriverClient):
+        """Writes go under ``prefix``; :class:`ManagedDriver` writes the prefixed key into the claim (so any SDK's
+        S3 driver reads it as it is) and reads use the claim's key unchanged."""
+
+        def __init__(self, inner: S3StorageDriverClient, prefix: str) -> None:
+            self.inner, self.prefix = inner, prefix
+
+        async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
+            await self.inner.put_object(bucket=bucket, key=self.prefix + key, data=data)
+
+        async def object_exists(self, *, bucket: str, key: str) -> bool:
+            return await self.inner.object_exists(bucket=bucket, key=self.prefix + key)
+
+        async def get_object(self, *, bucket: str, key: str) -> bytes:
+            return await self.inner.get_object(bucket=bucket, key=key)
+
+        def describe(self) -> Any:
+            return self.inner.describe()
+
     assert settings.bucket is not None
-    return S3StorageDriver(_Prefixed(LazyClient(), settings.prefix) if settings.prefix else LazyClient(),
-                           settings.bucket, max_payload_size=MAX_PAYLOAD_BYTES)
-
-
-class _Prefixed:
-    """An S3 client whose writes go under ``prefix``; :class:`ManagedDriver` writes the prefixed key into the claim
-    (so any SDK's S3 driver reads it as it is) and reads use the claim's key unchanged."""
-
-    def __init__(self, inner: Any, prefix: str) -> None:
-        self.inner, self.prefix = inner, prefix
-
-    async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
-        await self.inner.put_object(bucket=bucket, key=self.prefix + key, data=data)
-
-    async def object_exists(self, *, bucket: str, key: str) -> bool:
-        return bool(await self.inner.object_exists(bucket=bucket, key=self.prefix + key))
-
-    async def get_object(self, *, bucket: str, key: str) -> bytes:
-        return bytes(await self.inner.get_object(bucket=bucket, key=key))
-
-    def describe(self) -> Any:
-        return self.inner.describe()
+    client: S3StorageDriverClient = Prefixed(LazyClient(), settings.prefix) if settings.prefix else LazyClient()
+    return S3StorageDriver(client, settings.bucket, max_payload_size=MAX_PAYLOAD_BYTES)
 
 
 def _gcs_driver(settings: StorageSettings) -> StorageDriver:
@@ -349,7 +348,7 @@ _PERMANENT = {
 
 def _explain(exc: BaseException) -> tuple[str, bool]:
     """(why, retryable) of a driver's error: its cause chain searched for a store's error code."""
-    texts = []
+    texts: list[str] = []
     seen: BaseException | None = exc
     while seen is not None and len(texts) < 5:
         code = getattr(seen, "response", None)
