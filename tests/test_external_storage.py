@@ -401,3 +401,50 @@ async def test_typescript_service_starts_and_reads(s3_server: S3Server, client: 
         got = json.loads(out)
         assert got["outcome"] == "completed" and got["resultStart"].startswith(marker) \
             and got["resultChars"] >= 5 * MB
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator() -> Iterator[str]:
+    """gcp-storage-emulator (PyPI; pinned in [test]): the GCS JSON API over HTTP, in memory, with one bucket."""
+    port = _free_port()
+    exe = Path(sys.executable).parent / "gcp-storage-emulator"
+    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--default-bucket",
+                             "mcp-gcs", "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.2)
+    yield endpoint
+    proc.kill()
+    proc.wait(10)
+
+
+async def test_gcs_driver_round_trip(gcs_emulator: str, client: Client, ts_http_stateful: Peer) -> None:
+    """The GCS driver (Temporal's, over gcloud-aio-storage) against gcp-storage-emulator: a large result is stored
+    under the prefix and read back by get_outcome; the history holds only claims."""
+    import urllib.request
+
+    prefix = unique("gcs") + "/"
+    storage = StorageSettings(driver="gcs", bucket="mcp-gcs", endpoint=gcs_emulator, prefix=prefix)
+    c = Client(client.service_client, namespace=client.namespace, data_converter=with_storage(DATA_CONVERTER, storage))
+    queue = unique("q-gcs")
+    marker = unique("GCS")
+    async with in_process_worker(c, task_queue=queue):
+        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker, kb=600), workflow_id=unique("gcs"),
+                                      task_queue=queue)
+        out = await asyncio.wait_for(get_outcome(c, handle.id), 60)
+    assert out.outcome == Outcome.COMPLETED and out.result is not None
+    assert out.result["content"][0]["text"].startswith(marker)
+    with urllib.request.urlopen(f"{gcs_emulator}/storage/v1/b/mcp-gcs/o?prefix={prefix}", timeout=10) as res:
+        names = [item["name"] for item in json.loads(res.read()).get("items", [])]
+    print(f"GCS objects under {prefix}: {len(names)}")
+    assert len(names) >= 2 and all(n.startswith(prefix + "v0/") for n in names)
+    history = await handle.fetch_history()
+    assert max(e.ByteSize() for e in history.events) < 16 * 1024

@@ -103,7 +103,8 @@ class StorageSettings(_Strict):
     driver: Literal["s3", "gcs", "local"] | None = None
     bucket: str | None = Field(None, min_length=3, max_length=222)
     prefix: str = Field("", max_length=256)
-    #: An S3-compatible endpoint URL (MinIO, Ceph, R2...) or a GCS API root (an emulator); none: the cloud's own.
+    #: An S3-compatible endpoint URL (MinIO, Ceph, R2...), or for gcs an emulator (gcloud-aio sends no credentials
+    #: to a given API root); none: the cloud's own.
     endpoint: str | None = None
     region: str | None = None
     threshold_bytes: int = Field(256 * 1024, ge=0, le=2 * 1024 * 1024)
