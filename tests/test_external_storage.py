@@ -48,7 +48,7 @@ from tests.temporal_harness import (
     worker_process,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("external_storage")]
+pytestmark = pytest.mark.slow
 
 AWS = {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "mcp-tasks-test"

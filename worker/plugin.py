@@ -183,9 +183,9 @@ class McpTasksPlugin(SimplePlugin):
         #: plugin gives a client's data converter (one the client already has is kept).
         self.storage = settings_of(chosen, self.config.worker.state_dir)
         self.config.temporal.storage = self.storage
-        prepare(self.storage)
         #: The activities, their session pool and result store (checked writable now, not at the first result).
         self.mcp_activities = activities or make_activities(self.config)
+        prepare(self.storage)  # the embedded store writable (and its cleanup), after the result store's own check
         self.register_search_attributes = register_search_attributes
         #: The running owner-queue workers, by (connection, namespace).
         self._owners: dict[tuple[int, str], _Owner] = {}
