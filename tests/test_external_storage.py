@@ -26,14 +26,14 @@ import boto3
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
-from temporalio.converter import PayloadCodec
+from temporalio.converter import PayloadCodec, StorageDriverClaim, StorageDriverRetrieveContext
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks import McpTasksPlugin
 from mcp_temporal_tasks.activities.models import Endpoint
 from mcp_temporal_tasks.worker.config import StorageSettings
 from mcp_temporal_tasks.worker.runner import DATA_CONVERTER
-from mcp_temporal_tasks.worker.storage import with_storage
+from mcp_temporal_tasks.worker.storage import PayloadStoreError, storage_driver, with_storage
 from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
 from tests.fixtures.user_app import Plan, Step, UserAgent
@@ -448,3 +448,31 @@ async def test_gcs_driver_round_trip(gcs_emulator: str, client: Client, ts_http_
     assert len(names) >= 2 and all(n.startswith(prefix + "v0/") for n in names)
     history = await handle.fetch_history()
     assert max(e.ByteSize() for e in history.events) < 16 * 1024
+
+
+async def test_wrong_credentials_are_named_not_retried() -> None:
+    """moto with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0): an unknown access key is refused; the read
+    fails at once naming the credentials, not after the retry budget."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "moto did not start"
+                await asyncio.sleep(0.2)
+        driver = storage_driver(StorageSettings(bucket=BUCKET, endpoint=f"http://127.0.0.1:{port}", read_retry_s=30))
+        claim = StorageDriverClaim({"bucket": BUCKET, "key": "v0/x", "hash_algorithm": "sha256", "hash_value": "0" * 64})
+        t0 = time.monotonic()
+        with pytest.raises(PayloadStoreError) as exc_info:
+            await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+        print(f"wrong credentials: {exc_info.value}")
+        assert "refused" in str(exc_info.value) and BUCKET in str(exc_info.value) and time.monotonic() - t0 < 10
+    finally:
+        proc.kill()
+        proc.wait(10)
