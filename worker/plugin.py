@@ -46,7 +46,7 @@ from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import ConfigError, StorageSettings, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
 from mcp_temporal_tasks.worker.registry import WORKFLOWS, ensure_search_attributes, make_activities
-from mcp_temporal_tasks.worker.storage import prepare, settings_of, with_storage
+from mcp_temporal_tasks.worker.storage import aclose_storage, prepare, settings_of, with_storage
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
@@ -274,6 +274,7 @@ class McpTasksPlugin(SimplePlugin):
             if not self._owners:
                 await self.mcp_activities.push.aclose()
                 await self.mcp_activities.pool.aclose()
+                await aclose_storage(client.data_converter)
 
 
 async def _register_search_attributes(client: Client) -> None:

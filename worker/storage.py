@@ -286,7 +286,10 @@ def _s3_driver(settings: StorageSettings) -> StorageDriver:
 
     assert settings.bucket is not None
     client: S3StorageDriverClient = Prefixed(LazyClient(), settings.prefix) if settings.prefix else LazyClient()
-    return S3StorageDriver(client, settings.bucket, max_payload_size=MAX_PAYLOAD_BYTES)
+    driver = S3StorageDriver(client, settings.bucket, max_payload_size=MAX_PAYLOAD_BYTES)
+    # Closed by aclose_storage.
+    driver._mcp_clients = clients  # type: ignore[attr-defined]
+    return driver
 
 
 def _gcs_driver(settings: StorageSettings) -> StorageDriver:
@@ -325,7 +328,10 @@ def _gcs_driver(settings: StorageSettings) -> StorageDriver:
 
     self_prefix = settings.prefix
     assert settings.bucket is not None
-    return GCSStorageDriver(LazyClient(), settings.bucket)
+    driver = GCSStorageDriver(LazyClient(), settings.bucket)
+    # Closed by aclose_storage.
+    driver._mcp_clients = clients  # type: ignore[attr-defined]
+    return driver
 
 
 # --- the wrapper every driver gets ------------------------------------------------------------------------------
@@ -470,6 +476,18 @@ def prepare(settings: StorageSettings) -> None:
         if removed:
             log.info("local payload store %s: removed %d payloads older than %s days", root, removed,
                      settings.retention_days)
+
+
+async def aclose_storage(converter: DataConverter) -> None:
+    """Close this event loop's store clients of ``converter`` (a later use opens new ones): at a worker's end."""
+    storage = converter.external_storage
+    for driver in storage.drivers if storage is not None else ():
+        clients = getattr(getattr(driver, "inner", None), "_mcp_clients", None)
+        if isinstance(clients, _PerLoop):
+            try:
+                await clients.aclose()
+            except Exception as exc:  # noqa: BLE001  (closing must not mask how the worker ended)
+                log.warning("closing the payload store's client: %s", exc)
 
 
 def settings_of(temporal_storage: StorageSettings, state_dir_setting: str | None = None) -> StorageSettings:
