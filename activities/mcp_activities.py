@@ -149,6 +149,17 @@ def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | Job
     return JobTasks(client, job) if job is not None else client
 
 
+def _sdk_stores_large_payloads() -> bool:
+    """Whether this activity's client offloads large payloads itself (Temporal's External Storage on its data
+    converter, ``worker/storage.py``): then a large result travels as it is, and the SDK puts it in the store and
+    only a claim in the history, readable by every client and worker configured alike, in any SDK. Otherwise (a
+    client without it) the result store's ``file://`` reference, as before."""
+    try:
+        return activity.client().data_converter.external_storage is not None
+    except RuntimeError:  # not in an activity with a client (a unit test calling the method directly)
+        return False
+
+
 class McpActivities:
     """Activities with their dependencies injected: the server registry, the session pool, the result store."""
 
@@ -200,7 +211,7 @@ class McpActivities:
             decoded = decode_result(payload.result, output_schema)
         except ResultDecodeError as exc:
             return DecodedPayload(decode_error=exc.message, raw=_cap(payload.result))
-        inline, ref = self.store.maybe_offload(decoded)
+        inline, ref = (decoded, None) if _sdk_stores_large_payloads() else self.store.maybe_offload(decoded)
         if ref is not None:
             # The workflow never sees the offloaded body: it must still know a tool error from a success.
             ref["is_error"] = bool(decoded.get("isError"))

@@ -59,8 +59,10 @@ NAMESPACE_SETUP = "temporal-namespace-setup"
 UI = "temporal-ui"
 WORKER = "worker"
 DEMO = "demo-mcp"
-ALL_SERVICES = {POSTGRES, SCHEMA_SETUP, TEMPORAL, NAMESPACE_SETUP, UI, WORKER, DEMO}
-ONE_SHOTS = {SCHEMA_SETUP, NAMESPACE_SETUP}
+MINIO = "minio"
+MINIO_SETUP = "minio-setup"
+ALL_SERVICES = {POSTGRES, SCHEMA_SETUP, TEMPORAL, NAMESPACE_SETUP, UI, WORKER, DEMO, MINIO, MINIO_SETUP}
+ONE_SHOTS = {SCHEMA_SETUP, NAMESPACE_SETUP, MINIO_SETUP}
 
 # The contract with the worker (fixed by the project lead).
 WORKER_CONFIG_PATH = "/etc/mcp-tasks/worker.toml"
@@ -73,6 +75,13 @@ WORKER_ENV_NAMES = frozenset(
         "MCP_TASKS_CONFIG",
         "MCP_TASKS_METRICS_PORT",
         "MCP_TASKS_STATE_DIR",
+        # [temporal.storage] (worker/config.py STORAGE_ENV_OVERRIDES) and the S3 driver's credentials.
+        "MCP_TASKS_STORAGE_DRIVER",
+        "MCP_TASKS_STORAGE_BUCKET",
+        "MCP_TASKS_STORAGE_PREFIX",
+        "MCP_TASKS_STORAGE_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
         "TEMPORAL_API_KEY",
         "TEMPORAL_TLS_CERT",
         "TEMPORAL_TLS_KEY",
@@ -336,6 +345,8 @@ def test_images_pinned(compose):
         image_repo, _, tag = images[name].partition(":")
         assert image_repo == repo, f"{name}: {images[name]}"
         assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{name}: {images[name]} is not an exact release"
+    for name in (MINIO, MINIO_SETUP):
+        assert re.fullmatch(r"minio/(minio|mc):RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ", images[name]), images[name]
     # Schema files come from admin-tools: they must match the server release.
     assert image_tag(images[SCHEMA_SETUP]) == image_tag(images[TEMPORAL])
     assert image_tag(images[NAMESPACE_SETUP]) == image_tag(images[TEMPORAL])
@@ -429,13 +440,22 @@ def test_worker_toml_contract(compose):
     cfg = load_worker_toml(compose)
     env = env_of(service(compose, WORKER))
 
-    temporal = cfg["temporal"]
+    temporal = dict(cfg["temporal"])
+    storage = temporal.pop("storage")
     assert temporal == {
         "address": env["TEMPORAL_ADDRESS"],
         "namespace": env["TEMPORAL_NAMESPACE"],
         "task_queue": env["MCP_TASKS_TASK_QUEUE"],
     }
     assert temporal["task_queue"] == "mcp-tasks"
+    # Large payloads go to the stack's MinIO: the bucket minio-setup creates, at the minio service's port.
+    assert storage["driver"] == "s3" and storage["endpoint"] == "http://minio:9000"
+    assert storage["bucket"] == env_of(service(compose, MINIO_SETUP))["MCP_TASKS_BUCKET"]
+    assert env["AWS_ACCESS_KEY_ID"] == env_of(service(compose, MINIO))["MINIO_ROOT_USER"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == env_of(service(compose, MINIO))["MINIO_ROOT_PASSWORD"]
+    from mcp_temporal_tasks.worker.config import StorageSettings
+
+    assert StorageSettings.model_validate(storage).kind == "s3"
 
     demo = cfg["servers"]["demo"]
     assert demo["url"] == "http://demo-mcp:8000/mcp"
@@ -576,7 +596,10 @@ def test_startup_order(compose):
         TEMPORAL: "service_healthy",
         NAMESPACE_SETUP: "service_completed_successfully",
         DEMO: "service_healthy",
+        MINIO_SETUP: "service_completed_successfully",
     }
+    assert deps[MINIO] == {}
+    assert deps[MINIO_SETUP] == {MINIO: "service_healthy"}
 
     # One-shots must not be restarted once they exited 0, long-running ones should be.
     for name in ONE_SHOTS:
@@ -667,7 +690,8 @@ def test_dockerfile_contract():
     assert 'EXTRAS=""' in by_kind["ARG"], by_kind.get("ARG")
     compose = load_compose()
     assert service(compose, DEMO)["build"].get("args", {}).get("EXTRAS") == "demo"
-    assert "EXTRAS" not in (service(compose, WORKER)["build"].get("args") or {})
+    # The worker image carries the S3 driver for the stack's MinIO, nothing else.
+    assert (service(compose, WORKER)["build"].get("args") or {}) == {"EXTRAS": "s3"}
 
     exposed = {p.split("/")[0] for a in by_kind.get("EXPOSE", []) for p in a.split()}
     worker_env = env_of(service(load_compose(), WORKER))

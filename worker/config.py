@@ -7,6 +7,12 @@ namespace = "default"           # env TEMPORAL_NAMESPACE
 task_queue = "mcp-tasks"        # env MCP_TASKS_TASK_QUEUE
 tls = false                     # true, or implied by TEMPORAL_TLS_CERT / TEMPORAL_API_KEY
 ui_url = "http://localhost:8080"  # env MCP_TASKS_UI_URL: the Temporal UI for links the CLI prints (default: none)
+[temporal.storage]              # large payloads (results, arguments, errors) via Temporal's External Storage
+driver = "s3"                   # env MCP_TASKS_STORAGE_DRIVER: s3 | gcs | local (default: s3 with a bucket, else local)
+bucket = "mcp-tasks"            # env MCP_TASKS_STORAGE_BUCKET; credentials from the driver's own env (AWS_*, GCS ADC)
+prefix = "prod/"                # env MCP_TASKS_STORAGE_PREFIX: object keys start with it
+endpoint = "http://minio:9000"  # env MCP_TASKS_STORAGE_ENDPOINT: any S3-compatible endpoint (MinIO), a GCS emulator
+threshold_bytes = 262144        # payloads at least this big go to the store; the history keeps only the claim
 # API key and client certificate only from env: TEMPORAL_API_KEY, TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY (paths)
 
 [worker]
@@ -61,9 +67,9 @@ import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, validation_message
@@ -93,6 +99,51 @@ def is_host_port(address: str) -> bool:
                 and not any(c.isspace() for c in address))
 
 
+class StorageSettings(_Strict):
+    """``[temporal.storage]``: where payloads over ``threshold_bytes`` go (Temporal's External Storage, the
+    claim-check pattern; ``worker/storage.py``). Every client and worker that reads or writes the tasks needs the
+    same table. No bucket: the embedded store, one machine's directory (``local_dir``, else the state
+    directory's ``payloads/``). Credentials never here: the S3 driver reads the AWS environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, profiles, instance roles), the GCS driver Google's application default credentials."""
+
+    driver: Literal["s3", "gcs", "local"] | None = None
+    bucket: str | None = Field(None, min_length=3, max_length=222)
+    prefix: str = Field("", max_length=256)
+    #: An S3-compatible endpoint URL (MinIO, Ceph, R2...), or for gcs an emulator (gcloud-aio sends no credentials
+    #: to a given API root); none: the cloud's own.
+    endpoint: str | None = None
+    region: str | None = None
+    threshold_bytes: int = Field(256 * 1024, ge=0, le=2 * 1024 * 1024)
+    #: The embedded store's directory (driver ``local``).
+    local_dir: str | None = None
+    #: Each store request's own timeout, and how long a read keeps retrying a store that does not answer
+    #: (bounded; a missing object, refused credentials or a digest mismatch are not retried).
+    request_timeout_s: float = Field(10.0, gt=0, le=300)
+    read_retry_s: float = Field(60.0, ge=0, le=3600)
+    #: The embedded store's cleanup: objects older than this are deleted at worker start (none: kept). Must be at
+    #: least the longest task's life plus the namespace's retention (docs: "Large payloads").
+    retention_days: float | None = Field(None, gt=0)
+
+    @property
+    def kind(self) -> str:
+        return self.driver or ("s3" if self.bucket else "local")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not (v.startswith(("http://", "https://")) and len(v) > 8 and not any(c.isspace() for c in v)):
+            raise ValueError(f"must be an http(s) URL (e.g. http://minio:9000), got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _bucket_fits_driver(self) -> StorageSettings:
+        if self.kind in ("s3", "gcs") and not self.bucket:
+            raise ValueError(f"driver {self.kind!r} needs a bucket")
+        if self.kind == "local" and self.bucket:
+            raise ValueError("driver 'local' takes no bucket (set driver = \"s3\" or \"gcs\")")
+        return self
+
+
 class TemporalSettings(_Strict):
     address: str = "localhost:7233"
     namespace: str = "default"
@@ -100,6 +151,8 @@ class TemporalSettings(_Strict):
     tls: StrictBool = False
     #: The Temporal UI of this Temporal, for the links the CLI prints (none: only a dev server's own UI is linked).
     ui_url: str | None = None
+    #: Large payloads: ``[temporal.storage]`` (every client and worker of these tasks needs the same table).
+    storage: StorageSettings = Field(default_factory=StorageSettings)
 
     @field_validator("address")
     @classmethod
@@ -344,6 +397,14 @@ ENV_OVERRIDES = {
     "MCP_TASKS_STATE_DIR": ("worker", "state_dir"),
 }
 
+#: ``[temporal.storage]`` keys from the environment (a container's configuration).
+STORAGE_ENV_OVERRIDES = {
+    "MCP_TASKS_STORAGE_DRIVER": "driver",
+    "MCP_TASKS_STORAGE_BUCKET": "bucket",
+    "MCP_TASKS_STORAGE_PREFIX": "prefix",
+    "MCP_TASKS_STORAGE_ENDPOINT": "endpoint",
+}
+
 
 def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None,
                 temporal_only: bool = False) -> WorkerConfig:
@@ -376,6 +437,15 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
     for var, (section, key) in ENV_OVERRIDES.items():
         if env.get(var) and isinstance(raw.setdefault(section, {}), dict):
             raw[section][key] = env[var]
+    for var, key in STORAGE_ENV_OVERRIDES.items():
+        if env.get(var):
+            temporal = raw.setdefault("temporal", {})
+            if not isinstance(temporal, dict):
+                raise ConfigError("temporal: must be a table")
+            storage = temporal.setdefault("storage", {})
+            if not isinstance(storage, dict):
+                raise ConfigError("temporal.storage: must be a table")
+            storage[key] = env[var]
     if temporal_only:
         raw = {"temporal": raw["temporal"]} if "temporal" in raw else {}
         problems = []

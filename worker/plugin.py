@@ -32,6 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import Client, ClientConfig
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
@@ -42,9 +43,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.models import ServerConfig
-from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_config, server_config
+from mcp_temporal_tasks.worker.config import ConfigError, StorageSettings, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
 from mcp_temporal_tasks.worker.registry import WORKFLOWS, ensure_search_attributes, make_activities
+from mcp_temporal_tasks.worker.storage import aclose_storage, prepare, settings_of, with_storage
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
@@ -168,17 +170,27 @@ class McpTasksPlugin(SimplePlugin):
         register_search_attributes: bool = True,
         activities: McpActivities | None = None,
         tracing: bool = False,
+        storage: StorageSettings | Mapping[str, Any] | None = None,
     ) -> None:
         parsed = {name: cfg if isinstance(cfg, ServerConfig) else server_config(name, cfg)
                   for name, cfg in (servers or {}).items()}
         self.config = McpWorkerConfig(servers=parsed, worker=settings or WorkerSettings())
+        try:
+            chosen = storage if isinstance(storage, StorageSettings) else StorageSettings.model_validate(storage or {})
+        except ValidationError as exc:
+            raise ConfigError(f"McpTasksPlugin(storage=...): {exc.errors()[0]['msg']}") from None
+        #: Large payloads (``[temporal.storage]``: bucket, prefix, endpoint, threshold): the External Storage this
+        #: plugin gives a client's data converter (one the client already has is kept).
+        self.storage = settings_of(chosen, self.config.worker.state_dir)
+        self.config.temporal.storage = self.storage
         #: The activities, their session pool and result store (checked writable now, not at the first result).
         self.mcp_activities = activities or make_activities(self.config)
+        prepare(self.storage)  # the embedded store writable (and its cleanup), after the result store's own check
         self.register_search_attributes = register_search_attributes
         #: The running owner-queue workers, by (connection, namespace).
         self._owners: dict[tuple[int, str], _Owner] = {}
         # (SimplePlugin keeps its own `activities` attribute: ours is `mcp_activities`.)
-        super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=with_pydantic,
+        super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=self._data_converter,
                          activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox,
                          interceptors=[tracing_interceptor()] if tracing or self.config.worker.tracing else None)
 
@@ -186,7 +198,11 @@ class McpTasksPlugin(SimplePlugin):
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> McpTasksPlugin:
         """From the TOML configuration (``path``, else ``$MCP_TASKS_CONFIG``; see the README)."""
         cfg = load_config(path)
+        kw.setdefault("storage", cfg.temporal.storage)
         return cls(cfg.servers, settings=cfg.worker, **kw)
+
+    def _data_converter(self, converter: DataConverter | None) -> DataConverter:
+        return with_storage(with_pydantic(converter), self.storage)
 
     @property
     def owner_queue(self) -> str:
@@ -258,6 +274,7 @@ class McpTasksPlugin(SimplePlugin):
             if not self._owners:
                 await self.mcp_activities.push.aclose()
                 await self.mcp_activities.pool.aclose()
+                await aclose_storage(client.data_converter)
 
 
 async def _register_search_attributes(client: Client) -> None:

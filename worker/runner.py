@@ -40,6 +40,7 @@ from mcp_temporal_tasks.activities.wire.stdio import SHUTDOWN_BOUND_S
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
 from mcp_temporal_tasks.worker.registry import make_activities
+from mcp_temporal_tasks.worker.storage import settings_of, with_storage
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 
 log = logging.getLogger("mcp_tasks.worker")
@@ -202,12 +203,15 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     not transient."""
     options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
     target = options.pop("target_host")
+    # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
+    data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)
+                                  if cfg is not None else None)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     delay = 0.1
     while True:
         try:
-            return await Client.connect(target, data_converter=DATA_CONVERTER, runtime=runtime(metrics_port),
+            return await Client.connect(target, data_converter=data_converter, runtime=runtime(metrics_port),
                                         interceptors=interceptors or [], **options)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:

@@ -40,6 +40,10 @@ def command(name: str) -> Command:
         serves: dict[str, Command] = {"worker": serving.cmd_worker, "dev-server": serving.cmd_dev_server,
                                       "demo": serving.cmd_demo, "demo-server": serving.cmd_demo_server}
         return serves[name]
+    if name == "schema":
+        from mcp_temporal_tasks.worker.cli.schema import cmd_schema
+
+        return cmd_schema
     from mcp_temporal_tasks.worker.cli import operations
 
     operates: dict[str, Command] = {

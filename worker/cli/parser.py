@@ -329,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     temporal_opts(p)
     json_opt(p)
 
+    p = command("schema", "print the JSON Schemas of the workflow's request, outcome, queries, updates and signals "
+                          "(for services in other languages)")
+    p.add_argument("--out", metavar="DIR", help="write one FILE.json per schema into DIR instead of printing them")
+    p.add_argument("--check", action="store_true", help="with --out: exit 1 if DIR's files are not current")
+
     p = command("list", "list MCP task workflows")
     p.add_argument("--outcome", metavar="OUTCOME", help="only tasks that ended so: " + ", ".join(outcome_values()))
     p.add_argument("--status", metavar="STATUS",

@@ -297,6 +297,15 @@ function buildServer() {
         ['failed', { ...text(message), isError: true, _meta: { [RPC_ERROR_META]: { code: -32602, message } } }];
     });
 
+  // A large result: `marker` then `kb` KiB of filler (tests/test_external_storage.py: a result over Temporal's
+  // payload limits, claim-checked to the payload store).
+  taskTool(server, 'big_echo', {
+    description: 'Answers `marker` followed by `kb` KiB of filler after `seconds`.',
+    inputSchema: { kb: z.number().default(5120), seconds: z.number().default(0.2), marker: z.string().default('big') },
+    taskSupport: 'optional'
+  }, async (a, taskId) => (await work(taskId, a.seconds * 1000)) &&
+    ['completed', text(a.marker + '.'.repeat(Math.min(Math.max(0, a.kb), 16384) * 1024))]);
+
   taskTool(server, 'required_echo', {
     description: 'Echoes text; task-only.',
     inputSchema: { text: z.string().default('hello') },
