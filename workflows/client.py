@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 
@@ -148,8 +148,3 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
         if outcome is None:
             raise
         return outcome
-
-
-async def is_running(client: Client, workflow_id: str) -> bool:
-    desc = await client.get_workflow_handle(workflow_id).describe()
-    return desc.status == WorkflowExecutionStatus.RUNNING
