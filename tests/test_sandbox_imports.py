@@ -115,3 +115,16 @@ def test_the_stubs_name_what_the_worker_runs() -> None:
     assert implemented == stubs
     registered = {fn.__temporal_activity_definition.name for fn in McpActivities().all()}
     assert registered == set(stubs.values())
+
+
+async def test_public_names_imported_at_the_top_of_a_workflow_file_are_the_workers() -> None:
+    """The sandbox re-runs a workflow's file (and this package's ``__init__``, which the plugin does not pass
+    through); a name it takes from the package is passed through from the worker, so the file loads (re-running
+    the worker side in the sandbox instead fails: "Using subclasses of proxied objects is unsupported")."""
+    import temporalio.workflow
+
+    from mcp_temporal_tasks.worker.runner import workflow_runner
+    from tests.fixtures.toplevel_app import TopLevelImports
+
+    runner = workflow_runner()
+    runner.prepare_workflow(temporalio.workflow._Definition.must_from_class(TopLevelImports))
