@@ -50,6 +50,19 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 
+from mcp_temporal_tasks.activities.defs import (  # the names stay importable from here too
+    ANSWER_INPUT,
+    AWAIT_TASK,
+    CANCEL_TASK,
+    FETCH_OUTCOME,
+    LIST_TOOLS,
+    POLL_TASK,
+    RELAY_INPUT,
+    RESOLVE,
+    RETRIEVE_RESULT,
+    START_CALL,
+    McpActivityDefs,
+)
 from mcp_temporal_tasks.activities.failures import to_application_error
 from mcp_temporal_tasks.activities.models import (
     OUTCOME_MEMO,
@@ -120,17 +133,6 @@ log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
 T = TypeVar("T")
 
-RESOLVE = "mcp-tasks.resolve.v1"
-START_CALL = "mcp-tasks.start_call.v1"
-AWAIT_TASK = "mcp-tasks.await_task.v1"
-RETRIEVE_RESULT = "mcp-tasks.retrieve_result.v1"
-CANCEL_TASK = "mcp-tasks.cancel_task.v1"
-ANSWER_INPUT = "mcp-tasks.provide_input.v1"  # the name stays: histories refer to it
-RELAY_INPUT = "mcp-tasks.relay_input.v1"
-LIST_TOOLS = "mcp-tasks.list_tools.v1"
-FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
-POLL_TASK = "mcp-tasks.poll_task.v1"
-
 
 def _beat_every(info: activity.Info) -> float:
     """Heartbeat period: half the heartbeat timeout. The SDK sends at most one per 0.8 × the timeout (the
@@ -160,8 +162,10 @@ def _sdk_stores_large_payloads() -> bool:
         return False
 
 
-class McpActivities:
-    """Activities with their dependencies injected: the server registry, the session pool, the result store."""
+class McpActivities(McpActivityDefs):
+    """Activities with their dependencies injected: the server registry, the session pool, the result store.
+
+    Each overrides its stub in :class:`McpActivityDefs` (what workflows import) under the same activity name."""
 
     def __init__(
         self,

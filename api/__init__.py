@@ -25,6 +25,7 @@ modules (network clients, the CLI):
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -93,4 +94,11 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    workflow = sys.modules.get("temporalio.workflow")
+    if workflow is not None and workflow.unsafe.in_sandbox():
+        # Named from workflow code (a workflow file that also runs its worker imports McpTasksPlugin beside
+        # McpTasksClient): every public name is the worker's own object, never a copy the sandbox re-runs (the plugin
+        # passes through only what workflows need, and this package itself is re-run in each sandbox).
+        with workflow.unsafe.imports_passed_through():
+            return getattr(__import__(module, fromlist=[name]), name)
     return getattr(import_module(module), name)

@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     import mcp_types
 
-    from mcp_temporal_tasks.activities.mcp_activities import RESOLVE
+    from mcp_temporal_tasks.activities.defs import RESOLVE
     from mcp_temporal_tasks.activities.models import ResolveInput, ServerProfile
     from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
     from mcp_temporal_tasks.workflows import decisions

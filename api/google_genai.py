@@ -116,10 +116,34 @@ def _for_gemini(schema: Any) -> Any:
     return out
 
 
+class _Tool(mcp_types.Tool):
+    """A tool as this session hands it to google-genai, which reads ``inputSchema`` (its 1.x name) before
+    ``input_schema``. Answered here: fastmcp, wherever a worker loads it (Pydantic AI's Temporal support does),
+    patches that name onto ``mcp_types.Tool`` with a getter that imports fastmcp, which inside the workflow sandbox
+    would be a fresh, refused import (the plugin does not pass fastmcp through)."""
+
+    @property
+    def inputSchema(self) -> dict[str, Any]:  # noqa: N802  (the 1.x name google-genai reads)
+        return self.input_schema
+
+
+class _CallToolResult(mcp_types.CallToolResult):
+    """A result as this session hands it to google-genai, which reads ``isError`` (see :class:`_Tool`)."""
+
+    @property
+    def isError(self) -> bool | None:  # noqa: N802  (the 1.x name google-genai reads)
+        return self.is_error
+
+
+def _for_genai(result: mcp_types.CallToolResult) -> _CallToolResult:
+    return _CallToolResult.model_validate(result.model_dump(by_alias=True, exclude_unset=True))
+
+
 def _declarable(tool: mcp_types.Tool, server: str) -> mcp_types.Tool:
     """The tool as google-genai will turn it into a function declaration, or one clear error naming it (rather than
     google-genai's own exception inside the workflow, which fails the workflow task again and again)."""
-    shown = tool.model_copy(update={"input_schema": _for_gemini(tool.input_schema)})
+    shown = _Tool.model_validate(tool.model_dump(by_alias=True, exclude_unset=True) |
+                                 {"inputSchema": _for_gemini(tool.input_schema)})
     try:
         _genai_mcp.mcp_to_gemini_tool(shown)
     except Exception as err:  # noqa: BLE001  (whatever google-genai raises on a schema it cannot convert)
@@ -195,12 +219,12 @@ class McpTasksClientSession(ClientSession):
         except ArgumentsRejected as err:
             raise ValueError(str(err)) from None
         if outcome.outcome in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
-            return call_tool_result(outcome)
+            return _for_genai(call_tool_result(outcome))
         if self.other_outcomes == "raise":
             self.failures.append(McpTaskError(outcome))
             raise McpTaskError(outcome)
-        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=outcome_message(outcome))],
-                                        is_error=True)
+        return _CallToolResult(content=[mcp_types.TextContent(type="text", text=outcome_message(outcome))],
+                               is_error=True)
 
     def raise_for_failures(self) -> None:
         """Raise :class:`~mcp_temporal_tasks.McpTaskError` for the first call that ended other than ``completed`` /

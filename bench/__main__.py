@@ -113,7 +113,7 @@ class Env:
 
     async def start(self) -> None:
         t = time.monotonic()
-        self.dev.start()
+        await self.dev.start_async()
         self.client = await connect(self.dev.address, "default")
         log(f"dev server on {self.dev.address} ({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''})"
             f" in {time.monotonic() - t:.1f}s")

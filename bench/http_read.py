@@ -4,7 +4,7 @@ Reads a task from the bench's MCP server (the real fastmcp runtime; ``--sse`` fo
 through :class:`HttpTransport` ``--reads`` times each way and prints the process CPU per read. No Temporal here:
 the part of an idle poll that is ours. The ways:
 
-* ``httpx``: httpx's client on its own transport (httpcore2's pool), as with ``MCP_TASKS_KEEPALIVE_READS=0``;
+* ``httpx``: httpx's client on its own transport (httpcore2's pool), as with ``MCP_TASKS_H11_CONNECTIONS=0``;
 * ``httpx over h11``: httpx's client on our connection layer (activities/wire/http11.py): how this release sends
   every request it does not send through a proxy;
 * ``direct h11`` / ``direct httpcore2``: the two connection layers without httpx's client layer on top (its request

@@ -34,7 +34,8 @@ rm -rf "$docs_site"
 
 # The suite in WORKERS worker processes (pytest-xdist), each with its own Temporal dev server and peers; tests of one
 # xdist_group run on one worker, one after another (--dist loadgroup, from pyproject.toml). Most tests wait on servers
-# and timers rather than compute, so more workers than the 2 cores pay off (README, "Tests": how WORKERS was chosen).
+# and timers rather than compute, so more workers than the 2 cores pay off: 4 by default, what CI runs
+# (MCP_TASKS_TEST_WORKERS=N to change; the README's quick start says the same).
 # Then the tests marked `alone` (they bound their own wall time or CPU: the benchmark smoke test), by themselves.
 # tests/strict_skips.py (loaded by tests/conftest.py): a skipped test, in any worker, fails the run.
 WORKERS="${MCP_TASKS_TEST_WORKERS:-4}"

@@ -1,7 +1,7 @@
 """Differential corpus: hostile HTTP/1.1 replies to ``tasks/get`` through both connection layers of ``HttpTransport``.
 
 Each case is exact bytes from a scripted server (tests/wire_scripted_server.py, in-process, no peer). It runs twice:
-on httpx's own transport (``MCP_TASKS_KEEPALIVE_READS=0``: httpcore2's pool, whose HTTP/1.1 is h11's; what a
+on httpx's own transport (``MCP_TASKS_H11_CONNECTIONS=0``: httpcore2's pool, whose HTTP/1.1 is h11's; what a
 proxied origin gets) and on ours (activities/wire/http11.py, h11 too). Per case and path:
 
 * the classification is the one written in the case: the wire error's kind, ``may_have_reached_server`` and

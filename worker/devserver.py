@@ -14,6 +14,7 @@ stops it and releases the lock); :meth:`DevServer.stop` terminates it, then kill
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -194,6 +195,26 @@ class DevServer:
             self._lock_fd = None
 
     def start(self, *, timeout_s: float = 30.0, foreground: bool = False) -> DevServer:
+        """Start the server and return once it serves (blocking: from async code, :meth:`start_async`)."""
+        self._launch(foreground)
+        deadline = time.monotonic() + timeout_s
+        while not self._ready():
+            self._check_starting(deadline, timeout_s)
+            time.sleep(0.1)
+        return self
+
+    async def start_async(self, *, timeout_s: float = 30.0, foreground: bool = False) -> DevServer:
+        """:meth:`start` for async code: the readiness probes run as asyncio subprocesses and the waits between them
+        on the loop, which goes on serving other tasks (a live view, signal handlers) while Temporal starts."""
+        self._launch(foreground)
+        deadline = time.monotonic() + timeout_s
+        while not await self._ready_async():
+            self._check_starting(deadline, timeout_s)
+            await asyncio.sleep(0.1)
+        return self
+
+    def _launch(self, foreground: bool) -> None:
+        """Take the state file, check the ports, and start the process (returns at once)."""
         self._lock()
         for port, what, flag in ((self.port, "its frontend (gRPC)", "--port"),
                                  (self.ui_port, "its UI", "--ui-port")):
@@ -211,20 +232,24 @@ class DevServer:
         self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground,
                                      pass_fds=(self._lock_fd,), preexec_fn=die_with_parent)
         self._write_lock()
-        deadline = time.monotonic() + timeout_s
-        while not self._ready():
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                self._unlock()
-                raise DevServerError(f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
-                                     f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
-                                     "the same options shows its own output")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
-            time.sleep(0.1)
-        return self
+
+    def _check_starting(self, deadline: float, timeout_s: float) -> None:
+        """Between two probes: raise if the server exited, or (stopping it) if it is not ready by ``deadline``."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            code = self.proc.returncode
+            self.proc = None
+            self._unlock()
+            raise DevServerError(f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
+                                 f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
+                                 "the same options shows its own output")
+        if time.monotonic() > deadline:
+            self.stop()
+            raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
+
+    def _probe(self) -> list[str]:
+        return [temporal_binary(), "operator", "namespace", "describe", "--address", self.address,
+                "--namespace", "default", "--output", "json"]
 
     def _ready(self) -> bool:
         """The frontend serves the default namespace.
@@ -235,12 +260,24 @@ class DevServer:
         if not port_open(self.ip, self.port):
             return False
         try:
-            probe = subprocess.run([temporal_binary(), "operator", "namespace", "describe", "--address", self.address,
-                                    "--namespace", "default", "--output", "json"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+            probe = subprocess.run(self._probe(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
+                                   check=False)
         except subprocess.TimeoutExpired:
             return False
         return probe.returncode == 0
+
+    async def _ready_async(self) -> bool:
+        """:meth:`_ready` without blocking the loop (the port check is a local connect: refused or accepted at once)."""
+        if not port_open(self.ip, self.port):
+            return False
+        probe = await asyncio.create_subprocess_exec(*self._probe(), stdout=subprocess.DEVNULL,
+                                                     stderr=subprocess.DEVNULL)
+        try:
+            return await asyncio.wait_for(probe.wait(), timeout=10) == 0
+        except TimeoutError:
+            probe.kill()
+            await probe.wait()
+            return False
 
     def stop(self) -> None:
         """Terminate the server (then kill it after 10 s) and release the state file."""

@@ -11,8 +11,8 @@ keeping a converter that already handles pydantic models: Pydantic AI's, OpenAI 
 every worker built on that client inherits the rest; given to ``Worker(..., plugins=[plugin])`` it needs a
 client that already has that converter and says so if it does not. On each worker it:
 
-* registers ``McpTaskWorkflow``, ``McpFanOutWorkflow`` and the activities, and passes ``mcp_temporal_tasks``
-  through the workflow sandbox;
+* registers ``McpTaskWorkflow``, ``McpFanOutWorkflow`` and the activities, and passes what workflow code imports
+  of ``mcp_temporal_tasks`` through the workflow sandbox (:data:`PASSTHROUGH`);
 * registers the search attributes in the worker's namespace at start (or fails naming the missing ones);
 * runs this process's *owner* task queue beside the worker: tasks on stdio servers live in a child process of
   this worker, and all their later activities are pinned to that queue (see ``runner.build_workers``);
@@ -97,11 +97,23 @@ def is_tracing(interceptor: Any) -> bool:
     return any(c.__name__ == "TracingInterceptor" for c in type(interceptor).__mro__)
 
 
-#: fastmcp too: once imported anywhere in the worker (Pydantic AI's Temporal support imports it), it patches the mcp
-#: types (passed through with us) with camelCase properties whose getter imports fastmcp. Workflow code that reads one
-#: (google-genai reads Tool.inputSchema and CallToolResult.isError) would import fastmcp anew inside the sandbox, which
-#: the sandbox refuses (its settings read the environment): the read must find the worker's own fastmcp.
-PASSTHROUGH = ("mcp_temporal_tasks", "fastmcp")
+#: What workflow code imports of ours, passed through the sandbox (loaded once, from the worker, not re-run for every
+#: workflow): the workflows, the activity stubs and names (``activities/defs.py``), the models and the light modules
+#: of the wire they are built from, and the agent adapters users' workflows import. Not the activity implementation,
+#: the wire's connection layers, nor anything else of a worker: a user's workflow importing one of those gets the
+#: sandbox's own copy (and its restrictions), as for any module. Not ``fastmcp`` either: where it is loaded it
+#: patches camelCase read properties onto the mcp types whose getter imports fastmcp; the one reader of ours that
+#: workflow code drives (google-genai, on what ``McpTasksClientSession`` returns) reads through properties of our own
+#: (``google_genai.py``). ``tests/test_sandbox_imports.py`` lists what a workflow run loads in the sandbox.
+PASSTHROUGH = (
+    "mcp_temporal_tasks.workflows",
+    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.models", "mcp_temporal_tasks.activities.relay",
+    "mcp_temporal_tasks.activities.wire.models", "mcp_temporal_tasks.activities.wire.errors",
+    "mcp_temporal_tasks.activities.wire.limits", "mcp_temporal_tasks.activities.wire.contract",
+    "mcp_temporal_tasks.activities.wire.sdk_types",
+    "mcp_temporal_tasks._agent_tools", "mcp_temporal_tasks.pydantic_ai", "mcp_temporal_tasks.openai_agents",
+    "mcp_temporal_tasks.google_adk", "mcp_temporal_tasks.google_genai",
+)
 
 
 def handles_pydantic(converter: DataConverter) -> bool:

@@ -38,7 +38,7 @@ from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.activities.wire.stdio import SHUTDOWN_BOUND_S
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
-from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
+from mcp_temporal_tasks.worker.plugin import PASSTHROUGH, McpTasksPlugin
 from mcp_temporal_tasks.worker.registry import make_activities
 from mcp_temporal_tasks.worker.storage import settings_of, with_storage
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
@@ -221,7 +221,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox, with our own packages passed through.
+    """The sandbox, with what our workflow code imports passed through (``plugin.PASSTHROUGH``).
 
     By default the sandbox re-executes ``workflows/mcp_task.py`` for every workflow run (~220 KB and
     several ms of CPU each, measured in ``bench/``). Our workflow packages hold no mutable module state
@@ -229,7 +229,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     by the replay tests over committed histories.
     """
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("mcp_temporal_tasks"))
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
 
 
 def build_workers(client: Client, task_queue: str, activities: McpActivities,

@@ -271,8 +271,3 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
         if outcome is None:
             raise
         return outcome
-
-
-async def is_running(client: Client, workflow_id: str) -> bool:
-    desc = await client.get_workflow_handle(workflow_id).describe()
-    return desc.status == WorkflowExecutionStatus.RUNNING

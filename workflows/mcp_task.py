@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
-    from mcp_temporal_tasks.activities.mcp_activities import McpActivities
+    from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
     from mcp_temporal_tasks.activities.models import (
         OUTCOME_MEMO,
         TASK_NOTIFIED_SIGNAL,

@@ -35,7 +35,7 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAl
 with workflow.unsafe.imports_passed_through():
     import mcp_types
 
-    from mcp_temporal_tasks.activities.mcp_activities import FETCH_OUTCOME, LIST_TOOLS
+    from mcp_temporal_tasks.activities.defs import FETCH_OUTCOME, LIST_TOOLS
     from mcp_temporal_tasks.activities.models import FetchOutcomeInput, ListToolsInput
     from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
     from mcp_temporal_tasks.workflows.errors import McpTaskError

@@ -60,8 +60,11 @@ Results are decoded by :func:`decode_result` against a pinned contract: the SDK'
 and, where an ``outputSchema`` is pinned, ``structuredContent`` validated against it.
 """
 
-from mcp_temporal_tasks.activities.wire.client import McpTaskClient, parse_task
-from mcp_temporal_tasks.activities.wire.contract import contract_of, decode_result, digest
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from mcp_temporal_tasks.activities.wire.errors import (
     ERROR_TYPES,
     AuthorizationRequired,
@@ -99,7 +102,23 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
-from mcp_temporal_tasks.activities.wire.pool import PROCESS_ID, SessionPool
+
+if TYPE_CHECKING:
+    from mcp_temporal_tasks.activities.wire.client import McpTaskClient, parse_task
+    from mcp_temporal_tasks.activities.wire.contract import contract_of, decode_result, digest
+    from mcp_temporal_tasks.activities.wire.pool import PROCESS_ID, SessionPool
+
+#: Loaded on first use: importing a light module of the wire (``models``, ``errors``, ``contract``), as workflow
+#: code does, runs this package first, and must not load the connection layers (httpx2, h11, sockets, processes).
+_LAZY = {"McpTaskClient": "client", "parse_task": "client", "contract_of": "contract", "decode_result": "contract",
+         "digest": "contract", "PROCESS_ID": "pool", "SessionPool": "pool"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+
 
 __all__ = [
     "AuthorizationRequired", "CapabilityUnavailable", "ERROR_TYPES", "EXTENSION", "Endpoint", "Era",

@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from mcp_temporal_tasks.activities.wire import sdk_compat
+from mcp_temporal_tasks.activities.wire import sdk_types
 from mcp_temporal_tasks.activities.wire.errors import ResultDecodeError
 from mcp_temporal_tasks.activities.wire.limits import carry_problem
 
@@ -33,7 +33,7 @@ def digest(value: Any) -> str:
 
 def contract_of(output_schema: dict[str, Any] | None) -> dict[str, Any]:
     """The expected-result contract as data (recorded in the ledger with its digest)."""
-    return {"type": "CallToolResult", "sdk": f"mcp_types=={sdk_compat.SDK_VERSION}", "outputSchema": output_schema}
+    return {"type": "CallToolResult", "sdk": f"mcp_types=={sdk_types.SDK_VERSION}", "outputSchema": output_schema}
 
 
 def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict
     if problem is not None:  # checked first: pydantic and the payload converter would recurse or fail to encode
         raise ResultDecodeError(f"result cannot be carried: {problem}", raw=raw)
     try:
-        model = sdk_compat.validate_call_tool_result(raw)
+        model = sdk_types.validate_call_tool_result(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<root>"

@@ -17,8 +17,8 @@ Why not httpcore2's pool, which frames with h11 too:
   or 404 would say "never sent" of a call that was sent, and the call would be sent again. Here a connection is
   reused only if *nothing* arrived after its last complete reply, before or after it was put back.
 * **CPU.** A waiting worker sends ``tasks/get`` by the thousand (~80 a second at 10,000 old tasks); httpcore2's
-  pool and anyio streams cost about twice what this does per read, and the whole of httpx several times
-  (``python -m bench.http_read`` prints each).
+  pool and anyio streams cost more per read than this does (``python -m bench.http_read`` prints each way; the
+  figures are in bench/README.md, "``bench.http_read`` after the move to h11").
 
 Rules of reuse: a connection goes back to the pool only when h11 says both sides are done with the exchange
 (so a body framed by the connection closing, a stream left open, a reply cut short, an h11 error or a cancelled

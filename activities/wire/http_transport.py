@@ -52,16 +52,21 @@ SIDE_STREAM_READY_S = 2.0
 log = logging.getLogger(__name__)
 #: Reads bounded as a whole (connect, write and every wait for bytes together), not only per wait for bytes: the
 #: requests a waiting worker sends by the thousand, which a server trickling bytes must not hold.
-KEPT_ALIVE_READS = frozenset({"tasks/get"})
+WHOLE_BOUNDED_READS = frozenset({"tasks/get"})
 
 
-#: ``MCP_TASKS_KEEPALIVE_READS=0``: httpx's own connection layer (httpcore2) for everything, no direct reads: for
-#: comparison, or a server this layer misreads (please report it).
-SWITCH = "MCP_TASKS_KEEPALIVE_READS"
+#: ``MCP_TASKS_H11_CONNECTIONS=0``: httpx's own transport (httpcore2's pool) for every server instead of our HTTP/1.1
+#: connection layer (:mod:`.http11`): for comparison, or a server this layer misreads (please report it). Reads stay
+#: bounded as a whole either way.
+SWITCH = "MCP_TASKS_H11_CONNECTIONS"
+#: Its name before the layer served every request rather than reads only; still read when ``SWITCH`` is unset.
+#: Deprecated: to be removed in the release after next.
+OLD_SWITCH = "MCP_TASKS_KEEPALIVE_READS"
 
 
 def _switched_off() -> bool:
-    return os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
+    value = os.environ.get(SWITCH, os.environ.get(OLD_SWITCH, "1"))
+    return value.strip().lower() in ("0", "false", "no", "off")
 
 
 @functools.lru_cache(maxsize=256)
@@ -145,7 +150,7 @@ class HttpTransport:
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
-        if method not in KEPT_ALIVE_READS:
+        if method not in WHOLE_BOUNDED_READS:
             return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
         # A read, bounded as a whole: a server trickling bytes cannot hold it past its timeout.
         bound = timeout_s or self._timeout_s
@@ -385,7 +390,7 @@ class HttpTransport:
     def open_event_stream(self, *, read_timeout_s: float, last_event_id: str | None = None) -> Any:
         """The session's standalone GET stream (what the server sends outside any request: task status
         notifications), as an httpx2 streaming-response context for :mod:`.notifications`: this session's headers
-        and auth, never the kept-alive path (it is held open); ``read_timeout_s`` bounds a silence."""
+        and auth, never bounded as a whole (it is held open); ``read_timeout_s`` bounds a silence."""
         headers = {**self._base_headers(None), "accept": "text/event-stream"}
         headers.pop("content-type", None)
         if last_event_id:  # resuming (SEP-1699): the server may replay what this session missed

@@ -11,7 +11,8 @@ What the SDK cannot do for us, and why we work around it here:
 
 What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our
 extension envelope is byte-for-byte what the SDK itself sends), the stdio transport and its safe
-environment, and ``mcp_types`` models for decoding results and tool listings.
+environment, and ``mcp_types`` models for decoding results and tool listings (``SDK_VERSION`` and the result's
+validation live in :mod:`.sdk_types`, which imports no ``mcp`` client, so that workflow code can reach them).
 
 ``tests/test_sdk_contract.py`` pins these assumptions to ``SDK_VERSION`` and fails loudly when an
 SDK upgrade changes any of them, including when the SDK learns to parse a legacy ``CreateTaskResult``
@@ -31,9 +32,11 @@ from pydantic import ValidationError
 
 from mcp_temporal_tasks.activities.wire.errors import ProtocolViolation
 from mcp_temporal_tasks.activities.wire.models import EXTENSION, TASKS_EXTENSION, ToolInfo
+from mcp_temporal_tasks.activities.wire.sdk_types import SDK_VERSION, validate_call_tool_result
 
-#: The SDK version these workarounds were written and tested against.
-SDK_VERSION = "2.3.0"
+__all__ = ["CLIENT_INFO", "SDK_VERSION", "default_stdio_environment", "extension_headers", "extension_meta",
+           "installed_sdk_version", "tool_info", "validate_call_tool_result"]
+
 
 CLIENT_INFO = {"name": "mcp-temporal-tasks", "version": "0.1.0"}
 
@@ -83,7 +86,3 @@ def tool_info(raw: Any) -> ToolInfo:
         destructive_hint=annotations.destructive_hint if annotations else None,
     )
 
-
-def validate_call_tool_result(raw: Any) -> mcp_types.CallToolResult:
-    """The SDK's own ``CallToolResult`` validation; raises pydantic's ValidationError."""
-    return mcp_types.CallToolResult.model_validate(raw)

@@ -168,12 +168,6 @@ async def live_state(handle: TaskHandle, board: LiveBoard | None = None) -> tupl
     return _merge_live(view, live), live
 
 
-async def live_view(handle: TaskHandle) -> TaskView | None:
-    """The live view alone (``status``)."""
-    view, _ = await live_state(handle)
-    return view
-
-
 def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
     """The phase as a person reads it: a ``tools/call`` that has left and not answered yet (a long synchronous
     tool) is CALLING, not SUBMITTING; a workflow task failing or reads failing say so instead of the phase."""

@@ -224,7 +224,7 @@ async def cmd_dev_server(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     try:
-        server.start(foreground=True)
+        await server.start_async(foreground=True)
     except StateInUse as exc:
         raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
     except PortInUse as exc:
@@ -291,7 +291,7 @@ async def _demo_temporal(ui_url: str | None = None) -> tuple[Client, DevServer |
     port_n = port if not port_open("127.0.0.1", port) else free_port()
     ui_port = 8233 if not port_open("127.0.0.1", 8233) else free_port()
     try:
-        server = DevServer(port=port_n, ui_port=ui_port).start()
+        server = await DevServer(port=port_n, ui_port=ui_port).start_async()
     except StateInUse as exc:
         raise CliError(str(exc), EXIT_USAGE, kind="state_in_use") from None
     except DevServerError as exc:

@@ -25,7 +25,7 @@ from mcp_temporal_tasks.activities.wire import (
 )
 from mcp_temporal_tasks.activities.wire.errors import RequestRefused
 from mcp_temporal_tasks.activities.wire.http11 import H11Transport
-from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.http_transport import OLD_SWITCH, SWITCH, HttpTransport
 from tests.faults import FaultProxy, Malformed, RateLimit, ResetAfterSend, Status, Truncated
 from tests.peers.harness import Peer
 
@@ -221,9 +221,15 @@ def test_our_connections_serve_exactly_where_httpx_goes_direct(monkeypatch: pyte
     assert HttpTransport("http://127.0.0.1:1/mcp").connections is not None
     assert HttpTransport("https://example.com/mcp").connections is not None
     assert HttpTransport("http://user:pw@example.com/mcp").connections is not None  # httpx's BasicAuth on top
-    monkeypatch.setenv("MCP_TASKS_KEEPALIVE_READS", "0")
+    monkeypatch.setenv(SWITCH, "0")
     assert HttpTransport("http://127.0.0.1:1/mcp").connections is None
-    monkeypatch.delenv("MCP_TASKS_KEEPALIVE_READS")
+    monkeypatch.delenv(SWITCH)
+    monkeypatch.setenv(OLD_SWITCH, "0")  # the deprecated name, still read while the new one is unset
+    assert HttpTransport("http://127.0.0.1:1/mcp").connections is None
+    monkeypatch.setenv(SWITCH, "1")  # the new name wins
+    assert HttpTransport("http://127.0.0.1:1/mcp").connections is not None
+    monkeypatch.delenv(SWITCH)
+    monkeypatch.delenv(OLD_SWITCH)
     # httpx's NO_PROXY rules, not urllib's: ".example.com" does not exempt example.com itself from the proxy.
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", ".example.com")
