@@ -33,7 +33,8 @@ ALLOWED = {
     "mcp_temporal_tasks.activities.relay", "mcp_temporal_tasks.activities.wire",
     "mcp_temporal_tasks.activities.wire.models", "mcp_temporal_tasks.activities.wire.errors",
     "mcp_temporal_tasks.activities.wire.limits", "mcp_temporal_tasks.activities.wire.contract",
-    "mcp_temporal_tasks.activities.wire.sdk_types",
+    "mcp_temporal_tasks.activities.wire.sdk_types", "mcp_temporal_tasks.activities.wire.bounds",
+    "mcp_temporal_tasks.activities.wire.elicitation",
 }
 #: Never, by top-level package.
 FORBIDDEN = {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "fastmcp", "mcp", "anyio", "uvicorn", "starlette"}

@@ -110,7 +110,8 @@ PASSTHROUGH = (
     "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.models", "mcp_temporal_tasks.activities.relay",
     "mcp_temporal_tasks.activities.wire.models", "mcp_temporal_tasks.activities.wire.errors",
     "mcp_temporal_tasks.activities.wire.limits", "mcp_temporal_tasks.activities.wire.contract",
-    "mcp_temporal_tasks.activities.wire.sdk_types",
+    "mcp_temporal_tasks.activities.wire.sdk_types", "mcp_temporal_tasks.activities.wire.bounds",
+    "mcp_temporal_tasks.activities.wire.elicitation",
     "mcp_temporal_tasks._agent_tools", "mcp_temporal_tasks.pydantic_ai", "mcp_temporal_tasks.openai_agents",
     "mcp_temporal_tasks.google_adk", "mcp_temporal_tasks.google_genai",
 )
