@@ -9,6 +9,12 @@ The suite appends the scenario server's URL and sets ``MCP_CONFORMANCE_SCENARIO`
 reference, as a worker takes them), then ``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at
 ``CONFORMANCE_TEMPORAL_ADDRESS`` (an already-running one: no dev server per scenario). The exit code is ``run``'s.
 
+The ``auth/*`` scenarios check the authorization flow (discovery, token request, bearer on every request), which
+``mcp-tasks tools`` runs end to end with the same wire client and token source a worker's activities use; a ``run``
+per auth scenario would add a Temporal worker's start to each without touching another line of auth code, so they
+run ``tools`` (CI time). ``elicitation-sep1034-client-defaults`` is answered as a person would: ``mcp-tasks run`` in
+the background, then ``mcp-tasks answer`` accepting with no content (the schema's defaults are ours to fill in).
+
 Which tool: the scenario server's own (``add_numbers`` gets ``{"a": 2, "b": 3}``; any other tool ``{}``), the first
 of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it checks).
 """
@@ -20,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,12 @@ ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 2, "b": 3}}
 #: scenarios list the tools first and call the first one.
 TOOL_OF = {"tools_call": "add_numbers", "sse-retry": "test_reconnection",
            "elicitation-sep1034-client-defaults": "test_client_elicitation_defaults"}
-AUTH_TOOL = "test-tool"
 #: Credentials of our own for auth scenarios whose context gives none (not a secret: the suite's mock accepts any).
 DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET = "mcp-tasks-conformance", "conformance-secret"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
 STEP_TIMEOUT_S = 60
+#: Scenarios whose server asks a question mid-call, and the answer a person gives with ``mcp-tasks answer``.
+ANSWERS = {"elicitation-sep1034-client-defaults": {"action": "accept", "content": {}}}
 
 
 def toml_value(value: Any) -> str:
@@ -79,6 +87,26 @@ def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return proc
 
 
+def answered(args: list[str], env: dict[str, str], wid: str, address: str, answer: dict[str, Any]) -> int:
+    """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit."""
+    run = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline and run.poll() is None:
+            if step(["answer", wid, "--address", address, "--json", "--response", json.dumps(answer)],
+                    env).returncode == 0:
+                break
+            time.sleep(0.5)
+        out, err = run.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, err = run.communicate()
+    sys.stderr.write(f"$ mcp-tasks run ... -> exit {run.returncode}\n{err[-3000:]}")
+    sys.stdout.write(out[-3000:])
+    return run.returncode
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m tests.conformance_client <server URL> (the suite appends it)\n")
@@ -94,7 +122,9 @@ def main(argv: list[str]) -> int:
         config = write_config(Path(tmp), url, scenario, context if isinstance(context, dict) else {}, env)
         env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
         target = ["--server", "s", "--config", str(config)]
-        tool = TOOL_OF.get(scenario) or (AUTH_TOOL if scenario.startswith("auth/") else None)
+        if scenario.startswith("auth/"):
+            return step(["tools", *target, "--json"], env).returncode
+        tool = TOOL_OF.get(scenario)
         if tool is None:
             listed = step(["tools", *target, "--json"], env)
             if listed.returncode != 0 or scenario == "initialize":
@@ -111,8 +141,11 @@ def main(argv: list[str]) -> int:
         # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
         # would (rightly) show the first one's stored outcome instead of calling the tool.
         wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
-        return step(["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--id", wid, "--json",
-                     "--address", address], env).returncode
+        args = ["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--id", wid, "--json",
+                "--address", address]
+        if scenario in ANSWERS:
+            return answered(args, env, wid, address, ANSWERS[scenario])
+        return step(args, env).returncode
 
 
 if __name__ == "__main__":
