@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 import re
 import shlex
 import signal
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
