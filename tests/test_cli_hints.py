@@ -209,10 +209,17 @@ async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client
         assert (rc, out.split(":")[0]) in ((0, "completed"), (1, "cancelled")) and f"(workflow {wid})" in out, out
         assert "tools/call sent: 1" in out
 
+    async def timed(name: str, scenario: Any) -> None:
+        started = asyncio.get_running_loop().time()
+        await scenario
+        print(f"{name}: {asyncio.get_running_loop().time() - started:.1f} s")
+
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend(), times=1)
         async with in_process_worker(client, task_queue=queue):
-            await asyncio.gather(approve(proxy.url), stop(), answer(), left(), resume())
+            await asyncio.gather(*(timed(name, scenario) for name, scenario in (
+                ("approve", approve(proxy.url)), ("stop", stop()), ("answer", answer()), ("left", left()),
+                ("resume", resume()))))
     assert len(tool_calls(fastmcp_server, mark, "rate_limited")) == 1  # the stopped task was not replayed
     assert len(tool_calls(fastmcp_server, mark, "cancellable")) == 2  # left's and resume's: none sent again
 
