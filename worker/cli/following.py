@@ -206,8 +206,10 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
                  f"\n    approve with: {hint('approve', wid)}   (or stop with: {hint('cancel', wid)})")
     for p in view.pending_inputs:
         key = printable(p.key)
+        # --key=KEY: a key may begin with '-' (servers make them random, base64url), which `--key KEY` would read
+        # as another option (issue 43: the hint must work as printed).
         line += (f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
-                 f"    answer with: {hint('answer', wid, '--key', key)}")
+                 f"    answer with: {hint('answer', wid, f'--key={key}')}")
     return line
 
 
