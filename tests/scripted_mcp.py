@@ -49,6 +49,9 @@ class ScriptedMcp(ThreadingHTTPServer):
         self.sessions_made = 0
         #: Refuse every ``initialize`` after the first with a 404 (a server that lost all sessions).
         self.refuse_new_sessions = False
+        #: An authorization server URL: every request without a bearer token is refused with a 401 whose challenge
+        #: points at protected resource metadata naming it (MCP authorization, as a protected server answers).
+        self.challenge: str | None = None
         #: What ``initialize`` offers (``{"tasks": {"list": {}, ...}}`` for a server with ``tasks/list``).
         self.capabilities: dict[str, Any] = {"tasks": {"requests": {"tools": {"call": {}}}}}
         #: Session ids are this prefix and a count (servers of one test that must not issue the same ids differ).
@@ -79,6 +82,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def do_GET(self) -> None:
+        srv = self.server
+        if srv.challenge and self.path.startswith("/.well-known/oauth-protected-resource"):
+            return self._send(200, {"resource": srv.url, "authorization_servers": [srv.challenge]})
+        self._send(404, {"error": "not found"})
+
     def do_DELETE(self) -> None:
         with self.server._lock:
             self.server.live.discard(self.headers.get("mcp-session-id") or "")
@@ -86,6 +95,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        if self.server.challenge and not (self.headers.get("authorization") or "").startswith("Bearer "):
+            port = self.server.server_address[1]
+            return self._send(401, {"error": "invalid_token"}, {"www-authenticate": f'Bearer resource_metadata='
+                              f'"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"'})
         method, sid, rid = msg.get("method"), self.headers.get("mcp-session-id"), msg.get("id")
         srv = self.server
         with srv._lock:

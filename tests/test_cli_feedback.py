@@ -26,6 +26,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from mcp_temporal_tasks.worker.devserver import free_port
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
 from tests.peers.harness import Peer
+from tests.scripted_mcp import ScriptedMcp, scripted_mcp
 from tests.temporal_harness import (
     CLI,
     ENV,
@@ -60,18 +63,30 @@ def _no_traceback(*texts: str) -> None:
 # --- the attempts ledger: nothing sent, nothing counted, runs again ------------------------------------------------
 
 
-def _oauth_config(tmp_path: Path, url: str) -> Path:
-    """A server whose authorization server cannot be reached (a closed port on this machine)."""
-    path = tmp_path / "oauth.toml"
-    path.write_text(f'[servers.pay]\nurl = "{url}"\n[servers.pay.auth]\ntype = "client_credentials"\n'
-                    f'client_id = "svc"\nclient_secret = {{ env = "MCP_TEST_PAY_SECRET" }}\n'
-                    f'issuer = "http://127.0.0.1:{free_port()}"\n')
-    return path
+@contextmanager
+def _protected_by_unreachable_as(tmp_path: Path) -> Iterator[tuple[ScriptedMcp, Path]]:
+    """A server that demands a token (its 401 names an authorization server at a closed port on this machine), and
+    a configuration with client credentials for it: the token cannot be had, so nothing can be sent."""
+    issuer = f"http://127.0.0.1:{free_port()}"
+    with scripted_mcp() as server:
+        server.challenge = issuer
+        path = tmp_path / "oauth.toml"
+        path.write_text(f'[servers.pay]\nurl = "{server.url}"\n[servers.pay.auth]\ntype = "client_credentials"\n'
+                        f'client_id = "svc"\nclient_secret = {{ env = "MCP_TEST_PAY_SECRET" }}\n'
+                        f'issuer = "{issuer}"\n')
+        yield server, path
 
 
 @pytest.mark.parametrize("case", ["initialize_404", "oauth_unreachable", "unknown_tool", "schema_mismatch"])
 async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal_env: Any, fastmcp_server: Peer,
                                                                         tmp_path: Path, case: str) -> None:
+    with ExitStack() as stack:
+        await _refused_before_sending(temporal_env, fastmcp_server, tmp_path, case, stack)
+
+
+async def _refused_before_sending(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path, case: str,
+                                  stack: ExitStack) -> None:
+    protected: ScriptedMcp | None = None
     address = address_of(temporal_env)
     url = fastmcp_server.url or ""
     tool, args, target = "slow_echo", '{"seconds": 0.1}', ["--url", url]
@@ -82,7 +97,8 @@ async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal
     if case == "initialize_404":
         target = ["--url", url.rsplit("/", 1)[0] + "/nope"]  # the server answers 404 to initialize
     elif case == "oauth_unreachable":
-        target = ["--server", "pay", "--config", str(_oauth_config(tmp_path, url))]
+        protected, config = stack.enter_context(_protected_by_unreachable_as(tmp_path))
+        target = ["--server", "pay", "--config", str(config)]
         env = {"MCP_TEST_PAY_SECRET": unique("secret")}
     elif case == "unknown_tool":
         tool = unique("no_such_tool")
@@ -108,6 +124,8 @@ async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal
         if attempt == 2:  # the same id ran again (it was refused before anything was sent), it did not replay
             assert f"note: {wid} was refused before anything was sent" in err and "STORED" not in err, err
     assert tool_calls(fastmcp_server, mark) == []  # what the server counted: no tools/call at all
+    if protected is not None:
+        assert protected.calls == 0 and protected.asked == [], protected.asked  # refused unauthenticated, nothing run
     rc, out, _ = await cli("run", tool, *target, "--args", args, "--id", wid, "--address", address, env=env)
     assert "  tools/call sent: 0" in out.splitlines(), out
 
@@ -355,9 +373,10 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(fa
     assert rc == 0 and "era 2025-11-25" in out and re.search(r"slow_echo: runs as task \(taskSupport \w+\)", out), out
     rc, _, err = await cli("tools", "--url", f"http://127.0.0.1:{free_port()}/mcp")
     one_line(err, code=3, rc=rc, message="MCP server unreachable")
-    rc, _, err = await cli("tools", "--server", "pay", "--config", str(_oauth_config(tmp_path, fastmcp_server.url or "")),
-                           env={"MCP_TEST_PAY_SECRET": unique("secret")})
-    line = one_line(err, code=1, rc=rc, message=f"the handshake with MCP server at {fastmcp_server.url} failed: no access "
+    with _protected_by_unreachable_as(tmp_path) as (protected, config):
+        rc, _, err = await cli("tools", "--server", "pay", "--config", str(config),
+                               env={"MCP_TEST_PAY_SECRET": unique("secret")})
+    line = one_line(err, code=1, rc=rc, message=f"the handshake with MCP server at {protected.url} failed: no access "
                                                  "token for")
     assert "refused" not in line, line
 
