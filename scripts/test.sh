@@ -12,16 +12,22 @@ command -v npm >/dev/null || { echo "test.sh: npm not found" >&2; exit 1; }
 
 "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing,docs]'
-(cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error)
-# The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
-"$PYTHON" -m venv tests/peers/py1/.venv
-tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt
-# An older server (protocol 2025-06-18, mcp==1.12.4 FastMCP; needs pydantic<2.12) in its own venv too (issue 37).
-"$PYTHON" -m venv tests/peers/py0618/.venv
-tests/peers/py0618/.venv/bin/python -m pip install --quiet -r tests/peers/py0618/requirements.txt
+# The peers install side by side with the project (each in a folder or venv of its own, from pinned files: they share
+# nothing but the download caches), which takes a minute off CI; any of them failing fails the run below.
+peers=()
+(cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error) & peers+=($!)
 # The official MCP conformance suite and the Node 22 it needs, pinned by their own lockfile (issue 37).
-(cd tests/peers/conformance && npm ci --no-audit --no-fund --loglevel=error)
+(cd tests/peers/conformance && npm ci --no-audit --no-fund --loglevel=error) & peers+=($!)
+# The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
+("$PYTHON" -m venv tests/peers/py1/.venv &&
+  tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt) & peers+=($!)
+# An older server (protocol 2025-06-18, mcp==1.12.4 FastMCP; needs pydantic<2.12) in its own venv too (issue 37).
+("$PYTHON" -m venv tests/peers/py0618/.venv &&
+  tests/peers/py0618/.venv/bin/python -m pip install --quiet -r tests/peers/py0618/requirements.txt) & peers+=($!)
+.venv/bin/python -m pip install --quiet -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing,docs]'
+for pid in "${peers[@]}"; do
+  wait "$pid" || { echo "test.sh: installing a test peer failed (its output is above)" >&2; exit 1; }
+done
 
 # The gate: lint and types fail the run before any test does.
 .venv/bin/ruff check api activities workflows worker demo tests bench scripts examples
