@@ -273,6 +273,13 @@ def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "
             if line.get("method") == method and (tool is None or line.get("tool") == tool)]
 
 
+def listings(peer: Any, mark: int) -> int:
+    """The ``tools/list`` requests a dual-era server (fastmcp) logged since ``mark`` for listing tools, not counting
+    the one each new session sends while connecting to choose the era: that one is followed by its session's only
+    ``server/discover`` (issue 37, ``McpTaskClient.connect``)."""
+    return len(tool_calls(peer, mark, method="tools/list")) - len(tool_calls(peer, mark, method="server/discover"))
+
+
 #: History events that end an activity (by its scheduled event's id).
 _ACTIVITY_ENDS = ("activity_task_completed_event_attributes", "activity_task_failed_event_attributes",
                   "activity_task_timed_out_event_attributes", "activity_task_canceled_event_attributes")

@@ -40,7 +40,7 @@ from tests.agents_common import (
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.fixtures.agent_scripts import script
 from tests.peers.harness import Peer, ts_http_peer
-from tests.temporal_harness import address_of, unique
+from tests.temporal_harness import address_of, listings, unique
 
 AGENT_TIMEOUT_S = 90
 
@@ -307,7 +307,7 @@ async def test_adk_one_toolset_two_invocations_two_agent_runs(adk: App, fastmcp_
         desc = await adk.client.get_workflow_handle(child_id(wid, "fm", "slow_echo", args, scope=scope)).describe()
         assert desc.parent_id == wid
     assert await adk.settled(fastmcp_server, mark, "slow_echo") == 2
-    assert len(tool_calls(fastmcp_server, mark, method="tools/list")) == 2
+    assert listings(fastmcp_server, mark) == 2
 
 
 async def test_genai_one_session_two_generate_content_calls(genai: App, fastmcp_server: Peer) -> None:
@@ -320,7 +320,7 @@ async def test_genai_one_session_two_generate_content_calls(genai: App, fastmcp_
     desc = await genai.client.get_workflow_handle(child_id(wid, "fm", "slow_echo", args)).describe()
     assert desc.parent_id == wid
     assert await genai.settled(fastmcp_server, mark, "slow_echo") == 1
-    assert len(tool_calls(fastmcp_server, mark, method="tools/list")) == 1
+    assert listings(fastmcp_server, mark) == 1
 
 
 async def test_genai_schema_it_cannot_declare_is_one_clear_error(genai: App, fastmcp_server: Peer) -> None:

@@ -45,6 +45,7 @@ from tests.temporal_harness import (
     ProcessUnderTest,
     address_of,
     child_view,
+    listings,
     reset_to_first_workflow_task,
     settled_calls,
     tool_calls,
@@ -160,7 +161,7 @@ async def test_list_tools_cached_per_client_object(client: Client, ts_http_state
     # Three client objects: three activities, three tools/list on the wire (two to ts, one to fm).
     assert (await activity_types(client, wid)).count(LIST_TOOLS) == 3
     assert await settled_calls(ts_http_stateful, marks["ts"], method="tools/list", client=client, workflows=[wid]) == 2
-    assert len(tool_calls(fastmcp_server, marks["fm"], method="tools/list")) == 1
+    assert listings(fastmcp_server, marks["fm"]) == 1
 
 
 async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_http_stateful: Peer,

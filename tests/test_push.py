@@ -253,11 +253,14 @@ async def test_the_worker_holding_the_stream_killed_mid_task_loses_nothing(tempo
 
 
 @contextlib.asynccontextmanager
-async def in_process(client: Any, queue: str, servers: dict[str, Any]) -> AsyncIterator[McpActivities]:
-    """An in-process worker whose activities (and so its push hub) the test can read."""
+async def in_process(client: Any, queue: str, servers: dict[str, Any], *,
+                     list_reads: bool = True) -> AsyncIterator[McpActivities]:
+    """An in-process worker whose activities (and so its push hub) the test can read; ``list_reads=False``: its hub
+    reads no session's ``tasks/list`` (``[worker] push_list_reads``)."""
     from mcp_temporal_tasks.worker.config import server_config
 
-    cfg = WorkerConfig(servers={k: server_config(k, v) for k, v in servers.items()}, worker=TRUSTED.model_copy())
+    cfg = WorkerConfig(servers={k: server_config(k, v) for k, v in servers.items()},
+                       worker=TRUSTED.model_copy(update={"push_list_reads": list_reads}))
     cfg.temporal.task_queue = queue
     acts = make_activities(cfg)
     stop, ready = asyncio.Event(), asyncio.Event()
@@ -278,7 +281,9 @@ async def test_a_flood_of_notifications_for_unknown_tasks_sends_no_signal(tempor
     queue = unique("push-flood")
     with peer_of("ts-http", tmp_path, poll_ms=8000) as peer:
         mark = peer.log_mark()
-        async with in_process(temporal_env.client, queue, {"srv": {"url": peer.url}}) as acts:
+        # No tasks/list reads: the TypeScript peer lists its tasks, and a list read would (rightly) wake the wait
+        # when the task ends; what this test holds is that the flood itself wakes nothing.
+        async with in_process(temporal_env.client, queue, {"srv": {"url": peer.url}}, list_reads=False) as acts:
             cpu0, t0 = time.process_time(), time.monotonic()
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="srv", tool="notify_flood", arguments={"count": 10_000, "seconds": 5}),

@@ -65,7 +65,9 @@ async def test_run_status_and_list_say_the_workflow_task_is_failing(temporal_env
             await proc.wait()
         assert seen is not None, "run never said the workflow task fails:\n" + "".join(lines)
         elapsed = float(re.search(r"\[\s*([\d.]+)s\]", seen).group(1))  # type: ignore[union-attr]
-        assert elapsed <= 5.0 and FAULT in seen, seen
+        # Said within seconds of the start: 3.1 s on a quiet machine (issue 39's acceptance, by hand); CI's 4 test
+        # processes on 2 cores once took 5.6 s for the same lines, hence the room.
+        assert elapsed <= 8.0 and FAULT in seen, seen
         assert not any("still WORKING" in line for line in lines), "".join(lines)
 
         code, out, err = await cli("status", wid, "--address", address)

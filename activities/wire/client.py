@@ -261,8 +261,6 @@ class McpTaskClient:
         self.tasks_offered = tasks_offered
         self.owner = owner
         self._tools: dict[str, ToolInfo] | None = None
-        #: The tools were listed while connecting (to choose the era): a refresh right after is answered from them.
-        self._listed_at_connect = False
         #: The last tools/list as the server sent it (the workflow-side client hands it on).
         self.raw_tools: list[Any] = []
         # What reconcile_lost_call needs to know to be sound: every task a tools/call of this session made,
@@ -337,16 +335,12 @@ class McpTaskClient:
                 # Tools that say they run as tasks on a server that declares no tasks: its tasks live in the
                 # 2026-07-28 era (a dual-era server). tools/list is kept: start() would ask it anyway.
                 tools = await client.list_tools()
-                client._listed_at_connect = True
                 if any(t.task_support in ("optional", "required") for t in tools.values()):
                     switched = await cls._try_extension(transport, endpoint)
                     if switched is not None:
                         extension, discovered = switched
-                        ext = cls(extension, endpoint, era=EXTENSION, protocol_version=EXTENSION,
-                                  capabilities=discovered, tasks_offered=True, owner=owner)
-                        # The same server's tools, listed a moment ago: not asked again for the first listing.
-                        ext._tools, ext.raw_tools, ext._listed_at_connect = tools, client.raw_tools, True
-                        return ext
+                        return cls(extension, endpoint, era=EXTENSION, protocol_version=EXTENSION,
+                                   capabilities=discovered, tasks_offered=True, owner=owner)
             return client
         except BaseException:
             await transport.aclose(terminate=True)
@@ -468,8 +462,7 @@ class McpTaskClient:
                                             timeout_s=timeout_s, on_notification=on_notification)
 
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]:
-        if self._tools is not None and (not refresh or self._listed_at_connect):
-            self._listed_at_connect = False
+        if self._tools is not None and not refresh:
             return self._tools
         tools: dict[str, ToolInfo] = {}
         raw_tools: list[Any] = []
