@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import sys
 import time
@@ -116,29 +117,39 @@ async def test_a_child_that_ignores_eof_is_terminated_after_the_grace(tmp_path: 
     transport = await stubborn(tmp_path, "ignore-eof")
     pid = pid_of(transport)
     took = await closed_in(transport)
+    # SIGTERM ended it (not SIGKILL: the return code says which); the clock only bounds the whole shutdown, since a
+    # loaded machine may take longer than TERM_WAIT_S to reap it.
     assert transport._child is not None and transport._child.returncode == -signal.SIGTERM
-    assert EOF_WAIT_S <= took < EOF_WAIT_S + TERM_WAIT_S, took
+    assert EOF_WAIT_S <= took < SHUTDOWN_BOUND_S + 1.0, took
     assert not alive(pid) and not group_alive(pid)
 
 
-async def test_a_child_that_ignores_eof_and_sigterm_is_killed_within_the_bound(tmp_path: Path) -> None:
+async def test_a_child_that_ignores_eof_and_sigterm_is_killed_within_the_bound(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     transport = await stubborn(tmp_path, "ignore-term")
     pid = pid_of(transport)
-    took = await closed_in(transport)
+    with caplog.at_level(logging.WARNING, logger="mcp_temporal_tasks"):
+        took = await closed_in(transport)
     assert transport._child is not None and transport._child.returncode == -signal.SIGKILL
+    assert [r for r in caplog.records if "ignored EOF and SIGTERM" in r.getMessage()], caplog.text  # said, once
     assert EOF_WAIT_S + TERM_WAIT_S <= took < SHUTDOWN_BOUND_S, took
     assert not alive(pid) and not group_alive(pid)
 
 
-async def test_what_a_child_left_in_its_process_group_ends_with_it(tmp_path: Path) -> None:
+async def test_what_a_child_left_in_its_process_group_ends_with_it(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     marker = tmp_path / "left.pid"
     transport = await stubborn(tmp_path, "leave-child", str(marker))
     pid, left = pid_of(transport), int(marker.read_text())
     assert alive(left)
-    took = await closed_in(transport)
-    # The server ended on EOF; its `sleep` did not, so the group got SIGTERM after the grace.
+    with caplog.at_level(logging.WARNING, logger="mcp_temporal_tasks"):
+        took = await closed_in(transport)
+    # The server ended on EOF; its `sleep` did not, so the group got SIGTERM after the grace, and that was enough:
+    # no SIGKILL (which would log "ignored EOF and SIGTERM"). Said by the log, not by the clock: a loaded machine
+    # can take longer than TERM_WAIT_S to reap the group, and the bound below is the whole shutdown's.
     assert transport._child is not None and transport._child.returncode == 0
-    assert EOF_WAIT_S <= took < EOF_WAIT_S + TERM_WAIT_S, took
+    assert not [r for r in caplog.records if "ignored EOF and SIGTERM" in r.getMessage()], caplog.text
+    assert EOF_WAIT_S <= took < SHUTDOWN_BOUND_S + 1.0, took
     assert not alive(left) and not group_alive(pid)
 
 
