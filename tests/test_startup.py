@@ -95,8 +95,11 @@ async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer
     try:
         # It has begun waiting for Temporal: its attempts are refused until server.start() below has Temporal
         # listening (seconds: start() returns only once it serves), and it must ride them out.
-        await until(lambda: any("connecting to Temporal at" in line for line in proc.lines) or proc.proc.poll() is not None,
-                    60, "the worker's first connection attempt")
+        await until(
+            lambda: any("connecting to Temporal at" in line for line in proc.lines) or proc.proc.poll() is not None,
+            60,
+            "the worker's first connection attempt",
+        )
         assert proc.proc.poll() is None, "the worker gave up before Temporal started:\n" + "\n".join(proc.lines)
         server.start()
         proc.wait_ready(60)

