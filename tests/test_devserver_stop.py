@@ -1,5 +1,6 @@
 """``DevServer.stop_async``: the wait for the server to exit runs on the loop, not in it (no Temporal needed: the child
-is a process that takes half a second to exit on SIGTERM, as Temporal takes a moment to stop)."""
+is a process that takes half a second to exit on SIGTERM, as Temporal takes a moment to stop); and a server not ready
+in time is stopped, by either start, with its state file released."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_temporal_tasks.worker.devserver import DevServer, state_holder
+from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, free_port, state_holder
 
 pytestmark = pytest.mark.fast
 
@@ -47,3 +48,15 @@ async def test_stop_async_keeps_the_loop_serving_and_releases_the_state_file(tmp
     assert ticks >= 5, ticks
     assert server.proc is None and state_holder(server.db) is None
     await server.stop_async()  # stopping a stopped server is a no-op, as stop() is
+
+
+@pytest.mark.parametrize("way", ["sync", "async"])
+async def test_a_server_not_ready_in_time_is_stopped_and_its_state_file_released(tmp_path: Path, way: str) -> None:
+    # timeout_s=0: the first probe finds the port still closed, so the deadline has passed at the first check.
+    server = DevServer(db=tmp_path / "t.db", port=free_port(), ui_port=None)
+    with pytest.raises(DevServerError, match="did not become ready"):
+        if way == "async":
+            await server.start_async(timeout_s=0)
+        else:
+            server.start(timeout_s=0)
+    assert server.proc is None and state_holder(server.db) is None
