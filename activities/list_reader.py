@@ -16,7 +16,8 @@ stdout: neither is read, their waits keep today's per-task reads. A server that 
 forever or drops our task from its list has its waits polled on today's schedule.
 
 **How often.** Every :data:`interval` = the smallest ``pollInterval`` among our listed tasks, bounded below by
-:data:`LIST_MIN_S` and above by the 1 h a ``pollInterval`` is honoured up to (``schedule.MAX_HONOURED_POLL_INTERVAL_S``);
+:data:`LIST_MIN_S` and above by the 1 h a ``pollInterval`` is honoured up to
+(``schedule.MAX_HONOURED_POLL_INTERVAL_S``);
 :data:`DEFAULT_LIST_S` when the server gives none.
 
 **What it does with a page.** For each listed task waited on here whose status differs from the one its own last

@@ -487,7 +487,9 @@ class McpActivities(McpActivityDefs):
                 except JobReplyMismatch as exc:
                     return StartCallOutput(
                         start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
-                        payload=DecodedPayload(decode_error=exc.message, raw=exc.raw), sdk_version=installed_sdk_version())
+                        payload=DecodedPayload(decode_error=exc.message, raw=exc.raw),
+                        sdk_version=installed_sdk_version(),
+                    )
             else:
                 try:
                     start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
@@ -574,7 +576,8 @@ class McpActivities(McpActivityDefs):
                 # The job's status cannot be known from this reply, and asking again gets the same: decode_failed.
                 ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
                                   status_message=cap_text(exc.message, 512))
-                return AwaitOutput(state=ended, polls=polls, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
+                return AwaitOutput(state=ended, polls=polls,
+                                   payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
             except TaskNotFound:
                 return AwaitOutput(not_found=True, polls=polls)
             except TaskUnreachable as exc:
@@ -736,8 +739,13 @@ class McpActivities(McpActivityDefs):
                 return AwaitOutput(state=state, polls=polls)
         return None
 
-    async def _read_payload(self, client: McpTaskClient | JobTasks, state: TaskState, output_schema: dict[str, Any] | None,
-                            beat: dict[str, Any]) -> tuple[DecodedPayload | None, str | None]:
+    async def _read_payload(
+        self,
+        client: McpTaskClient | JobTasks,
+        state: TaskState,
+        output_schema: dict[str, Any] | None,
+        beat: dict[str, Any],
+    ) -> tuple[DecodedPayload | None, str | None]:
         """(payload, None), or (None, why) when a transient fault kept it from being read: the workflow then
         retries the retrieval alone. A payload that cannot be carried is decode_failed, not a fault."""
         try:
@@ -890,9 +898,10 @@ class McpActivities(McpActivityDefs):
 
         async def held_read(client: McpTaskClient) -> tuple[TaskPayload | None, TaskState | None]:
             """The held ``tasks/result``'s payload (None: it ended with an error), and the ended task's state when a
-            notification ended the hold (the ``tasks/get`` that confirmed it). A server may answer a held ``tasks/result`` only at its own poll interval (the
-            TypeScript SDK: up to a minute after the task ended); a notification that the task changed is checked
-            with a ``tasks/get``, and a task that has ended is read anew at once (a read: nothing is re-run)."""
+            notification ended the hold (the ``tasks/get`` that confirmed it). A server may answer a held
+            ``tasks/result`` only at its own poll interval (the TypeScript SDK: up to a minute after the task ended); a
+            notification that the task changed is checked with a ``tasks/get``, and a task that has ended is read anew
+            at once (a read: nothing is re-run)."""
             woken = asyncio.Event()
             self._watch_relay(inp, client, info, woken.set)
             held = asyncio.create_task(self._heartbeating(

@@ -309,7 +309,8 @@ class LegacyInputRequest(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest", "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "DecodedPayload",
+__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest",
+           "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "DecodedPayload",
            "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
            "CancelInput", "CancelOutput", "AnswerInput"]
 
@@ -322,7 +323,8 @@ STILL_WORKING = "TaskStillWorking"
 #: ``ApplicationError.type`` of a wait handed to another worker because this one is shutting down (benign).
 WORKER_SHUTDOWN = "WorkerShutdown"
 #: The benign failures the activities end attempts with by design: expected, not crashes, so they carry no stack
-#: trace (formatting one costs more worker CPU than the ``tasks/get`` the attempt made; see ``McpTaskFailureConverter``).
+#: trace (formatting one costs more worker CPU than the ``tasks/get`` the attempt made; see
+#: ``McpTaskFailureConverter``).
 EXPECTED_ATTEMPT_ENDS = frozenset({STILL_WORKING, WORKER_SHUTDOWN})
 #: Memo key of the outcome of a task that ended Canceled (a cancellation carries no details).
 OUTCOME_MEMO = "outcome"

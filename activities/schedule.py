@@ -27,7 +27,9 @@ def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, 
     O(log age) polls instead of age / pollInterval, and is still seen within that fraction of its age.
     Never shorter than the server's ``pollInterval``: the spec lets a client poll less often, not more.
     """
-    server_s = min(server_ms / 1000.0, MAX_HONOURED_POLL_INTERVAL_S) if server_ms is not None and server_ms > 0 else None
+    server_s = (
+        min(server_ms / 1000.0, MAX_HONOURED_POLL_INTERVAL_S) if server_ms is not None and server_ms > 0 else None
+    )
     if server_s is not None:
         base = server_s
     elif previous_s is None:

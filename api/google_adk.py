@@ -13,9 +13,10 @@ run with ADK's ``Runner`` inside a workflow, on a worker whose client has ``Goog
 randomness the workflow's); a toolset's ``get_tools`` and a tool's ``run_async`` are called there. Here they are
 workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
 :class:`~mcp_temporal_tasks.McpTasksClient`; nothing does I/O itself (``TemporalMcpToolSet`` instead sends each
-``tools/call`` from an activity, which Temporal retries: after a lost worker, the call is sent again). Each ADK *invocation* (one ``Runner.run_async``) is one
-agent run: its own tool list (one ``list_tools`` activity) and its own scope of child ids, even when the agent and
-this toolset are built once and reused. Outside a workflow it refuses to run.
+``tools/call`` from an activity, which Temporal retries: after a lost worker, the call is sent again). Each ADK
+*invocation* (one ``Runner.run_async``) is one agent run: its own tool list (one ``list_tools`` activity) and its own
+scope of child ids, even when the agent and this toolset are built once and reused. Outside a workflow it refuses to
+run.
 
 **A listing that fails.** ADK runs an agent whose toolset's ``get_tools`` raises *without* that toolset's tools
 (``llm_agent._convert_tool_union_to_tools`` logs it and carries on), so the model would answer as if it had none.

@@ -6,8 +6,9 @@ The one-line change, against Pydantic AI's own MCP toolset::
     toolsets=[McpTasksToolset("billing")]                                # a child McpTaskWorkflow per call
 
 in an agent with ``capabilities=[TemporalDurability()]`` (or the deprecated ``TemporalAgent``), run from a
-``PydanticAIWorkflow`` on a worker whose client has ``PydanticAIPlugin()`` and :class:`~mcp_temporal_tasks.McpTasksPlugin`
-(which configures the server ``billing``). Install with ``pip install 'mcp-temporal-tasks[pydantic-ai]'``.
+``PydanticAIWorkflow`` on a worker whose client has ``PydanticAIPlugin()`` and
+:class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server ``billing``). Install with ``pip install
+'mcp-temporal-tasks[pydantic-ai]'``.
 
 **How Pydantic AI's Temporal wrapper treats it.** ``TemporalDurability`` wraps the leaf toolsets it knows
 (``FunctionToolset``, ``DynamicToolset``, ``MCPToolset``) so that their I/O runs in activities; any other leaf

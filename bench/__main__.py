@@ -2,8 +2,8 @@
 
 One command, everything local (2-core budget: < 5 min with defaults, ``--quick`` about 2 min):
 
-* a Temporal dev server (``mcp_temporal_tasks.worker.devserver.DevServer``, headless, free port, state in a temp SQLite file
-  like the embedded default; ``--db memory`` for the in-memory store), with its Prometheus endpoint on;
+* a Temporal dev server (``mcp_temporal_tasks.worker.devserver.DevServer``, headless, free port, state in a temp SQLite
+  file like the embedded default; ``--db memory`` for the in-memory store), with its Prometheus endpoint on;
 * the bench MCP server (``bench.server``: fastmcp 4.1.4 tasks extension, instrumented) over HTTP on
   127.0.0.1, one instance per pollInterval used;
 * worker processes (``bench.worker_proc``): ``ours`` is the project's ``build_workers``/``make_activities``;
@@ -115,8 +115,9 @@ class Env:
         t = time.monotonic()
         await self.dev.start_async()
         self.client = await connect(self.dev.address, "default")
-        log(f"dev server on {self.dev.address} ({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''})"
-            f" in {time.monotonic() - t:.1f}s")
+        log(f"dev server on {self.dev.address} "
+            f"({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''}) in "
+            f"{time.monotonic() - t:.1f}s")
 
     def server(self, poll_ms: int, *, name: str = "", ttl_s: int = 0) -> tuple[Child, str]:
         """The bench MCP server advertising ``poll_ms`` (started on first use); ``name`` gives a phase a server of
@@ -287,7 +288,8 @@ async def history_stats(client: Client, workflow_ids: list[str], *, limit: int =
             "local_activities": kinds["EVENT_TYPE_MARKER_RECORDED"],
             "workflow_tasks": kinds["EVENT_TYPE_WORKFLOW_TASK_COMPLETED"],
             "timers": kinds["EVENT_TYPE_TIMER_STARTED"],
-            "upserts": kinds["EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] + kinds["EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"],
+            "upserts": (kinds["EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"]
+                        + kinds["EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"]),
         })
     if not per:
         return {}
@@ -339,7 +341,12 @@ def time_split(events: list[Any]) -> dict[str, float]:
 
 
 def _short(activity_type: str) -> str:
-    return activity_type.replace("mcp-tasks.", "").replace("bench-naive.", "naive_").replace("bench-minimal.", "minimal_").replace(".v1", "")
+    return (
+        activity_type.replace("mcp-tasks.", "")
+        .replace("bench-naive.", "naive_")
+        .replace("bench-minimal.", "minimal_")
+        .replace(".v1", "")
+    )
 
 
 def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
@@ -347,7 +354,11 @@ def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, stat
     terminal, observed = state.get("terminal", {}), state.get("observed", {})
     ok = [r for r in records if r.ok and r.delivered is not None]
     lat = [(r.delivered - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal]
-    wait = [(observed[r.task_id] - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal and r.task_id in observed]
+    wait = [
+        (observed[r.task_id] - terminal[r.task_id]) * 1000
+        for r in ok
+        if r.task_id in terminal and r.task_id in observed
+    ]
     after = [(r.delivered - observed[r.task_id]) * 1000 for r in ok if r.task_id in observed]
     start = [(terminal[r.task_id] - r.submitted) for r in ok if r.task_id in terminal]
     start_rpc = [r.extra["start_rpc_s"] for r in ok if "start_rpc_s" in r.extra]
@@ -363,8 +374,8 @@ def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, stat
         "errors": sorted({r.error or "?" for r in records if not r.ok})[:5],
         "wall_s": round(last - t0, 3),
         "throughput_per_s": round(len(ok) / (last - t0), 3) if ok else 0.0,
-        "latency_ms": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)), "max": _r(max(lat) if lat else None),
-                       "min": _r(min(lat) if lat else None), "n": len(lat)},
+        "latency_ms": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)),
+                       "max": _r(max(lat) if lat else None), "min": _r(min(lat) if lat else None), "n": len(lat)},
         "latency_split_ms": {
             "poll_wait_p50": _r(percentile(wait, 50)), "poll_wait_p95": _r(percentile(wait, 95)),
             "after_poll_p50": _r(percentile(after, 50)), "after_poll_p95": _r(percentile(after, 95)),
@@ -393,7 +404,11 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     child, url = env.server(poll_ms)
     http_json(base_url(url) + "/bench/reset", method="POST")
     args = [{"seconds": s} for s in durations(n, duration, poll_ms)]
-    pids = {"mcp_server": child.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0, "bench_client": os.getpid()}
+    pids = {
+        "mcp_server": child.pid,
+        "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
+        "bench_client": os.getpid(),
+    }
     worker = None
     spy = None
     if design != "floor":
@@ -476,10 +491,10 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
     _, fast_url = env.server(1)
     long_polls = max(2, int(round(long_s * 1000 / poll_ms)))
     out: dict[str, Any] = {"short_s": short_s, "long_s": long_s, "poll_ms": poll_ms, "long_polls": long_polls,
-                           "method": (f"short: a real {short_s:g}s task at pollInterval {poll_ms} ms. long: a task that "
-                                      f"completes on its {long_polls}th tasks/get (= {long_s:g}s / {poll_ms} ms), served "
-                                      f"with pollIntervalMs=1 so it runs in seconds. naive long: linear fit of two "
-                                      f"measured runs, extrapolated (not run)")}
+                           "method": (f"short: a real {short_s:g}s task at pollInterval {poll_ms} ms. long: a task "
+                                      f"that completes on its {long_polls}th tasks/get (= {long_s:g}s / {poll_ms} ms), "
+                                      "served with pollIntervalMs=1 so it runs in seconds. naive long: linear fit of "
+                                      "two measured runs, extrapolated (not run)")}
 
     async def one(design: str, target: str, args: dict[str, Any], prefix: str, **kw: Any) -> tuple[TaskRecord, dict]:
         _, tq, _ = env.design_worker(design)
@@ -494,7 +509,9 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
     t = time.monotonic()
 
     async def ours_long() -> tuple[TaskRecord, dict, float]:
-        rec, st = await one("ours", fast_url, {"polls": long_polls - 1}, "hist-ours-long", poll_ms=1, poll_floor_s=0.001)
+        rec, st = await one(
+            "ours", fast_url, {"polls": long_polls - 1}, "hist-ours-long", poll_ms=1, poll_floor_s=0.001
+        )
         return rec, st, time.monotonic() - t
 
     async def naive_pair() -> tuple[tuple[TaskRecord, dict], tuple[TaskRecord, dict]]:
@@ -572,8 +589,17 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
                            "max_cached_workflows": cache or f"default ({WorkerSettings().max_cached_workflows})"}
     try:
         _, warm_url = env.server(env.args.poll_ms)
-        await run_temporal(env, "ours", tq, warm_url, n=8, concurrency=8, args={"seconds": 0.2}, poll_ms=env.args.poll_ms,
-                           prefix="warm-inflight")
+        await run_temporal(
+            env,
+            "ours",
+            tq,
+            warm_url,
+            n=8,
+            concurrency=8,
+            args={"seconds": 0.2},
+            poll_ms=env.args.poll_ms,
+            prefix="warm-inflight",
+        )
         http_json(base_url(url) + "/bench/reset", method="POST")
         sdk0 = worker_metrics(metrics_port)
         await asyncio.sleep(0.5)
@@ -593,7 +619,9 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
             if rate:  # a steady arrival rate instead of one burst (the burst queues workflow tasks for tens of s)
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
             async with sem:
-                return await start_mcp_task(client, ours_request(url, {"gate": gate}, key), workflow_id=key, task_queue=tq)
+                return await start_mcp_task(
+                    client, ours_request(url, {"gate": gate}, key), workflow_id=key, task_queue=tq
+                )
 
         handles = await asyncio.gather(*(start(i, k) for i, k in enumerate(keys)))
         out["start_s"] = round(time.monotonic() - t0, 2)
@@ -626,17 +654,23 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
 
         results = await asyncio.gather(*(result(h) for h in handles), return_exceptions=True)
         out["drain_s"] = round(time.monotonic() - t1, 2)
-        out["completed"] = sum(1 for r in results if not isinstance(r, BaseException) and r.outcome.value == "completed")
+        out["completed"] = sum(
+            1 for r in results if not isinstance(r, BaseException) and r.outcome.value == "completed"
+        )
         out["errors"] = sorted({f"{type(r).__name__}: {r}"[:200] for r in results if isinstance(r, BaseException)})[:5]
         out["rss_peak_mb"] = round(sampler.stop(), 1)
         # RSS every ~2 s from the first start (s since start, MB): where the peak falls (start, wait, drain).
         t_base = sampler.samples[0][0] if sampler.samples else 0.0
         out["rss_series"] = [(round(t - t_base, 1), round(mb, 1)) for t, mb in sampler.samples[::8]]
-        out["rss_peak_at_s"] = round(max(sampler.samples, key=lambda x: x[1])[0] - t_base, 1) if sampler.samples else None
+        out["rss_peak_at_s"] = (
+            round(max(sampler.samples, key=lambda x: x[1])[0] - t_base, 1) if sampler.samples else None
+        )
         out["gate_opened_at_s"] = round(t1 - t0, 1)
         out["rss_hwm_mb"] = round(rss_mb(w.pid)[1], 1)
         out["rss_per_1000_inflight_mb"] = round(out["rss_inflight_mb"] * 1000 / inflight, 1)
-        out["rss_delta_per_1000_inflight_mb"] = round((out["rss_inflight_mb"] - out["rss_idle_mb"]) * 1000 / inflight, 1)
+        out["rss_delta_per_1000_inflight_mb"] = round(
+            (out["rss_inflight_mb"] - out["rss_idle_mb"]) * 1000 / inflight, 1
+        )
         out["cpu_s"] = meter.done()
         rpcs = env.metrics() - rpc0
         out["temporal_rpcs_per_task"] = round(sum(rpcs.values()) / inflight, 2)
@@ -667,9 +701,12 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     minimal = d.get("minimal")
     if ours and naive and naive["throughput_per_s"]:
         r = ours["throughput_per_s"] / naive["throughput_per_s"]
-        ceiling = (f"; the cheapest durable design (minimal): {minimal['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
-                   f", the non-durable floor: {floor['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
-                   if minimal and floor else "")
+        ceiling = (
+            f"; the cheapest durable design (minimal): {minimal['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
+            f", the non-durable floor: {floor['throughput_per_s'] / naive['throughput_per_s']:.2f}×"
+            if minimal and floor
+            else ""
+        )
         out.append({"target": "throughput ≥ 2× naive", "value": f"{r:.2f}×{ceiling}", "met": r >= 2.0})
     if ours and floor and ours["latency_ms"]["p50"] is not None and floor["latency_ms"]["p50"] is not None:
         diff = ours["latency_ms"]["p50"] - floor["latency_ms"]["p50"]
@@ -734,13 +771,16 @@ def render(res: dict[str, Any]) -> str:
         lines += [f"**EXPERIMENT — `ours` is NOT the shipped worker here: patched with `{cfg['experiment']}`.**", ""]
     d = res.get("designs", {})
     if d:
-        lines += ["| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | = poll wait p50 | + after poll p50 | "
-                  "tasks/get per task | history events/task | activity tasks/task | workflow tasks/task | "
-                  "Temporal RPCs/task | CPU s (worker / temporal / mcp / client) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| design | completed | wall s | tasks/s | latency p50 ms | p95 ms | = poll wait p50 | + after poll p50 | "
+            "tasks/get per task | history events/task | activity tasks/task | workflow tasks/task | "
+            "Temporal RPCs/task | CPU s (worker / temporal / mcp / client) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         rows = [(n, d.get(n)) for n in ("ours", "naive", "floor")]
         rows += [("minimal durable (lower bound, unsafe: bench/minimal.py)", d.get("minimal"))]
-        rows += [(f"{n} (light load: {r['tasks']} tasks of {cfg['light_duration_s']:g} s, concurrency {r['concurrency']})", r)
+        rows += [(f"{n} (light load: {r['tasks']} tasks of {cfg['light_duration_s']:g} s, concurrency "
+                  f"{r['concurrency']})", r)
                  for n, r in (res.get("light") or {}).items()]
         for name, r in rows:
             if not r:
@@ -748,14 +788,15 @@ def render(res: dict[str, Any]) -> str:
             h = r.get("history") or {}
             cpu = r["cpu_s"]
             lines.append(
-                f"| {name} | {r['completed']}/{r['tasks']} | {_fmt(r['wall_s'], 2)} | {_fmt(r['throughput_per_s'], 2)} | "
-                f"{_fmt(r['latency_ms']['p50'])} | {_fmt(r['latency_ms']['p95'])} | "
+                f"| {name} | {r['completed']}/{r['tasks']} | {_fmt(r['wall_s'], 2)} | {_fmt(r['throughput_per_s'], 2)} "
+                f"| {_fmt(r['latency_ms']['p50'])} | {_fmt(r['latency_ms']['p95'])} | "
                 f"{_fmt(r['latency_split_ms']['poll_wait_p50'])} | {_fmt(r['latency_split_ms']['after_poll_p50'])} | "
-                f"{_fmt(r['mcp_tasks_get_per_task'])} | "
-                f"{_fmt((h.get('events') or {}).get('mean'))} | {_fmt((h.get('activity_tasks') or {}).get('mean'))} | "
+                f"{_fmt(r['mcp_tasks_get_per_task'])} | {_fmt((h.get('events') or {}).get('mean'))} | "
+                f"{_fmt((h.get('activity_tasks') or {}).get('mean'))} | "
                 f"{_fmt((h.get('workflow_tasks') or {}).get('mean'))} | {_fmt(r.get('temporal_rpcs_per_task'))} | "
                 f"{_fmt(cpu.get('worker'))} / {_fmt(cpu.get('temporal_server'))} / {_fmt(cpu.get('mcp_server'))} / "
-                f"{_fmt(cpu.get('bench_client'))} |")
+                f"{_fmt(cpu.get('bench_client'))} |"
+            )
         lines += ["", "_latency = poll wait (server marked terminal → first tasks/get reply showing it) + after poll "
                       "(→ caller has the outcome). Temporal RPCs = frontend requests counted by the dev server's "
                       "metrics (incl. heartbeats, polls, result long-polls). CPU s = process CPU over the phase._"]
@@ -765,24 +806,31 @@ def render(res: dict[str, Any]) -> str:
             lines.append(f"| {k} | {_fmt(v, 2)} |")
     h = res.get("history")
     if h:
-        lines += ["", f"### History events per task: {h['short_s']:g} s vs {h['long_s']:g} s task "
-                      f"(pollInterval {h['poll_ms']} ms → {h['long_polls']} polls for the long one)", "",
-                  "| design | short: events | short: activity tasks | long: events | long: activity tasks | Δ events | how |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### History events per task: {h['short_s']:g} s vs {h['long_s']:g} s task "
+            f"(pollInterval {h['poll_ms']} ms → {h['long_polls']} polls for the long one)",
+            "",
+            "| design | short: events | short: activity tasks | long: events | long: activity tasks | Δ events | how |",
+            "|---|---|---|---|---|---|---|",
+        ]
         o = h.get("ours")
         if o:
-            lines.append(f"| ours | {o['short']['events']} | {o['short']['activity_tasks']} | {o['long']['events']} | "
-                         f"{o['long']['activity_tasks']} | {o['delta']:+d} | measured; long = {o['long']['tasks_get_observed']} "
-                         f"tasks/get inside one activity, {o['long']['wall_s']} s wall |")
+            lines.append(
+                f"| ours | {o['short']['events']} | {o['short']['activity_tasks']} | {o['long']['events']} | "
+                f"{o['long']['activity_tasks']} | {o['delta']:+d} | measured; long = {o['long']['tasks_get_observed']} "
+                f"tasks/get inside one activity, {o['long']['wall_s']} s wall |"
+            )
         nv = h.get("naive")
         if nv:
             adv = nv["long"]["at_advertised_interval"]
-            lines.append(f"| naive | {nv['short']['events']} | {nv['short']['activity_tasks']} | {nv['long']['events']} | "
-                         f"{nv['long']['activity_tasks']} | {nv['delta']:+d} | short measured ({nv['short']['polls']} polls); "
-                         f"{nv['mid_measured']['polls']}-poll run measured ({nv['mid_measured']['events']} events) → "
-                         f"{nv['events_per_poll']} events/poll; long extrapolated at naive's measured poll period "
-                         f"{nv['measured_poll_period_s']} s ({nv['long']['polls']} polls; its {h['poll_ms']} ms timers "
-                         f"fire after {nv['measured_timer_s']} s); at the advertised interval it would be {adv['events']} "
+            lines.append(f"| naive | {nv['short']['events']} | {nv['short']['activity_tasks']} | "
+                         f"{nv['long']['events']} | {nv['long']['activity_tasks']} | {nv['delta']:+d} | short measured "
+                         f"({nv['short']['polls']} polls); {nv['mid_measured']['polls']}-poll run measured "
+                         f"({nv['mid_measured']['events']} events) → {nv['events_per_poll']} events/poll; long "
+                         f"extrapolated at naive's measured poll period {nv['measured_poll_period_s']} s "
+                         f"({nv['long']['polls']} polls; its {h['poll_ms']} ms timers fire after "
+                         f"{nv['measured_timer_s']} s); at the advertised interval it would be {adv['events']} "
                          f"events{' — over the 51,200-event hard limit' if adv['events'] > 51_200 else ''} |")
         lines += ["", f"_{h['method']}._"]
     m = res.get("inflight")
@@ -791,9 +839,9 @@ def render(res: dict[str, Any]) -> str:
         cpu = m.get("cpu_s") or {}
         n = m["inflight"]
         lines += ["", f"### {m['inflight']} tasks in flight on one worker process (pollInterval {m['poll_ms']} ms)", "",
-                  "| completed | RSS idle MB | RSS all in flight MB | RSS peak MB | MB per 1,000 in flight (abs / Δ idle) | "
-                  "start s | all polling s | drain s | Temporal RPCs/task | CPU ms/task (worker / temporal) | "
-                  "sticky-cache forced evictions | max_cached_workflows |",
+                  "| completed | RSS idle MB | RSS all in flight MB | RSS peak MB | "
+                  "MB per 1,000 in flight (abs / Δ idle) | start s | all polling s | drain s | Temporal RPCs/task | "
+                  "CPU ms/task (worker / temporal) | sticky-cache forced evictions | max_cached_workflows |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|",
                   f"| {m['completed']}/{n} | {m['rss_idle_mb']} | {m['rss_inflight_mb']} | {m['rss_peak_mb']} | "
                   f"{m['rss_per_1000_inflight_mb']} / {m['rss_delta_per_1000_inflight_mb']} | {m['start_s']} | "
@@ -831,20 +879,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=None, help="tasks in flight per design (default 200; quick 12)")
     p.add_argument("--duration", type=float, default=None, help="task duration s (default 5; quick 2)")
     p.add_argument("--poll-ms", type=int, default=None, help="server pollIntervalMs (default 500)")
-    p.add_argument("--inflight", type=int, default=None,
-                   help="tasks held in flight on one worker (default 1000 to stay under 5 min; the target: 2000; quick 100)")
-    p.add_argument("--inflight-poll-ms", type=int, default=None, help="pollIntervalMs during the in-flight phase (default 20000: 2,000 tasks then cost 100 polls/s)")
+    p.add_argument(
+        "--inflight",
+        type=int,
+        default=None,
+        help="tasks held in flight on one worker (default 1000 to stay under 5 min; the target: 2000; quick 100)",
+    )
+    p.add_argument(
+        "--inflight-poll-ms",
+        type=int,
+        default=None,
+        help="pollIntervalMs during the in-flight phase (default 20000: 2,000 tasks then cost 100 polls/s)",
+    )
     p.add_argument("--inflight-rate", type=float, default=0,
                    help="in-flight phase: start workflows at this many per second (default 0: all at once)")
     p.add_argument("--inflight-cache", type=int, default=0,
                    help="max_cached_workflows for the in-flight worker (default: WorkerSettings')")
-    p.add_argument("--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)")
-    p.add_argument("--short-s", type=float, default=None, help="the short task of the history phase, s (default 5; quick 2)")
+    p.add_argument(
+        "--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)"
+    )
+    p.add_argument(
+        "--short-s", type=float, default=None, help="the short task of the history phase, s (default 5; quick 2)"
+    )
     p.add_argument("--naive-fit-polls", type=int, default=20, help="polls of naive's second measured history point")
-    p.add_argument("--db", choices=["sqlite", "memory"], default="memory",
-                   help="dev server store: in memory (default: keeps the default run under 5 min on 2 cores) or a "
-                        "temp SQLite file (what the embedded `mcp-tasks dev-server` uses; ~1.5x the Temporal CPU per task)")
-    p.add_argument("--light-tasks", type=int, default=None, help="light-load latency probe: tasks (default 10; 0 = off)")
+    p.add_argument(
+        "--db",
+        choices=["sqlite", "memory"],
+        default="memory",
+        help="dev server store: in memory (default: keeps the default run under 5 min on 2 cores) or a "
+        "temp SQLite file (what the embedded `mcp-tasks dev-server` uses; ~1.5x the Temporal CPU per task)",
+    )
+    p.add_argument(
+        "--light-tasks", type=int, default=None, help="light-load latency probe: tasks (default 10; 0 = off)"
+    )
     p.add_argument("--light-concurrency", type=int, default=10, help="light-load latency probe: concurrency")
     p.add_argument("--light-duration", type=float, default=None,
                    help="light-load latency probe: task duration s (default: --duration)")
@@ -853,19 +920,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="", help=f"comma-separated phases to run, all others skipped: {', '.join(PHASES)}"
                                               " (e.g. `--only inflight-aged --inflight-aged 2000`)")
     g = p.add_argument_group("cost of waiting")
-    g.add_argument("--aged-tiles", type=int, default=None,
-                   help="aged phase: ours tasks held open, back-dated to ages spread over 60…3600 s (default 40; quick 16)")
-    g.add_argument("--aged-probes", type=int, default=None,
-                   help="aged phase: ours tasks that complete at known ages, for the delivery bound (default 12; quick 6)")
-    g.add_argument("--aged-probe-max-age", type=float, default=None,
-                   help="aged phase: oldest probe's age at completion, s (default 2600: past the long-wait hand-over at "
-                        "2400 s; quick 400)")
+    g.add_argument(
+        "--aged-tiles",
+        type=int,
+        default=None,
+        help="aged phase: ours tasks held open, back-dated to ages spread over 60…3600 s (default 40; quick 16)",
+    )
+    g.add_argument(
+        "--aged-probes",
+        type=int,
+        default=None,
+        help="aged phase: ours tasks that complete at known ages, for the delivery bound (default 12; quick 6)",
+    )
+    g.add_argument(
+        "--aged-probe-max-age",
+        type=float,
+        default=None,
+        help="aged phase: oldest probe's age at completion, s (default 2600: past the long-wait hand-over at "
+        "2400 s; quick 400)",
+    )
     g.add_argument("--aged-window", type=float, default=None,
                    help="aged phase: minimum window, s; it runs behind every other phase (default 180; quick 45)")
     g.add_argument("--aged-minimal", type=int, default=2, help="aged phase: minimal tasks held open (T3)")
-    g.add_argument("--aged-old", type=int, default=None,
-                   help="aged phase: ours tasks aged 2 h+ held open on a worker of their own: the steady cost of an old "
-                        "task, past the long-wait hand-over (T3; default 4; quick 2)")
+    g.add_argument(
+        "--aged-old",
+        type=int,
+        default=None,
+        help="aged phase: ours tasks aged 2 h+ held open on a worker of their own: the steady cost of an old "
+        "task, past the long-wait hand-over (T3; default 4; quick 2)",
+    )
     g.add_argument("--naive-wait-s", type=float, default=None, help="naive-wait window, s (default 20; quick 8)")
     g.add_argument("--naive-wait-tasks", type=int, default=4, help="naive tasks held open in the naive-wait window")
     g.add_argument("--inflight-aged", type=int, default=None,
@@ -873,13 +956,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "`--only inflight-aged`; default 0 = not run; quick 150, its figures scaled to 2,000)")
     g.add_argument("--inflight-aged-window", type=float, default=None,
                    help="T2: the sustained window, s (default 120; quick 10)")
-    g.add_argument("--heartbeat-s", type=float, default=None,
-                   help="heartbeat timeout of ours' activities (McpTaskRequest.timeouts.heartbeat_s; default 30): the "
-                        "SDK lets one heartbeat per 0.8 × this reach Temporal. A caller's setting, reported in the config")
+    g.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=None,
+        help="heartbeat timeout of ours' activities (McpTaskRequest.timeouts.heartbeat_s; default 30): the "
+        "SDK lets one heartbeat per 0.8 × this reach Temporal. A caller's setting, reported in the config",
+    )
     g.add_argument("--inflight-aged-poll-ms", type=int, default=None,
                    help="T2: the server's pollIntervalMs (default: --poll-ms)")
-    g = p.add_argument_group("waiting at the limit (bench/idle.py; `--only idle-waits`, ~20 min; not in the default run)")
-    g.add_argument("--idle-tiles", type=int, default=None, help="tasks aged 60 s … 1 h per design (default 60; quick 8)")
+    g = p.add_argument_group(
+        "waiting at the limit (bench/idle.py; `--only idle-waits`, ~20 min; not in the default run)"
+    )
+    g.add_argument(
+        "--idle-tiles", type=int, default=None, help="tasks aged 60 s … 1 h per design (default 60; quick 8)"
+    )
     g.add_argument("--idle-old", type=int, default=None, help="tasks aged 2 … 5 h per design (default 40; quick 4)")
     g.add_argument("--idle-probes", type=int, default=None, help="delivery probes per design (default 8; quick 2)")
     g.add_argument("--idle-window", type=float, default=None, help="the cost window, s (default 300; quick 30)")
@@ -889,30 +980,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="idle tasks aged 10 min … 1 h on one worker (default 10000; quick 100)")
     g.add_argument("--idle-inflight-before", type=int, default=None,
                    help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)")
-    g.add_argument("--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)")
+    g.add_argument(
+        "--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)"
+    )
     g = p.add_argument_group("told, not polled (bench/push.py; `--only push`; not in the default run)")
     g.add_argument("--push-ages", default="60,300,900,1800,3600",
                    help="age buckets, s, comma-separated (default 1 min, 5 min, 15 min, 30 min, 1 h)")
-    g.add_argument("--push-tiles", type=int, default=None,
-                   help="held tasks per design and age bucket, each bucket on a worker of its own (default 20; quick 6)")
+    g.add_argument(
+        "--push-tiles",
+        type=int,
+        default=None,
+        help="held tasks per design and age bucket, each bucket on a worker of its own (default 20; quick 6)",
+    )
     g.add_argument("--push-probes", type=int, default=None,
                    help="delivery probes per design and age bucket, ending at the bucket's age (default 6; quick 3)")
     g.add_argument("--push-window", type=float, default=None,
                    help="the cost window, s (default: one stretched gap of the oldest bucket, 832 s at 1 h)")
     g.add_argument("--push-flood", type=int, default=None,
                    help="notifications for unknown task ids sent after the window (default 10000, also quick; 0: none)")
-    g.add_argument("--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 0)")
+    g.add_argument(
+        "--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 0)"
+    )
     g.add_argument("--push-old-window", type=float, default=None,
                    help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400)")
     g.add_argument("--push-inflight", type=int, default=None,
                    help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; quick 0)")
-    p.add_argument("--no-bytecode", action="store_true",
-                   help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)")
+    p.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)",
+    )
     p.add_argument("--experiment", default="",
                    help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
-                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S (sticky_queue_schedule_to_start_timeout, s), wft-threads=N (WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), unsandboxed (UnsandboxedWorkflowRunner), "
-                        "passthrough-wf (workflows.* passed through the sandbox), uvloop (uvloop's event loop; `pip install uvloop` first); "
-                        "reported in the config")
+                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S "
+                        "(sticky_queue_schedule_to_start_timeout, s), wft-threads=N "
+                        "(WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), "
+                        "unsandboxed (UnsandboxedWorkflowRunner), passthrough-wf (workflows.* passed through the "
+                        "sandbox), uvloop (uvloop's event loop; `pip install uvloop` first); reported in the config")
     p.add_argument("--profile-dir", default="", help="py-spy each design's worker and perf the Temporal server during "
                                                      "its run (read them with python -m bench.profile_summary)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
@@ -922,12 +1026,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = {"light_tasks": 4 if q else 10, "tasks": 12 if q else 200, "concurrency": 12 if q else 200,
                 "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 1000,
                 "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0,
-                "aged_tiles": 16 if q else 40, "aged_probes": 6 if q else 12, "aged_probe_max_age": 400.0 if q else 2600.0,
-                "aged_window": 45.0 if q else 180.0, "aged_old": 2 if q else 4,
+                "aged_tiles": 16 if q else 40, "aged_probes": 6 if q else 12,
+                "aged_probe_max_age": 400.0 if q else 2600.0, "aged_window": 45.0 if q else 180.0,
+                "aged_old": 2 if q else 4,
                 "naive_wait_s": 8.0 if q else 20.0, "inflight_aged": 150 if q else 0,
                 "inflight_aged_window": 10.0 if q else 120.0,
                 "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
-                "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0, "idle_inflight": 100 if q else 10000,
+                "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0,
+                "idle_inflight": 100 if q else 10000,
                 "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20,
                 "push_tiles": 6 if q else 20, "push_old": 0 if q else 40, "push_probes": 3 if q else 6,
                 "push_window": 0.0, "push_old_window": 5400.0, "push_flood": 10000, "push_inflight": 0 if q else 10000}
@@ -997,8 +1103,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await env.start()
         if not args.skip_aged:
-            # The cost of waiting, T1 and T3: aged tasks wait in the background of every other phase (their own worker and
-            # server; a few polls a minute), so the long window they need costs no wall time of its own.
+            # The cost of waiting, T1 and T3: aged tasks wait in the background of every other phase (their own worker
+            # and server; a few polls a minute), so the long window they need costs no wall time of its own.
             aged = AgedBackground(env, poll_ms=args.poll_ms, tiles=args.aged_tiles, probes=args.aged_probes,
                                   probe_max_age_s=args.aged_probe_max_age, minimal_tasks=args.aged_minimal,
                                   min_window_s=args.aged_window, old=args.aged_old)

@@ -65,7 +65,9 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
 
 
 async def measure(tasks: int, gap_s: float, window_s: float) -> dict[str, float]:
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), dev_server_log_level="error")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), dev_server_log_level="error"
+    )
     async with env:
         async with Worker(env.client, task_queue="attempt-floor", workflows=[HoldIdle], activities=[idle_attempt],
                           max_concurrent_activities=2000):

@@ -240,7 +240,8 @@ def worker_metrics(port: int) -> dict[str, float]:
     """A few counters of the worker's SDK Prometheus endpoint (sticky cache, workflow task replays, polls)."""
     wanted = ("temporal_sticky_cache_total_forced_eviction", "temporal_sticky_cache_size",
               "temporal_workflow_task_replay_latency_count", "temporal_workflow_task_execution_latency_count",
-              "temporal_workflow_task_schedule_to_start_latency_sum", "temporal_workflow_task_schedule_to_start_latency_count",
+              "temporal_workflow_task_schedule_to_start_latency_sum",
+              "temporal_workflow_task_schedule_to_start_latency_count",
               "temporal_activity_execution_latency_count", "temporal_request_failure",
               "temporal_workflow_task_execution_failed")
     out: dict[str, float] = {}

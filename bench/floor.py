@@ -1,5 +1,5 @@
-"""The floor: a non-durable asyncio client (``mcp_temporal_tasks.activities.wire.McpTaskClient``) that calls, polls at the
-server's pollInterval and reads the inline result. No Temporal, no retries beyond what the loop does."""
+"""The floor: a non-durable asyncio client (``mcp_temporal_tasks.activities.wire.McpTaskClient``) that calls, polls at
+the server's pollInterval and reads the inline result. No Temporal, no retries beyond what the loop does."""
 
 from __future__ import annotations
 

@@ -10,16 +10,17 @@ Two designs side by side in one run, on one dev server, each with bench servers 
 
 Phases (``--only idle-waits``):
 
-1. **Cost per task-hour.** Per design, ``--idle-tiles`` tasks back-dated to ages spread evenly over 60 … 3600 s (a task's
-   first hour after its first minute, as the earlier "cost of waiting" figures), and ``--idle-old`` tasks aged 2 … 5 h,
-   gated, each group on a worker of its own; after they settle, a window of ``--idle-window`` seconds for the first
-   hour, and for the old tasks (6–10 minutes between polls) the whole run, at least ``--idle-old-window``. Billable actions
-   in the window = activity attempts that ended in it (the worker SDK's ``RespondActivityTask{Completed,Failed,
-   Canceled}`` RPCs: every attempt, retries included) + heartbeats that reached Temporal (``RecordActivityTaskHeartbeat``)
-   + timers, markers, search-attribute upserts, signals and child workflows recorded in the histories in the window.
-   Per task-hour = actions / (tasks × window). History per task: every held task's event count at the end.
-   Delivery probes (``--idle-probes`` per design): tasks back-dated to end at ages 10 … 50 min, the server's poll wait
-   (terminal → first ``tasks/get`` showing it) against max(pollInterval, 5 % of the age at the end).
+1. **Cost per task-hour.** Per design, ``--idle-tiles`` tasks back-dated to ages spread evenly over 60 … 3600 s (a
+   task's first hour after its first minute, as the earlier "cost of waiting" figures), and ``--idle-old`` tasks aged 2
+   … 5 h, gated, each group on a worker of its own; after they settle, a window of ``--idle-window`` seconds for the
+   first hour, and for the old tasks (6–10 minutes between polls) the whole run, at least ``--idle-old-window``.
+   Billable actions in the window = activity attempts that ended in it (the worker SDK's
+   ``RespondActivityTask{Completed,Failed, Canceled}`` RPCs: every attempt, retries included) + heartbeats that reached
+   Temporal (``RecordActivityTaskHeartbeat``) + timers, markers, search-attribute upserts, signals and child workflows
+   recorded in the histories in the window. Per task-hour = actions / (tasks × window). History per task: every held
+   task's event count at the end. Delivery probes (``--idle-probes`` per design): tasks back-dated to end at ages 10 …
+   50 min, the server's poll wait (terminal → first ``tasks/get`` showing it) against max(pollInterval, 5 % of the age
+   at the end).
 2. **In flight.** ``--idle-inflight`` (10,000) idle tasks aged 10 min … 1 h on one worker, and
    ``--idle-inflight-before`` (2,000) heartbeating ones on another run of the same phase: worker CPU (% of a core), RSS,
    the dev server's CPU and RPCs/s, MCP requests/s, and whether every task is polled on schedule (gaps measured by the
@@ -134,13 +135,16 @@ class CostPhase:
         acts = _actions(g.sdk0, sdk1, events)
         task_hours = len(g.ids) * (w1 - w0) / HOUR_S
         self.out[g.design][g.name] = {
-            "tasks": len(g.ids), "window_s": round(w1 - w0), "actions_per_task_hour": round(acts["total"] / task_hours, 1),
+            "tasks": len(g.ids),
+            "window_s": round(w1 - w0),
+            "actions_per_task_hour": round(acts["total"] / task_hours, 1),
             "attempts_per_task_hour": round(acts["attempts"] / task_hours, 1),
             "heartbeats_per_task_hour": round(acts["heartbeats"] / task_hours, 1),
             "workflow_actions_per_task_hour": round(acts["workflow"] / task_hours, 1),
             "history_events": sorted({len(h) for h in hist}),
             "history_events_added_per_task": round(events["events"] / len(g.ids), 2),
-            "ages_s": f"{min(g.ages):.0f}…{max(g.ages) + (w1 - self.old_w0):.0f}"}
+            "ages_s": f"{min(g.ages):.0f}…{max(g.ages) + (w1 - self.old_w0):.0f}",
+        }
 
     async def first_hour(self) -> None:
         """The first-hour window, with the delivery probes ending inside it."""
@@ -262,9 +266,13 @@ def idle_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if cost:
         new, old = cost["idle"], cost["heartbeating"]
-        rows.append({"target": "billable actions per task-hour, task aged 2 h+: ≤ 12",
-                     "value": f"{new['old']['actions_per_task_hour']:g} (before: {old['old']['actions_per_task_hour']:g})",
-                     "met": new["old"]["actions_per_task_hour"] <= 12})
+        rows.append(
+            {
+                "target": "billable actions per task-hour, task aged 2 h+: ≤ 12",
+                "value": f"{new['old']['actions_per_task_hour']:g} (before: {old['old']['actions_per_task_hour']:g})",
+                "met": new["old"]["actions_per_task_hour"] <= 12,
+            }
+        )
         rows.append({"target": "billable actions per task-hour, a task's first hour (ages 60 s … 1 h): ≤ 90",
                      "value": f"{new['first-hour']['actions_per_task_hour']:g} "
                               f"(before: {old['first-hour']['actions_per_task_hour']:g})",
@@ -278,21 +286,37 @@ def idle_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                      "met": added == 0 and max(hist) <= 29})
         probes = new.get("probes") or []
         within = sum(1 for p in probes if p.get("within"))
-        rows.append({"target": "delivery ≤ max(pollInterval, 5 % of the age at the end) (+1 s)",
-                     "value": f"{within}/{len(probes)} probes within; " + ", ".join(
-                         f"{p['poll_wait_s']:g}/{p['bound_s']:g} s at {p['age_at_end_s']} s" for p in probes if p.get("ok")),
-                     "met": bool(probes) and within == len(probes)})
+        rows.append(
+            {
+                "target": "delivery ≤ max(pollInterval, 5 % of the age at the end) (+1 s)",
+                "value": f"{within}/{len(probes)} probes within; "
+                + ", ".join(
+                    f"{p['poll_wait_s']:g}/{p['bound_s']:g} s at {p['age_at_end_s']} s" for p in probes if p.get("ok")
+                ),
+                "met": bool(probes) and within == len(probes),
+            }
+        )
     if inf:
         rows.append({"target": f"{inf['tasks']:,} tasks aged 10 min–1 h on one worker: CPU ≤ 30 % of a core",
                      "value": f"{inf['worker_cpu_pct_of_core']:g} % (before, {before.get('tasks', 0):,} tasks: "
                               f"{before.get('worker_cpu_pct_of_core', '–')} %)",
                      "met": inf["worker_cpu_pct_of_core"] <= 30})
-        rows.append({"target": "… RSS < 500 MB", "value": f"{inf['rss_peak_mb']:g} MB (before: {before.get('rss_peak_mb', '–')} MB)",
-                     "met": inf["rss_peak_mb"] < 500})
+        rows.append(
+            {
+                "target": "… RSS < 500 MB",
+                "value": f"{inf['rss_peak_mb']:g} MB (before: {before.get('rss_peak_mb', '–')} MB)",
+                "met": inf["rss_peak_mb"] < 500,
+            }
+        )
         sched = inf.get("schedule") or {}
-        rows.append({"target": "… all polled on schedule", "value": f"{sched.get('late')} of {sched.get('gaps')} gaps late "
-                     f"(worst gap {sched.get('worst_gap_over_schedule')}× the schedule's)",
-                     "met": sched.get("gaps", 0) > 0 and sched.get("late") == 0})
+        rows.append(
+            {
+                "target": "… all polled on schedule",
+                "value": f"{sched.get('late')} of {sched.get('gaps')} gaps late "
+                f"(worst gap {sched.get('worst_gap_over_schedule')}× the schedule's)",
+                "met": sched.get("gaps", 0) > 0 and sched.get("late") == 0,
+            }
+        )
         c = inf.get("cancel_s") or {}
         if c:
             rows.append({"target": "a cancel reaches a waiting old task within max(5 s, its poll gap)",
@@ -306,13 +330,21 @@ def render_idle(res: dict[str, Any]) -> list[str]:
     idle = res.get("idle_waits")
     if not idle:
         return []
-    lines = ["", "### Waiting at the limit: nothing running between polls (idle) vs one heartbeating activity per wait", ""]
+    lines = [
+        "",
+        "### Waiting at the limit: nothing running between polls (idle) vs one heartbeating activity per wait",
+        "",
+    ]
     cost = idle.get("cost")
     if cost:
-        lines += [f"Billable actions per task-hour ({cost['tiles']} tasks aged 60 s … 1 h and {cost['old']} aged 2 … 5 h per "
-                  f"design, held open; pollInterval {cost['poll_ms']} ms):", "",
-                  "| design | ages | window s | actions/task-hour | = attempts | + heartbeats | + workflow | "
-                  "history events |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Billable actions per task-hour ({cost['tiles']} tasks aged 60 s … 1 h and {cost['old']} aged 2 … 5 h per "
+            f"design, held open; pollInterval {cost['poll_ms']} ms):",
+            "",
+            "| design | ages | window s | actions/task-hour | = attempts | + heartbeats | + workflow | "
+            "history events |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for design in DESIGNS:
             for name in ("first-hour", "old"):
                 r = cost[design][name]
@@ -321,14 +353,20 @@ def render_idle(res: dict[str, Any]) -> list[str]:
                              f"{r['workflow_actions_per_task_hour']:g} | {r['history_events']} |")
     rows = [r for r in (idle.get("inflight"), idle.get("inflight_before")) if r]
     if rows:
-        lines += ["", "| in flight | tasks | worker CPU % of a core | RSS peak MB | Temporal CPU % | dev server RPCs/s | "
-                      "worker RPCs/s | MCP req/s | heartbeats/s | late gaps |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| in flight | tasks | worker CPU % of a core | RSS peak MB | Temporal CPU % | dev server RPCs/s | "
+            "worker RPCs/s | MCP req/s | heartbeats/s | late gaps |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in rows:
             s = r.get("schedule") or {}
-            lines.append(f"| {r['design']} | {r['tasks']:,} | {r['worker_cpu_pct_of_core']:g} | {r['rss_peak_mb']:g} | "
-                         f"{r['temporal_cpu_pct_of_core']:g} | {r['dev_server_rpcs_per_s_all_workers']:g} | "
-                         f"{r['worker_temporal_rpcs_per_s']:g} | {r['mcp_requests_per_s']:g} | {r['heartbeats_per_s']:g} | "
-                         f"{s.get('late')}/{s.get('gaps')} |")
+            lines.append(
+                f"| {r['design']} | {r['tasks']:,} | {r['worker_cpu_pct_of_core']:g} | {r['rss_peak_mb']:g} | "
+                f"{r['temporal_cpu_pct_of_core']:g} | {r['dev_server_rpcs_per_s_all_workers']:g} | "
+                f"{r['worker_temporal_rpcs_per_s']:g} | {r['mcp_requests_per_s']:g} | {r['heartbeats_per_s']:g} | "
+                f"{s.get('late')}/{s.get('gaps')} |"
+            )
     targets = idle_targets(res)
     if targets:
         lines += ["", "| target | value | met |", "|---|---|---|"]

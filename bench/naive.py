@@ -2,8 +2,8 @@
 
 One short activity per ``tasks/get`` and a durable timer (``workflow.sleep(pollInterval)``) between polls,
 after a start activity that sends ``tools/call``. It speaks the same wire client
-(``mcp_temporal_tasks.activities.wire.McpTaskClient``) to the same server as our worker, so the only difference measured is
-where the poll loop lives: in workflow history (here) or inside one heartbeating activity (ours).
+(``mcp_temporal_tasks.activities.wire.McpTaskClient``) to the same server as our worker, so the only difference measured
+is where the poll loop lives: in workflow history (here) or inside one heartbeating activity (ours).
 
 On the 2026-07-28 extension the result is inline in the terminal ``tasks/get``, so the design returns it
 from the last poll and needs no separate result activity (a legacy-era version would add one: +6 events

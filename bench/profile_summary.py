@@ -194,7 +194,9 @@ def summarize_py_spy(path: str, top: int = 25) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("perf_file", help="a .perf file (Temporal server) or a py-spy .txt (worker)")
-    p.add_argument("--binary", default="", help="the temporal binary (default: the one mcp_temporal_tasks.worker.devserver uses)")
+    p.add_argument(
+        "--binary", default="", help="the temporal binary (default: the one mcp_temporal_tasks.worker.devserver uses)"
+    )
     p.add_argument("--top", type=int, default=25)
     a = p.parse_args(argv)
     if a.perf_file.endswith(".txt"):

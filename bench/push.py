@@ -5,11 +5,11 @@ The servers are the official Python SDK's 2025-11-25 task runtime (``mcp`` 1.30,
 ``notifications/tasks/status`` on the session's GET stream when a task ends (the SDK's default), the other two are
 told not to (``complete(..., notify=False)``); ``notifying`` and ``silent`` offer no ``tasks/list`` (``--no-list``:
 today's two kinds of server, each wait read on its own), ``listing`` offers the SDK's (the session's own tasks), which
-the worker's list reader reads at the pollInterval (``activities/list_reader.py``). Everything else is the same: pollInterval ``--poll-ms``, our worker as shipped
-(push on, ``push_stretch`` 4), its tasks back-dated to known ages (``age_s``, as in ``bench/idle.py``), one dev server.
-Every worker first sees one 3 s task end (the prime), so that on the notifying server its listener is up and the
-server has shown it notifies (``delivered_by`` of the primes is in the JSON). Phases (``--only push``), both designs
-at once so that the machine's load is the same for both:
+the worker's list reader reads at the pollInterval (``activities/list_reader.py``). Everything else is the same:
+pollInterval ``--poll-ms``, our worker as shipped (push on, ``push_stretch`` 4), its tasks back-dated to known ages
+(``age_s``, as in ``bench/idle.py``), one dev server. Every worker first sees one 3 s task end (the prime), so that on
+the notifying server its listener is up and the server has shown it notifies (``delivered_by`` of the primes is in the
+JSON). Phases (``--only push``), both designs at once so that the machine's load is the same for both:
 
 1. **Cost by age** (``--push-ages``, default 1 min, 5 min, 15 min, 30 min, 1 h): per design and age bucket,
    ``--push-tiles`` tasks aged within ±10 % of the bucket's age, held open by a gate, on a worker of their own; over
@@ -145,8 +145,12 @@ class _Group:
 
         async def one(key: str, age: float) -> None:
             async with sem:
-                await start_mcp_task(self.env.client, push_request(self.url, {"gate": gate, "age_s": round(age, 1)}, key),
-                                     workflow_id=key, task_queue=self.tq)
+                await start_mcp_task(
+                    self.env.client,
+                    push_request(self.url, {"gate": gate, "age_s": round(age, 1)}, key),
+                    workflow_id=key,
+                    task_queue=self.tq,
+                )
 
         await asyncio.gather(*(one(k, a) for k, a in zip(self.ids, self.ages, strict=True)))
 
@@ -157,8 +161,12 @@ def _spread(age: float, n: int) -> list[float]:
 
 async def _probe(env: Any, g: _Group, j: int, end_age: float, seconds: float, bucket: float) -> dict[str, Any]:
     key = f"push-probe-{g.design}-{env.run_id}-{j}"
-    handle = await start_mcp_task(env.client, push_request(g.url, {"seconds": seconds, "age_s": round(end_age - seconds, 1)},
-                                                           key), workflow_id=key, task_queue=g.tq)
+    handle = await start_mcp_task(
+        env.client,
+        push_request(g.url, {"seconds": seconds, "age_s": round(end_age - seconds, 1)}, key),
+        workflow_id=key,
+        task_queue=g.tq,
+    )
     out = await outcome_of(handle)
     closed = (await handle.describe()).close_time
     events = list((await handle.fetch_history()).events)
@@ -240,8 +248,16 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
     cost = {d: {a: _Group(env, d, f"age{a:g}", servers[d][1], _spread(a, args.push_tiles)) for a in ages}
             for d in DESIGNS}
     probers = {d: _Group(env, d, "probes", servers[d][1]) for d in DESIGNS}
-    old = {d: _Group(env, d, "old", servers[d][1], [7200.0 + 3 * HOUR_S * ((i * PHI) % 1.0) for i in range(args.push_old)])
-           for d in DESIGNS} if args.push_old else {}
+    old = (
+        {
+            d: _Group(
+                env, d, "old", servers[d][1], [7200.0 + 3 * HOUR_S * ((i * PHI) % 1.0) for i in range(args.push_old)]
+            )
+            for d in DESIGNS
+        }
+        if args.push_old
+        else {}
+    )
     idle = _Group(env, "none", "idle-worker", servers["silent"][1])  # never given a task: the CPU baseline
     held = [g for d in DESIGNS for g in cost[d].values()] + list(old.values())
     everyone = [*held, *probers.values(), idle]
@@ -278,16 +294,31 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             g.sdk0 = sdk_requests(g.port)
         meter = CpuMeter({**{f"{g.design}:{g.name}": g.worker.pid for g in held}, "idle": idle.worker.pid})
         specs = [(a, k) for a in ages for k in range(args.push_probes)]
-        probes = {d: [asyncio.ensure_future(_probe(env, probers[d], j, a * (1 - SPREAD + 2 * SPREAD * ((k * PHI) % 1.0)),
-                                                   round(5.0 + 20.0 * (((j + 1) * PHI) % 1.0), 1), a))
-                      for j, (a, k) in enumerate(specs)] for d in DESIGNS}
+        probes = {
+            d: [
+                asyncio.ensure_future(
+                    _probe(
+                        env,
+                        probers[d],
+                        j,
+                        a * (1 - SPREAD + 2 * SPREAD * ((k * PHI) % 1.0)),
+                        round(5.0 + 20.0 * (((j + 1) * PHI) % 1.0), 1),
+                        a,
+                    )
+                )
+                for j, (a, k) in enumerate(specs)
+            ]
+            for d in DESIGNS
+        }
         await asyncio.sleep(window)
         w1 = time.time()
         cpu = meter.done()
         out["machine_other_pct"] = round(100 * cpu["other_processes"] / max(cpu["capacity"], 1e-9), 1)
         out["idle_worker_cpu_pct_of_core"] = round(100 * cpu["idle"] / cpu["wall_s"], 2)
         for d in DESIGNS:
-            out[d]["list_requests_in_window"] = http_json(base_url(servers[d][1]) + "/bench/counts").get("lists", 0) - lists0[d]
+            out[d]["list_requests_in_window"] = (
+                http_json(base_url(servers[d][1]) + "/bench/counts").get("lists", 0) - lists0[d]
+            )
             polls1 = http_json(base_url(servers[d][1]) + "/bench/state")["aged"]
             for a, g in cost[d].items():
                 row = await _measure(env, g, w0, w1)
@@ -406,14 +437,20 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     dn, ds = n.get("delivery") or {}, s.get("delivery") or {}
     if dn.get("n"):
-        rows.append({"target": "notifying server: delivery ≤ 1 s p50 and ≤ 3 s max after the server's end, at every age",
-                     "value": f"p50 {dn['p50_s']} s, p95 {dn['p95_s']} s, max {dn['max_s']} s over {dn['n']} tasks ending at "
-                              f"ages {bucket_label(min(p['ages_s']))} … {bucket_label(max(p['ages_s']))} (silent: p50 "
-                              f"{ds.get('p50_s')} s, max {ds.get('max_s')} s)",
+        rows.append({"target": "notifying server: delivery ≤ 1 s p50 and ≤ 3 s max after the server's end, "
+                               "at every age",
+                     "value": f"p50 {dn['p50_s']} s, p95 {dn['p95_s']} s, max {dn['max_s']} s over {dn['n']} tasks "
+                              f"ending at ages {bucket_label(min(p['ages_s']))} … {bucket_label(max(p['ages_s']))} "
+                              f"(silent: p50 {ds.get('p50_s')} s, max {ds.get('max_s')} s)",
                      "met": (dn["p50_s"] or 99) <= 1.0 and (dn["max_s"] or 99) <= 3.0 and dn["n"] == dn["of"]})
     if ds.get("n"):
-        rows.append({"target": "silent server: delivery within today's bound, max(pollInterval, 5 % of the age) (+1 s)",
-                     "value": f"{ds['within_todays_bound']}/{ds['n']} within", "met": ds["within_todays_bound"] == ds["n"]})
+        rows.append(
+            {
+                "target": "silent server: delivery within today's bound, max(pollInterval, 5 % of the age) (+1 s)",
+                "value": f"{ds['within_todays_bound']}/{ds['n']} within",
+                "met": ds["within_todays_bound"] == ds["n"],
+            }
+        )
     li = p.get("listing") or {}
     dl = li.get("delivery") or {}
     if dl.get("n"):
@@ -425,10 +462,14 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                      "met": dl["n"] == dl["of"] and (dl["p95_s"] if dl["p95_s"] is not None else 99) <= bound})
     hour = (li.get("buckets") or {}).get(bucket_label(HOUR_S)) or {}
     if hour.get("actions_per_task_hour") is not None:
-        rows.append({"target": "silent server with tasks/list: ≤ 5 billable actions per task-hour at 1 h (today 17.3)",
-                     "value": f"{hour['actions_per_task_hour']:g} (silent without tasks/list: "
-                              f"{((s.get('buckets') or {}).get(bucket_label(HOUR_S)) or {}).get('actions_per_task_hour')})",
-                     "met": hour["actions_per_task_hour"] <= 5.0})
+        rows.append(
+            {
+                "target": "silent server with tasks/list: ≤ 5 billable actions per task-hour at 1 h (today 17.3)",
+                "value": f"{hour['actions_per_task_hour']:g} (silent without tasks/list: "
+                f"{((s.get('buckets') or {}).get(bucket_label(HOUR_S)) or {}).get('actions_per_task_hour')})",
+                "met": hour["actions_per_task_hour"] <= 5.0,
+            }
+        )
     fn, fs = _first_hour(n, p["ages_s"]), _first_hour(s, p["ages_s"])
     if fn is not None and fs is not None:
         rows.append({"target": f"billable actions per task-hour, a task's first hour, notifying: ≤ half of today's "
@@ -444,16 +485,20 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     f = p.get("flood")
     if f and f.get("sent"):
         rows.append({"target": f"a flood of {f['sent']:,} notifications for unknown task ids: no signal, CPU bounded",
-                     "value": f"{f['signals_sent']} signals; worker {f['worker_cpu_above_idle_s']:g} CPU s above an idle "
-                              f"worker's over {f['wall_s']:g} s; read {f['heard_by_worker']:,}, "
+                     "value": f"{f['signals_sent']} signals; worker {f['worker_cpu_above_idle_s']:g} CPU s above an "
+                              f"idle worker's over {f['wall_s']:g} s; read {f['heard_by_worker']:,}, "
                               f"{f['visibility_lookups']} lookups",
                      "met": f["signals_sent"] == 0 and f["signals_in_histories"] == 0})
     inf = p.get("inflight")
     if inf:
-        rows.append({"target": f"{inf['tasks']:,} idle tasks on one worker with push on: ≤ 30 % of a core, RSS < 500 MB",
-                     "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB "
-                              f"(other processes {inf.get('machine_other_pct')} % of the machine)",
-                     "met": inf["worker_cpu_pct_of_core"] <= 30 and inf["rss_peak_mb"] < 500})
+        rows.append(
+            {
+                "target": f"{inf['tasks']:,} idle tasks on one worker with push on: ≤ 30 % of a core, RSS < 500 MB",
+                "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB "
+                f"(other processes {inf.get('machine_other_pct')} % of the machine)",
+                "met": inf["worker_cpu_pct_of_core"] <= 30 and inf["rss_peak_mb"] < 500,
+            }
+        )
     return rows
 
 
@@ -461,19 +506,21 @@ def render_push(res: dict[str, Any]) -> list[str]:
     p = res.get("push")
     if not p:
         return []
-    lines = ["", f"### Told, not polled: a notifying server, a silent one, a silent one with tasks/list (mcp 1.30, pollInterval {p['poll_ms']} ms, "
-                 f"stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} held tasks and {p['probes']} "
+    lines = ["", "### Told, not polled: a notifying server, a silent one, a silent one with tasks/list (mcp 1.30, "
+                 f"pollInterval {p['poll_ms']} ms, stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} "
+                 f"held tasks and {p['probes']} "
                  f"delivery probes per design and age)", "",
-             "| age (held tasks' ages over the window, s) | server | delivery p50 / p95 / max s | delivered by | actions/task-hour (attempts + heartbeats + "
-             "workflow) | polls/task-hour | signals in window | worker CPU % of a core | worker CPU ms/task-hour above "
+             "| age (held tasks' ages over the window, s) | server | delivery p50 / p95 / max s | delivered by | "
+             "actions/task-hour (attempts + heartbeats + workflow) | polls/task-hour | signals in window | worker CPU "
+             "% of a core | worker CPU ms/task-hour above "
              "idle |", "|---|---|---|---|---|---|---|---|---|"]
     for a in p["ages_s"]:
         b = bucket_label(a)
         for d in DESIGNS:
             r = p[d]["buckets"].get(b) or {}
             dv = r.get("delivery") or {}
-            lines.append(f"| {b} ({r.get('ages_s')}) | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} | "
-                         f"{dv.get('delivered_by')} | **{r.get('actions_per_task_hour')}** "
+            lines.append(f"| {b} ({r.get('ages_s')}) | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} "
+                         f"| {dv.get('delivered_by')} | **{r.get('actions_per_task_hour')}** "
                          f"({r.get('attempts_per_task_hour')} + {r.get('heartbeats_per_task_hour')} + "
                          f"{r.get('workflow_actions_per_task_hour')}) | {r.get('polls_per_task_hour')} | "
                          f"{r.get('signals_in_window')} | {r.get('worker_cpu_pct_of_core')} | "
@@ -483,10 +530,12 @@ def render_push(res: dict[str, Any]) -> list[str]:
                   f"{p.get('primes_delivered_by')}."]
     for d in DESIGNS:
         dv = p[d].get("delivery") or {}
-        lines.append(f"All ages, {d}: delivery p50 {dv.get('p50_s')} s, p95 {dv.get('p95_s')} s, max {dv.get('max_s')} s "
-                     f"({dv.get('n')}/{dv.get('of')} probes; within today's bound {dv.get('within_todays_bound')}); "
-                     f"worker CPU {p[d].get('worker_cpu_pct_of_core')} % of a core over all ages' workers; "
-                     f"tasks/list requests in the window {p[d].get('list_requests_in_window')}.")
+        lines.append(
+            f"All ages, {d}: delivery p50 {dv.get('p50_s')} s, p95 {dv.get('p95_s')} s, max {dv.get('max_s')} s "
+            f"({dv.get('n')}/{dv.get('of')} probes; within today's bound {dv.get('within_todays_bound')}); "
+            f"worker CPU {p[d].get('worker_cpu_pct_of_core')} % of a core over all ages' workers; "
+            f"tasks/list requests in the window {p[d].get('list_requests_in_window')}."
+        )
     hn, hs = p["notifying"].get("per_task_history"), p["silent"].get("per_task_history")
     if hn and hs:
         def billable(h: dict[str, Any]) -> float:
@@ -502,11 +551,12 @@ def render_push(res: dict[str, Any]) -> list[str]:
     f = p.get("flood")
     if f:
         lines += ["", f"**Flood**: {f.get('sent')} `notifications/tasks/status` for unknown task ids sent in "
-                      f"{f.get('server_seconds')} s on a held session; the worker's hub read {f.get('heard_by_worker')} "
-                      f"(by result: {f.get('hub')}; the listener sheds a stream past 500 useless messages in a second), **{f.get('signals_sent')} signals** sent (dev server; "
+                      f"{f.get('server_seconds')} s on a held session; the worker's hub read "
+                      f"{f.get('heard_by_worker')} (by result: {f.get('hub')}; the listener sheds a stream past 500 "
+                      f"useless messages in a second), **{f.get('signals_sent')} signals** sent (dev server; "
                       f"{f.get('signals_in_histories')} in the held tasks' histories), {f.get('visibility_lookups')} "
-                      f"visibility lookups; worker **{f.get('worker_cpu_s')} CPU s** over {f.get('wall_s')} s (idle worker "
-                      f"{f.get('idle_worker_cpu_s')} s: {f.get('worker_cpu_above_idle_s')} s above it)."]
+                      f"visibility lookups; worker **{f.get('worker_cpu_s')} CPU s** over {f.get('wall_s')} s (idle "
+                      f"worker {f.get('idle_worker_cpu_s')} s: {f.get('worker_cpu_above_idle_s')} s above it)."]
     targets = push_targets(res)
     if targets:
         lines += ["", "| target | value | met |", "|---|---|---|"]

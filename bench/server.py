@@ -33,14 +33,15 @@ still being worked on would read). The rewrite is done on the wire by ``Counting
 of an aged task is ever answered un-aged. A client that derives a task's age from ``createdAt`` (ours does) then sees
 a task ``A`` seconds old from its first reply on.
 
-Tool ``bench_task {seconds=5, polls=0, gate="", age_s=0}`` [task mode optional; pollIntervalMs = ``--poll-interval-ms``]:
-sleeps ``seconds`` then completes with ``{"ok": true}``. With ``polls > 0`` it ignores ``seconds`` and
-completes right after the task's ``polls``-th ``tasks/get`` was received, so the client sees it terminal
+Tool ``bench_task {seconds=5, polls=0, gate="", age_s=0}`` [task mode optional; pollIntervalMs =
+``--poll-interval-ms``]: sleeps ``seconds`` then completes with ``{"ok": true}``. With ``polls > 0`` it ignores
+``seconds`` and completes right after the task's ``polls``-th ``tasks/get`` was received, so the client sees it terminal
 on its ``polls + 1``-th poll: a task that costs exactly the polls of a long task, in less wall time.
 With ``gate`` it completes when ``POST /bench/open?gate=<gate>`` is called (to hold many tasks in flight).
 ``age_s`` only back-dates the task (above).
 
-Run: ``python -m bench.server --port 0 --poll-interval-ms 500 [--task-ttl-s 3600]``; prints ``LISTENING http://...`` on stderr.
+Run: ``python -m bench.server --port 0 --poll-interval-ms 500 [--task-ttl-s 3600]``; prints ``LISTENING http://...`` on
+stderr.
 """
 
 from __future__ import annotations

@@ -526,10 +526,15 @@ class AgedBackground:
             wait = observed[tid] - terminal[tid] if tid in observed else None
             bound = max(self.poll_s, AGE_FRACTION * age_end)
             delivered = by_tid.get(tid, {}).get("delivered")
-            deliveries.append({"age_at_end_s": round(age_end, 1), "poll_wait_s": None if wait is None else round(wait, 3),
-                               "bound_s": round(bound, 3),
-                               "delivery_s": round(delivered - terminal[tid], 3) if delivered else None,
-                               "within": wait is not None and wait <= bound + DELIVERY_SLACK_S})
+            deliveries.append(
+                {
+                    "age_at_end_s": round(age_end, 1),
+                    "poll_wait_s": None if wait is None else round(wait, 3),
+                    "bound_s": round(bound, 3),
+                    "delivery_s": round(delivered - terminal[tid], 3) if delivered else None,
+                    "within": wait is not None and wait <= bound + DELIVERY_SLACK_S,
+                }
+            )
         deliveries.sort(key=lambda d: d["age_at_end_s"])
         t1 = {"polls_per_task_hour": None if per_hour is None else round(per_hour, 1),
               "polls_60s_to_1h": None if dens["polls"] is None else round(dens["polls"], 1),
@@ -561,13 +566,17 @@ class AgedBackground:
         ours = per_task_hour(tile_counts, ours_hb, len(self.tile_ids) * window / HOUR_S,
                              heartbeat_task_hours=waiting_s / HOUR_S)
         ours["tasks"] = len(self.tile_ids)
-        ours["how"] = (f"{len(self.tile_ids)} tasks aged 60…3600 s held {window:.0f}s = a task's first hour "
-                       f"(events); heartbeats: theirs and the probes' while waiting ({waiting_s / HOUR_S:.2f} task-hours)")
+        ours["how"] = (
+            f"{len(self.tile_ids)} tasks aged 60…3600 s held {window:.0f}s = a task's first hour "
+            f"(events); heartbeats: theirs and the probes' while waiting ({waiting_s / HOUR_S:.2f} task-hours)"
+        )
         t3["ours"] = ours
         if self.old_w is not None:
             old_hb = sdk1["old"][HEARTBEAT] - self.sdk0["old"][HEARTBEAT]
             old_counts = events_in_window(old_h, w0, w1)
-            old_counts["activity_retries"] += sdk1["old"]["RespondActivityTaskFailed"] - self.sdk0["old"]["RespondActivityTaskFailed"]
+            old_counts["activity_retries"] += (
+                sdk1["old"]["RespondActivityTaskFailed"] - self.sdk0["old"]["RespondActivityTaskFailed"]
+            )
             o = per_task_hour(old_counts, old_hb, len(self.old_ids) * window / HOUR_S)
             o["tasks"] = len(self.old_ids)
             o["how"] = (f"{len(self.old_ids)} tasks aged {min(self.old_ages) / 3600:g}…"
@@ -584,8 +593,14 @@ class AgedBackground:
             m["how"] = f"{len(self.minimal_ids)} tasks held {window:.0f}s"
             t3["minimal"] = m
         t3["heartbeat_cross_check"] = cross
-        return {"window_s": round(window, 1), "poll_ms": self.poll_ms, "tile_ages_s": [round(a) for a in self.tile_ages],
-                "probes": self.probes, "t1": t1, "t3": t3}
+        return {
+            "window_s": round(window, 1),
+            "poll_ms": self.poll_ms,
+            "tile_ages_s": [round(a) for a in self.tile_ages],
+            "probes": self.probes,
+            "t1": t1,
+            "t3": t3,
+        }
 
 
 # --- T3: naive, a short window ------------------------------------------------------------------------------
@@ -641,8 +656,8 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
     poll is the first of the idle attempts, so every wait has handed over and the window sees the holding cost alone,
     not the starts' and hand-overs' burst);
     ``after_window(url, w0, w1)`` and ``before_release(client, url, keys)`` let another phase look at the same run;
-    ``server()`` starts another MCP server with the same ``/bench/*`` endpoints (stopped at the end) and ``request`` makes
-    the requests for it (the push phase: ``bench.push_server``, 2025-11-25)."""
+    ``server()`` starts another MCP server with the same ``/bench/*`` endpoints (stopped at the end) and ``request``
+    makes the requests for it (the push phase: ``bench.push_server``, 2025-11-25)."""
     assert env.client is not None
     client = env.client
     child, url = server() if server is not None else env.server(poll_ms, name=name, ttl_s=6 * 3600)
@@ -780,7 +795,9 @@ def _t1(res: dict[str, Any]) -> dict[str, Any]:
     if not t1 or t1.get("polls_per_task_hour") is None:
         return {"id": "T1", "target": target, "value": "not run (--skip-aged)", "threshold": threshold, "ratio": None,
                 "met": None}
-    deliveries = list(t1["deliveries"]) + list(((res.get("light") or {}).get("ours") or {}).get("poll_wait_checks") or [])
+    deliveries = list(t1["deliveries"]) + list(
+        ((res.get("light") or {}).get("ours") or {}).get("poll_wait_checks") or []
+    )
     within = sum(1 for d in deliveries if d["within"])
     red = t1["reduction"]
     value = (f"{t1['polls_per_task_hour']:g} polls/task-hour vs {t1['at_poll_interval_per_task_hour']:g} at "
@@ -798,7 +815,9 @@ def _t1(res: dict[str, Any]) -> dict[str, Any]:
 
 def _t2(res: dict[str, Any]) -> dict[str, Any]:
     m = res.get("inflight_aged")
-    target = "2,000 tasks in flight aged 10 min–1 h on one worker: CPU ≤ 15 % of a core, MCP requests ≤ 100/s, RSS < 500 MB"
+    target = (
+        "2,000 tasks in flight aged 10 min–1 h on one worker: CPU ≤ 15 % of a core, MCP requests ≤ 100/s, RSS < 500 MB"
+    )
     threshold = "≤ 15 %, ≤ 100/s, < 500 MB"
     if not m or m.get("worker_cpu_pct_of_core") is None:
         return {"id": "T2", "target": target, "value": "not run: `--only inflight-aged` runs it (2,000 tasks, ~5 min)",
@@ -940,10 +959,10 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
         lines += ["", f"### Cost of waiting — the worker's poll schedule: {sched_s}"]
     if aged:
         t1 = aged["t1"]
-        lines += ["", f"**Polls by age** (T1): {t1['tiles']} tasks back-dated to ages 60…3600 s, held {aged['window_s']:.0f} s "
-                      f"(pollInterval {aged['poll_ms']} ms); {t1['gaps_measured']} measured gaps cover "
-                      f"{100 * t1['coverage']:.0f} % of ages 60…3600 s. Polls per task-hour after the first minute: "
-                      f"**{t1['polls_per_task_hour']}** (raw count over the window: "
+        lines += ["", f"**Polls by age** (T1): {t1['tiles']} tasks back-dated to ages 60…3600 s, held "
+                      f"{aged['window_s']:.0f} s (pollInterval {aged['poll_ms']} ms); {t1['gaps_measured']} measured "
+                      f"gaps cover {100 * t1['coverage']:.0f} % of ages 60…3600 s. Polls per task-hour after the first "
+                      f"minute: **{t1['polls_per_task_hour']}** (raw count over the window: "
                       f"{t1['raw_polls_per_task_hour_in_window']}) vs {t1['at_poll_interval_per_task_hour']:g} at "
                       "pollInterval.", "",
                   "| age s | gaps | gap p50 s | gap/age p50 | gap/age max |", "|---|---|---|---|---|"]
@@ -955,11 +974,16 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
             lines += ["", "| task ends at age s | poll wait s | bound s | delivered after s | within |",
                       "|---|---|---|---|---|"]
             for d in sorted(dl, key=lambda x: x["age_at_end_s"]):
-                lines.append(f"| {d['age_at_end_s']:g} | {d['poll_wait_s']} | {d['bound_s']} | "
-                             f"{'–' if d['delivery_s'] is None else d['delivery_s']} | {'yes' if d['within'] else '**no**'} |")
-            lines += ["", "_poll wait = server marked terminal → first tasks/get reply showing it (server clock); bound = "
-                          "max(pollInterval, 5 % of the age at completion); delivered after = + the workflow's delivery "
-                          "of the result (rows under 60 s: the light-load phase's tasks)._"]
+                lines.append(
+                    f"| {d['age_at_end_s']:g} | {d['poll_wait_s']} | {d['bound_s']} | "
+                    f"{'–' if d['delivery_s'] is None else d['delivery_s']} | {'yes' if d['within'] else '**no**'} |"
+                )
+            lines += [
+                "",
+                "_poll wait = server marked terminal → first tasks/get reply showing it (server clock); bound = "
+                "max(pollInterval, 5 % of the age at completion); delivered after = + the workflow's delivery "
+                "of the result (rows under 60 s: the light-load phase's tasks)._",
+            ]
     t3 = (aged or {}).get("t3") or {}
     rows = [("ours: a task's first hour", t3.get("ours")), ("ours: aged 2 h+", t3.get("ours_old")),
             ("minimal", t3.get("minimal")), ("naive", res.get("naive_wait"))]
@@ -970,29 +994,32 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
                   "history events | how |", "|---|---|---|---|---|---|---|---|---|"]
         for name, r in rows:
             if r:
-                lines.append(f"| {name} | {r['activity_starts']} | {r['heartbeats']} | {r['timers']} | {r['signals']} | "
-                             f"{r['upserts'] + r['markers']} | {r['billable_actions']} | {r['history_events']} | "
-                             f"{r['how']} |")
+                lines.append(
+                    f"| {name} | {r['activity_starts']} | {r['heartbeats']} | {r['timers']} | {r['signals']} | "
+                    f"{r['upserts'] + r['markers']} | {r['billable_actions']} | {r['history_events']} | "
+                    f"{r['how']} |"
+                )
         q = t3.get("heartbeat_cross_check")
         if q:
             lines += ["", f"_Heartbeat cross-check over {q['seconds']:g} s of the aged window: the dev server "
-                          f"counted {q['dev_server']:g} `RecordActivityTaskHeartbeat`; the {q['workers']} workers' SDKs "
-                          f"say they sent {q['workers_sdk']:g}"
-                          + (f" ({q['workers_without_metrics']} without metrics)" if q["workers_without_metrics"] else "")
+                          f"counted {q['dev_server']:g} `RecordActivityTaskHeartbeat`; the {q['workers']} workers' "
+                          f"SDKs say they sent {q['workers_sdk']:g}"
+                          + (f" ({q['workers_without_metrics']} without metrics)"
+                             if q["workers_without_metrics"] else "")
                           + "._"]
     m = res.get("inflight_aged")
     if m and m.get("worker_cpu_pct_of_core") is not None:
         lines += ["", f"**{m['tasks']} tasks in flight aged 10 min…1 h** (T2; pollInterval {m['poll_ms']} ms, one ours "
                       f"worker, a {m['window_s']:.0f} s window once all {m['polled']} had been polled)", "",
-                  "| worker CPU % of a core (2nd half of the window; max 10 s) | MCP requests/s | tasks/get/s | heartbeats/s | "
-                  "worker's Temporal RPCs/s | Temporal CPU % | MCP server CPU % | RSS idle / in window / peak MB | start s | "
-                  "all polling s |",
+                  "| worker CPU % of a core (2nd half of the window; max 10 s) | MCP requests/s | tasks/get/s | "
+                  "heartbeats/s | worker's Temporal RPCs/s | Temporal CPU % | MCP server CPU % | RSS idle / in window "
+                  "/ peak MB | start s | all polling s |",
                   "|---|---|---|---|---|---|---|---|---|---|",
                   f"| {m['worker_cpu_pct_of_core']} ({m.get('worker_cpu_pct_second_half')}; "
-                  f"{m['worker_cpu_pct_10s_slices_max']}) | {m['mcp_requests_per_s']} | "
-                  f"{m['tasks_get_per_s']} | {m['heartbeats_per_s']} | {m['worker_temporal_rpcs_per_s']} | "
-                  f"{m['temporal_cpu_pct_of_core']} | {m['mcp_server_cpu_pct_of_core']} | {m['rss_idle_mb']} / "
-                  f"{m['rss_in_window_mb']} / {m['rss_peak_mb']} | {m['start_s']} | {m['all_polling_s']} |"]
+                  f"{m['worker_cpu_pct_10s_slices_max']}) | {m['mcp_requests_per_s']} | {m['tasks_get_per_s']} | "
+                  f"{m['heartbeats_per_s']} | {m['worker_temporal_rpcs_per_s']} | {m['temporal_cpu_pct_of_core']} | "
+                  f"{m['mcp_server_cpu_pct_of_core']} | {m['rss_idle_mb']} / {m['rss_in_window_mb']} / "
+                  f"{m['rss_peak_mb']} | {m['start_s']} | {m['all_polling_s']} |"]
     return lines
 
 

@@ -1,10 +1,10 @@
 """A worker process for the benchmark, so its resident memory is measured alone.
 
 ``--design ours``: exactly the project's worker: ``mcp_temporal_tasks.worker.runner.build_workers`` with
-``mcp_temporal_tasks.worker.runner.make_activities`` (a Worker with McpTasksPlugin: shared queue + per-process queue), connected with
-``mcp_temporal_tasks.worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and ``--experiment`` change one
-setting of it (WorkerSettings, or a Worker option passed through ``build_workers``) to price one cost; the
-report then says the worker is not ours as shipped.
+``mcp_temporal_tasks.worker.runner.make_activities`` (a Worker with McpTasksPlugin: shared queue + per-process queue),
+connected with ``mcp_temporal_tasks.worker.runner.connect`` (pydantic converter). ``--max-cached-workflows N`` and
+``--experiment`` change one setting of it (WorkerSettings, or a Worker option passed through ``build_workers``) to price
+one cost; the report then says the worker is not ours as shipped.
 
 ``--design naive``: ``bench.naive`` workflow and activities, same limits as ours.
 ``--design minimal``: ``bench.minimal`` (the lower bound: one workflow, one activity), same limits.
@@ -131,8 +131,8 @@ def main() -> None:
                    help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
                         "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
                         "sdk-threads (the SDK's pool: a thread per slot), gc=S (gc.collect() every S s), unsandboxed, "
-                        "passthrough-wf (workflow modules passed through the sandbox), uvloop (the worker on uvloop's event "
-                        "loop; `pip install uvloop` first). Not ours as shipped")
+                        "passthrough-wf (workflow modules passed through the sandbox), uvloop (the worker on uvloop's "
+                        "event loop; `pip install uvloop` first). Not ours as shipped")
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

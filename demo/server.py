@@ -377,7 +377,9 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
 
     @mcp.tool(task=False)
     async def get_export_status(jobId: str) -> ToolResult:
-        """Status of an export job: {"jobId", "state" (running|succeeded|failed|cancelled), "progress" (0..1), "message", "error"}."""
+        # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
+        ("Status of an export job: "
+         '{"jobId", "state" (running|succeeded|failed|cancelled), "progress" (0..1), "message", "error"}.')
         job = jobs.get(jobId)
         if job is None:
             return _no_such_job(jobId)
@@ -408,7 +410,9 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
 
     @mcp.tool(task=False)
     async def slow_progress(ctx: Context, seconds: float = 60, every: float = 5) -> ToolResult:
-        """Plain synchronous tool that answers after `seconds`, sending a progress notification ('step i/n') every `every` seconds."""
+        # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
+        ("Plain synchronous tool that answers after `seconds`, sending a progress notification ('step i/n') "
+         "every `every` seconds.")
         total = max(0.0, float(seconds))
         step = float(every) if every and every > 0 else total
         n = max(1, math.ceil(total / step - 1e-9)) if step > 0 else 1
@@ -450,10 +454,13 @@ class PeerLogMiddleware:
                         "method": method,
                         "id": msg.get("id"),
                         "tool": params.get("name") if method == "tools/call" else None,
-                        "taskId": params.get("taskId") if isinstance(method, str) and method.startswith("tasks/") else None,
+                        "taskId": params.get("taskId")
+                        if isinstance(method, str) and method.startswith("tasks/")
+                        else None,
                         "mcpName": mcp_name,
                         "traceparent": (params.get("_meta") or {}).get("traceparent")
-                        if isinstance(params.get("_meta"), dict) else None,
+                        if isinstance(params.get("_meta"), dict)
+                        else None,
                     }
                 )
                 + "\n"
@@ -566,7 +573,9 @@ async def _serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mcp_temporal_tasks.demo.server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mcp_temporal_tasks.demo.server", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--poll-interval-ms", type=int, default=DEFAULT_POLL_INTERVAL_MS)

@@ -211,6 +211,12 @@ async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> di
                if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED]
     fetched = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                and e.activity_task_scheduled_event_attributes.activity_type.name == FETCH_OUTCOME]
-    return {"same": first == second, "refused": refused, "expected_child": child_id(wid, "fm", "slow_echo", args),
-            "fetched": len(fetched), "calls": await settled_calls(fm, mark, "slow_echo", client=client, workflows=[wid]),
-            "output": second, "text": args["text"]}
+    return {
+        "same": first == second,
+        "refused": refused,
+        "expected_child": child_id(wid, "fm", "slow_echo", args),
+        "fetched": len(fetched),
+        "calls": await settled_calls(fm, mark, "slow_echo", client=client, workflows=[wid]),
+        "output": second,
+        "text": args["text"],
+    }

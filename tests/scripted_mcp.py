@@ -107,7 +107,9 @@ class _Handler(BaseHTTPRequestHandler):
                 srv.calls += 1
         if method == "initialize":
             if srv.refuse_new_sessions and srv.sessions_made:
-                return self._send(404, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": "no sessions"}})
+                return self._send(
+                    404, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": "no sessions"}}
+                )
             sid = f"{srv.session_prefix}{next(srv._ids)}"
             with srv._lock:
                 srv.live.add(sid)
@@ -116,7 +118,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "protocolVersion": srv.initialize_version, "capabilities": srv.capabilities,
                 "serverInfo": {"name": "scripted", "version": "0"}}}, {"mcp-session-id": sid})
         if sid not in srv.live:
-            return self._send(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}})
+            return self._send(
+                404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}}
+            )
         if rid is None:  # a notification
             return self._send(202)
         answer = srv.on.get(method)

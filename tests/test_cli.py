@@ -62,7 +62,8 @@ async def test_help_on_every_command() -> None:
     (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "[1]"], "--args must be a JSON object"),
     (["run", "slow_echo", "--url", "ftp://x/mcp"], "must be http(s)"),
     (["run", "slow_echo", "--server", "nope"], "unknown server 'nope'"),
-    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", '{"api_key": "s3cr3t"}'], "looks like a credential"),
+    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", '{"api_key": "s3cr3t"}'],
+     "looks like a credential"),
     (["run", "slow_echo"], "one of the arguments --server --url --command is required"),
 ])
 async def test_bad_input_exits_2(args: list[str], message: str) -> None:
@@ -155,7 +156,9 @@ async def test_worker_rejects_bad_config(tmp_path: Path) -> None:
     bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\ncolour = "blue"\n')
     rc, _, err = await cli("worker", "--config", str(bad))
     assert rc == 2 and "servers.x.colour: unknown key" in err
-    bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\n[servers.x.headers]\nAuthorization = "Bearer s3cr3t"\n')
+    bad.write_text(
+        '[servers.x]\nurl = "http://127.0.0.1:9/mcp"\n[servers.x.headers]\nAuthorization = "Bearer s3cr3t"\n'
+    )
     rc, _, err = await cli("worker", "--config", str(bad))
     assert rc == 2 and "servers.x.headers.Authorization" in err and "s3cr3t" not in err
 
@@ -186,9 +189,21 @@ async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     for round_ in range(2):
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "dev-server", "--db", str(db), "--port", str(port), "--ui-port", str(ui),
-            cwd=REPO_ROOT, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            sys.executable,
+            "-m",
+            "mcp_temporal_tasks.worker.cli",
+            "dev-server",
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui),
+            cwd=REPO_ROOT,
+            stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
         assert proc.stderr is not None
         line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
         assert f"127.0.0.1:{port}" in line and str(db) in line
@@ -213,7 +228,9 @@ async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: P
     from mcp_temporal_tasks.worker.devserver import port_open
 
     if port_open("127.0.0.1", 7233):
-        pytest.fail("something already listens on localhost:7233; this test needs it free to check the embedded default")
+        pytest.fail(
+            "something already listens on localhost:7233; this test needs it free to check the embedded default"
+        )
     env = {"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": ""}
     rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.2}',
                              "--json", env=env)

@@ -294,7 +294,9 @@ async def test_on_a_terminal_the_last_line_is_redrawn_with_the_clock_moving(temp
 async def test_a_configs_temporal_address_is_used_by_run_result_and_list(client: Client, temporal_env: Any,
                                                                          fastmcp_server: Peer, tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
-    config.write_text(f'[temporal]\naddress = "{address_of(temporal_env)}"\n[servers.demo]\nurl = "{fastmcp_server.url}"\n')
+    config.write_text(
+        f'[temporal]\naddress = "{address_of(temporal_env)}"\n[servers.demo]\nurl = "{fastmcp_server.url}"\n'
+    )
     env = {"TEMPORAL_ADDRESS": "", "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-temporal.toml"),
            "MCP_TASKS_STATE_DIR": str(tmp_path)}
     wid = unique("by-config")
@@ -348,8 +350,9 @@ def test_the_address_rule_orders_flag_env_profile_then_config(tmp_path: Path, mo
 # --- mcp-tasks tools -----------------------------------------------------------------------------------------------
 
 
-async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(fastmcp_server: Peer, ts_http_stateful: Peer,
-                                                                              tmp_path: Path) -> None:
+async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(
+    fastmcp_server: Peer, ts_http_stateful: Peer, tmp_path: Path
+) -> None:
     config = tmp_path / "worker.toml"
     config.write_text(f'[servers.demo]\nurl = "{fastmcp_server.url}"\n[servers.demo.tools.charge_card]\n'
                       'replay = "with_approval"\nmax_replays = 2\n[servers.demo.jobs.export]\nsubmit = "start_export"\n'
@@ -469,9 +472,11 @@ import json, sys
 from mcp_temporal_tasks.worker.config import ConfigError
 from mcp_temporal_tasks.worker.telemetry import setup_tracing
 out = {}
-for name, env in [("zipkin", {"OTEL_TRACES_EXPORTER": "zipkin"}), ("json", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}),
-                  ("sampler", {"OTEL_TRACES_SAMPLER": "sometimes"}), ("ratio", {"OTEL_TRACES_SAMPLER": "traceidratio",
-                   "OTEL_TRACES_SAMPLER_ARG": "2"}), ("endpoint", {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})]:
+for name, env in [("zipkin", {"OTEL_TRACES_EXPORTER": "zipkin"}),
+                  ("json", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}),
+                  ("sampler", {"OTEL_TRACES_SAMPLER": "sometimes"}),
+                  ("ratio", {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}),
+                  ("endpoint", {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})]:
     try:
         setup_tracing(env); out[name] = "accepted"
     except ConfigError as exc:

@@ -229,7 +229,10 @@ async def test_unset_credential_variable_is_a_configuration_error(temporal_env: 
     config.write_text(f'[servers.billing]\nurl = "{fastmcp_server.url}"\n'
                       f'[servers.billing.headers]\nAuthorization = {{ env = "{var}" }}\n')
     address = address_of(temporal_env)
-    for argv in (["worker", "--config", str(config)], ["run", "slow_echo", "--server", "billing", "--config", str(config)]):
+    for argv in (
+        ["worker", "--config", str(config)],
+        ["run", "slow_echo", "--server", "billing", "--config", str(config)],
+    ):
         proc = await asyncio.create_subprocess_exec(
             *CLI, *argv, "--address", address, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env={**env, "MCP_TASKS_STATE_DIR": str(tmp_path)})

@@ -69,7 +69,8 @@ def test_env_overrides(tmp_path: Path) -> None:
     ('[servers.a]\ncommand = "node server.mjs"', "servers.a.command: must be a list"),
     ('[servers.a]\nurl = "http://h/mcp"\nera = "2024-01-01"', "servers.a.era"),
     ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nreplay = "sometimes"', "servers.a.tools.t.replay"),
-    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotnt = true', "servers.a.tools.t.idempotnt: unknown key"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotnt = true',
+     "servers.a.tools.t.idempotnt: unknown key"),
     ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.headers]\nX-Key = "literal"', "servers.a.headers.X-Key"),
     ('[servers.a]\nurl = "ftp://h/mcp"', "servers.a"),
     ('[[servers]]\nurl = 1', "servers: must be a table"),
@@ -77,10 +78,13 @@ def test_env_overrides(tmp_path: Path) -> None:
     # Booleans are booleans: "yes" is not taken for true.
     ('[worker]\ntracing = "yes"', "worker.tracing: must be true or false (got 'yes')"),
     ('[temporal]\ntls = 1', "temporal.tls: must be true or false (got 1)"),
-    ('[servers.a]\nurl = "http://h/mcp"\ntrust_annotations = "true"', "servers.a.trust_annotations: must be true or false"),
-    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotent = "no"', "servers.a.tools.t.idempotent: must be"),
+    ('[servers.a]\nurl = "http://h/mcp"\ntrust_annotations = "true"',
+     "servers.a.trust_annotations: must be true or false"),
+    ('[servers.a]\nurl = "http://h/mcp"\n[servers.a.tools.t]\nidempotent = "no"',
+     "servers.a.tools.t.idempotent: must be"),
     # An unknown key is named even when it also leaves a required one missing.
-    ('[servers.demo]\nulr = "http://h/mcp"', "servers.demo.ulr: unknown key (did you mean 'url'?); servers.demo: needs"),
+    ('[servers.demo]\nulr = "http://h/mcp"',
+     "servers.demo.ulr: unknown key (did you mean 'url'?); servers.demo: needs"),
 ])
 def test_bad_config_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:

@@ -65,7 +65,9 @@ def test_the_table_lists_every_client_scenario_of_the_suite() -> None:
                          timeout=60, cwd=SUITE_DIR)
     listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("  - ")]
     assert len(listed) >= 26, out.stdout + out.stderr
-    assert sorted(listed) == sorted(table()), "tests/conformance_expectations.toml must list exactly the suite's scenarios"
+    assert sorted(listed) == sorted(table()), (
+        "tests/conformance_expectations.toml must list exactly the suite's scenarios"
+    )
     for name, row in table().items():
         status = row["status"]
         assert status in ("pass", "n/a") or status.startswith("pending: issue "), (name, status)

@@ -468,7 +468,9 @@ async def test_wrong_credentials_are_named_not_retried() -> None:
                 assert time.monotonic() < deadline and proc.poll() is None, "moto did not start"
                 await asyncio.sleep(0.2)
         driver = storage_driver(StorageSettings(bucket=BUCKET, endpoint=f"http://127.0.0.1:{port}", read_retry_s=30))
-        claim = StorageDriverClaim({"bucket": BUCKET, "key": "v0/x", "hash_algorithm": "sha256", "hash_value": "0" * 64})
+        claim = StorageDriverClaim(
+            {"bucket": BUCKET, "key": "v0/x", "hash_algorithm": "sha256", "hash_value": "0" * 64}
+        )
         t0 = time.monotonic()
         with pytest.raises(PayloadStoreError) as exc_info:
             await driver.retrieve(StorageDriverRetrieveContext(), [claim])

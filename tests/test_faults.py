@@ -47,7 +47,8 @@ from tests.temporal_harness import settled_calls, unique, wait_for_view
 C, U, X = "completed", "unknown_outcome", "cancelled"
 LEG_C_EXT_U = "completed|unknown_outcome"  # legacy|extension
 
-#: method -> fault -> expected outcome ("legacy|extension" where the eras differ). Exactly 1 tools/call, except NO_CALL below.
+#: method -> fault -> expected outcome ("legacy|extension" where the eras differ). Exactly 1 tools/call, except NO_CALL
+#: below.
 EXPECTED: dict[str, dict[str, str]] = {
     #                 Refuse  ResetAfterSend  Stall  Malformed    Truncated    Status500    RateLimit
     "initialize":      dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
@@ -473,11 +474,23 @@ async def test_rpc_error_on_read(request: pytest.FixtureRequest, era: str, read:
         checks["reason_counts_attempts"] = out is not None and "attempts over" in (out.reason or "")
     if out is not None and duration != "always" and want == C:
         checks["result_delivered"] = out.result is not None
-    record({"era": era, "method": read, "fault": f"RpcError-32603×{duration}", "replay": replay, "expected": want,
-            "outcome": got["outcome"], "tools_call": got["calls"], "seconds": round(got["seconds"], 2),
-            "bound_s": bound, "passed": all(checks.values()), "failed_checks": [k for k, ok in checks.items() if not ok],
+    record(
+        {
+            "era": era,
+            "method": read,
+            "fault": f"RpcError-32603×{duration}",
+            "replay": replay,
+            "expected": want,
+            "outcome": got["outcome"],
+            "tools_call": got["calls"],
+            "seconds": round(got["seconds"], 2),
+            "bound_s": bound,
+            "passed": all(checks.values()),
+            "failed_checks": [k for k, ok in checks.items() if not ok],
             "reason": out.reason if out else None,
-            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+            "attempts": [a.reason for a in out.operation_attempts] if out else None,
+        }
+    )
     failed = [k for k, ok in checks.items() if not ok]
     assert not failed, (f"{failed}: outcome {got['outcome']!r} (expected {want!r}), {got['calls']} tools/call, "
                         f"{got['seconds']:.1f}s (bound {bound:.0f}s), fault fired {got['fired']}× "

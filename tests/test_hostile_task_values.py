@@ -45,4 +45,6 @@ async def test_a_hostile_task_record_then_not_found_ends_with_an_outcome(tempora
     handle = temporal_env.client.get_workflow_handle(wid)
     failed = [e async for e in handle.fetch_history_events()
               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
-    assert failed == [], f"{len(failed)} WorkflowTaskFailed: {failed[0].workflow_task_failed_event_attributes.failure.message}"
+    assert failed == [], (
+        f"{len(failed)} WorkflowTaskFailed: {failed[0].workflow_task_failed_event_attributes.failure.message}"
+    )

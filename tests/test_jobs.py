@@ -74,7 +74,9 @@ async def run_job(client: Client, servers_cfg: dict[str, ServerConfig], argument
 
 async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, client: Client) -> None:
     mark = job_peer.log_mark()
-    out = await run_job(client, servers(job_peer), {"seconds": 1, "rows": 4}, record=f"job_completed_{job_peer.flavour}")
+    out = await run_job(
+        client, servers(job_peer), {"seconds": 1, "rows": 4}, record=f"job_completed_{job_peer.flavour}"
+    )
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
     assert out.task_id is not None and out.task_id.startswith("exp-")
     assert out.task_status == "completed"
@@ -106,7 +108,9 @@ async def test_without_a_result_tool_the_last_status_reply_is_the_result(job_pee
 
 async def test_a_failed_job_keeps_the_servers_error_text(job_peer: Peer, client: Client) -> None:
     mark = job_peer.log_mark()
-    out = await run_job(client, servers(job_peer), {"seconds": 0.5, "fail": True}, record=f"job_failed_{job_peer.flavour}")
+    out = await run_job(
+        client, servers(job_peer), {"seconds": 0.5, "fail": True}, record=f"job_failed_{job_peer.flavour}"
+    )
     assert out.outcome == Outcome.FAILED, (out.outcome, out.reason)
     assert out.error is not None and "disk quota exceeded on volume exports-1" in out.error.message
     assert out.status_message is not None and "disk quota exceeded" in out.status_message

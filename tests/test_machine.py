@@ -125,9 +125,13 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
     converter = McpTaskFailureConverter()
     benign = ApplicationError("working (poll 3; next in 95s)", {"status": "working"}, type=STILL_WORKING,
                               next_retry_delay=timedelta(seconds=95), category=ApplicationErrorCategory.BENIGN)
-    cases = ((McpTaskError(outcome), False), (RuntimeError("a bug"), True), (benign, False),
-             (ApplicationError("handing over", type=WORKER_SHUTDOWN), False),
-             (ApplicationError("a user's own benign error", type="Other", category=ApplicationErrorCategory.BENIGN), True))
+    cases = (
+        (McpTaskError(outcome), False),
+        (RuntimeError("a bug"), True),
+        (benign, False),
+        (ApplicationError("handing over", type=WORKER_SHUTDOWN), False),
+        (ApplicationError("a user's own benign error", type="Other", category=ApplicationErrorCategory.BENIGN), True),
+    )
     for exc, traced in cases:
         try:
             raise exc
@@ -140,13 +144,23 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
     failure = Failure()
     converter.to_failure(benign, DataConverter.default.payload_converter, failure)
     info = failure.application_failure_info
-    assert (failure.message, info.type, info.next_retry_delay.seconds) == ("working (poll 3; next in 95s)", STILL_WORKING, 95)
+    assert (failure.message, info.type, info.next_retry_delay.seconds) == (
+        "working (poll 3; next in 95s)",
+        STILL_WORKING,
+        95,
+    )
     assert DataConverter.default.payload_converter.from_payloads(info.details.payloads) == [{"status": "working"}]
     assert "HTTP 429 Too Many Requests" in str(McpTaskError(outcome))
 
 
-@pytest.mark.parametrize("arguments, where", [({"note": "x\ud800y"}, "arguments.note"), ({"\udfff": 1}, "arguments.<key>"),
-                                              ({"rows": [1, {"b": "\ud834"}]}, "arguments.rows[1].b")])
+@pytest.mark.parametrize(
+    "arguments, where",
+    [
+        ({"note": "x\ud800y"}, "arguments.note"),
+        ({"\udfff": 1}, "arguments.<key>"),
+        ({"rows": [1, {"b": "\ud834"}]}, "arguments.rows[1].b"),
+    ],
+)
 def test_a_request_that_is_not_unicode_is_refused_naming_where(arguments: dict[str, object], where: str) -> None:
     """A lone surrogate cannot be sent, hashed for the ledger or indexed: refused by name, like any invalid field."""
     from mcp_temporal_tasks.workflows.models import McpTaskRequest

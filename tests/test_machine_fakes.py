@@ -293,8 +293,9 @@ def _never_sent(kind: str, message: str) -> ApplicationError:
     (_never_sent("InvalidArguments", "the arguments do not match the input schema of 't': seconds: 'x' is not of "
                                      "type 'number'"), "input_correctable"),
 ], ids=["initialize_refused", "oauth_failed", "unknown_tool", "schema_mismatch"])
-async def test_a_refusal_before_tools_call_was_sent_counts_no_attempt(env: WorkflowEnvironment, failure: ApplicationError,
-                                                                      classification: str | None) -> None:
+async def test_a_refusal_before_tools_call_was_sent_counts_no_attempt(
+    env: WorkflowEnvironment, failure: ApplicationError, classification: str | None
+) -> None:
     """The attempts ledger holds the calls whose bytes may have left: a refusal before (initialize, auth, discovery,
     the tool list, the input schema) is `rejected` with none, so the same request may run again; never resent."""
     fakes = Fakes(start_call=[failure])
@@ -599,7 +600,9 @@ class Blocking(Fakes):
     """await_task blocks (heartbeating) until cancelled, except the short settle after tasks/cancel."""
 
     def activities(self) -> list[Callable[..., Any]]:
-        acts = [a for a in super().activities() if getattr(a, "__temporal_activity_definition").name != names.AWAIT_TASK]
+        acts = [
+            a for a in super().activities() if getattr(a, "__temporal_activity_definition").name != names.AWAIT_TASK
+        ]
 
         @activity.defn(name=names.AWAIT_TASK)
         async def await_task(inp: AwaitInput) -> AwaitOutput:
@@ -622,8 +625,9 @@ async def cancel_when_working(handle: WorkflowHandle[Any, Any]) -> None:
     (AwaitOutput(state=task("cancelled"), polls=1), Outcome.CANCELLED),
     (done(text("finished first")), Outcome.COMPLETED),
 ])
-async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(lone_env: WorkflowEnvironment, settled: AwaitOutput,
-                                                                        want: Outcome) -> None:
+async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(
+    lone_env: WorkflowEnvironment, settled: AwaitOutput, want: Outcome
+) -> None:
     fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))], settle=[settled])
     out = await run(lone_env, fakes, steer=cancel_when_working, **REPLAY)
     assert out.outcome == want and fakes.calls["cancel_task"] == 1 and not replays(out)
@@ -697,7 +701,9 @@ async def test_a_run_through_input_a_lost_task_and_a_replay_makes_only_allowed_m
     assert fakes.calls["await_task"] == 3 and fakes.calls["answer_input"] == 1
 
 
-async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome_kept(lone_env: WorkflowEnvironment) -> None:
+async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome_kept(
+    lone_env: WorkflowEnvironment,
+) -> None:
     """handle.cancel() (what `mcp-tasks cancel` sends): the UI shows Canceled, and outcome_of still reads the whole
     outcome (from the memo: a cancellation carries no details). The cancel update still ends Failed."""
     from temporalio.client import WorkflowExecutionStatus
@@ -736,7 +742,9 @@ class Parent:
         return await McpTasksClient("fake").run("t", {}, child_id=child_id)
 
 
-async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outcome(lone_env: WorkflowEnvironment) -> None:
+async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outcome(
+    lone_env: WorkflowEnvironment,
+) -> None:
     """The child ends Canceled (no details); the parent reads its outcome from the child's memo."""
     from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 

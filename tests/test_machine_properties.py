@@ -188,7 +188,9 @@ def _read(script: Script) -> AwaitOutput:
     if kind == "gone":
         return AwaitOutput(unreachable="session gone")
     if kind == "no_answer":
-        return AwaitOutput(no_answer="tasks/get got no usable answer", last_error=RpcErrorInfo(code=-32000, message="x"))
+        return AwaitOutput(
+            no_answer="tasks/get got no usable answer", last_error=RpcErrorInfo(code=-32000, message="x")
+        )
     working = TaskState(task_id="t-1", status="working", era=script.era)  # type: ignore[arg-type]
     if kind == "idle":
         return AwaitOutput(state=working, idle=True, next_poll_at=time.time() + 3600, polls=1)
@@ -226,7 +228,9 @@ async def retrieve_result(inp: RetrieveInput) -> RetrieveOutput:
     if step is not None and step[0] == "fault":
         raise ApplicationError("unexpected", {"may_have_reached_server": False}, type="Unexpected", non_retryable=True)
     if step is not None and step[0] in ("not_found", "unreachable"):
-        return RetrieveOutput(not_found=step[0] == "not_found", unreachable="session gone" if step[0] != "not_found" else None)
+        return RetrieveOutput(
+            not_found=step[0] == "not_found", unreachable="session gone" if step[0] != "not_found" else None
+        )
     return RetrieveOutput(payload=_payload(step) or DecodedPayload(empty=True))
 
 
@@ -276,7 +280,9 @@ async def check_one(env: WorkflowEnvironment, queue: str, script: Script) -> str
         assert out is not None, f"no outcome within {EXAMPLE_S}s (reads {script.calls['read']})"
         allowed = 1 + (script.max_replays if script.policy == ReplayPolicy.ALWAYS or (
             script.policy == ReplayPolicy.IF_IDEMPOTENT and script.idempotent) else 0)
-        assert script.calls["tools/call"] <= allowed, f"{script.calls['tools/call']} tools/call, policy allows {allowed}"
+        assert script.calls["tools/call"] <= allowed, (
+            f"{script.calls['tools/call']} tools/call, policy allows {allowed}"
+        )
         return out.outcome.value
     finally:
         RUNNING.pop(wid, None)

@@ -47,8 +47,14 @@ def frame(data: str) -> bytes:
 @pytest.mark.fast
 def test_a_task_notice_reads_only_the_task_id_and_the_status() -> None:
     assert n.task_notice(notice("t-1")) == n.TaskNotice("t-1", "completed")
-    assert n.task_notice(notice("t-2", "input_required", "notifications/tasks")) == n.TaskNotice("t-2", "input_required")
-    nested = {"jsonrpc": "2.0", "method": "notifications/tasks", "params": {"task": {"taskId": "t-3", "status": "failed"}}}
+    assert n.task_notice(notice("t-2", "input_required", "notifications/tasks")) == n.TaskNotice(
+        "t-2", "input_required"
+    )
+    nested = {
+        "jsonrpc": "2.0",
+        "method": "notifications/tasks",
+        "params": {"task": {"taskId": "t-3", "status": "failed"}},
+    }
     assert n.task_notice(nested) == n.TaskNotice("t-3", "failed")
     assert n.task_notice({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}) is None
     # A request (it has an id) is not a notification, whatever its method says.

@@ -91,8 +91,11 @@ async def test_run_and_status_on_2025_06_18(py0618_http: Peer, temporal_env: Any
 
 async def test_pydantic_ai_toolset_on_2025_06_18(py0618_http: Peer, temporal_env: Any) -> None:
     mark = py0618_http.log_mark()
-    client = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                  plugins=[PydanticAIPlugin(), McpTasksPlugin(servers={"old": {"url": py0618_http.url}})])
+    client = await Client.connect(
+        address_of(temporal_env),
+        namespace=temporal_env.client.namespace,
+        plugins=[PydanticAIPlugin(), McpTasksPlugin(servers={"old": {"url": py0618_http.url}})],
+    )
     queue = unique("pai-old")
     text = unique("pai-old-echo")
     async with Worker(client, task_queue=queue, workflows=[PaiAgentWorkflow]):

@@ -160,7 +160,8 @@ async def test_second_signal_leaves_at_once_and_the_printed_command_resumes(temp
         # The cancel reaches the server once the resumed worker takes the wait over (after the first one's heartbeat
         # timeout): cancelled, unless the task had finished at the server by then, which the outcome then says.
         assert outcome["outcome"] == "cancelled" or (
-            outcome["outcome"] == "completed" and "the task had already ended" in (outcome.get("reason") or "")), outcome
+            outcome["outcome"] == "completed" and "the task had already ended" in (outcome.get("reason") or "")
+        ), outcome
     else:
         assert outcome["outcome"] == "completed", (outcome, err_b[-2000:])
 
@@ -183,8 +184,17 @@ async def test_run_with_its_own_worker_never_meets_a_foreign_worker(temporal_env
     address = address_of(temporal_env)
 
     async def one(i: int) -> dict[str, Any]:
-        rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args",
-                                 json.dumps({"seconds": 0.1, "text": unique(f"mine-{i}")}), "--json", "--address", address)
+        rc, out, err = await cli(
+            "run",
+            "slow_echo",
+            "--url",
+            fastmcp_server.url or "",
+            "--args",
+            json.dumps({"seconds": 0.1, "text": unique(f"mine-{i}")}),
+            "--json",
+            "--address",
+            address,
+        )
         assert rc == 0, err[-2000:]
         return one_json(out)  # type: ignore[no-any-return]
 

@@ -128,7 +128,8 @@ async def test_a_notification_ends_the_wait_within_seconds(kind: str, temporal_e
 async def test_a_server_that_never_notifies_is_seen_at_the_poll_on_todays_schedule(
         temporal_env: Any, tmp_path: Path) -> None:
     """The TypeScript peer with its notifications off (PEER_NOTIFY=0) and its tasks/list not read
-    (``push_list_reads = false``): the end is learned at the poll, every gap is the server's pollInterval as without push (nothing it never sent can stretch it), no signal, one tools/call."""
+    (``push_list_reads = false``): the end is learned at the poll, every gap is the server's pollInterval as without
+    push (nothing it never sent can stretch it), no signal, one tools/call."""
     address, queue = address_of(temporal_env), unique("push-silent")
     poll_s = 4.0
     with peer_of("ts-http", tmp_path, poll_ms=int(poll_s * 1000), notify=False) as peer:

@@ -1,7 +1,8 @@
 """Committed workflow histories must replay under the current code: a non-deterministic change fails here.
 
 Refresh them deliberately (and review the diff) with:
-    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_workflow.py -k "completed or tool_error or cancel_via or killed"
+    MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_workflow.py \
+        -k "completed or tool_error or cancel_via or killed"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_jobs.py -k "result_tools_reply or error_text"
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_waiting.py -k long_heartbeat
     MCP_TASKS_RECORD_HISTORIES=1 python -m pytest tests/test_machine_fakes.py   (histories of scripted activities)

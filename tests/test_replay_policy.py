@@ -40,7 +40,11 @@ async def test_never_policy_does_not_replay(skipping_env: WorkflowEnvironment, f
         out = await outcome_of(await start_mcp_task(skipping_env.client, McpTaskRequest(
             server=fastmcp_server.endpoint, tool="rate_limited", timeouts=FAST), workflow_id=unique("nv"),
             task_queue=queue))
-    assert out.outcome == Outcome.TOOL_ERROR and len(out.operation_attempts) == 1 and len(tool_calls(fastmcp_server, mark, "rate_limited")) == 1
+    assert (
+        out.outcome == Outcome.TOOL_ERROR
+        and len(out.operation_attempts) == 1
+        and len(tool_calls(fastmcp_server, mark, "rate_limited")) == 1
+    )
 
 
 async def test_with_approval_waits_for_an_operator(skipping_env: WorkflowEnvironment, fastmcp_server: Peer) -> None:

@@ -66,4 +66,8 @@ def test_the_cli_tools_view_shows_the_same_rule() -> None:
     shown = tool_policy("r", ToolInfo(name="r", read_only_hint=True), server)
     assert (shown["idempotent"], shown["idempotent_from"], shown["replay"]) == (True, "annotations (trusted)", "never")
     shown = tool_policy("c", ToolInfo(name="c", idempotent_hint=False), server)
-    assert (shown["idempotent"], shown["idempotent_from"], shown["replay"]) == (False, "annotations (trusted)", "always")
+    assert (shown["idempotent"], shown["idempotent_from"], shown["replay"]) == (
+        False,
+        "annotations (trusted)",
+        "always",
+    )

@@ -109,8 +109,11 @@ def test_a_workflow_run_loads_no_wire() -> None:
 def test_the_stubs_name_what_the_worker_runs() -> None:
     """Each stub workflows schedule has its implementation under the same activity name, and the worker registers
     all of them (a stub without one would schedule an activity no worker runs)."""
-    stubs = {name: getattr(McpActivityDefs, name).__temporal_activity_definition.name
-             for name in dir(McpActivityDefs) if hasattr(getattr(McpActivityDefs, name), "__temporal_activity_definition")}
+    stubs = {
+        name: getattr(McpActivityDefs, name).__temporal_activity_definition.name
+        for name in dir(McpActivityDefs)
+        if hasattr(getattr(McpActivityDefs, name), "__temporal_activity_definition")
+    }
     assert len(stubs) == 10
     implemented = {name: getattr(McpActivities, name).__temporal_activity_definition.name for name in stubs}
     assert implemented == stubs

@@ -69,7 +69,9 @@ async def _ref_then_forgotten(scripted: ScriptedMcp) -> SessionRef:
     return ref
 
 
-async def test_on_a_server_that_keeps_tasks_across_sessions_the_wait_goes_on_in_the_new_one(scripted: ScriptedMcp) -> None:
+async def test_on_a_server_that_keeps_tasks_across_sessions_the_wait_goes_on_in_the_new_one(
+    scripted: ScriptedMcp,
+) -> None:
     ref = await _ref_then_forgotten(scripted)
     pool = SessionPool()
     try:

@@ -78,11 +78,19 @@ async def test_dev_server_start_returns_only_when_it_serves(tmp_path: Path) -> N
     # No retries on our side: the first call right after start() must succeed.
     from temporalio.client import Client
 
+    async def check(server: DevServer) -> None:
+        client = await Client.connect(server.address)
+        handle = await client.start_workflow("Anything", id=unique("ready"), task_queue="nobody")
+        assert (await handle.describe()).id == handle.id
+
     for round_ in range(3):
-        with DevServer(db=tmp_path / f"ready-{round_}.db", port=free_port(), ui_port=None) as server:
-            client = await Client.connect(server.address)
-            handle = await client.start_workflow("Anything", id=unique("ready"), task_queue="nobody")
-            assert (await handle.describe()).id == handle.id
+        server = DevServer(db=tmp_path / f"ready-{round_}.db", port=free_port(), ui_port=None)
+        if round_ == 1:  # the async path (start_async / stop_async), as the CLI starts its embedded server
+            async with server:
+                await check(server)
+        else:
+            with server:
+                await check(server)
 
 
 async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer, tmp_path: Path) -> None:
@@ -95,8 +103,11 @@ async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer
     try:
         # It has begun waiting for Temporal: its attempts are refused until server.start() below has Temporal
         # listening (seconds: start() returns only once it serves), and it must ride them out.
-        await until(lambda: any("connecting to Temporal at" in line for line in proc.lines) or proc.proc.poll() is not None,
-                    60, "the worker's first connection attempt")
+        await until(
+            lambda: any("connecting to Temporal at" in line for line in proc.lines) or proc.proc.poll() is not None,
+            60,
+            "the worker's first connection attempt",
+        )
         assert proc.proc.poll() is None, "the worker gave up before Temporal started:\n" + "\n".join(proc.lines)
         server.start()
         proc.wait_ready(60)

@@ -170,10 +170,12 @@ def test_storage_configuration() -> None:
     cfg = load_config(env={"MCP_TASKS_STORAGE_BUCKET": "tasks", "MCP_TASKS_STORAGE_ENDPOINT": "http://minio:9000"})
     assert cfg.temporal.storage.kind == "s3" and cfg.temporal.storage.endpoint == "http://minio:9000"
     assert load_config(env={}).temporal.storage.kind == "local"
-    for env, said in [({"MCP_TASKS_STORAGE_DRIVER": "gcs"}, "needs a bucket"),
-                      ({"MCP_TASKS_STORAGE_DRIVER": "local", "MCP_TASKS_STORAGE_BUCKET": "abc"}, "takes no bucket"),
-                      ({"MCP_TASKS_STORAGE_BUCKET": "abc", "MCP_TASKS_STORAGE_ENDPOINT": "minio:9000"}, r"http\(s\) URL"),
-                      ({"MCP_TASKS_STORAGE_DRIVER": "ftp"}, "temporal.storage.driver")]:
+    for env, said in [
+        ({"MCP_TASKS_STORAGE_DRIVER": "gcs"}, "needs a bucket"),
+        ({"MCP_TASKS_STORAGE_DRIVER": "local", "MCP_TASKS_STORAGE_BUCKET": "abc"}, "takes no bucket"),
+        ({"MCP_TASKS_STORAGE_BUCKET": "abc", "MCP_TASKS_STORAGE_ENDPOINT": "minio:9000"}, r"http\(s\) URL"),
+        ({"MCP_TASKS_STORAGE_DRIVER": "ftp"}, "temporal.storage.driver"),
+    ]:
         with pytest.raises(ConfigError, match=said):
             load_config(env=env)
     # A converter's own External Storage is kept; otherwise ours is added.

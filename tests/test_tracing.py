@@ -189,7 +189,9 @@ async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts
     assert traces[0] != traces[1]
     assert {s["service"] for s in spans} == {service}
     # The live view's status queries are not traced (they would be a trace each, twice a second).
-    assert not any(s["name"].startswith(("QueryWorkflow", "HandleQuery")) for s in spans), sorted({s["name"] for s in spans})
+    assert not any(s["name"].startswith(("QueryWorkflow", "HandleQuery")) for s in spans), sorted(
+        {s["name"] for s in spans}
+    )
 
 
 async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(ts_http_stateful: Peer, temporal_env: Any,

@@ -29,7 +29,9 @@ def test_a_failed_tasks_details_and_message_word_the_classification_apart_from_t
     assert details.startswith("**rate\\_limited** on `demo` ended **tool_error**"), details
     assert "MCP outcome class retryable, retry after 30 s (a new tools/call only as the tool's replay policy " \
            "allows; the workflow itself is never retried)" in details
-    assert "server: HTTP 429 Too Many Requests; retry\\-after=30" in details and "task t\\-1 · status completed" in details
+    assert (
+        "server: HTTP 429 Too Many Requests; retry\\-after=30" in details and "task t\\-1 · status completed" in details
+    )
     error = McpTaskError(outcome)
     assert error.non_retryable and error.message == (
         "MCP task rate_limited on demo ended tool_error (MCP outcome class retryable, retry after 30 s; the workflow "

@@ -151,8 +151,8 @@ CASES: list[Case] = [
     # --- controls: good replies, both framings, both content types -------------------------------------------
     Case("json-content-length", R(lambda i: json_reply(body(i))), OK, drops=False),
     Case("json-chunked", R(lambda i: json_chunked(i)), OK, drops=False),
-    Case("json-chunked-7-byte-pieces", R(lambda i: json_chunked(i, *[body(i)[k:k + 7] for k in range(0, len(body(i)), 7)])),
-         OK, drops=False),
+    Case("json-chunked-7-byte-pieces",
+         R(lambda i: json_chunked(i, *[body(i)[k:k + 7] for k in range(0, len(body(i)), 7)])), OK, drops=False),
     Case("json-chunked-uppercase-hex-and-trailer", R(lambda i: json_chunked(
         i, body(i), sizes=[f"{len(body(i)):X}"], end=b"0\r\nx-trailer: 1\r\n\r\n")), OK, drops=False),
     Case("chunk-extension", R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):x};name=value"])), OK,
@@ -397,7 +397,9 @@ async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[st
 
 @pytest.mark.parametrize("path", ["httpx", "ours"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_hostile_reply(case: Case, path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_hostile_reply(
+    case: Case, path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     set_path(monkeypatch, path)
     hostile, after, conns, nxt, growth = await through(scripted, path, lambda m: case.reply(m["id"]), measure=case.huge,
                                                        pause_s=case.pause_s)

@@ -83,7 +83,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_DELETE(self) -> None:
-        self.server.requests.append({"verb": "DELETE", "path": self.path, "headers": self.headers.items(), "body": None})
+        self.server.requests.append(
+            {"verb": "DELETE", "path": self.path, "headers": self.headers.items(), "body": None}
+        )
         self._reply(200, b"", ctype=None)
 
     def do_POST(self) -> None:
@@ -114,7 +116,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "429":
             return self._reply(429, "slow down", "text/plain", {"Retry-After": "7"})
         if route == "429-date":
-            return self._reply(429, "slow down", "text/plain", {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
+            return self._reply(
+                429, "slow down", "text/plain", {"Retry-After": formatdate(time.time() + 30, usegmt=True)}
+            )
         if route == "429-custom":  # /429-custom/<Retry-After, URL-quoted>
             return self._reply(429, "slow down", "text/plain", {"Retry-After": urllib.parse.unquote(parts[1])})
         if route == "429-bare":
@@ -381,7 +385,11 @@ async def test_late_reply_to_a_server_request(fake: _FakeServer) -> None:
     before = len(fake.requests)
     await transport.respond("srv-7", {"action": "accept", "content": {"approve": True}})
     sent = fake.requests[before]
-    assert sent["body"] == {"jsonrpc": "2.0", "id": "srv-7", "result": {"action": "accept", "content": {"approve": True}}}
+    assert sent["body"] == {
+        "jsonrpc": "2.0",
+        "id": "srv-7",
+        "result": {"action": "accept", "content": {"approve": True}},
+    }
     assert _header_values(sent, "mcp-session-id") == ["sess-3"]
     await transport.aclose()
     gone = HttpTransport(f"{fake.base}/404-session", session_id="sess-3", protocol_version=LEGACY)
@@ -444,7 +452,9 @@ async def test_extension_envelope_and_routing_headers(fake: _FakeServer) -> None
         sent = fake.requests[before]
         meta = sent["body"]["params"]["_meta"]
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
-        assert meta["io.modelcontextprotocol/clientCapabilities"] == {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        }
         assert "io.modelcontextprotocol/clientInfo" in meta
         # Each routing header exactly once (a duplicate makes TS servers answer HTTP 400).
         assert _header_values(sent, "mcp-protocol-version") == ["2026-07-28"]

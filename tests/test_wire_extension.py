@@ -221,7 +221,8 @@ async def test_envelope_on_every_request(fastmcp_server: Peer) -> None:
     finally:
         await client.aclose()
     lines = fastmcp_server.log_since(mark)
-    # The initialize handshake that chose the era (initialize, notifications/initialized, tools/list), then the extension.
+    # The initialize handshake that chose the era (initialize, notifications/initialized, tools/list), then the
+    # extension.
     lines = lines[[line["method"] for line in lines].index("server/discover"):]
     assert lines[0]["method"] == "server/discover"
     assert {line["method"] for line in lines} >= {"tools/list", "tools/call", "tasks/get", "tasks/cancel"}

@@ -25,7 +25,9 @@ async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) 
                                                 data_converter=pydantic_data_converter, dev_server_log_level="error")
     try:
         address = env.client.service_client.config.target_host
-        before = await env.client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace="default"))
+        before = await env.client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace="default")
+        )
         assert not set(SEARCH_ATTRIBUTE_NAMES) & set(before.custom_attributes)
         port = free_port()
         cfg = write_config(tmp_path / "w.toml", {"demo": {"url": fastmcp_server.url}})

@@ -33,7 +33,9 @@ from tests.temporal_harness import (
 
 
 def req(peer: Peer, tool: str, args: dict[str, Any] | None = None, **kw: Any) -> McpTaskRequest:
-    return McpTaskRequest(server=peer.endpoint, tool=tool, arguments=args or {}, timeouts=kw.pop("timeouts", FAST), **kw)
+    return McpTaskRequest(
+        server=peer.endpoint, tool=tool, arguments=args or {}, timeouts=kw.pop("timeouts", FAST), **kw
+    )
 
 
 async def run_to_end(client: Client, request: McpTaskRequest, *, queue: str, wid: str | None = None) -> McpTaskOutcome:
@@ -49,7 +51,9 @@ async def history_len(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "ts_stdio", "fastmcp_server"])
-async def test_completed(request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any) -> None:
+async def test_completed(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     mark = peer.log_mark()
     args = {"seconds": 0.5, "text": f"done-{peer_name}"}

@@ -131,7 +131,9 @@ class StorageSettings(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not (v.startswith(("http://", "https://")) and len(v) > 8 and not any(c.isspace() for c in v)):
+        if v is not None and not (
+            v.startswith(("http://", "https://")) and len(v) > 8 and not any(c.isspace() for c in v)
+        ):
             raise ValueError(f"must be an http(s) URL (e.g. http://minio:9000), got {v!r}")
         return v
 

@@ -40,8 +40,8 @@ REPORT_JOB = JobBinding(submit="start_export", status="get_export_status", resul
 
 
 def start_demo_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
-                             "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1",
+                             "--port", "0", "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True,
                             preexec_fn=die_with_parent)
     assert proc.stderr is not None
     line = proc.stderr.readline()

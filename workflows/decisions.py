@@ -291,7 +291,9 @@ REFUSAL_CLASSES = {"AuthorizationRequired": Classification.AUTHORIZATION_REQUIRE
                    "UnknownTool": Classification.PERMANENT, "InvalidArguments": Classification.INPUT_CORRECTABLE}
 
 
-def after_submit_failure(kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3) -> SubmitFailure:
+def after_submit_failure(
+    kind: str, *, may_have_reached_server: bool, resends: int, max_resends: int = 3
+) -> SubmitFailure:
     """What a failed ``tools/call`` attempt means. Only a request that surely never arrived is resent."""
     if kind in REFUSALS:
         return "rejected"

@@ -38,6 +38,11 @@ def read_budget(budget_s: float, *, max_interval_s: float = 30.0) -> dict[str, A
     """Activity options of a read retried on every fault for ``budget_s``: backoff from 1 s by 2×, its gaps within
     a fifth of the budget, so the last tries are not forfeited (Temporal gives up at once when the next retry
     would start past the schedule-to-close timeout)."""
-    return {"schedule_to_close_timeout": timedelta(seconds=budget_s),
-            "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                                        maximum_interval=timedelta(seconds=max(1.0, min(max_interval_s, budget_s / 5))))}
+    return {
+        "schedule_to_close_timeout": timedelta(seconds=budget_s),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=max(1.0, min(max_interval_s, budget_s / 5))),
+        ),
+    }

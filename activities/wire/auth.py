@@ -104,8 +104,9 @@ def read_secret(spec: OAuthClient) -> str:
     if spec.type == "client_credentials":
         value = os.environ.get(spec.client_secret_env or "")
         if not value:
-            raise CapabilityUnavailable(f"auth client_secret refers to environment variable {spec.client_secret_env!r}, "
-                                        "which is not set")
+            raise CapabilityUnavailable(
+                f"auth client_secret refers to environment variable {spec.client_secret_env!r}, which is not set"
+            )
     elif spec.private_key_env is not None:
         value = os.environ.get(spec.private_key_env)
         if not value:

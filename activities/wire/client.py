@@ -97,7 +97,9 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
         raise ProtocolViolation("task is not an object", raw=raw if raw is not None else obj)
     task_id, status = obj.get("taskId"), obj.get("status")
     if not isinstance(task_id, str) or not task_id or status not in _STATUSES:
-        raise ProtocolViolation(f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj)
+        raise ProtocolViolation(
+            f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj
+        )
     if len(task_id) > MAX_TASK_ID or carry_problem(task_id) is not None:
         raise ProtocolViolation(f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8",
                                 raw=task_id[:200])
@@ -207,7 +209,11 @@ def _progress_listener(params: dict[str, Any], on_progress: ProgressHandler | No
 
     def listen(message: dict[str, Any]) -> None:
         p = message.get("params")
-        if message.get("method") != "notifications/progress" or not isinstance(p, dict) or p.get("progressToken") != token:
+        if (
+            message.get("method") != "notifications/progress"
+            or not isinstance(p, dict)
+            or p.get("progressToken") != token
+        ):
             return
         # NaN, ±∞, a huge int or a negative total: never passed on (a heartbeat detail, a progress bar).
         progress, total, text = finite_number(p.get("progress")), finite_number(p.get("total")), p.get("message")
@@ -279,8 +285,9 @@ class McpTaskClient:
         if endpoint.url:
             headers = resolve_refs(endpoint.header_refs, what="header")
             auth = bearer_auth(endpoint.url, endpoint.auth) if endpoint.auth is not None else None
-            return HttpTransport(endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version,
-                                 auth=auth)
+            return HttpTransport(
+                endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version, auth=auth
+            )
         env = dict(sdk_compat.default_stdio_environment())
         referenced = resolve_refs(endpoint.env_refs, what="environment variable")
         env.update(referenced)
@@ -372,8 +379,11 @@ class McpTaskClient:
         """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
         try:
             reply = await transport.request(
-                "server/discover", with_trace_context({"_meta": sdk_compat.extension_meta()}),
-                headers=sdk_compat.extension_headers("server/discover", None) if isinstance(transport, HttpTransport) else None,
+                "server/discover",
+                with_trace_context({"_meta": sdk_compat.extension_meta()}),
+                headers=sdk_compat.extension_headers("server/discover", None)
+                if isinstance(transport, HttpTransport)
+                else None,
             )
         except JsonRpcError as exc:
             # The server answered (e.g. -32601, HTTP 4xx): it does not speak 2026-07-28. A garbled or
@@ -431,7 +441,9 @@ class McpTaskClient:
         """
         if ref.endpoint.command is not None:
             raise TaskUnreachable(f"stdio session owned by {ref.owner!r} cannot be re-attached from another process")
-        transport = await cls._open_transport(ref.endpoint, session_id=ref.session_id, protocol_version=ref.protocol_version)
+        transport = await cls._open_transport(
+            ref.endpoint, session_id=ref.session_id, protocol_version=ref.protocol_version
+        )
         return cls(transport, ref.endpoint, era=ref.era, protocol_version=ref.protocol_version, tasks_offered=True,
                    owner=ref.owner)
 
@@ -499,7 +511,9 @@ class McpTaskClient:
                 params["task"] = {"ttl": ttl_ms} if ttl_ms is not None else {}
                 task_requested = True
             elif support == "required":
-                raise CapabilityUnavailable(f"tool {tool!r} requires task execution but the server does not offer tasks")
+                raise CapabilityUnavailable(
+                    f"tool {tool!r} requires task execution but the server does not offer tasks"
+                )
         else:
             if input_responses is not None:
                 params["inputResponses"] = input_responses

@@ -54,7 +54,9 @@ def decode_result(raw: Any, output_schema: dict[str, Any] | None = None) -> dict
             jsonschema.validate(model.structured_content, output_schema)
         except jsonschema.ValidationError as exc:
             path = "/".join(str(p) for p in exc.absolute_path) or "<root>"
-            raise ResultDecodeError(f"structuredContent does not match outputSchema at {path}: {exc.message}", raw=raw) from exc
+            raise ResultDecodeError(
+                f"structuredContent does not match outputSchema at {path}: {exc.message}", raw=raw
+            ) from exc
         except jsonschema.SchemaError as exc:
             raise ResultDecodeError(f"pinned outputSchema is itself invalid: {exc.message}", raw=raw) from exc
     out: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -185,8 +185,13 @@ class HttpTransport:
         msg_id, body = request_body(method, params)
         try:
             req = self._client.build_request(
-                "POST", self.url, json=body, headers=self._base_headers(headers),
-                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S) if timeout_s else httpx2.USE_CLIENT_DEFAULT,
+                "POST",
+                self.url,
+                json=body,
+                headers=self._base_headers(headers),
+                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+                if timeout_s
+                else httpx2.USE_CLIENT_DEFAULT,
                 extensions={FRESH_CONNECTION: True} if fresh or method == "tools/call" else None,
             )
         except (UnicodeEncodeError, ValueError) as exc:  # a header value httpx cannot encode: nothing was sent
@@ -294,8 +299,13 @@ class HttpTransport:
         headers.pop("content-type", None)
         try:
             request = self._client.build_request(
-                "GET", self.url, headers=headers,
-                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S) if timeout_s else httpx2.USE_CLIENT_DEFAULT)
+                "GET",
+                self.url,
+                headers=headers,
+                timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+                if timeout_s
+                else httpx2.USE_CLIENT_DEFAULT,
+            )
             response = await self._client.send(request, stream=True)
         except httpx2.HTTPError as exc:
             point.last_failure = f"GET failed: {type(exc).__name__}"
@@ -395,10 +405,14 @@ class HttpTransport:
         headers.pop("content-type", None)
         if last_event_id:  # resuming (SEP-1699): the server may replay what this session missed
             headers["last-event-id"] = last_event_id
-        return self._client.stream("GET", self.url, headers=headers, timeout=httpx2.Timeout(read_timeout_s, connect=10.0))
+        return self._client.stream(
+            "GET", self.url, headers=headers, timeout=httpx2.Timeout(read_timeout_s, connect=10.0)
+        )
 
     @scrubbed
-    async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
+    async def notify(
+        self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+    ) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             body["params"] = params

@@ -51,7 +51,8 @@ from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 
 log = logging.getLogger(__name__)
 
-#: Methods that carry a task's state: 2025-11-25's ``notifications/tasks/status``, the extension's ``notifications/tasks``.
+#: Methods that carry a task's state: 2025-11-25's ``notifications/tasks/status``, the extension's
+#: ``notifications/tasks``.
 TASK_STATUS_METHODS = frozenset({"notifications/tasks/status", "notifications/tasks"})
 TASK_STATUSES = frozenset({"working", "input_required", "completed", "failed", "cancelled"})
 #: One notification is a task object of a few hundred bytes (the extension's may inline a result, which we never
@@ -402,7 +403,9 @@ class TasksSubscription(Listener):
             params = message.get("params")
             notes = params.get("notifications") if isinstance(params, dict) else None
             ids = notes.get("taskIds") if isinstance(notes, dict) else None
-            agreed = frozenset(i for i in ids if isinstance(i, str)) & self._asked if isinstance(ids, list) else frozenset()
+            agreed = (
+                frozenset(i for i in ids if isinstance(i, str)) & self._asked if isinstance(ids, list) else frozenset()
+            )
             self.agreed = agreed
             if not agreed:
                 self._refused = "the server agreed to no task events"

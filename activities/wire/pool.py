@@ -2,8 +2,8 @@
 
 Keyed by (server, principal, era pin) for new calls, and by (server, session id) for legacy HTTP tasks (which are
 bound to the session that created them: a session id is the server's to choose, so two servers may issue the same one,
-and a read keyed by the id alone would ask the wrong server). Stdio servers are children of this process: their tasks can
-be reached only from here, and only while the child lives.
+and a read keyed by the id alone would ask the wrong server). Stdio servers are children of this process: their tasks
+can be reached only from here, and only while the child lives.
 
 Rules:
 * an idle session closes after ``idle_s``, except a stdio child that still holds unfinished tasks
@@ -135,12 +135,16 @@ class SessionPool:
         try:
             return client, await fn(client)
         except SessionGone as again:
-            raise TransportError(f"{first.message}; a new session was refused too: {again.message}", sent=True) from None
+            raise TransportError(
+                f"{first.message}; a new session was refused too: {again.message}", sent=True
+            ) from None
 
     async def _new_session_for(self, ref: SessionRef, principal: str | None) -> McpTaskClient:
         """A fresh handshake with ``ref``'s server, put in the place of ``ref``'s session for this process."""
         async with self._lock:
-            old = self._by_session.pop(self._session_key(ref.endpoint, ref.session_id), None) if ref.session_id else None
+            old = (
+                self._by_session.pop(self._session_key(ref.endpoint, ref.session_id), None) if ref.session_id else None
+            )
         if old is not None:
             await old.client.aclose()
         client = await McpTaskClient.connect(ref.endpoint, era=ref.era, owner=self.owner)

@@ -8,8 +8,8 @@ at connect time (``client.resolve_refs``). A server may still echo one back (a 4
   scrubs each :class:`~.errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
 * every value resolved in this process is also kept in a process-wide registry (an OAuth token until it expires,
   then it leaves: the registry stays bounded in a worker that runs for months), and
-  :class:`RedactingFilter` (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs log
-  records with it: message, arguments, exception and stack text.
+  :class:`RedactingFilter` (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs
+  log records with it: message, arguments, exception and stack text.
 
 A value is replaced by ``[redacted]`` wherever it occurs. Values shorter than :data:`MIN_SECRET_LEN`
 are not tracked: scrubbing them would mangle ordinary text and they protect nothing.

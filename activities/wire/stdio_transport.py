@@ -162,7 +162,9 @@ class StdioTransport:
         await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
     @scrubbed
-    async def notify(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None) -> None:
+    async def notify(
+        self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+    ) -> None:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             body["params"] = params

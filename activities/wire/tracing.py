@@ -36,4 +36,6 @@ def annotate(**attributes: Any) -> None:
         return
     span = trace.get_current_span()
     if span.is_recording():
-        span.set_attributes({f"mcp_tasks.{k}": v for k, v in attributes.items() if isinstance(v, (str, int, float, bool))})
+        span.set_attributes(
+            {f"mcp_tasks.{k}": v for k, v in attributes.items() if isinstance(v, (str, int, float, bool))}
+        )

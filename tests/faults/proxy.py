@@ -464,9 +464,15 @@ class FaultProxy:
             body = json.dumps({"jsonrpc": "2.0", "id": rpc_id,
                                "error": {"code": -32000, "message": "rate limited by FaultProxy"}}).encode()
             secs = fault.retry_after_s
-            await self._respond(writer, 429, [("Content-Type", "application/json"),
-                                              ("Retry-After", str(int(secs)) if float(secs).is_integer() else str(secs))],
-                                body)
+            await self._respond(
+                writer,
+                429,
+                [
+                    ("Content-Type", "application/json"),
+                    ("Retry-After", str(int(secs)) if float(secs).is_integer() else str(secs)),
+                ],
+                body,
+            )
             return True
         if isinstance(fault, Refuse):
             await self._go_down(fault.seconds)

@@ -57,8 +57,10 @@ def require_ts_peer() -> str:
     """Path of ``node``; fails the test (never skips) when the TS peer cannot run."""
     node = shutil.which("node")
     if node is None:
-        pytest.fail("node (>= 20) is not on PATH: the TS peer cannot run. Install Node 20+, then run npm ci in tests/peers/ts",
-                    pytrace=False)
+        pytest.fail(
+            "node (>= 20) is not on PATH: the TS peer cannot run. Install Node 20+, then run npm ci in tests/peers/ts",
+            pytrace=False,
+        )
     if not (TS_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
         pytest.fail(f"{TS_DIR}/node_modules is missing: run npm ci in tests/peers/ts", pytrace=False)
     return node
