@@ -39,19 +39,10 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_site"
 rm -rf "$docs_site"
 
 # The suite in WORKERS worker processes (pytest-xdist), each with its own Temporal dev server and peers; tests of one
-# xdist_group run on one worker, one after another (--dist loadgroup, from pyproject.toml). Most tests wait on servers
-# and timers rather than compute, so more workers than the 2 cores pay off: 4 by default, what CI runs
-# (MCP_TASKS_TEST_WORKERS=N to change; the README's quick start says the same).
-# Then the tests marked `alone` (they bound their own wall time or CPU: the benchmark smoke test), by themselves.
+# xdist_group run on one worker, one after another (--dist loadgroup, from pyproject.toml); the longest tests are
+# handed out first (tests/conftest.py, LONG_FIRST). Most tests wait on servers and timers rather than compute, so
+# more workers than the 2 cores pay off: 4 by default, what CI runs (MCP_TASKS_TEST_WORKERS=N to change; the
+# README's quick start says the same). No test bounds its own wall time or CPU: that is the benchmark's to print.
 # tests/strict_skips.py (loaded by tests/conftest.py): a skipped test, in any worker, fails the run.
 WORKERS="${MCP_TASKS_TEST_WORKERS:-4}"
-status=0
-.venv/bin/python -m pytest -n "$WORKERS" -m "not alone" -q -rfEs --durations=20 "$@" || status=$?
-alone=0
-.venv/bin/python -m pytest -m alone -q -rfEs "$@" || alone=$?
-# Exit 5 is "no test selected": fine for one phase (arguments naming some tests), a failure for both.
-if [ "$status" -eq 5 ] && [ "$alone" -eq 5 ]; then exit 5; fi
-[ "$status" -eq 5 ] && status=0
-[ "$alone" -eq 5 ] && alone=0
-[ "$status" -ne 0 ] && exit "$status"
-exit "$alone"
+exec .venv/bin/python -m pytest -n "$WORKERS" -q -rfEs --durations=25 "$@"

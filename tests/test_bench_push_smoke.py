@@ -1,6 +1,6 @@
 """Smoke test of the benchmark's push phase: ``python -m bench --only push`` at a tiny size runs end to end and every
-figure says what it must. Not `alone` (unlike tests/test_bench_smoke.py): it bounds no wall time or CPU figure, so
-it runs in the parallel phase beside other tests."""
+figure says what it must. Like tests/test_bench_smoke.py it bounds no wall time or CPU figure, so it runs beside the
+other tests."""
 
 from __future__ import annotations
 
