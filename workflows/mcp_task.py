@@ -51,6 +51,18 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+# The phases are this workflow's own code: a sandbox that re-executes this module re-executes them too (each passes
+# its own imports through, as this module does below).
+from mcp_temporal_tasks.workflows.phases.base import _Ended
+from mcp_temporal_tasks.workflows.phases.cancel import CancelPhase
+from mcp_temporal_tasks.workflows.phases.finish import FinishPhase
+from mcp_temporal_tasks.workflows.phases.input import InputPhase
+from mcp_temporal_tasks.workflows.phases.messages import Messages, validate_input_response
+from mcp_temporal_tasks.workflows.phases.patches import CANCELLED_SHOWS_CANCELED, FAIL_UNLESS_COMPLETED
+from mcp_temporal_tasks.workflows.phases.retrieve import RetrievePhase
+from mcp_temporal_tasks.workflows.phases.submit import SubmitPhase
+from mcp_temporal_tasks.workflows.phases.wait import WaitPhase
+
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
@@ -80,15 +92,6 @@ with workflow.unsafe.imports_passed_through():
         search_attribute_value,
         validation_message,
     )
-    from mcp_temporal_tasks.workflows.phases.base import _Ended
-    from mcp_temporal_tasks.workflows.phases.cancel import CancelPhase
-    from mcp_temporal_tasks.workflows.phases.finish import FinishPhase
-    from mcp_temporal_tasks.workflows.phases.input import InputPhase
-    from mcp_temporal_tasks.workflows.phases.messages import Messages, validate_input_response
-    from mcp_temporal_tasks.workflows.phases.patches import CANCELLED_SHOWS_CANCELED, FAIL_UNLESS_COMPLETED
-    from mcp_temporal_tasks.workflows.phases.retrieve import RetrievePhase
-    from mcp_temporal_tasks.workflows.phases.submit import SubmitPhase
-    from mcp_temporal_tasks.workflows.phases.wait import WaitPhase
 
 __all__ = ["McpTaskWorkflow", "initial_search_attributes", "validate_input_response"]
 
