@@ -62,10 +62,11 @@ def test_an_ending_without_a_stage_does_not_validate() -> None:
 
 
 def test_every_ending_site_in_the_workflow_names_its_stage() -> None:
-    tree = ast.parse((ROOT / "workflows" / "mcp_task.py").read_text())
-    sites = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Ending"]
+    files = [ROOT / "workflows" / "mcp_task.py", *sorted((ROOT / "workflows" / "phases").glob("*.py"))]
+    sites = [(f.name, n) for f in files for n in ast.walk(ast.parse(f.read_text()))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Ending"]
     assert len(sites) >= 20, "the ending sites moved: update this test"
-    missing = [n.lineno for n in sites if "stage" not in {k.arg for k in n.keywords}]
+    missing = [f"{name}:{n.lineno}" for name, n in sites if "stage" not in {k.arg for k in n.keywords}]
     assert not missing, f"Ending(...) without stage= at lines {missing}"
 
 

@@ -3,8 +3,9 @@ under the real activity names (as Temporal's samples test workflows). No MCP ser
 test scripts what the activities answer and checks how the machine ends, which stage it ended at (through the
 replay it does or does not make), and the phases it went through.
 
-One test (or parametrised case) per ending site of ``workflows/mcp_task.py`` and per transition family of
-``models.TRANSITIONS``. The real activities and peers are exercised by the rest of the suite.
+One test (or parametrised case) per ending site of ``workflows/mcp_task.py`` and its phases (``workflows/phases/``)
+and per transition family of ``models.TRANSITIONS``. The real activities and peers are exercised by the rest of the
+suite.
 """
 
 from __future__ import annotations

@@ -1,0 +1,149 @@
+"""What ``McpTaskWorkflow`` answers from outside: the ``status`` query, the ``cancel``, ``approve_replay`` and
+``provide_input`` updates (each with its validator), the 2025-11-25 input relay's signals and query, and the push
+hub's ``mcp_task_notified`` signal.
+
+A handler only records (in :class:`~mcp_temporal_tasks.workflows.models.MachineState`); the phase waiting on it acts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema
+    from pydantic import ValidationError
+
+    from mcp_temporal_tasks.activities.models import TASK_NOTIFIED_SIGNAL, LegacyInputRequest, TaskNotified
+    from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
+    from mcp_temporal_tasks.activities.wire.elicitation import with_defaults
+    from mcp_temporal_tasks.workflows.models import LegacyInputRecord, PendingInput, Phase, TaskView
+    from mcp_temporal_tasks.workflows.phases.base import TaskMachine
+    from mcp_temporal_tasks.workflows.phases.patches import NOTIFIED_WAKES
+
+#: Statuses a notification may wake a wait for (never ``working``).
+_WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
+#: Wakes one task may act on: one per status and input round, whatever a server repeats.
+_MAX_WAKES = 16
+
+
+class Messages(TaskMachine):
+    """The query, updates and signals (names as in ``activities.models``, ``activities.relay`` and the schemas)."""
+
+    @workflow.query
+    def status(self) -> TaskView:
+        return TaskView(
+            workflow_id=workflow.info().workflow_id, phase=self.m.phase, tool=self.req.tool,
+            server=self.m.ledger.server, task_id=self.m.task_state.task_id if self.m.task_state else None,
+            task_status=self.m.task_state.status if self.m.task_state else None,
+            status_message=self.m.task_state.status_message if self.m.task_state else None,
+            era=self.m.task_state.era if self.m.task_state else self.m.ledger.era, pending_inputs=list(self.m.pending.values()),
+            protocol_version=self.m.ledger.protocol_version,
+            operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
+            ledger=self.m.ledger, delivered_by=self.m.delivered_by,
+        )
+
+    @workflow.update
+    def cancel(self, reason: str = "cancelled by request") -> str:
+        self.m.cancel_reason = reason
+        return self.m.phase.value
+
+    @cancel.validator
+    def _validate_cancel(self, reason: str = "cancelled by request") -> None:
+        if self.m.phase == Phase.DONE:
+            raise ValueError("the task has already ended")
+
+    @workflow.update
+    def approve_replay(self) -> int:
+        self.m.approved = True
+        return len(self.m.attempts) + 1
+
+    @approve_replay.validator
+    def _validate_approve(self) -> None:
+        if self.m.phase != Phase.AWAITING_APPROVAL:
+            raise ValueError(f"nothing to approve: the task is {self.m.phase.value}, not AWAITING_APPROVAL")
+
+    @workflow.update
+    def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
+        # SEP-1034: an accept that omits a property with a default in the form gets the default.
+        self.m.answers.update({k: with_defaults(v, self.m.pending[k].requested_schema) if k in self.m.pending else v
+                               for k, v in responses.items()})
+        return sorted(k for k in self.m.pending if k not in self.m.answers)
+
+    @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
+    def _legacy_input_requested(self, req: LegacyInputRequest) -> None:
+        # A re-sent request (same content) keeps its first record and, if answered, its answer.
+        self.m.legacy_inputs[req.key] = LegacyInputRecord(rpc_id=req.rpc_id)
+        if req.key not in self.m.answers:
+            self.m.pending[req.key] = PendingInput.from_params(req.key, req.method, req.params)
+
+    @workflow.signal(name=INPUT_DELIVERED_SIGNAL)
+    def _legacy_input_delivered(self, key: str) -> None:
+        if key in self.m.legacy_inputs:
+            self.m.legacy_inputs[key].delivered = True
+
+    @workflow.signal(name=TASK_NOTIFIED_SIGNAL)
+    def _task_notified(self, notice: Any) -> None:
+        """A worker heard the server say this task changed. It only wakes the wait (the read that follows decides),
+        and only for the task being waited on, in WORKING, for a status that can end a wait, once per status and
+        input round: a repeated, late or lying notification changes nothing else. Decoded here, not by the data
+        converter: a malformed signal is ignored, never a failed workflow task."""
+        try:
+            n = notice if isinstance(notice, TaskNotified) else TaskNotified.model_validate(notice)
+        except ValidationError:
+            return
+        task = self.m.task_state
+        if task is None or n.task_id != task.task_id or self.m.phase != Phase.WORKING or n.status not in _WAKE_STATUSES:
+            return
+        key = f"{n.status}#{len(self.m.answered_keys)}"
+        if key in self.m.wakes or len(self.m.wakes) >= _MAX_WAKES or not workflow.patched(NOTIFIED_WAKES):
+            return
+        self.m.wakes.append(key)
+        self.m.wake, self.m.wake_via = n.status, n.via
+
+    @workflow.query(name=RELAY_STATE_QUERY)
+    def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
+        return {k: {**v.model_dump(mode="json"), "answer": self.m.answers.get(k)} for k, v in self.m.legacy_inputs.items()}
+
+    @provide_input.validator
+    def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
+        if self.m.phase != Phase.INPUT_REQUIRED or not self.m.pending:
+            raise ValueError("no input is outstanding")
+        if not responses:
+            raise ValueError("no responses given")
+        for key, response in responses.items():
+            pending = self.m.pending.get(key)
+            if pending is None:
+                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.m.pending)})")
+            validate_input_response(pending, response)
+
+
+def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> None:
+    """Shape check of an answer to an input request (``ElicitResult``), done in the Update validator."""
+    if pending.method != "elicitation/create":
+        raise ValueError(f"input {pending.key!r} is a {pending.method} request; only elicitation can be answered")
+    action = response.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        raise ValueError(f"input {pending.key!r}: action must be accept, decline or cancel, got {action!r}")
+    extra = set(response) - {"action", "content", "_meta"}
+    if extra:
+        raise ValueError(f"input {pending.key!r}: unexpected fields {sorted(extra)}")
+    content = response.get("content")
+    if action != "accept":
+        if content is not None:
+            raise ValueError(f"input {pending.key!r}: content is only allowed with action 'accept'")
+        return
+    if pending.requested_schema is not None:
+        if not isinstance(content, dict):
+            raise ValueError(f"input {pending.key!r}: accept needs a content object")
+        # Held to the form as it is sent: with the SEP-1034 defaults filled in.
+        content = with_defaults(response, pending.requested_schema).get("content")
+        try:
+            jsonschema.validate(content, pending.requested_schema)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "content"
+            raise ValueError(f"input {pending.key!r}: {where}: {exc.message}") from None
+        except (jsonschema.SchemaError, RecursionError, TypeError) as exc:
+            raise ValueError(f"input {pending.key!r}: the server's requestedSchema is unusable "
+                             f"({type(exc).__name__}); answer decline or cancel") from None
