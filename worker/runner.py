@@ -197,12 +197,14 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
 
 
 async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
+                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None,
+                  options: Mapping[str, Any] | None = None) -> Client:
     """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
-    not transient."""
-    options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
-    target = options.pop("target_host")
+    not transient. ``options``: what :func:`connect_options` gave a caller that applied the rule already (the CLI's
+    ``plan.Target``): used as they are, the rule is not applied again."""
+    given = dict(options) if options is not None else connect_options(address=address, namespace=namespace, cfg=cfg)[0]
+    target = given.pop("target_host")
     # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
     data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)
                                   if cfg is not None else None)
@@ -212,7 +214,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     while True:
         try:
             return await Client.connect(target, data_converter=data_converter, runtime=runtime(metrics_port),
-                                        interceptors=interceptors or [], **options)
+                                        interceptors=interceptors or [], **given)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise
