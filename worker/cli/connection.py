@@ -1,6 +1,6 @@
-"""Where the CLI's Temporal is: address, namespace and TLS (``runner.connect_options``: flags, Temporal's
-environment configuration, then the ``[temporal]`` table of ``--config``), the one ``HOST:PORT`` check every address
-goes through, the embedded server when nothing serves the default address, and the UI links the commands print."""
+"""The CLI's Temporal: connecting to the ``Target`` a command's plan worked out (``plan.target_of``: address,
+namespace and TLS by ``runner.connect_options``, checked once), the embedded server when nothing serves the default
+address, and the UI links the commands print."""
 
 from __future__ import annotations
 
