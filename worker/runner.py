@@ -197,13 +197,19 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
 
 
 async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None,
-                  options: Mapping[str, Any] | None = None) -> Client:
+                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
     """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
-    not transient. ``options``: what :func:`connect_options` gave a caller that applied the rule already (the CLI's
-    ``plan.Target``): used as they are, the rule is not applied again."""
-    given = dict(options) if options is not None else connect_options(address=address, namespace=namespace, cfg=cfg)[0]
+    not transient."""
+    options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
+    return await connect_to(options, cfg=cfg, metrics_port=metrics_port, wait_s=wait_s, interceptors=interceptors)
+
+
+async def connect_to(options: Mapping[str, Any], *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
+                     wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
+    """:func:`connect` with the rule applied already: ``options`` are what :func:`connect_options` gave (a CLI
+    command works them out once, at its start), used as they are."""
+    given = dict(options)
     target = given.pop("target_host")
     # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
     data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)

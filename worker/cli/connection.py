@@ -28,7 +28,7 @@ from mcp_temporal_tasks.worker.devserver import (
 )
 from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.worker.runner import connect
+from mcp_temporal_tasks.worker.runner import connect_to
 
 DEFAULT_ADDRESS = "localhost:7233"
 
@@ -164,8 +164,8 @@ async def temporal(target: Target, *, allow_embedded: bool = False,
             # With [worker] tracing (`run`'s own configuration) this client traces too: the task's start is the root
             # of its trace, so its tools/call, tasks/get and tasks/result share one.
             interceptors = [tracing_interceptor()] if cfg.worker.tracing else None
-            client = await asyncio.wait_for(connect(cfg=cfg, wait_s=wait_s, interceptors=interceptors,
-                                                    options=target.options), timeout=wait_s + 15)
+            client = await asyncio.wait_for(connect_to(target.options, cfg=cfg, wait_s=wait_s,
+                                                       interceptors=interceptors), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {connect_failure(exc)}; "
                            f"{start_hint(address, explicit, target.source)}", EXIT_UNREACHABLE) from None

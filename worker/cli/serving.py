@@ -64,6 +64,7 @@ from mcp_temporal_tasks.worker.runner import (
     JsonFormatter,
     connect,
     connect_options,
+    connect_to,
     install_typed_failure_filter,
     run_workers,
     runtime,
@@ -160,8 +161,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     if wait_s:
         log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
     try:
-        client = await asyncio.wait_for(connect(cfg=cfg, metrics_port=cfg.worker.metrics_port, wait_s=wait_s,
-                                                options=options), timeout=wait_s + 15)
+        client = await asyncio.wait_for(connect_to(options, cfg=cfg, metrics_port=cfg.worker.metrics_port,
+                                                   wait_s=wait_s), timeout=wait_s + 15)
     except Exception as exc:
         waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}",
