@@ -208,7 +208,15 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
     not transient."""
     options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
-    target = options.pop("target_host")
+    return await connect_to(options, cfg=cfg, metrics_port=metrics_port, wait_s=wait_s, interceptors=interceptors)
+
+
+async def connect_to(options: Mapping[str, Any], *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
+                     wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
+    """:func:`connect` with the rule applied already: ``options`` are what :func:`connect_options` gave (a CLI
+    command works them out once, at its start), used as they are."""
+    given = dict(options)
+    target = given.pop("target_host")
     # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
     data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)
                                   if cfg is not None else None)
@@ -218,7 +226,7 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     while True:
         try:
             return await Client.connect(target, data_converter=data_converter, runtime=runtime(metrics_port),
-                                        interceptors=interceptors or [], **options)
+                                        interceptors=interceptors or [], **given)
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise

@@ -1,16 +1,15 @@
-"""Where the CLI's Temporal is: address, namespace and TLS (``runner.connect_options``: flags, Temporal's
-environment configuration, then the ``[temporal]`` table of ``--config``), the one ``HOST:PORT`` check every address
-goes through, the embedded server when nothing serves the default address, and the UI links the commands print."""
+"""The CLI's Temporal: connecting to the ``Target`` a command's plan worked out (``plan.target_of``: address,
+namespace and TLS by ``runner.connect_options``, checked once), the embedded server when nothing serves the default
+address, and the UI links the commands print."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
 import re
 from collections.abc import AsyncIterator
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
@@ -18,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.activities.result_store import state_dir
 from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, EXIT_USAGE, CliError, err, prog
-from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, is_host_port, load_config
+from mcp_temporal_tasks.worker.cli.plan import Target, check_ui_url
 from mcp_temporal_tasks.worker.devserver import (
     DevServer,
     DevServerError,
@@ -29,51 +28,15 @@ from mcp_temporal_tasks.worker.devserver import (
 )
 from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.worker.runner import connect, connect_options
+from mcp_temporal_tasks.worker.runner import connect_to
 
 DEFAULT_ADDRESS = "localhost:7233"
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """(host, port) of an address ``check_address`` accepted; an IPv6 host loses its brackets."""
+    """(host, port) of an address ``plan.check_address`` accepted; an IPv6 host loses its brackets."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def check_address(address: str, source: str) -> None:
-    """``HOST:PORT`` or exit 2 naming where the address came from."""
-    if not is_host_port(address):
-        raise CliError(f"{source} {address!r} is not HOST:PORT (e.g. localhost:7233)", EXIT_USAGE)
-
-
-def temporal_config(args: argparse.Namespace) -> WorkerConfig:
-    """What a command that only talks to Temporal reads of ``--config`` (else ``$MCP_TASKS_CONFIG``): its
-    ``[temporal]`` table; exit 2 when that is invalid."""
-    try:
-        return load_config(getattr(args, "config", None), temporal_only=True)
-    except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
-
-
-def address_source(args: argparse.Namespace, cfg: WorkerConfig | None) -> str:
-    """Where the address came from, for messages (the order of ``runner.connect_options``)."""
-    if args.address:
-        return "--address"
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        return "TEMPORAL_ADDRESS"
-    return "the Temporal address (temporal.toml)"  # [temporal] address is checked when the file loads
-
-
-def resolve_address(args: argparse.Namespace, cfg: WorkerConfig | None = None) -> tuple[str, str, bool]:
-    """(address, namespace, explicit), by the one address rule (``runner.connect_options``): ``--address``,
-    ``TEMPORAL_ADDRESS``, a temporal.toml profile, the ``[temporal]`` table of ``cfg``, else the default. Explicit
-    unless defaulted: only at the default may the embedded Temporal start."""
-    try:
-        options, explicit = connect_options(address=args.address, namespace=getattr(args, "namespace", None), cfg=cfg)
-    except ConfigError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    check_address(options["target_host"], address_source(args, cfg))
-    return options["target_host"], options["namespace"], explicit
 
 
 def why(exc: BaseException) -> str:
@@ -146,13 +109,6 @@ def untraced(client: Client) -> Client:
     return Client(client.service_client, namespace=client.namespace, data_converter=client.data_converter)
 
 
-def check_ui_url(url: str, source: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
-        raise CliError(f"{source} {url!r} is not an http(s) URL (e.g. http://localhost:8080)", EXIT_USAGE)
-    return url.rstrip("/")
-
-
 def ui_base(address: str, *, given: str | None = None, configured: str | None = None,
             started: str | None = None) -> str | None:
     """Where the Temporal UI of ``address`` is, or None when nothing says so (no link rather than a dead one):
@@ -176,17 +132,15 @@ def ui_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, detached: bool = False,
-                   cfg: WorkerConfig | None = None) -> AsyncIterator[tuple[Client, str | None]]:
-    """Yield (client, UI base URL or None). Starts the embedded default when allowed and nothing listens at the
-    default. ``cfg``: the configuration whose ``[temporal]`` table the address rule reads (default: that of
-    ``--config`` / ``$MCP_TASKS_CONFIG``).
+async def temporal(target: Target, *, allow_embedded: bool = False,
+                   detached: bool = False) -> AsyncIterator[tuple[Client, str | None]]:
+    """Yield (client, UI base URL or None) for ``target`` (where the command's Temporal is, worked out once from its
+    arguments and configuration). Starts the embedded default when allowed and nothing listens at the default.
 
     ``detached``: the caller exits before the task runs, so an embedded server (which would stop with it) is
     refused with the command that starts one that outlives it.
     """
-    cfg = cfg if cfg is not None else temporal_config(args)
-    address, namespace, explicit = resolve_address(args, cfg)
+    cfg, address, namespace, explicit = target.cfg, target.address, target.namespace, target.explicit
     server = None
     host, port = split_address(address)
     if not explicit and allow_embedded and not port_open(host, port):
@@ -210,14 +164,14 @@ async def temporal(args: argparse.Namespace, *, allow_embedded: bool = False, de
             # With [worker] tracing (`run`'s own configuration) this client traces too: the task's start is the root
             # of its trace, so its tools/call, tasks/get and tasks/result share one.
             interceptors = [tracing_interceptor()] if cfg.worker.tracing else None
-            client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, wait_s=wait_s,
-                                                    interceptors=interceptors), timeout=wait_s + 15)
+            client = await asyncio.wait_for(connect_to(target.options, cfg=cfg, wait_s=wait_s,
+                                                       interceptors=interceptors), timeout=wait_s + 15)
         except Exception as exc:
             raise CliError(f"Temporal is unreachable at {address}: {connect_failure(exc)}; "
-                           f"{start_hint(address, explicit, address_source(args, cfg))}", EXIT_UNREACHABLE) from None
+                           f"{start_hint(address, explicit, target.source)}", EXIT_UNREACHABLE) from None
         await check_namespace(client, namespace, address)
-        yield client, ui_base(address, given=getattr(args, "ui_url", None), configured=cfg.temporal.ui_url,
-                              started=server.ui_url if server else None)
+        yield client, target.ui_url or ui_base(address, configured=cfg.temporal.ui_url,
+                                               started=server.ui_url if server else None)
     finally:
         if server is not None:
             server.stop()

@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import ResultStore, state_dir
 from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, TaskUnreachable, TransportError, stdio
 from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo, protocol_label
-from mcp_temporal_tasks.worker.cli.connection import check_ui_url, resolve_address, temporal, ui_link, untraced, why
+from mcp_temporal_tasks.worker.cli.connection import temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
     TROUBLE,
     LiveBoard,
@@ -55,7 +54,6 @@ from mcp_temporal_tasks.worker.cli.parser import (
     MAX_ID_CHARS,
     RUN_QUEUE_PREFIX,
     CliError,
-    check_id,
     emit,
     err,
     hint,
@@ -64,20 +62,25 @@ from mcp_temporal_tasks.worker.cli.parser import (
     report,
     status_values,
 )
-from mcp_temporal_tasks.worker.cli.serving import check_env_refs, configuration, prepare_worker, run_logging
+from mcp_temporal_tasks.worker.cli.plan import (
+    Target,
+    check_env_refs,
+    configuration,
+    plain_errors,
+    run_plan,
+    temporal_target,
+)
+from mcp_temporal_tasks.worker.cli.serving import prepare_worker, run_logging
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.registry import ensure_search_attributes
 from mcp_temporal_tasks.worker.runner import run_workers
-from mcp_temporal_tasks.workflows.client import RequestMismatch, default_workflow_id, outcome_of, start_mcp_task
+from mcp_temporal_tasks.workflows.client import RequestMismatch, outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, validate_input_response
 from mcp_temporal_tasks.workflows.models import (
     McpTaskOutcome,
     McpTaskRequest,
-    RequestTooLarge,
     TaskView,
-    check_request_size,
-    validation_message,
 )
 
 #: After the first Ctrl-C (or SIGTERM) of a foreground `run`: how long the task has to report how it ended.
@@ -95,66 +98,6 @@ STATUS_QUERY_S = 5.0
 
 
 # --- run -----------------------------------------------------------------------------------------
-
-
-def _request(args: argparse.Namespace) -> McpTaskRequest:
-    text = _read_args(args.args)
-    try:
-        arguments = json.loads(text) if text else {}
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--args is not valid JSON: {exc}", EXIT_USAGE) from None
-    except RecursionError:
-        raise CliError("--args is nested too deeply", EXIT_USAGE) from None
-    if not isinstance(arguments, dict):
-        raise CliError("--args must be a JSON object, e.g. '{\"seconds\": 3}'", EXIT_USAGE)
-    try:
-        server: str | Endpoint
-        if args.server:
-            server = args.server
-        elif args.url:
-            server = Endpoint(url=args.url)
-        else:
-            server = Endpoint(command=shlex.split(args.command))
-        request = McpTaskRequest(server=server, tool=args.tool, arguments=arguments, era=args.era,
-                                 ttl_s=args.ttl, replay=args.replay, idempotent=True if args.idempotent else None,
-                                 idempotency_key=args.idempotency_key, principal=args.principal)
-        check_request_size(request.arguments)  # refused here, before any workflow starts
-        return request
-    except RequestTooLarge as exc:
-        raise CliError(f"--args: {exc}", EXIT_USAGE) from None
-    except (ValidationError, ValueError) as exc:
-        raise CliError(f"invalid request: {_plain_errors(exc)}", EXIT_USAGE) from None
-
-
-def _read_args(spec: str | None) -> str:
-    """``--args``: inline JSON, ``@FILE`` (a file's contents) or ``-`` (stdin): large arguments need not pass
-    through the command line, which the OS caps (~128 KiB per argument)."""
-    if not spec:
-        return ""
-    if spec == "-":
-        raw, where = sys.stdin.buffer.read(), "--args - (stdin)"
-        if not raw.strip():
-            # Not `{}`: an empty stdin is a pipe that produced nothing (a failed command before it), not a request.
-            raise CliError("--args -: standard input was empty; give the arguments as a JSON object on stdin "
-                           "(e.g. echo '{}' | mcp-tasks run ...), or leave --args out for none", EXIT_USAGE)
-    elif spec.startswith("@"):
-        path = spec[1:]
-        try:
-            raw, where = Path(path).read_bytes(), f"--args @{path}"
-        except OSError as exc:
-            raise CliError(f"--args @{path}: cannot read the file: {exc.strerror or exc}", EXIT_USAGE) from None
-    else:
-        return spec
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CliError(f"{where}: not UTF-8 text (byte {exc.start})", EXIT_USAGE) from None
-
-
-def _plain_errors(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {validation_message(e)}" for e in exc.errors())
-    return str(exc)
 
 
 def _endpoint_of(request: McpTaskRequest, cfg: WorkerConfig) -> Endpoint | None:
@@ -258,26 +201,6 @@ def _refused_before_sending(outcome: McpTaskOutcome) -> bool:
     return outcome.outcome.value == "rejected" and not outcome.operation_attempts
 
 
-def check_inline_for_workers(request: McpTaskRequest, cfg: WorkerConfig, how: str) -> None:
-    """``--detach``/``--no-worker`` with ``--url``/``--command``: the running workers decide, and a worker refuses an
-    inline endpoint unless its ``[worker]`` table allows that kind. Refused here (exit 2) unless the configuration
-    this command was given (``--config``/``$MCP_TASKS_CONFIG``, the workers' own) allows it."""
-    server = request.server
-    if not isinstance(server, Endpoint):
-        return
-    w = cfg.worker
-    if server.url is not None and not w.allow_inline_endpoints:
-        key, flag = "allow_inline_endpoints", "--url"
-    elif server.command is not None and not w.allow_inline_commands:
-        key, flag = "allow_inline_commands", "--command"
-    else:
-        return
-    raise CliError(f"{how} {flag}: a worker refuses an inline endpoint unless its [worker] {key} = true (see "
-                   f"Trust model), so no worker would run this task; use --server NAME (a configured server), run "
-                   f"without {how} (this command's own worker takes the endpoint you typed), or give --config with "
-                   f"the workers' configuration if it allows it", EXIT_USAGE)
-
-
 #: How long this command's own worker may take to poll its queue before `run` gives up (nothing started yet).
 WORKER_START_S = 30.0
 #: How often a command that waits looks at the task queue's pollers (as `status` does).
@@ -353,32 +276,17 @@ class _QueueWatch:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    request = _request(args)
-    cfg = configuration(args)
-    if args.ui_url:
-        check_ui_url(args.ui_url, "--ui-url")
-    if isinstance(request.server, str) and request.server not in cfg.servers and not args.no_worker:
-        known = ", ".join(sorted(cfg.servers)) or "none"
-        raise CliError(f"unknown server {request.server!r} (configured: {known}); use --config, --url or --command",
-                       EXIT_USAGE)
-    in_process = not args.no_worker and not args.detach
-    if in_process:  # this process is the worker: its configuration must be complete
-        check_env_refs(cfg, only=[request.server] if isinstance(request.server, str) else [],
-                       inline=request.server if isinstance(request.server, Endpoint) else None)
-    else:
-        check_inline_for_workers(request, cfg, "--detach" if args.detach else "--no-worker")
-    wid = args.id or default_workflow_id(request)
-    check_id(wid, "--id")
-    resolve_address(args, cfg)  # a malformed address is bad input (exit 2), whatever the MCP server does
-    # The queue: a private one for a task this command's own worker runs (no other worker, with another
-    # configuration, may take it); --task-queue when given; else the configured one the running workers poll.
-    queue = args.task_queue or (f"{RUN_QUEUE_PREFIX}{uuid.uuid4().hex[:12]}" if in_process else cfg.temporal.task_queue)
+    plan = run_plan(args)  # everything checked before anything connects (exit 2), worked out once
+    request = plan.request
+    cfg = plan.cfg
+    wid = plan.wid
+    in_process = plan.in_process
+    queue = plan.queue
     board = LiveBoard()
     # The in-process worker may reach the one endpoint its user typed (--url/--command), and nothing
     # else inline beyond what the configuration allows. --no-worker: the running workers decide.
-    typed = [request.server] if isinstance(request.server, Endpoint) else []
     if in_process:  # its configuration (result store, tracing) is checked before anything connects
-        activities, tracing = prepare_worker(cfg, inline_allowlist=typed, live_sink=board)
+        activities, tracing = prepare_worker(cfg, inline_allowlist=plan.typed, live_sink=board)
         if tracing is not None:
             err(f"note: tracing: {tracing.where}")
     # Library logs (the MCP SDK's OAuth flow logs its failures with a traceback) go to the log file from here on,
@@ -388,7 +296,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     interrupts = _Interrupts()
     installed: list[int] = []
-    async with temporal(args, allow_embedded=True, detached=args.detach, cfg=cfg) as (client, ui):
+    async with temporal(plan.target, allow_embedded=True, detached=args.detach) as (client, ui):
         existing = await _existing(client, wid)
         again = False
         if existing is not None and existing.status == WorkflowExecutionStatus.RUNNING:
@@ -570,7 +478,7 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         else:
             endpoint = Endpoint(command=shlex.split(args.command))
     except (ValidationError, ValueError) as exc:
-        raise CliError(f"invalid endpoint: {_plain_errors(exc)}", EXIT_USAGE) from None
+        raise CliError(f"invalid endpoint: {plain_errors(exc)}", EXIT_USAGE) from None
     run_logging()
     where = printable(endpoint.identity())
     try:
@@ -674,7 +582,7 @@ def _resolve_ref(outcome: McpTaskOutcome) -> McpTaskOutcome:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    async with temporal(args) as (client, _):
+    async with temporal(temporal_target(args)) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             try:
@@ -775,7 +683,7 @@ async def _ended(handle: TaskHandle, desc: WorkflowExecutionDescription) -> str:
 
 
 async def cmd_result(args: argparse.Namespace) -> int:
-    async with temporal(args) as (client, ui):
+    async with temporal(temporal_target(args)) as (client, ui):
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
@@ -794,7 +702,7 @@ async def cmd_result(args: argparse.Namespace) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
-    async with temporal(args) as (client, _):
+    async with temporal(temporal_target(args)) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to cancel", EXIT_ENDED)
@@ -827,10 +735,10 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _update(args: argparse.Namespace, name: str, *update_args: object, what: str | None = None,
+async def _update(args: argparse.Namespace, target: Target, name: str, *update_args: object, what: str | None = None,
                   refused_code: int = EXIT_ENDED) -> Any:
     what = what or name
-    async with temporal(args) as (client, _):
+    async with temporal(target) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise CliError(f"{what} refused: {args.id} has already ended: {await _ended(handle, desc)}", EXIT_ENDED)
@@ -852,14 +760,14 @@ async def _update(args: argparse.Namespace, name: str, *update_args: object, wha
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
-    attempt = await _update(args, "approve_replay", what="approve")
+    attempt = await _update(args, temporal_target(args), "approve_replay", what="approve")
     emit(args, {"workflow_id": args.id, "approved": True, "attempt": attempt},
          f"replay approved for {args.id} (tools/call #{attempt} will be sent)")
     return EXIT_OK
 
 
-async def _view_to_answer(args: argparse.Namespace) -> TaskView:
-    async with temporal(args) as (client, _):
+async def _view_to_answer(args: argparse.Namespace, target: Target) -> TaskView:
+    async with temporal(target) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to answer",
@@ -873,7 +781,8 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if args.response is None and not sys.stdin.isatty():
         raise CliError("answer: standard input is not a terminal, so there is nobody to prompt: give the answer "
                        "with --response, e.g. --response '{\"action\": \"accept\", \"content\": {...}}'", EXIT_USAGE)
-    view = asyncio.run(_view_to_answer(args))
+    target = temporal_target(args)  # one configuration read, one address rule: for the query and the update
+    view = asyncio.run(_view_to_answer(args, target))
     pending = {p.key: p for p in view.pending_inputs}
     if not pending:
         raise CliError(f"{args.id} is not waiting for input (phase {view.phase.value})", EXIT_ENDED)
@@ -899,7 +808,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     else:
         for key in keys:
             responses[key] = prompt_elicitation(pending[key])
-    accepted = asyncio.run(_update(args, "provide_input", responses, what="answer", refused_code=EXIT_USAGE))
+    accepted = asyncio.run(_update(args, target, "provide_input", responses, what="answer", refused_code=EXIT_USAGE))
     emit(args, {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
          f"answered {printable(', '.join(sorted(responses)))}"
          + (f"; still outstanding: {printable(accepted)}" if accepted else ""))
@@ -924,7 +833,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
             clauses.append(f"{attr} = '{value}'")
     query = " AND ".join(clauses)
     rows = []
-    async with temporal(args) as (client, _):
+    async with temporal(temporal_target(args)) as (client, _):
         async for wf in client.list_workflows(query, limit=args.limit):
             sa = {k.name: v for k, v in wf.typed_search_attributes}
             rows.append({"workflow_id": wf.id, "workflow_status": wf.status.name if wf.status else None,

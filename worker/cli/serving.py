@@ -9,7 +9,6 @@ import contextlib
 import errno
 import importlib.util
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -28,8 +27,6 @@ from mcp_temporal_tasks.activities.wire.models import Endpoint
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.worker.cli.connection import (
     DEFAULT_ADDRESS,
-    address_source,
-    check_address,
     check_namespace,
     split_address,
     ui_base,
@@ -48,7 +45,8 @@ from mcp_temporal_tasks.worker.cli.parser import (
     err,
     prog,
 )
-from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, load_config
+from mcp_temporal_tasks.worker.cli.plan import address_source, check_address, check_env_refs, configuration
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
 from mcp_temporal_tasks.worker.demo import EXPECTED, demo_config, demo_requests, detail, start_demo_server
 from mcp_temporal_tasks.worker.devserver import (
     DevServer,
@@ -66,6 +64,7 @@ from mcp_temporal_tasks.worker.runner import (
     JsonFormatter,
     connect,
     connect_options,
+    connect_to,
     install_typed_failure_filter,
     run_workers,
     runtime,
@@ -75,14 +74,6 @@ from mcp_temporal_tasks.worker.telemetry import Tracing, setup_tracing
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
-
-
-def configuration(args: argparse.Namespace) -> WorkerConfig:
-    """The worker configuration of ``--config`` (else ``$MCP_TASKS_CONFIG``, else the defaults); exit 2 when invalid."""
-    try:
-        return load_config(getattr(args, "config", None))
-    except ConfigError as exc:
-        raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
 
 
 def prepare_worker(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = (),
@@ -100,28 +91,6 @@ def prepare_worker(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = 
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
     return activities, tracing
-
-
-def missing_env_refs(where: str, endpoint: Endpoint) -> list[str]:
-    """``where.headers.NAME`` / ``where.env.NAME`` entries whose environment variable is not set."""
-    missing = []
-    for table, refs in (("headers", endpoint.header_refs or {}), ("env", endpoint.env_refs or {})):
-        for name, var in refs.items():
-            if var not in os.environ:
-                missing.append(f"{where}.{table}.{name} = {{ env = \"{var}\" }}: ${var} is not set")
-    return missing
-
-
-def check_env_refs(cfg: WorkerConfig, only: list[str] | None = None, inline: Endpoint | None = None) -> None:
-    """A credential reference to an unset variable is a configuration error, named before anything runs."""
-    missing = []
-    for name, server in sorted(cfg.servers.items()):
-        if only is None or name in only:
-            missing += missing_env_refs(f"servers.{name}", server.endpoint())
-    if inline is not None:
-        missing += missing_env_refs("the request's server", inline)
-    if missing:
-        raise CliError("configuration: " + "; ".join(missing), EXIT_USAGE, kind="config")
 
 
 def run_logging() -> Path | None:
@@ -179,7 +148,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         runtime(cfg.worker.metrics_port)  # the metrics endpoint's port: a port in use is named, not "unreachable"
     except ConfigError as exc:
         raise CliError(f"configuration: {exc}", EXIT_USAGE, kind="config") from None
-    check_address(options["target_host"], address_source(args, cfg))
+    check_address(options["target_host"], address_source(args))
     # What the logs below name: the effective address and namespace, wherever they came from.
     address, namespace = options["target_host"], options["namespace"]
     cfg.temporal.address, cfg.temporal.namespace = address, namespace
@@ -192,8 +161,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     if wait_s:
         log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
     try:
-        client = await asyncio.wait_for(connect(address, namespace, cfg=cfg, metrics_port=cfg.worker.metrics_port,
-                                                wait_s=wait_s), timeout=wait_s + 15)
+        client = await asyncio.wait_for(connect_to(options, cfg=cfg, metrics_port=cfg.worker.metrics_port,
+                                                   wait_s=wait_s), timeout=wait_s + 15)
     except Exception as exc:
         waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
         raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}",
