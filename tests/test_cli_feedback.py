@@ -172,7 +172,7 @@ async def test_run_ends_when_its_own_worker_fails_to_start() -> None:
     """The mechanism under the case above, for a failure only the worker meets: the worker task's own error ends the
     wait at once (exit 3, kind worker_failed), and a configuration error is exit 2."""
     from mcp_temporal_tasks.worker.cli import CliError
-    from mcp_temporal_tasks.worker.cli.operations import _worker_started
+    from mcp_temporal_tasks.worker.cli.calling import _worker_started
     from mcp_temporal_tasks.worker.config import ConfigError
 
     for error, code, text in ((RuntimeError("Failed validating workflow McpTaskWorkflow"), 3,
@@ -189,7 +189,7 @@ async def test_run_ends_when_its_own_worker_fails_to_start() -> None:
             await _worker_started(task, asyncio.Event(), "q")
         assert time.monotonic() - started < 1 and raised.value.code == code and text in str(raised.value)
     # Stopping later, while `run` follows its task: the next tick ends the command, naming how to resume it.
-    from mcp_temporal_tasks.worker.cli.operations import _WorkerWatch
+    from mcp_temporal_tasks.worker.cli.calling import _WorkerWatch
 
     async def dies() -> None:
         raise RuntimeError("Worker shut down: the poller failed")

@@ -72,7 +72,7 @@ async def test_no_temporal_says_where_why_and_how_to_start_one() -> None:
 # --- every other hint, followed literally ---------------------------------------------------------------------------
 # The CLI prints: `approve with: …   (or stop with: …)` for a task AWAITING_APPROVAL, `answer with: …` for a task in
 # INPUT_REQUIRED (worker/cli/following.py: view_line), and `follow it with: … result ID --wait` when `run` is left
-# (worker/cli/operations.py). Each is taken from the real output and run as printed (shlex.split, the test's own
+# (worker/cli/calling.py). Each is taken from the real output and run as printed (shlex.split, the test's own
 # environment), and must do what it says.
 
 TRUSTED_TOML = "[worker]\nallow_inline_endpoints = true\nallow_inline_commands = true\n"

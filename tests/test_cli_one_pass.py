@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mcp_temporal_tasks.worker import config, runner
-from mcp_temporal_tasks.worker.cli import operations
+from mcp_temporal_tasks.worker.cli import calling, operations
 from mcp_temporal_tasks.worker.cli.parser import EXIT_UNREACHABLE, CliError, build_parser
 from mcp_temporal_tasks.worker.devserver import free_port
 
@@ -69,12 +69,12 @@ def test_run_reads_its_configuration_and_finds_temporal_once(calls: Counter[str]
     async def reachable(*_: Any, **__: Any) -> None:  # the MCP server's check at start: not what is counted here
         return None
 
-    monkeypatch.setattr(operations, "_preflight", reachable)
+    monkeypatch.setattr(calling, "_preflight", reachable)
     address = f"127.0.0.1:{free_port()}"
     for extra in ([], ["--no-worker"]):  # its own worker, and the running workers'
         calls.clear()
         unreachable(["run", "echo", "--url", "http://127.0.0.1:1/mcp", "--config", str(cfg), "--address", address,
-                     *extra], lambda args: asyncio.run(operations.cmd_run(args)))
+                     *extra], lambda args: asyncio.run(calling.cmd_run(args)))
         assert calls == {"load_config": 1, "connect_options": 1}, (extra, calls)
 
 

@@ -67,3 +67,18 @@ def test_the_demo_without_its_extra_says_how_to_install_it(command: str) -> None
     assert rc == 2, err
     assert "pip install 'mcp-temporal-tasks[demo]'" in err and len(err.strip().splitlines()) == 1, err
     assert out == ""
+
+
+@pytest.mark.parametrize("command", ["status", "result", "cancel", "approve", "list"])
+def test_the_commands_on_existing_tasks_load_no_mcp_wire(command: str) -> None:
+    """``status`` and its kin talk to Temporal only (worker/cli/operations.py): they load neither the MCP SDK nor the
+    wire's HTTP stack nor the worker's activities (half of their start-up time went there). Here against a closed
+    port, so each gets as far as connecting."""
+    args = [command] + ([] if command == "list" else ["nothing"]) + ["--address", "127.0.0.1:1"]
+    code = ("import sys, runpy; sys.argv = ['mcp-tasks', *sys.argv[1:]]; "
+            "runpy.run_module('mcp_temporal_tasks.worker.cli', run_name='__main__')")
+    rc, _, err, imported = run_cli(*args, code=code)
+    assert rc == 3 and "unreachable" in err.lower(), (rc, err)
+    assert {"temporalio", "pydantic"} <= imported, sorted(imported)
+    wire = imported & {"mcp", "httpx2", "h11", "fastmcp"}
+    assert not wire, f"{command} imported {sorted(wire)}"

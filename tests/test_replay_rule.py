@@ -59,7 +59,7 @@ def test_may_replay_after_a_failure_is_decide_replay_and_a_repeat_runs_an_idempo
 def test_the_cli_tools_view_shows_the_same_rule() -> None:
     from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
     from mcp_temporal_tasks.activities.wire.models import ToolInfo
-    from mcp_temporal_tasks.worker.cli.operations import tool_policy
+    from mcp_temporal_tasks.worker.cli.calling import tool_policy
 
     server = ServerConfig.model_validate({"url": "http://x/mcp", "trust_annotations": True,
                                           "tools": {"c": ToolPolicy(replay="always").model_dump()}})

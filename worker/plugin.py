@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
@@ -47,50 +46,11 @@ from mcp_temporal_tasks.worker.config import ConfigError, StorageSettings, Worke
 from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
 from mcp_temporal_tasks.worker.registry import WORKFLOWS, ensure_search_attributes, make_activities
 from mcp_temporal_tasks.worker.storage import aclose_storage, prepare, settings_of, with_storage
+from mcp_temporal_tasks.worker.temporal_client import run_trace_parent, tracing_interceptor  # noqa: F401  (re-exported)
 from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
 from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
 
 log = logging.getLogger("mcp_tasks.plugin")
-
-
-def tracing_interceptor() -> Any:
-    """Temporal's OpenTelemetry interceptor (``temporalio.contrib.opentelemetry``), or one error naming the extra.
-
-    A task is one trace (its ``tools/call``, every ``tasks/get``, its ``tasks/result``) whether or not its starter
-    traces. With a traced starter (``McpTasksPlugin`` given to ``Client.connect``; ``mcp-tasks run`` with ``[worker]
-    tracing``) the trace is the starter's. A workflow started without one (``run --no-worker``, another SDK, a
-    schedule, the UI) would get no workflow spans from the SDK, and each activity a trace of its own; here its
-    spans instead hang off a parent derived from its run id (:func:`run_trace_parent`): one trace per run, the same
-    on every worker and after a replay (the SDK does not recreate a replayed workflow's span, so a parent it made
-    would be lost on the next worker). Queries without a trace (the UI, ``status``, a live view) are not traced:
-    each would be a trace of its own."""
-    try:
-        from temporalio.contrib.opentelemetry import TracingInterceptor
-    except ImportError as exc:  # pragma: no cover - opentelemetry-api comes with mcp; the SDK with [tracing]
-        raise ConfigError(f"tracing needs OpenTelemetry: pip install 'mcp-temporal-tasks[tracing]' ({exc})") from exc
-
-    class TaskTracing(TracingInterceptor):
-        # _completed_workflow_span is where the pinned SDK (temporalio==1.35.0) makes every workflow-side span, outside
-        # the sandbox, from the workflow's current context; tests/test_sdk_contract.py holds its shape.
-        def _completed_workflow_span(self, params: Any) -> Any:
-            if params.parent_missing:
-                if params.name.startswith("HandleQuery:"):
-                    return None
-                run_id = str((params.attributes or {}).get("temporalRunID") or "")
-                if run_id:
-                    params = dataclasses.replace(params, context={"traceparent": run_trace_parent(run_id)},
-                                                 parent_missing=False)
-            return super()._completed_workflow_span(params)
-
-    return TaskTracing()
-
-
-def run_trace_parent(run_id: str) -> str:
-    """A W3C ``traceparent`` (sampled) whose trace and span ids are derived from ``run_id``: the remote parent of an
-    untraced run's spans. Deterministic, so every worker and every replay finds the same trace."""
-    digest = hashlib.sha256(f"mcp-tasks trace {run_id}".encode()).digest()
-    trace_id, span_id = digest[:16].hex(), digest[16:24].hex()
-    return f"00-{trace_id}-{span_id}-01"
 
 
 def is_tracing(interceptor: Any) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import hashlib
 import json
 import logging
@@ -26,10 +25,7 @@ from typing import Any
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.envconfig import ClientConfigProfile
 from temporalio.exceptions import ApplicationError
-from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -37,15 +33,19 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.activities.wire.stdio import SHUTDOWN_BOUND_S
-from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.plugin import PASSTHROUGH, McpTasksPlugin
 from mcp_temporal_tasks.worker.registry import make_activities
-from mcp_temporal_tasks.worker.storage import settings_of, with_storage
-from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
+from mcp_temporal_tasks.worker.temporal_client import (  # noqa: F401  (re-exported: runner.connect & co. stay)
+    DATA_CONVERTER,
+    connect,
+    connect_options,
+    connect_to,
+    runtime,
+    transient_connect_error,
+)
 
 log = logging.getLogger("mcp_tasks.worker")
-#: The pydantic converter our models need, whose failures of a task that did not complete carry no stack trace.
-DATA_CONVERTER = dataclasses.replace(pydantic_data_converter, failure_converter_class=McpTaskFailureConverter)
 #: How long a stopping worker lets running activities finish before it cancels them (Worker's
 #: ``graceful_shutdown_timeout``).
 GRACEFUL_SHUTDOWN_S = 5.0
@@ -54,8 +54,6 @@ GRACEFUL_SHUTDOWN_S = 5.0
 SHUTDOWN_GRACE_S = 2.0
 #: How long the MCP sessions get to close: a stdio child's whole shutdown (stdin closed, SIGTERM, SIGKILL).
 STDIO_SHUTDOWN_S = SHUTDOWN_BOUND_S + 0.5
-
-_runtime: Runtime | None = None
 
 
 class JsonFormatter(logging.Formatter):
@@ -120,118 +118,6 @@ def setup_logging(level: str = "INFO", *, json_logs: bool = True) -> None:
     root.setLevel(level)
     for noisy in ("httpx2", "httpcore2", "mcp", "temporalio.activity", "temporalio.workflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def runtime(metrics_port: int = 0) -> Runtime:
-    """The process-wide Temporal runtime; with a port, Prometheus metrics (SDK + ours) are served there.
-
-    Core logs are kept at ERROR: after a cancel, the waiting activity's late completion is reported by
-    the core as a WARN although it is the expected end of a cancelled poll.
-    """
-    global _runtime
-    if _runtime is None:
-        metrics = PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}") if metrics_port else None
-        try:
-            _runtime = Runtime(
-                telemetry=TelemetryConfig(
-                    metrics=metrics,
-                    logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")),
-                )
-            )
-        except Exception as exc:  # the Prometheus endpoint cannot listen (port in use, no permission)
-            if not metrics_port:
-                raise
-            in_use = "in use" in str(exc).lower()
-            raise ConfigError(
-                f"worker.metrics_port: port {metrics_port} "
-                f"{'is already in use' if in_use else 'cannot be opened'} (this worker's Prometheus "
-                f"metrics endpoint wanted it: {' '.join(str(exc).split())}); set [worker] metrics_port or "
-                "MCP_TASKS_METRICS_PORT to a free port, or 0 for no metrics"
-            ) from None
-    return _runtime
-
-
-# A server that is starting (or restarting) refuses connections, then answers UNAVAILABLE ("Frontend is not
-# healthy yet") for a moment after its port opens. Those are worth waiting out; TLS, auth and DNS errors are not.
-_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset",
-                      "ConnectionReset")  # hyper's Kind(ConnectionReset): the frontend dropped us while starting
-
-
-def transient_connect_error(exc: BaseException) -> bool:
-    """True when a failed Client.connect means "not up yet" rather than "misconfigured"."""
-    if isinstance(exc, RPCError):
-        return exc.status == RPCStatusCode.UNAVAILABLE
-    return isinstance(exc, RuntimeError) and any(marker in str(exc) for marker in _TRANSIENT_CONNECT)
-
-
-def connect_options(*, address: str | None = None, namespace: str | None = None,
-                    cfg: WorkerConfig | None = None) -> tuple[dict[str, Any], bool]:
-    """``Client.connect`` keyword arguments and whether an address was given (not defaulted).
-
-    The one address rule of every command and of ``mcp-tasks worker``, first that says wins (the namespace
-    likewise): the explicit arguments (CLI flags); ``TEMPORAL_ADDRESS``; the profile of ``temporal.toml``
-    (``TEMPORAL_PROFILE``, else ``default``): both are Temporal's own environment configuration
-    (``temporalio.envconfig``, with ``TEMPORAL_API_KEY`` and ``TEMPORAL_TLS*``), which every Temporal tool reads the
-    same way; then the ``[temporal]`` table of our configuration (``--config``, ``$MCP_TASKS_CONFIG``); then
-    ``localhost:7233``, where the CLI may start the embedded Temporal. Why Temporal's configuration before ours: a
-    profile's address, TLS and API key belong together, and are never split so that a profile's API key goes to
-    an address from another source; our table fills in what Temporal's configuration leaves unsaid.
-    """
-    try:
-        options: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
-    except Exception as exc:  # a malformed temporal.toml or TEMPORAL_* value
-        raise ConfigError(f"Temporal client configuration (temporal.toml / TEMPORAL_* variables): {exc}") from None
-    given = "target_host" in options
-    if cfg is not None:
-        table = cfg.temporal
-        if not given and "address" in table.model_fields_set:
-            options["target_host"], given = table.address, True
-        if "namespace" not in options and "namespace" in table.model_fields_set:
-            options["namespace"] = table.namespace
-        legacy_tls = cfg.tls_config()  # TEMPORAL_TLS_CERT/KEY, tls = true: kept from earlier releases
-        if legacy_tls and not options.get("tls"):
-            options["tls"] = legacy_tls
-    if address:
-        options["target_host"], given = address, True
-    if namespace:
-        options["namespace"] = namespace
-    options.setdefault("target_host", "localhost:7233")
-    options.setdefault("namespace", "default")
-    if options.get("api_key") and "tls" not in options:
-        options["tls"] = True  # Temporal Cloud: an API key always travels over TLS
-    return options, given
-
-
-async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
-    """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
-    the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
-    not transient."""
-    options, _ = connect_options(address=address, namespace=namespace, cfg=cfg)
-    return await connect_to(options, cfg=cfg, metrics_port=metrics_port, wait_s=wait_s, interceptors=interceptors)
-
-
-async def connect_to(options: Mapping[str, Any], *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
-                     wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
-    """:func:`connect` with the rule applied already: ``options`` are what :func:`connect_options` gave (a CLI
-    command works them out once, at its start), used as they are."""
-    given = dict(options)
-    target = given.pop("target_host")
-    # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
-    data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)
-                                  if cfg is not None else None)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    delay = 0.1
-    while True:
-        try:
-            return await Client.connect(target, data_converter=data_converter, runtime=runtime(metrics_port),
-                                        interceptors=interceptors or [], **given)
-        except Exception as exc:
-            if not transient_connect_error(exc) or loop.time() + delay > deadline:
-                raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 1.0)
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

@@ -26,9 +26,8 @@ from mcp_temporal_tasks.worker.devserver import (
     port_open,
     ui_for_address,
 )
-from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.worker.runner import connect_to
+from mcp_temporal_tasks.worker.temporal_client import connect_to, tracing_interceptor
 
 DEFAULT_ADDRESS = "localhost:7233"
 

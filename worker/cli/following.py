@@ -25,7 +25,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowHandle
 
-from mcp_temporal_tasks.activities.mcp_activities import START_CALL
+from mcp_temporal_tasks.activities.defs import START_CALL
 from mcp_temporal_tasks.activities.models import STILL_WORKING
 from mcp_temporal_tasks.activities.wire.models import protocol_label
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint

@@ -44,12 +44,15 @@ def command(name: str) -> Command:
         from mcp_temporal_tasks.worker.cli.schema import cmd_schema
 
         return cmd_schema
+    if name in ("run", "tools"):  # they reach an MCP server: only they load the wire and the MCP SDK
+        from mcp_temporal_tasks.worker.cli import calling
+
+        return {"run": calling.cmd_run, "tools": calling.cmd_tools}[name]
     from mcp_temporal_tasks.worker.cli import operations
 
     operates: dict[str, Command] = {
-        "run": operations.cmd_run, "status": operations.cmd_status, "result": operations.cmd_result,
-        "cancel": operations.cmd_cancel, "approve": operations.cmd_approve, "answer": operations.cmd_answer,
-        "list": operations.cmd_list, "tools": operations.cmd_tools}
+        "status": operations.cmd_status, "result": operations.cmd_result, "cancel": operations.cmd_cancel,
+        "approve": operations.cmd_approve, "answer": operations.cmd_answer, "list": operations.cmd_list}
     return operates[name]
 
 

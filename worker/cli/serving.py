@@ -57,7 +57,6 @@ from mcp_temporal_tasks.worker.devserver import (
     port_open,
     state_holder,
 )
-from mcp_temporal_tasks.worker.plugin import tracing_interceptor
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.worker.registry import ensure_search_attributes, make_activities
 from mcp_temporal_tasks.worker.runner import (
@@ -71,6 +70,7 @@ from mcp_temporal_tasks.worker.runner import (
     setup_logging,
 )
 from mcp_temporal_tasks.worker.telemetry import Tracing, setup_tracing
+from mcp_temporal_tasks.worker.temporal_client import tracing_interceptor
 from mcp_temporal_tasks.workflows.client import start_mcp_task
 
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
