@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from temporalio import activity
 
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     AnswerInput,
     AwaitInput,
     AwaitOutput,

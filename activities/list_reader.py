@@ -44,14 +44,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire import McpTaskClient, SessionRef
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.activities.wire import SessionRef, WireSession
+from mcp_temporal_tasks.protocol.limits import MAX_TASK_ID
+from mcp_temporal_tasks.protocol.wire_errors import (
     McpWireError,
     MethodNotFound,
     ProtocolViolation,
     TaskUnreachable,
 )
-from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID
 
 log = logging.getLogger("mcp_tasks.list")
 
@@ -105,7 +105,7 @@ class ListRead:
     why: str | None = None
 
 
-async def read_list(client: McpTaskClient, ours: Collection[str], *, max_pages: int = MAX_PAGES,
+async def read_list(client: WireSession, ours: Collection[str], *, max_pages: int = MAX_PAGES,
                     max_items: int = MAX_ITEMS) -> ListRead:
     """All pages of ``tasks/list`` within the bounds; only the tasks in ``ours`` are kept. A page that is not a list
     reply raises :class:`ProtocolViolation`; a malformed item is skipped."""
@@ -183,10 +183,10 @@ class ListReader:
         before the hub may try again)."""
         if self.state == ListState.NOT_OFFERED:
             return NOT_OFFERED_RETRY_S
-        client: McpTaskClient | None = None
+        client: WireSession | None = None
         backoff = BOUNDED_BACKOFF_S
         try:
-            client = await McpTaskClient.attach(self.ref)
+            client = await WireSession.attach(self.ref)
             while True:
                 waits = self.waits()
                 if not waits:

@@ -17,7 +17,7 @@ them across deployments. Failure semantics, per activity:
     Polls ``tasks/get`` inside one heartbeating activity, at the server's ``pollInterval`` within our
     floor and ceiling, until the task is terminal or needs input (O(1) history per wait). Read faults
     (transport errors, garbled replies, every JSON-RPC error but ``-32602``: the table in
-    ``wire/errors.py``) are retried in the loop (``tasks/get`` is idempotent) for ``unreachable_s``, then
+    ``protocol/wire_errors.py``) are retried in the loop (``tasks/get`` is idempotent) for ``unreachable_s``, then
     reported as ``no_answer`` with the server's last error. Ends early, without raising, on ``-32602``
     (``not_found``) or an unreachable session. When terminal it also reads the payload
     (legacy ``tasks/result``); if that read fails it says so and the workflow retries retrieval alone.
@@ -50,21 +50,7 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 
-from mcp_temporal_tasks.activities.defs import (  # the names stay importable from here too
-    ANSWER_INPUT,
-    AWAIT_TASK,
-    CANCEL_TASK,
-    FETCH_OUTCOME,
-    LIST_TOOLS,
-    POLL_TASK,
-    RELAY_INPUT,
-    RESOLVE,
-    RETRIEVE_RESULT,
-    START_CALL,
-    McpActivityDefs,
-)
-from mcp_temporal_tasks.activities.failures import to_application_error
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     OUTCOME_MEMO,
     STILL_WORKING,
     WORKER_SHUTDOWN,
@@ -90,6 +76,20 @@ from mcp_temporal_tasks.activities.models import (
     ToolPolicy,
     outcome_in_failure,
 )
+from mcp_temporal_tasks.activities.defs import (  # the names stay importable from here too
+    ANSWER_INPUT,
+    AWAIT_TASK,
+    CANCEL_TASK,
+    FETCH_OUTCOME,
+    LIST_TOOLS,
+    POLL_TASK,
+    RELAY_INPUT,
+    RESOLVE,
+    RETRIEVE_RESULT,
+    START_CALL,
+    McpActivityDefs,
+)
+from mcp_temporal_tasks.activities.failure_encoding import to_application_error
 from mcp_temporal_tasks.activities.push import GRACE_S, PushHub
 from mcp_temporal_tasks.activities.relay import (
     INPUT_DELIVERED_SIGNAL,
@@ -101,24 +101,22 @@ from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.schedule import after_read_fault, next_poll_delay, task_age_s
 from mcp_temporal_tasks.activities.wire import (
     JsonRpcError,
-    McpTaskClient,
     McpWireError,
     ResultDecodeError,
     SessionPool,
     TaskNotFound,
     TaskUnreachable,
     TransportError,
+    WireSession,
     decode_result,
-)
-from mcp_temporal_tasks.activities.wire.elicitation import elicitation_problem
-from mcp_temporal_tasks.activities.wire.errors import (
-    PayloadUnusable,
-    _cap,
 )
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
-from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
-from mcp_temporal_tasks.activities.wire.models import (
+from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
+from mcp_temporal_tasks.activities.wire.tracing import annotate
+from mcp_temporal_tasks.protocol.elicitation import elicitation_problem
+from mcp_temporal_tasks.protocol.limits import cap_text, safe_raw
+from mcp_temporal_tasks.protocol.tasks import (
     LEGACY,
     Endpoint,
     StartResult,
@@ -126,8 +124,10 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
-from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
-from mcp_temporal_tasks.activities.wire.tracing import annotate
+from mcp_temporal_tasks.protocol.wire_errors import (
+    PayloadUnusable,
+    _cap,
+)
 
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
@@ -146,7 +146,7 @@ def _short(task_id: str, n: int = 64) -> str:
 
 
 
-def _tasks(client: McpTaskClient, job: JobBinding | None) -> McpTaskClient | JobTasks:
+def _tasks(client: WireSession, job: JobBinding | None) -> WireSession | JobTasks:
     """What speaks for a task: the MCP task methods, or a job binding's tools in their place."""
     return JobTasks(client, job) if job is not None else client
 
@@ -258,7 +258,7 @@ class McpActivities(McpActivityDefs):
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True)
 
-    def _watch(self, inp: AwaitInput, session: McpTaskClient | None, gap_s: float,
+    def _watch(self, inp: AwaitInput, session: WireSession | None, gap_s: float,
                on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
@@ -276,7 +276,7 @@ class McpActivities(McpActivityDefs):
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
                         for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status)
 
-    def _watch_relay(self, inp: RelayInput, session: McpTaskClient, info: activity.Info,
+    def _watch_relay(self, inp: RelayInput, session: WireSession, info: activity.Info,
                      on_wake: Callable[[], None]) -> None:
         """Register a held ``tasks/result`` with the push hub for as long as it may be held: a notification for the
         task then runs ``on_wake`` (the workflow's copy of the signal is ignored while it relays)."""
@@ -363,7 +363,7 @@ class McpActivities(McpActivityDefs):
             except Exception:  # noqa: BLE001  (a display must never fail an activity)
                 pass
 
-    async def _check_before_sending(self, client: McpTaskClient, tools: dict[str, ToolInfo], name: str,
+    async def _check_before_sending(self, client: WireSession, tools: dict[str, ToolInfo], name: str,
                                     arguments: dict[str, Any]) -> None:
         """Refuse, before ``tools/call`` leaves, a call the server's ``tools/list`` already answers: a tool it does not
         list (read again once: the list may have changed) or arguments that do not match its ``inputSchema``. Both
@@ -444,7 +444,7 @@ class McpActivities(McpActivityDefs):
         ``tools/list``, and a call ``tools/list`` already refuses: an unlisted tool, arguments against its
         ``inputSchema``) fails as "tools/call was never sent" (``may_have_reached_server`` False), however the
         failing request itself ended. A lost reply on a 2025-11-25 session is reconciled with ``tasks/list``
-        where that is sound (:meth:`McpTaskClient.reconcile_lost_call`); otherwise it may have reached the
+        where that is sound (:meth:`WireSession.reconcile_lost_call`); otherwise it may have reached the
         server. Heartbeats run for the whole activity, so only a dead worker times it out; the first one goes
         when ``tools/call`` is sent (step ``tools/call sent``: `mcp-tasks run` shows a long synchronous call as
         CALLING), later ones carry the call's progress."""
@@ -464,7 +464,7 @@ class McpActivities(McpActivityDefs):
 
         on_request = self._call_input_relay(inp, beat, workflow_id)
 
-        async def call(client: McpTaskClient) -> StartCallOutput:
+        async def call(client: WireSession) -> StartCallOutput:
             nonlocal sent
             beat["step"] = "reading tools/list"
             listed = client.era == LEGACY or profile.trust_annotations or profile.policy.output_schema is None
@@ -721,7 +721,7 @@ class McpActivities(McpActivityDefs):
                                f"{delay:.0f}s)", details, type=STILL_WORKING, next_retry_delay=timedelta(seconds=delay),
                                category=ApplicationErrorCategory.BENIGN)
 
-    async def _if_moved(self, session: McpTaskClient, client: McpTaskClient | JobTasks, state: TaskState,
+    async def _if_moved(self, session: WireSession, client: WireSession | JobTasks, state: TaskState,
                         inp: AwaitInput, details: dict[str, Any], polls: int) -> AwaitOutput | None:
         """How a wait ends once the task moved: terminal (its payload read here too), or input to answer; None while
         it works (input already answered counts as working: servers acknowledge lazily)."""
@@ -741,7 +741,7 @@ class McpActivities(McpActivityDefs):
 
     async def _read_payload(
         self,
-        client: McpTaskClient | JobTasks,
+        client: WireSession | JobTasks,
         state: TaskState,
         output_schema: dict[str, Any] | None,
         beat: dict[str, Any],
@@ -886,7 +886,7 @@ class McpActivities(McpActivityDefs):
             await wf.signal(INPUT_DELIVERED_SIGNAL, key)
             return answer
 
-        async def deliver_owed(client: McpTaskClient) -> None:
+        async def deliver_owed(client: WireSession) -> None:
             """Answers the workflow holds for requests an earlier attempt received but never answered."""
             relay = await wf.query(RELAY_STATE_QUERY)
             for key, rec in relay.items():
@@ -896,7 +896,7 @@ class McpActivities(McpActivityDefs):
                 await client.reply(rec["rpc_id"], answer)
                 await wf.signal(INPUT_DELIVERED_SIGNAL, key)
 
-        async def held_read(client: McpTaskClient) -> tuple[TaskPayload | None, TaskState | None]:
+        async def held_read(client: WireSession) -> tuple[TaskPayload | None, TaskState | None]:
             """The held ``tasks/result``'s payload (None: it ended with an error), and the ended task's state when a
             notification ended the hold (the ``tasks/get`` that confirmed it). A server may answer a held
             ``tasks/result`` only at its own poll interval (the TypeScript SDK: up to a minute after the task ended); a

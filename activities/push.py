@@ -16,7 +16,7 @@ the others stand by (``HELD_ELSEWHERE``) and retry with backoff, taking over wit
 MAX_HELD_BACKOFF_S` once the owner is gone (its TCP connection closes with it).
 
 **A notification wakes, it never decides.** A notice for a task registered here, with a status that can end a wait
-(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal (:data:`~.models.TASK_NOTIFIED_SIGNAL`)
+(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal (:data:`~.activity_io.TASK_NOTIFIED_SIGNAL`)
 to its workflow, which drops the pending poll and reads the task at once; the read decides, as without
 notifications. At most one signal per (workflow, task, status, input round): a server that repeats a notification
 forever, or lies, costs one signal and one read. The round is the number of input requests the workflow has
@@ -54,15 +54,15 @@ from typing import Any
 
 from temporalio.client import Client
 
-from mcp_temporal_tasks.activities.list_reader import ListReader
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     TASK_ID_SEARCH_ATTRIBUTE,
     TASK_NOTIFIED_SIGNAL,
     TASK_WORKFLOW_TYPE,
     TaskNotified,
     search_attribute_value,
 )
-from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, McpTaskClient, SessionRef
+from mcp_temporal_tasks.activities.list_reader import ListReader
+from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, SessionRef, WireSession
 from mcp_temporal_tasks.activities.wire.notifications import (
     GetStream,
     Listener,
@@ -182,7 +182,7 @@ class PushHub:
 
     # --- what the waiting activities call --------------------------------------------------------------
 
-    def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: McpTaskClient | None,
+    def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: WireSession | None,
               workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
@@ -315,7 +315,7 @@ class PushHub:
 
     async def _listen(self, s: _Session) -> None:
         """Run the session's listener; when it finds no stream (unsupported, gone), try again much later."""
-        owned: McpTaskClient | None = None
+        owned: WireSession | None = None
         name = f"{s.server} {s.ref.session_id or ''}".strip()
         try:
             def deliver(message: dict[str, Any]) -> bool:
@@ -326,12 +326,12 @@ class PushHub:
                     return
                 s.listener = StdioTap(s.stdio, deliver, name=name)
             elif s.kind == "get":
-                owned = await McpTaskClient.attach(s.ref)
+                owned = await WireSession.attach(s.ref)
                 transport = owned.transport
                 assert not isinstance(transport, StdioTransport)
                 s.listener = GetStream(transport, deliver, name=name)
             else:
-                owned = await McpTaskClient.attach(s.ref)
+                owned = await WireSession.attach(s.ref)
                 s.listener = TasksSubscription(owned, lambda: list(s.routes), deliver, name=name)
             await s.listener.run()
             s.retry_at = time.monotonic() + UNSUPPORTED_RETRY_S

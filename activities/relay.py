@@ -17,7 +17,7 @@ RELAY_STATE_QUERY = "legacy_relay_state"
 
 def legacy_input_key(method: str, params: dict[str, Any]) -> str:
     """Stable key of an input request: a re-sent identical question maps to the same key (asked once)."""
-    from mcp_temporal_tasks.activities.wire.contract import canonical_json
+    from mcp_temporal_tasks.protocol.contract import canonical_json
 
     body = canonical_json({"method": method, "params": {k: v for k, v in params.items() if k != "_meta"}})
     return "legacy-" + hashlib.sha256(body.encode()).hexdigest()[:16]

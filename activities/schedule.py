@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from mcp_temporal_tasks.activities.failures import read_error_info, to_application_error
-from mcp_temporal_tasks.activities.models import AwaitInput, AwaitOutput, PollSchedule
+from mcp_temporal_tasks.activities.activity_io import AwaitInput, AwaitOutput, PollSchedule
+from mcp_temporal_tasks.activities.failure_encoding import read_error_info, to_application_error
 from mcp_temporal_tasks.activities.wire import McpWireError, RateLimited
-from mcp_temporal_tasks.activities.wire.errors import is_read_fault
-from mcp_temporal_tasks.activities.wire.limits import cap_text
+from mcp_temporal_tasks.protocol.limits import cap_text
+from mcp_temporal_tasks.protocol.wire_errors import is_read_fault
 
 #: A server's ``pollInterval`` is honoured up to this (a longer one is a server bug, not a reason to wait a day).
 MAX_HONOURED_POLL_INTERVAL_S = 3600.0

@@ -30,8 +30,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mcp_temporal_tasks.activities.models import JobBinding, PollSchedule, ServerConfig, ToolPolicy
-    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.activities.activity_io import JobBinding, PollSchedule, ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.protocol.tasks import Endpoint
     from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
     from mcp_temporal_tasks.workflows.client import (
@@ -42,9 +42,8 @@ if TYPE_CHECKING:
         outcome_of,
         start_mcp_task,
     )
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-    from mcp_temporal_tasks.workflows.models import (
+    from mcp_temporal_tasks.workflows.records import (
         McpTaskOutcome,
         McpTaskRequest,
         Outcome,
@@ -54,33 +53,34 @@ if TYPE_CHECKING:
         TaskView,
         Timeouts,
     )
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
     from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
 
 _WHERE = {
     "McpTasksPlugin": "mcp_temporal_tasks.worker.plugin",
     "McpTasksClient": "mcp_temporal_tasks.workflows.tasks_client",
-    "McpTaskError": "mcp_temporal_tasks.workflows.errors",
+    "McpTaskError": "mcp_temporal_tasks.workflows.task_error",
     "start_mcp_task": "mcp_temporal_tasks.workflows.client",
     "connect": "mcp_temporal_tasks.workflows.client",
     "NoWorker": "mcp_temporal_tasks.workflows.client",
     "get_outcome": "mcp_temporal_tasks.workflows.client",
     "outcome_of": "mcp_temporal_tasks.workflows.client",
     "RequestMismatch": "mcp_temporal_tasks.workflows.client",
-    "McpTaskRequest": "mcp_temporal_tasks.workflows.models",
-    "McpTaskOutcome": "mcp_temporal_tasks.workflows.models",
-    "Outcome": "mcp_temporal_tasks.workflows.models",
-    "ReplayPolicy": "mcp_temporal_tasks.workflows.models",
-    "Timeouts": "mcp_temporal_tasks.workflows.models",
-    "RequestTooLarge": "mcp_temporal_tasks.workflows.models",
-    "ServerConfig": "mcp_temporal_tasks.activities.models",
-    "ToolPolicy": "mcp_temporal_tasks.activities.models",
-    "JobBinding": "mcp_temporal_tasks.activities.models",
-    "PollSchedule": "mcp_temporal_tasks.activities.models",
-    "Endpoint": "mcp_temporal_tasks.activities.wire.models",
+    "McpTaskRequest": "mcp_temporal_tasks.workflows.records",
+    "McpTaskOutcome": "mcp_temporal_tasks.workflows.records",
+    "Outcome": "mcp_temporal_tasks.workflows.records",
+    "ReplayPolicy": "mcp_temporal_tasks.workflows.records",
+    "Timeouts": "mcp_temporal_tasks.workflows.records",
+    "RequestTooLarge": "mcp_temporal_tasks.workflows.records",
+    "ServerConfig": "mcp_temporal_tasks.activities.activity_io",
+    "ToolPolicy": "mcp_temporal_tasks.activities.activity_io",
+    "JobBinding": "mcp_temporal_tasks.activities.activity_io",
+    "PollSchedule": "mcp_temporal_tasks.activities.activity_io",
+    "Endpoint": "mcp_temporal_tasks.protocol.tasks",
     "WorkerSettings": "mcp_temporal_tasks.worker.config",
     "McpTaskWorkflow": "mcp_temporal_tasks.workflows.mcp_task",
-    "TaskView": "mcp_temporal_tasks.workflows.models",
-    "Phase": "mcp_temporal_tasks.workflows.models",
+    "TaskView": "mcp_temporal_tasks.workflows.records",
+    "Phase": "mcp_temporal_tasks.workflows.records",
 }
 
 __all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "connect", "start_mcp_task", "get_outcome",

@@ -45,12 +45,12 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     import mcp_types
 
+    from mcp_temporal_tasks.activities.activity_io import ResolveInput, ServerProfile
     from mcp_temporal_tasks.activities.defs import RESOLVE
-    from mcp_temporal_tasks.activities.models import ResolveInput, ServerProfile
-    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
+    from mcp_temporal_tasks.protocol.tasks import Endpoint, Era
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
-    from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome, Timeouts
+    from mcp_temporal_tasks.workflows.records import McpTaskOutcome, Outcome, Timeouts
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
     from mcp_temporal_tasks.workflows.tasks_client import McpTasksClient
 
 #: What to do with an outcome other than ``completed`` / ``tool_error``: end the agent run with

@@ -73,9 +73,9 @@ with workflow.unsafe.imports_passed_through():
         outcome_message,
         require_hooks,
     )
-    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
-    from mcp_temporal_tasks.workflows.models import Outcome, Timeouts
+    from mcp_temporal_tasks.protocol.tasks import Endpoint, Era
+    from mcp_temporal_tasks.workflows.records import Outcome, Timeouts
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
     from mcp_temporal_tasks.workflows.tasks_client import call_tool_result
 
 # What this adapter relies on, checked at import (tests/test_agents_packaging.py removes each in turn): AFC turns an

@@ -60,9 +60,9 @@ with workflow.unsafe.imports_passed_through():
     import mcp_types
 
     from mcp_temporal_tasks._agent_tools import AgentMcpTools, ArgumentsRejected, OtherOutcomes, ends_run
-    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
-    from mcp_temporal_tasks.workflows.models import Outcome, Timeouts
+    from mcp_temporal_tasks.protocol.tasks import Endpoint, Era
+    from mcp_temporal_tasks.workflows.records import Outcome, Timeouts
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
     from mcp_temporal_tasks.workflows.tasks_client import call_tool_result
 
 __all__ = ["mcp_tasks_server", "McpTasksServerClient"]

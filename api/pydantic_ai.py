@@ -64,8 +64,8 @@ with workflow.unsafe.imports_passed_through():
         ends_run,
         in_workflow_only,
     )
-    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
-    from mcp_temporal_tasks.workflows.models import Outcome, Timeouts
+    from mcp_temporal_tasks.protocol.tasks import Endpoint, Era
+    from mcp_temporal_tasks.workflows.records import Outcome, Timeouts
     from mcp_temporal_tasks.workflows.tasks_client import call_tool_result
 
 __all__ = ["McpTasksToolset"]

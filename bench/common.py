@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.worker.devserver import die_with_parent
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Timeouts
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = "bench_task"

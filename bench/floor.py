@@ -1,4 +1,4 @@
-"""The floor: a non-durable asyncio client (``mcp_temporal_tasks.activities.wire.McpTaskClient``) that calls, polls at
+"""The floor: a non-durable asyncio client (``mcp_temporal_tasks.activities.wire.WireSession``) that calls, polls at
 the server's pollInterval and reads the inline result. No Temporal, no retries beyond what the loop does."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, TaskState
+from mcp_temporal_tasks.activities.wire import Endpoint, TaskState, WireSession
 
 from .common import TaskRecord
 
 
-async def _one(client: McpTaskClient, rec: TaskRecord, args: dict, poll_s: float | None) -> None:
+async def _one(client: WireSession, rec: TaskRecord, args: dict, poll_s: float | None) -> None:
     rec.submitted = time.time()
     try:
         start = await client.start("bench_task", args)
@@ -38,7 +38,7 @@ async def _one(client: McpTaskClient, rec: TaskRecord, args: dict, poll_s: float
 async def run_floor(url: str, *, n: int, concurrency: int, args: dict | list[dict], poll_s: float | None = None,
                     prefix: str = "floor") -> tuple[list[TaskRecord], float, float]:
     """Closed loop: at most ``concurrency`` tasks in flight until ``n`` are done. Returns (records, t0, t1)."""
-    client = await McpTaskClient.connect(Endpoint(url=url), era="2026-07-28")
+    client = await WireSession.connect(Endpoint(url=url), era="2026-07-28")
     sem = asyncio.Semaphore(concurrency)
     records = [TaskRecord(key=f"{prefix}-{i}") for i in range(n)]
     per_task = args if isinstance(args, list) else [args] * n

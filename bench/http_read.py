@@ -28,9 +28,9 @@ import time
 
 import httpx2
 
-from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, sdk_compat
+from mcp_temporal_tasks.activities.wire import Endpoint, WireSession, sdk_compat
 from mcp_temporal_tasks.activities.wire.http_transport import SWITCH, HttpTransport
-from mcp_temporal_tasks.activities.wire.models import EXTENSION
+from mcp_temporal_tasks.protocol.tasks import EXTENSION
 
 WAYS = ("httpx", "httpx over h11", "direct h11", "direct httpcore2")
 
@@ -38,13 +38,13 @@ WAYS = ("httpx", "httpx over h11", "direct h11", "direct httpcore2")
 class _Direct:
     """``tasks/get`` sent on a connection layer without httpx's client on top (bench only)."""
 
-    def __init__(self, client: McpTaskClient, layer: httpx2.AsyncBaseTransport) -> None:
+    def __init__(self, client: WireSession, layer: httpx2.AsyncBaseTransport) -> None:
         assert isinstance(client.transport, HttpTransport)
         self.transport, self.layer = client.transport, layer
         self.extension = client.era == EXTENSION
 
     async def get(self, task_id: str) -> None:
-        # What McpTaskClient._request adds to a read on each era (the extension's _meta and routing headers).
+        # What WireSession._request adds to a read on each era (the extension's _meta and routing headers).
         params: dict[str, object] = {"taskId": task_id}
         headers = None
         if self.extension:
@@ -63,7 +63,7 @@ class _Direct:
 
 async def cpu_per_read(url: str, reads: int, *, way: str) -> float:
     os.environ[SWITCH] = "0" if way == "httpx" else "1"
-    client = await McpTaskClient.connect(Endpoint(url=url))
+    client = await WireSession.connect(Endpoint(url=url))
     transport = client.transport
     assert isinstance(transport, HttpTransport)
     try:

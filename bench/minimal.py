@@ -22,7 +22,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from bench.naive import NaiveActivities, NaiveOutcome, NaiveRequest
-    from mcp_temporal_tasks.activities.wire.models import TERMINAL_STATUSES
+    from mcp_temporal_tasks.protocol.tasks import TERMINAL_STATUSES
 
 CALL_AND_WAIT = "bench-minimal.call-and-wait.v1"
 

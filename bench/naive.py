@@ -2,7 +2,7 @@
 
 One short activity per ``tasks/get`` and a durable timer (``workflow.sleep(pollInterval)``) between polls,
 after a start activity that sends ``tools/call``. It speaks the same wire client
-(``mcp_temporal_tasks.activities.wire.McpTaskClient``) to the same server as our worker, so the only difference measured
+(``mcp_temporal_tasks.activities.wire.WireSession``) to the same server as our worker, so the only difference measured
 is where the poll loop lives: in workflow history (here) or inside one heartbeating activity (ours).
 
 On the 2026-07-28 extension the result is inline in the terminal ``tasks/get``, so the design returns it
@@ -24,8 +24,8 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, TransportError
-    from mcp_temporal_tasks.activities.wire.models import EXTENSION, TERMINAL_STATUSES
+    from mcp_temporal_tasks.activities.wire import Endpoint, TransportError, WireSession
+    from mcp_temporal_tasks.protocol.tasks import EXTENSION, TERMINAL_STATUSES
 
 START = "bench-naive.start.v1"
 GET = "bench-naive.get.v1"
@@ -68,17 +68,17 @@ class NaiveActivities:
     """Activities with one shared MCP session per server URL (the extension is stateless)."""
 
     def __init__(self) -> None:
-        self._clients: dict[str, McpTaskClient] = {}
+        self._clients: dict[str, WireSession] = {}
         self._lock = asyncio.Lock()
 
-    async def _client(self, url: str) -> McpTaskClient:
+    async def _client(self, url: str) -> WireSession:
         client = self._clients.get(url)
         if client is not None and client.alive:
             return client
         async with self._lock:
             client = self._clients.get(url)
             if client is None or not client.alive:
-                client = await McpTaskClient.connect(Endpoint(url=url), era=EXTENSION)
+                client = await WireSession.connect(Endpoint(url=url), era=EXTENSION)
                 self._clients[url] = client
             return client
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Timeouts
 
 from .common import (
     OURS_TIMEOUTS,

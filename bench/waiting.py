@@ -62,7 +62,7 @@ from temporalio.client import Client
 from mcp_temporal_tasks.worker.devserver import free_port
 from mcp_temporal_tasks.worker.runner import connect
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import Timeouts
+from mcp_temporal_tasks.workflows.records import Timeouts
 
 from .common import (
     OURS_TIMEOUTS,
@@ -96,7 +96,7 @@ HEARTBEAT = "RecordActivityTaskHeartbeat"
 def schedule_under_test() -> dict[str, Any] | None:
     """The worker's default age-aware poll schedule, if this checkout has one (the age-aware schedule)."""
     try:
-        from mcp_temporal_tasks.activities.models import PollSchedule
+        from mcp_temporal_tasks.activities.activity_io import PollSchedule
     except ImportError:
         return None
     s = PollSchedule()

@@ -30,7 +30,7 @@ for pid in "${peers[@]}"; do
 done
 
 # The gate: lint and types fail the run before any test does.
-.venv/bin/ruff check api activities workflows worker demo tests bench scripts examples
+.venv/bin/ruff check api protocol activities workflows worker demo tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 # The documentation site builds with no dead link or anchor (mkdocs.yml: strict, links and anchors validated), into a
 # throwaway folder so a checkout's site/ is never touched. NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner.

@@ -25,7 +25,7 @@ def build_view() -> Path:
     package.mkdir(parents=True)
     for module in (ROOT / "api").glob("*.py"):
         (package / module.name).symlink_to(module)
-    for folder in ("workflows", "activities", "worker", "demo"):
+    for folder in ("protocol", "workflows", "activities", "worker", "demo"):
         (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
     return VIEW
 

@@ -162,7 +162,7 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
                                 fm: Peer, proxy: Any) -> dict[str, Any]:
     """An agent calls a ``with_approval`` tool whose ``tools/call`` reply is lost (reset after the server got it):
     the agent waits while the child is AWAITING_APPROVAL; ``mcp-tasks approve CHILD`` lets it replay and finish."""
-    from mcp_temporal_tasks.workflows.models import Phase
+    from mcp_temporal_tasks.workflows.records import Phase
     from tests.fixtures.agent_scripts import script
     from tests.temporal_harness import unique
 

@@ -27,12 +27,12 @@ from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from mcp_temporal_tasks.activities.activity_io import ServerConfig
 from mcp_temporal_tasks.activities.mcp_activities import LIST_TOOLS, START_CALL
-from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.devserver import temporal_binary
 from mcp_temporal_tasks.worker.runner import run_workers
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, Timeouts
+from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES, Timeouts
 from tests.peers.harness import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -278,7 +278,7 @@ def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "
 def listings(peer: Any, mark: int) -> int:
     """The ``tools/list`` requests a dual-era server (fastmcp) logged since ``mark`` for listing tools, not counting
     the one each new session sends while connecting to choose the era: that one is followed by its session's only
-    ``server/discover`` (issue 37, ``McpTaskClient.connect``)."""
+    ``server/discover`` (issue 37, ``WireSession.connect``)."""
     return len(tool_calls(peer, mark, method="tools/list")) - len(tool_calls(peer, mark, method="server/discover"))
 
 

@@ -27,11 +27,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.client import Client
 
-from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, auth, redact
-from mcp_temporal_tasks.activities.wire.models import OAuthClient
+from mcp_temporal_tasks.activities.wire import Endpoint, WireSession, auth, redact
+from mcp_temporal_tasks.protocol.tasks import OAuthClient
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome
 from tests.peers.harness import Peer, oauth_server, poll_until_terminal, ts_http_peer
 from tests.temporal_harness import FAST, address_of, in_process_worker, tool_calls, unique, until
 from tests.test_cli import cli
@@ -209,7 +209,7 @@ async def test_discovery_is_reused_for_a_tokens_lifetime_and_run_again_after_a_r
                        issuer=oauth.url)
     issued_before = len(oauth.log(client="svc-secret"))
     auth._sources.pop(asyncio.get_running_loop(), None)  # a source of its own, not the earlier tests'
-    client = await McpTaskClient.connect(Endpoint(url=protected.url, auth=spec))
+    client = await WireSession.connect(Endpoint(url=protected.url, auth=spec))
     try:
         source = auth.token_source(protected.url or "", spec)
         first = source.current()
@@ -234,7 +234,7 @@ async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new
         oauth: Peer, protected: Peer, issued: list[str]) -> None:
     spec = server_config("p", {"url": protected.url, "auth": secret_auth(oauth)}).auth
     assert isinstance(spec, OAuthClient)
-    client = await McpTaskClient.connect(Endpoint(url=protected.url, auth=spec))
+    client = await WireSession.connect(Endpoint(url=protected.url, auth=spec))
     try:
         await client.list_tools()  # so that the next request after the revocation is tools/call itself
         source = auth.token_source(protected.url or "", spec)

@@ -23,9 +23,9 @@ from urllib.parse import quote
 
 import pytest
 
-from mcp_temporal_tasks.activities.wire import Endpoint, McpTaskClient, auth
-from mcp_temporal_tasks.activities.wire.errors import AuthorizationRequired
-from mcp_temporal_tasks.activities.wire.models import OAuthClient
+from mcp_temporal_tasks.activities.wire import Endpoint, WireSession, auth
+from mcp_temporal_tasks.protocol.tasks import OAuthClient
+from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 from tests.peers.harness import Peer, oauth_server
 
 SECRET = f"hs-{uuid.uuid4().hex}"
@@ -124,7 +124,7 @@ async def refused(server: FakeHttp, issuer: str | None) -> tuple[str, float]:
     spec = OAuthClient(type="client_credentials", client_id=CLIENT_ID, client_secret_env=SECRET_VAR, issuer=issuer)
     started = time.monotonic()
     with pytest.raises(Exception) as exc:  # noqa: PT011 - the message is what is checked
-        client = await McpTaskClient.connect(Endpoint(url=f"{server.url}/mcp", auth=spec))
+        client = await WireSession.connect(Endpoint(url=f"{server.url}/mcp", auth=spec))
         await client.aclose(terminate=True)
     took = time.monotonic() - started
     assert took < BOUND_S, took

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.activities.wire.bounds import MAX_POLL_INTERVAL_MS, MAX_TTL_MS, parse_time, shifted
-from mcp_temporal_tasks.activities.wire.client import parse_task
+from mcp_temporal_tasks.activities.wire.session import parse_task
+from mcp_temporal_tasks.protocol.bounds import MAX_POLL_INTERVAL_MS, MAX_TTL_MS, parse_time, shifted
 from mcp_temporal_tasks.workflows import decisions
 from mcp_temporal_tasks.workflows.states import Outcome
 
@@ -77,7 +77,7 @@ def test_shifted_saturates_instead_of_raising() -> None:
 
 @pytest.mark.parametrize("progress,total", [(math.nan, 1), (math.inf, 10), (1, math.nan), (1, -5), (10**400, 10**400)])
 def test_progress_notifications_pass_on_only_finite_numbers(progress: Any, total: Any) -> None:
-    from mcp_temporal_tasks.activities.wire.client import _progress_listener
+    from mcp_temporal_tasks.activities.wire.session import _progress_listener
 
     seen: list[tuple[float, float | None, str | None]] = []
     params: dict[str, Any] = {}
@@ -97,7 +97,7 @@ def test_a_request_span_no_timer_can_hold_is_refused_when_validated(where: str, 
     ``rejected`` naming the field, never a workflow task failing forever)."""
     from pydantic import ValidationError
 
-    from mcp_temporal_tasks.workflows.models import MAX_SPAN_S, McpTaskRequest
+    from mcp_temporal_tasks.workflows.records import MAX_SPAN_S, McpTaskRequest
 
     raw: dict[str, Any] = {"server": "s", "tool": "t"}
     if where.startswith("timeouts."):

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase
 from tests.peers.harness import Peer, ts_http_peer
 from tests.temporal_harness import FAST, address_of, cli, keep_history, tool_calls, unique, wait_for_view
 

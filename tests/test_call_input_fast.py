@@ -15,12 +15,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.activities import mcp_activities as names
-from mcp_temporal_tasks.activities.models import LegacyInputRequest, StartCallInput, StartCallOutput
+from mcp_temporal_tasks.activities.activity_io import LegacyInputRequest, StartCallInput, StartCallOutput
 from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
 from mcp_temporal_tasks.worker.runner import workflow_runner
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase
 from tests.temporal_harness import wait_for_view
 from tests.test_machine_fakes import TIMEOUTS, Fakes, sync, text
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Phase
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, Phase
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
     REPO_ROOT,

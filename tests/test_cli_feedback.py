@@ -36,7 +36,7 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.worker.devserver import free_port
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome
 from tests.peers.harness import Peer
 from tests.scripted_mcp import ScriptedMcp, scripted_mcp
 from tests.temporal_harness import (

@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import Outcome
+from mcp_temporal_tasks.workflows.records import Outcome
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.peers.harness import Peer
 from tests.temporal_harness import (
@@ -230,7 +230,7 @@ def test_the_answer_hint_parses_a_key_that_begins_with_a_dash() -> None:
     `--key KEY` made argparse read as another option ("expected one argument"); the hint prints ``--key=KEY``."""
     from mcp_temporal_tasks.worker.cli.following import view_line
     from mcp_temporal_tasks.worker.cli.parser import build_parser
-    from mcp_temporal_tasks.workflows.models import Ledger, PendingInput, Phase, TaskView
+    from mcp_temporal_tasks.workflows.records import Ledger, PendingInput, Phase, TaskView
 
     key = "-IP-Ch0WE4ECKxOI7M2:f2362018"  # as a run of the test above printed it
     view = TaskView(workflow_id="w-1", phase=Phase.INPUT_REQUIRED, tool="ask_user", server="s",

@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from mcp_temporal_tasks.workflows.client import RequestMismatch, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest
+from mcp_temporal_tasks.workflows.records import McpTaskRequest
 from tests.faults.proxy import FaultProxy, Status
 from tests.peers.harness import TS_SERVER, Peer, require_ts_peer
 from tests.temporal_harness import (

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mcp_temporal_tasks.activities.schedule import next_poll_delay
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
 from mcp_temporal_tasks.workflows.decisions import (
     after_submit_failure,
     classify_failure,
@@ -18,7 +18,7 @@ from mcp_temporal_tasks.workflows.decisions import (
     retrieval_budget_s,
     terminal_outcome,
 )
-from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
+from mcp_temporal_tasks.workflows.records import Classification, Outcome, ReplayPolicy, Stage
 
 pytestmark = pytest.mark.fast
 

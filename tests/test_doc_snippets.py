@@ -90,7 +90,7 @@ def _clean_env(home: Path) -> dict[str, str]:
 @pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
 async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path) -> None:
     from mcp_temporal_tasks.worker.devserver import port_open
-    from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE
+    from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE
 
     if port_open("127.0.0.1", 7233):
         pytest.fail("something already listens on localhost:7233; this test needs it free")
@@ -110,7 +110,7 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
         assert f"no worker has polled task queue {DEFAULT_TASK_QUEUE!r} for 10 s" in line, line
         assert f"mcp-tasks worker --task-queue {DEFAULT_TASK_QUEUE}" in line, line
         # With a worker serving [servers.billing]: the same script, run again, prints the outcome.
-        from mcp_temporal_tasks.activities.models import ServerConfig
+        from mcp_temporal_tasks.activities.activity_io import ServerConfig
 
         async with in_process_worker(temporal_env.client, task_queue=DEFAULT_TASK_QUEUE,
                                      servers={"billing": ServerConfig(url=fastmcp_server.url)}):

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.activities.wire.elicitation import ELICITATION_CAPABILITY, elicitation_problem, with_defaults
+from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY, elicitation_problem, with_defaults
 from mcp_temporal_tasks.workflows.decisions import call_input_bound_s
 from mcp_temporal_tasks.workflows.mcp_task import validate_input_response
-from mcp_temporal_tasks.workflows.models import PendingInput
+from mcp_temporal_tasks.workflows.records import PendingInput
 
 pytestmark = pytest.mark.fast
 

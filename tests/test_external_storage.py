@@ -30,12 +30,12 @@ from temporalio.converter import PayloadCodec, StorageDriverClaim, StorageDriver
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks import McpTasksPlugin
-from mcp_temporal_tasks.activities.models import Endpoint
+from mcp_temporal_tasks.activities.activity_io import Endpoint
 from mcp_temporal_tasks.worker.config import StorageSettings
 from mcp_temporal_tasks.worker.runner import DATA_CONVERTER
 from mcp_temporal_tasks.worker.storage import PayloadStoreError, storage_driver, with_storage
 from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer
 from tests.temporal_harness import (

@@ -19,9 +19,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
-from mcp_temporal_tasks.activities.failures import RETRYABLE_MESSAGE_CAP, to_application_error
+from mcp_temporal_tasks.activities.failure_encoding import RETRYABLE_MESSAGE_CAP, to_application_error
 from mcp_temporal_tasks.activities.wire import Endpoint
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.protocol.limits import TEXT_CAP
+from mcp_temporal_tasks.protocol.wire_errors import (
     AuthorizationRequired,
     JsonRpcError,
     McpWireError,
@@ -30,9 +31,8 @@ from mcp_temporal_tasks.activities.wire.errors import (
     TransportError,
     error_from_rpc,
 )
-from mcp_temporal_tasks.activities.wire.limits import TEXT_CAP
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.scripted_mcp import scripted_mcp, task
 from tests.temporal_harness import unique
 

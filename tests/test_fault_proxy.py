@@ -15,10 +15,10 @@ import pytest
 
 from mcp_temporal_tasks.activities.wire import (
     Endpoint,
-    McpTaskClient,
     ProtocolViolation,
     RateLimited,
     TransportError,
+    WireSession,
 )
 from tests.faults import (
     FaultProxy,
@@ -47,11 +47,11 @@ def proxy(peer: Peer) -> Iterator[FaultProxy]:
         yield p
 
 
-async def connect(proxy: FaultProxy) -> McpTaskClient:
-    return await McpTaskClient.connect(Endpoint(url=proxy.url))
+async def connect(proxy: FaultProxy) -> WireSession:
+    return await WireSession.connect(Endpoint(url=proxy.url))
 
 
-async def run_task(client: McpTaskClient, text: str = "hi") -> Any:
+async def run_task(client: WireSession, text: str = "hi") -> Any:
     start = await client.start("slow_echo", {"seconds": 0.2, "text": text})
     assert start.task is not None
     for _ in range(100):

@@ -30,7 +30,7 @@ from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     MAX_ARGUMENTS_BYTES,
     McpTaskOutcome,
     McpTaskRequest,

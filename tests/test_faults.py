@@ -26,7 +26,7 @@ from temporalio.client import Client, WorkflowFailureError
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, Phase, ReplayPolicy, Timeouts
 from tests.faults import (
     Fault,
     FaultProxy,
@@ -331,7 +331,7 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
 
 # --- JSON-RPC errors on reads ------------------------------------------------------------------------------
 #
-# A read of an existing task answered with a JSON-RPC error is a retrieval fault (activities/wire/errors.py,
+# A read of an existing task answered with a JSON-RPC error is a retrieval fault (protocol/wire_errors.py,
 # READ_ERROR_RULES): retried within the read's budget, never the task's ending before it, never a replay. The
 # reply is replaced after the server answered (the request was forwarded), so a resent tasks/update or
 # tasks/cancel also shows that the server takes it twice. Only -32602 on tasks/get says "gone".

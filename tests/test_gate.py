@@ -11,7 +11,7 @@ from pathlib import Path
 from scripts.typecheck import ROOT, build_view
 
 SNIPPET = """
-from mcp_temporal_tasks.workflows.models import Ending, Outcome, Stage
+from mcp_temporal_tasks.workflows.records import Ending, Outcome, Stage
 
 ok = Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason="the task is gone")
 typo = Ending(outcome=Outcome.LOST, stage=Stage.GONE, reasn="the task is gone")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome
 from tests.temporal_harness import address_of, cli, one_json, unique
 from tests.wire_scripted_server import GONE_AFTER_FIRST_READ, gone_after_first_read, summary
 

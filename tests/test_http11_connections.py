@@ -18,14 +18,14 @@ import pytest
 
 from mcp_temporal_tasks.activities.wire import (
     Endpoint,
-    McpTaskClient,
     ProtocolViolation,
     RateLimited,
     TransportError,
+    WireSession,
 )
-from mcp_temporal_tasks.activities.wire.errors import RequestRefused
 from mcp_temporal_tasks.activities.wire.http11 import H11Transport
 from mcp_temporal_tasks.activities.wire.http_transport import OLD_SWITCH, SWITCH, HttpTransport
+from mcp_temporal_tasks.protocol.wire_errors import RequestRefused
 from tests.faults import FaultProxy, Malformed, RateLimit, ResetAfterSend, Status, Truncated
 from tests.peers.harness import Peer
 
@@ -37,7 +37,7 @@ def peer(request: pytest.FixtureRequest) -> Peer:
     return request.getfixturevalue(request.param)
 
 
-def kept_alive(client: McpTaskClient) -> H11Transport:
+def kept_alive(client: WireSession) -> H11Transport:
     transport = client.transport
     assert isinstance(transport, HttpTransport) and transport.connections is not None
     return transport.connections
@@ -45,7 +45,7 @@ def kept_alive(client: McpTaskClient) -> H11Transport:
 
 async def test_reads_after_the_first_share_one_kept_alive_connection(peer: Peer) -> None:
     mark = peer.log_mark()
-    client = await McpTaskClient.connect(Endpoint(url=peer.url))
+    client = await WireSession.connect(Endpoint(url=peer.url))
     try:
         start = await client.start("slow_echo", {"seconds": 1.0, "text": "kept alive"})
         assert start.task is not None
@@ -84,7 +84,7 @@ async def test_reads_after_the_first_share_one_kept_alive_connection(peer: Peer)
 @pytest.mark.parametrize("peer", ["fastmcp_server", "fastmcp_json"], indirect=True)
 async def test_a_fault_on_a_kept_alive_read_is_the_httpx_paths_error(peer: Peer, fault: Any, check: Any) -> None:
     with FaultProxy(peer.url or "") as proxy:
-        client = await McpTaskClient.connect(Endpoint(url=proxy.url))
+        client = await WireSession.connect(Endpoint(url=proxy.url))
         try:
             start = await client.start("slow_echo", {"seconds": 5.0, "text": "faulty"})
             assert start.task is not None

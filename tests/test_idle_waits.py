@@ -25,7 +25,7 @@ from temporalio.client import WorkflowHandle
 from mcp_temporal_tasks.activities.mcp_activities import POLL_TASK
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, Stall
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer, ts_stdio_peer
 from tests.temporal_harness import (

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
+from mcp_temporal_tasks.activities.activity_io import JobBinding, ServerConfig, ToolPolicy
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, ResetAfterSend, Rewrite
 from tests.peers.harness import Peer
 from tests.temporal_harness import (

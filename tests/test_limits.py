@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mcp_temporal_tasks.activities.wire import ProtocolViolation, ResultDecodeError, decode_result, parse_task
-from mcp_temporal_tasks.activities.wire.limits import (
+from mcp_temporal_tasks.protocol.limits import (
     CUT_MARKER,
     MAX_TASK_ID,
     STATUS_MESSAGE_CAP,
@@ -17,7 +17,7 @@ from mcp_temporal_tasks.activities.wire.limits import (
     safe_raw,
 )
 from mcp_temporal_tasks.workflows import decisions
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     MAX_ARGUMENTS_BYTES,
     Outcome,
     RequestTooLarge,

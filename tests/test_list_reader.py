@@ -28,7 +28,7 @@ from mcp_temporal_tasks.activities.list_reader import (
     list_interval,
 )
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import py1_http_peer, ts_http_peer
 from tests.scripted_mcp import ScriptedMcp, task
 from tests.temporal_harness import address_of, tool_calls, unique, until, wait_for_view, worker_process, write_config

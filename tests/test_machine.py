@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from mcp_temporal_tasks.workflows import mcp_task
 from mcp_temporal_tasks.workflows.decisions import replay_reason
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     TRANSITIONS,
     Classification,
     Ending,
@@ -101,9 +101,9 @@ def test_the_diagrams_are_the_table() -> None:
 
 def test_the_public_types_a_user_needs_are_exported_lazily() -> None:
     import mcp_temporal_tasks as api
-    from mcp_temporal_tasks.activities.wire.models import Endpoint
+    from mcp_temporal_tasks.protocol.tasks import Endpoint
     from mcp_temporal_tasks.worker.config import WorkerSettings
-    from mcp_temporal_tasks.workflows.models import TaskView
+    from mcp_temporal_tasks.workflows.records import TaskView
 
     assert (api.Endpoint, api.WorkerSettings, api.McpTaskWorkflow, api.TaskView, api.Phase) == \
         (Endpoint, WorkerSettings, mcp_task.McpTaskWorkflow, TaskView, Phase)
@@ -114,14 +114,14 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
     from temporalio.api.failure.v1 import Failure
     from temporalio.converter import DataConverter
 
-    from mcp_temporal_tasks.workflows.errors import McpTaskError, McpTaskFailureConverter
-    from mcp_temporal_tasks.workflows.models import Ledger, McpTaskOutcome
+    from mcp_temporal_tasks.workflows.records import Ledger, McpTaskOutcome
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError, McpTaskFailureConverter
 
     ledger = Ledger(server="demo", tool="t", request_digest="sha256:0", created_at=datetime.now(UTC))
     outcome = McpTaskOutcome(workflow_id="w", outcome=Outcome.TOOL_ERROR, ledger=ledger,
                              result={"content": [{"type": "text", "text": "HTTP 429 Too Many Requests"}],
                                      "isError": True})
-    from mcp_temporal_tasks.activities.models import STILL_WORKING, WORKER_SHUTDOWN
+    from mcp_temporal_tasks.activities.activity_io import STILL_WORKING, WORKER_SHUTDOWN
 
     converter = McpTaskFailureConverter()
     benign = ApplicationError("working (poll 3; next in 95s)", {"status": "working"}, type=STILL_WORKING,
@@ -164,7 +164,7 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
 )
 def test_a_request_that_is_not_unicode_is_refused_naming_where(arguments: dict[str, object], where: str) -> None:
     """A lone surrogate cannot be sent, hashed for the ledger or indexed: refused by name, like any invalid field."""
-    from mcp_temporal_tasks.workflows.models import McpTaskRequest
+    from mcp_temporal_tasks.workflows.records import McpTaskRequest
 
     with pytest.raises(ValueError, match=rf"{re.escape(where)} is not valid Unicode text"):
         McpTaskRequest(server="s", tool="t", arguments=arguments)

@@ -25,8 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.activities import mcp_activities as names
-from mcp_temporal_tasks.activities.failures import to_application_error
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     TASK_NOTIFIED_SIGNAL,
     AnswerInput,
     AwaitInput,
@@ -43,8 +42,18 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
 )
+from mcp_temporal_tasks.activities.failure_encoding import to_application_error
 from mcp_temporal_tasks.activities.wire import Endpoint
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.protocol.tasks import (
+    EXTENSION,
+    LEGACY,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    StartResult,
+    TaskState,
+)
+from mcp_temporal_tasks.protocol.wire_errors import (
     MAX_RETRY_AFTER_S,
     AuthorizationRequired,
     HttpRefusal,
@@ -57,19 +66,10 @@ from mcp_temporal_tasks.activities.wire.errors import (
     error_from_rpc,
     read_retry_after,
 )
-from mcp_temporal_tasks.activities.wire.models import (
-    EXTENSION,
-    LEGACY,
-    InputRequest,
-    RpcErrorInfo,
-    SessionRef,
-    StartResult,
-    TaskState,
-)
 from mcp_temporal_tasks.worker.runner import workflow_runner
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     McpTaskOutcome,
     McpTaskRequest,
     Outcome,

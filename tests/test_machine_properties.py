@@ -33,8 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.activities import mcp_activities as names
-from mcp_temporal_tasks.activities.failures import to_application_error
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     AnswerInput,
     AwaitInput,
     AwaitOutput,
@@ -50,14 +49,15 @@ from mcp_temporal_tasks.activities.models import (
     StartCallInput,
     StartCallOutput,
 )
+from mcp_temporal_tasks.activities.failure_encoding import to_application_error
 from mcp_temporal_tasks.activities.wire import Endpoint
-from mcp_temporal_tasks.activities.wire.client import parse_task
-from mcp_temporal_tasks.activities.wire.errors import ProtocolViolation, TaskNotFound
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo, SessionRef, StartResult, TaskState
+from mcp_temporal_tasks.activities.wire.session import parse_task
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo, SessionRef, StartResult, TaskState
+from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation, TaskNotFound
 from mcp_temporal_tasks.worker.runner import workflow_runner
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, ReplayPolicy, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, ReplayPolicy, Timeouts
 
 pytestmark = pytest.mark.fast
 

@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, McpTaskClient, SessionRef
+from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, SessionRef, WireSession
 from mcp_temporal_tasks.activities.wire import notifications as n
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.models import Endpoint
+from mcp_temporal_tasks.protocol.tasks import Endpoint
 from tests.peers.harness import Peer
 
 
@@ -261,7 +261,7 @@ async def test_a_flood_of_useless_notifications_sheds_the_stream() -> None:
 async def test_subscriptions_listen_on_fastmcp_is_refused_no_task_events(fastmcp_server: Peer) -> None:
     """fastmcp 4.1.4 serves subscriptions/listen for list-changed and resource events only: our seam asks it for
     task ids and finds none agreed (or an error): unsupported, the waits on it keep their schedule."""
-    client = await McpTaskClient.connect(fastmcp_server.endpoint, era=EXTENSION)
+    client = await WireSession.connect(fastmcp_server.endpoint, era=EXTENSION)
     try:
         heard = Heard()
         listener = n.TasksSubscription(client, lambda: ["t-1"], heard, name="fastmcp")
@@ -289,7 +289,7 @@ async def test_subscriptions_listen_delivers_task_events_where_a_server_agrees()
         server.posts = [listen]
         ids = ["t-1", "t-no"]
         ref = SessionRef(endpoint=Endpoint(url=server.url), era=EXTENSION, protocol_version=EXTENSION)
-        client = await McpTaskClient.attach(ref)
+        client = await WireSession.attach(ref)
         heard = Heard()
         listener = n.TasksSubscription(client, lambda: list(ids), heard, name="scripted")
         task = asyncio.create_task(listener.run())

@@ -2,7 +2,7 @@
 FastMCP (protocol 2025-06-18, ``tests/peers/py0618``), through the wire layer, ``mcp-tasks run``/``status``, a
 Pydantic AI toolset and a worker SIGKILLed mid-call; and a scripted server answering a protocol version nobody knows.
 
-The era is chosen by ``initialize`` first (``McpTaskClient.connect``): such a server is asked nothing its version
+The era is chosen by ``initialize`` first (``WireSession.connect``): such a server is asked nothing its version
 does not have (its own log marks every method it got as known to 2025-06-18 or not).
 """
 
@@ -20,9 +20,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks import McpTasksPlugin
-from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, McpTaskClient, UnknownProtocolVersion
+from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, UnknownProtocolVersion, WireSession
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, Outcome
 from tests.agents_common import seen
 from tests.fixtures.agent_scripts import script
 from tests.fixtures.pai_app import PaiAgentWorkflow
@@ -50,7 +50,7 @@ def unknown_methods(peer: Peer, mark: int) -> list[str]:
 
 async def test_wire_plain_tool_on_2025_06_18(py0618_http: Peer) -> None:
     mark = py0618_http.log_mark()
-    client = await McpTaskClient.connect(py0618_http.endpoint)
+    client = await WireSession.connect(py0618_http.endpoint)
     try:
         assert (client.era, client.protocol_version, client.tasks_offered) == (LEGACY, OLD, False)
         assert client.session_ref().protocol_version == OLD
@@ -135,7 +135,7 @@ async def test_unknown_protocol_version_is_one_typed_error(answered: Any) -> Non
         server.initialize_version = answered
         started = time.monotonic()
         with pytest.raises(UnknownProtocolVersion) as info:
-            await McpTaskClient.connect(Endpoint(url=server.url))
+            await WireSession.connect(Endpoint(url=server.url))
         assert time.monotonic() - started < 5
         assert "protocol version" in info.value.message and "this client does not speak" in info.value.message
         assert len(info.value.message) < 400  # a hostile value is not carried whole

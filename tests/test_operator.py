@@ -28,7 +28,7 @@ from mcp_temporal_tasks.worker.config import load_config
 from mcp_temporal_tasks.worker.devserver import free_port, pid_alive, port_open, state_holder
 from mcp_temporal_tasks.worker.runner import GRACEFUL_SHUTDOWN_S
 from mcp_temporal_tasks.workflows.client import start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Phase
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Phase
 from tests.peers.harness import Peer, fastmcp_peer
 from tests.temporal_harness import (
     CLI,
@@ -569,7 +569,7 @@ async def test_messages_about_finished_and_running_tasks(client: Client, tempora
 
 
 def test_every_documented_configuration_key_loads(tmp_path: Path) -> None:
-    from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.activities.activity_io import JobBinding, ServerConfig, ToolPolicy
     from mcp_temporal_tasks.worker.config import TemporalSettings, WorkerSettings
     from tests.doc_pages import page
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from mcp_temporal_tasks.activities.models import ServerConfig
-from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, McpTaskClient, SessionGone, TaskNotFound
+from mcp_temporal_tasks.activities.activity_io import ServerConfig
+from mcp_temporal_tasks.activities.wire import LEGACY, Endpoint, SessionGone, TaskNotFound, WireSession
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.peers.harness import Peer, poll_until_terminal, py1_http_peer
 from tests.temporal_harness import in_process_worker, unique
 
 RATE_LIMIT_TEXT = "429 Too Many Requests; retry-after=30"
 
 
-async def _connect(peer: Peer) -> McpTaskClient:
+async def _connect(peer: Peer) -> WireSession:
     assert peer.url is not None
-    return await McpTaskClient.connect(Endpoint(url=peer.url))
+    return await WireSession.connect(Endpoint(url=peer.url))
 
 
 async def test_era_and_completed_task(py1_http: Peer) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcp_temporal_tasks.activities.models import PollSchedule
+from mcp_temporal_tasks.activities.activity_io import PollSchedule
 from mcp_temporal_tasks.activities.schedule import MAX_HONOURED_POLL_INTERVAL_S, next_poll_delay, task_age_s
 from mcp_temporal_tasks.worker.config import ConfigError, server_config
 

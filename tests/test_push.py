@@ -30,7 +30,7 @@ from mcp_temporal_tasks.worker.registry import make_activities
 from mcp_temporal_tasks.worker.runner import run_workers
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, py1_http_peer, ts_http_peer, ts_stdio_peer
 from tests.temporal_harness import (
     TRUSTED,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_temporal_tasks.activities.failures import to_application_error
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.activities.failure_encoding import to_application_error
+from mcp_temporal_tasks.protocol.wire_errors import (
     READ_ERROR_RULES,
     AuthorizationRequired,
     InvalidParams,

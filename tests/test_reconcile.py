@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, ReplayPolicy, Timeouts
 from tests.faults import FaultProxy, ResetAfterSend
 from tests.peers.harness import Peer
 from tests.temporal_harness import tool_calls, unique

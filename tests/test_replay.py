@@ -22,7 +22,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
+from examples.fanout.workflow import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
 pytestmark = pytest.mark.fast

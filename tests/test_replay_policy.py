@@ -10,7 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase
 from tests.peers.harness import Peer
 from tests.temporal_harness import FAST, in_process_worker, tool_calls, unique, wait_for_view
 

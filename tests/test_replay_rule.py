@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from mcp_temporal_tasks.workflows import decisions
-from mcp_temporal_tasks.workflows.models import ReplayPolicy
+from mcp_temporal_tasks.workflows.records import ReplayPolicy
 
 pytestmark = pytest.mark.fast
 
@@ -57,8 +57,8 @@ def test_may_replay_after_a_failure_is_decide_replay_and_a_repeat_runs_an_idempo
 
 
 def test_the_cli_tools_view_shows_the_same_rule() -> None:
-    from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
-    from mcp_temporal_tasks.activities.wire.models import ToolInfo
+    from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.protocol.tasks import ToolInfo
     from mcp_temporal_tasks.worker.cli.calling import tool_policy
 
     server = ServerConfig.model_validate({"url": "http://x/mcp", "trust_annotations": True,

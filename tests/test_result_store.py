@@ -8,7 +8,7 @@ import pytest
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.activities.wire.models import TaskPayload
+from mcp_temporal_tasks.protocol.tasks import TaskPayload
 
 pytestmark = pytest.mark.fast
 

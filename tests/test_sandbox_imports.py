@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 #: models the workflows are built from, and the packages holding them.
 ALLOWED = {
     "mcp_temporal_tasks", "mcp_temporal_tasks._agent_tools",
-    "mcp_temporal_tasks.activities", "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.models",
+    "mcp_temporal_tasks.activities", "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io",
     "mcp_temporal_tasks.activities.relay", "mcp_temporal_tasks.activities.wire",
-    "mcp_temporal_tasks.activities.wire.models", "mcp_temporal_tasks.activities.wire.errors",
-    "mcp_temporal_tasks.activities.wire.limits", "mcp_temporal_tasks.activities.wire.contract",
-    "mcp_temporal_tasks.activities.wire.sdk_types", "mcp_temporal_tasks.activities.wire.bounds",
-    "mcp_temporal_tasks.activities.wire.elicitation",
+    "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
+    "mcp_temporal_tasks.protocol.limits", "mcp_temporal_tasks.protocol.contract",
+    "mcp_temporal_tasks.protocol.sdk_types", "mcp_temporal_tasks.protocol.bounds",
+    "mcp_temporal_tasks.protocol.elicitation",
 }
 #: Never, by top-level package.
 FORBIDDEN = {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "fastmcp", "mcp", "anyio", "uvicorn", "starlette"}
@@ -49,7 +49,7 @@ import temporalio.client, temporalio.worker  # the SDK, loaded by any worker bef
 from temporalio.worker.workflow_sandbox import _importer
 
 before = set(sys.modules)
-import mcp_temporal_tasks._agent_tools, mcp_temporal_tasks.workflows.client, mcp_temporal_tasks.workflows.fanout
+import mcp_temporal_tasks._agent_tools, mcp_temporal_tasks.workflows.client, examples.fanout.workflow
 import mcp_temporal_tasks.workflows.mcp_task, mcp_temporal_tasks.workflows.tasks_client
 host = sorted(set(sys.modules) - before)
 
@@ -62,7 +62,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from mcp_temporal_tasks.worker.runner import workflow_runner  # the worker side, as in any worker
-from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
+from examples.fanout.workflow import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
 sandboxes = []

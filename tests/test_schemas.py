@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from mcp_temporal_tasks.worker.cli.schema import cmd_schema
-from mcp_temporal_tasks.workflows.models import McpTaskRequest
+from mcp_temporal_tasks.workflows.records import McpTaskRequest
 from mcp_temporal_tasks.workflows.schemas import json_schemas, render
 
 pytestmark = pytest.mark.fast

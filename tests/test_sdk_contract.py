@@ -15,8 +15,8 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.shared import inbound
 from pydantic import ValidationError
 
-from mcp_temporal_tasks.activities.wire import LEGACY, McpTaskClient, parse_task, sdk_compat
-from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
+from mcp_temporal_tasks.activities.wire import LEGACY, WireSession, parse_task, sdk_compat
+from mcp_temporal_tasks.protocol.tasks import TASKS_EXTENSION
 from tests.peers.harness import Peer, poll_until_terminal
 
 WORKAROUND_GONE = "SDK now parses CreateTaskResult: remove the workaround in sdk_compat"
@@ -112,7 +112,7 @@ def test_default_stdio_environment_has_no_secrets(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_call_tool_result_rejects_a_real_create_task_result(ts_stdio: Peer) -> None:
-    client = await McpTaskClient.connect(ts_stdio.endpoint, era=LEGACY)
+    client = await WireSession.connect(ts_stdio.endpoint, era=LEGACY)
     try:
         reply = await client.transport.request(
             "tools/call", {"name": "slow_echo", "arguments": {"seconds": 0.05}, "task": {"ttl": 60000}})

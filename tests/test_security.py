@@ -25,22 +25,22 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from mcp_temporal_tasks.activities.activity_io import ResolveInput, ServerConfig
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
-from mcp_temporal_tasks.activities.models import ResolveInput, ServerConfig
 from mcp_temporal_tasks.activities.wire import (
     AuthorizationRequired,
     Endpoint,
     JsonRpcError,
-    McpTaskClient,
     McpWireError,
     TransportError,
+    WireSession,
     redact,
 )
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.worker.config import WorkerSettings, load_config
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.peers.harness import Peer
 from tests.temporal_harness import address_of, cli, in_process_worker, one_json, unique
 
@@ -222,7 +222,7 @@ async def test_referenced_values_are_redacted_and_registered(echo: _EchoServer, 
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_VAR, f"Bearer {TOKEN}")
     with pytest.raises(McpWireError) as info:
-        await McpTaskClient.connect(Endpoint(url=echo.url("401"), header_refs={"Authorization": TOKEN_VAR}))
+        await WireSession.connect(Endpoint(url=echo.url("401"), header_refs={"Authorization": TOKEN_VAR}))
     assert isinstance(info.value, AuthorizationRequired)
     assert_no_token(str(info.value), info.value.info())
     assert TOKEN in redact.registered() and f"Bearer {TOKEN}" in redact.registered()
@@ -235,7 +235,7 @@ async def test_referenced_values_are_redacted_and_registered(echo: _EchoServer, 
               " 'data': {'env': os.environ['API_KEY']}}\n"
               "        print(json.dumps({'jsonrpc': '2.0', 'id': msg['id'], 'error': err}), flush=True)\n")
     with pytest.raises(JsonRpcError) as info:
-        await McpTaskClient.connect(Endpoint(command=[sys.executable, "-c", script], env_refs={"API_KEY": TOKEN_VAR}),
+        await WireSession.connect(Endpoint(command=[sys.executable, "-c", script], env_refs={"API_KEY": TOKEN_VAR}),
                                     era="2025-11-25")
     assert_no_token(str(info.value), info.value.info())
     assert redact.REDACTED in info.value.message

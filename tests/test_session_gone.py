@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from mcp_temporal_tasks.activities.wire import Endpoint, SessionPool, TaskNotFound, TransportError
-from mcp_temporal_tasks.activities.wire.errors import SessionGone, TaskUnreachable, is_read_fault
-from mcp_temporal_tasks.activities.wire.models import LEGACY, SessionRef
+from mcp_temporal_tasks.protocol.tasks import LEGACY, SessionRef
+from mcp_temporal_tasks.protocol.wire_errors import SessionGone, TaskUnreachable, is_read_fault
 from tests.peers.harness import Peer
 from tests.scripted_mcp import ScriptedMcp, scripted_mcp, task
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.scripted_mcp import ScriptedMcp, task
 from tests.temporal_harness import unique
 from tests.test_push import in_process

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from mcp_temporal_tasks.activities.wire import stdio
-from mcp_temporal_tasks.activities.wire.errors import TransportError
 from mcp_temporal_tasks.activities.wire.stdio import EOF_WAIT_S, SHUTDOWN_BOUND_S, TERM_WAIT_S, StdioChild
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.protocol.wire_errors import TransportError
 from tests.peers.harness import TS_DIR, require_ts_peer
 from tests.temporal_harness import CLI, ENV, REPO_ROOT, address_of, unique
 

@@ -38,7 +38,7 @@ from mcp_temporal_tasks.worker.storage import (
     prune_local_store,
     with_storage,
 )
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome
 
 pytestmark = pytest.mark.fast
 

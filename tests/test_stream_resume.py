@@ -22,7 +22,6 @@ import httpx2
 import pytest
 
 from mcp_temporal_tasks.activities.wire import resume
-from mcp_temporal_tasks.activities.wire.errors import StreamLost, TransportError
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.resume import (
     DEFAULT_RETRY_S,
@@ -33,6 +32,7 @@ from mcp_temporal_tasks.activities.wire.resume import (
     retry_delay_s,
     usable_event_id,
 )
+from mcp_temporal_tasks.protocol.wire_errors import StreamLost, TransportError
 
 pytestmark = pytest.mark.fast
 

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks.worker.cli.following import read_trouble
-from mcp_temporal_tasks.workflows.models import Ledger, Phase, TaskView
+from mcp_temporal_tasks.workflows.records import Ledger, Phase, TaskView
 from tests.temporal_harness import CLI, ENV, REPO_ROOT, address_of, cli, one_json, unique
 
 FAULT = "test-only fault: this workflow task fails on purpose"

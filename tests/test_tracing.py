@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from mcp_temporal_tasks import McpTasksPlugin, ServerConfig
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome
 from tests.peers.harness import Peer, fastmcp_otel_peer
 from tests.temporal_harness import FAST, address_of, unique
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
-from mcp_temporal_tasks.workflows.errors import McpTaskError, finished_details
-from mcp_temporal_tasks.workflows.models import Ledger, McpTaskOutcome, Outcome
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
+from mcp_temporal_tasks.workflows.records import Ledger, McpTaskOutcome, Outcome
 from mcp_temporal_tasks.workflows.states import Classification
+from mcp_temporal_tasks.workflows.task_error import McpTaskError, finished_details
 
 pytestmark = pytest.mark.fast
 

@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer
 from tests.temporal_harness import (
     address_of,

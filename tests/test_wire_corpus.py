@@ -36,9 +36,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_temporal_tasks.activities.wire.errors import McpWireError, is_read_fault
 from mcp_temporal_tasks.activities.wire.http_transport import SWITCH, HttpTransport
-from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
+from mcp_temporal_tasks.protocol.limits import MAX_REPLY_BYTES
+from mcp_temporal_tasks.protocol.wire_errors import McpWireError, is_read_fault
 from tests.wire_scripted_server import (
     STALE_404,
     TASK_ID,

@@ -31,7 +31,6 @@ from mcp_temporal_tasks.activities.wire import (
     HeaderMismatch,
     InvalidParams,
     JsonRpcError,
-    McpTaskClient,
     McpWireError,
     MethodNotFound,
     MissingCapability,
@@ -43,11 +42,14 @@ from mcp_temporal_tasks.activities.wire import (
     TaskUnreachable,
     TransportError,
     UnsupportedProtocolVersion,
+    WireSession,
     decode_result,
     parse_task,
 )
-from mcp_temporal_tasks.activities.wire.client import payload_from_error
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.session import payload_from_error
+from mcp_temporal_tasks.protocol.tasks import UNLIMITED
+from mcp_temporal_tasks.protocol.wire_errors import (
     MAX_RETRY_AFTER_S,
     RAW_CAP,
     HttpRefusal,
@@ -55,8 +57,6 @@ from mcp_temporal_tasks.activities.wire.errors import (
     parse_retry_after,
     read_retry_after,
 )
-from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.models import UNLIMITED
 
 pytestmark = pytest.mark.fast
 
@@ -415,7 +415,7 @@ async def test_sse_without_reply_is_transport_error(fake: _FakeServer) -> None:
 
 async def test_stdio_command_that_cannot_start_is_transport_error_not_sent(tmp_path: Any) -> None:
     with pytest.raises(TransportError) as info:
-        await McpTaskClient.connect(Endpoint(command=[str(tmp_path / "no-such-server")]))
+        await WireSession.connect(Endpoint(command=[str(tmp_path / "no-such-server")]))
     assert info.value.sent is False and info.value.may_have_reached_server is False
 
 
@@ -424,14 +424,14 @@ async def test_stdio_child_that_dies_fails_requests_instead_of_hanging() -> None
     script = "import sys, time; print('garbage', flush=True); time.sleep(0.3)"
     started = time.monotonic()
     with pytest.raises(TaskUnreachable, match="is gone"):
-        await McpTaskClient.connect(Endpoint(command=[sys.executable, "-c", script]))
+        await WireSession.connect(Endpoint(command=[sys.executable, "-c", script]))
     assert time.monotonic() - started < 10
 
 
 async def test_stdio_missing_env_ref_is_a_clear_error() -> None:
     endpoint = Endpoint(command=[sys.executable, "-c", "pass"], env_refs={"TOKEN": "MCP_TEST_SURELY_UNSET_VAR"})
     with pytest.raises(CapabilityUnavailable, match="MCP_TEST_SURELY_UNSET_VAR"):
-        await McpTaskClient.connect(endpoint)
+        await WireSession.connect(endpoint)
 
 
 # --- what the client sends ---------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def _header_values(request: dict[str, Any], name: str) -> list[str]:
 
 async def test_extension_envelope_and_routing_headers(fake: _FakeServer) -> None:
     url = f"{fake.base}/ok"
-    client = McpTaskClient(HttpTransport(url, protocol_version=EXTENSION), Endpoint(url=url), era=EXTENSION,
+    client = WireSession(HttpTransport(url, protocol_version=EXTENSION), Endpoint(url=url), era=EXTENSION,
                            protocol_version=EXTENSION, tasks_offered=True)
     try:
         before = len(fake.requests)
@@ -472,7 +472,7 @@ async def test_extension_envelope_and_routing_headers(fake: _FakeServer) -> None
 async def test_legacy_requests_carry_session_and_no_routing_headers(fake: _FakeServer) -> None:
     url = f"{fake.base}/ok"
     transport = HttpTransport(url, session_id="sess-9", protocol_version=LEGACY)
-    client = McpTaskClient(transport, Endpoint(url=url), era=LEGACY, protocol_version=LEGACY, tasks_offered=True)
+    client = WireSession(transport, Endpoint(url=url), era=LEGACY, protocol_version=LEGACY, tasks_offered=True)
     before = len(fake.requests)
     await client.get("task-2")
     sent = fake.requests[before]
@@ -483,7 +483,7 @@ async def test_legacy_requests_carry_session_and_no_routing_headers(fake: _FakeS
     # aclose() keeps a persisted session; terminate=True DELETEs it.
     await client.aclose()
     assert not [r for r in fake.requests[before:] if r["verb"] == "DELETE"]
-    other = McpTaskClient(HttpTransport(url, session_id="sess-9"), Endpoint(url=url), era=LEGACY,
+    other = WireSession(HttpTransport(url, session_id="sess-9"), Endpoint(url=url), era=LEGACY,
                           protocol_version=LEGACY)
     await other.aclose(terminate=True)
     deletes = [r for r in fake.requests[before:] if r["verb"] == "DELETE"]
@@ -580,7 +580,7 @@ def test_retry_after_is_digits_or_a_date_and_bounded(value: str | None, expected
 async def test_a_429_with_any_retry_after_maps_to_a_bounded_refusal(fake: _FakeServer, header: str) -> None:
     """Through the transport and the activities' one mapping: a RateLimited that never reached the tool, its
     ``next_retry_delay`` at most a day, what the server sent named in the message when it was not used as is."""
-    from mcp_temporal_tasks.activities.failures import to_application_error
+    from mcp_temporal_tasks.activities.failure_encoding import to_application_error
 
     with pytest.raises(RateLimited) as info:
         await _request(f"{fake.base}/429-custom/{urllib.parse.quote(header, safe='')}", "tools/call", {"name": "x"})

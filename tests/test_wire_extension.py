@@ -19,25 +19,25 @@ from mcp_temporal_tasks.activities.wire import (
     LEGACY,
     CapabilityUnavailable,
     HeaderMismatch,
-    McpTaskClient,
     MethodNotFound,
     ResultDecodeError,
     TaskNotFound,
     TaskPayload,
     UnsupportedProtocolVersion,
+    WireSession,
     decode_result,
     sdk_compat,
 )
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.models import TASKS_EXTENSION
+from mcp_temporal_tasks.protocol.tasks import TASKS_EXTENSION
 from tests.peers.harness import Peer, poll_until_terminal, read_peer_log
 
 RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
 
 
 @pytest.fixture(scope="module")
-async def ext_client(fastmcp_server: Peer) -> AsyncIterator[McpTaskClient]:
-    client = await McpTaskClient.connect(fastmcp_server.endpoint)
+async def ext_client(fastmcp_server: Peer) -> AsyncIterator[WireSession]:
+    client = await WireSession.connect(fastmcp_server.endpoint)
     yield client
     await client.aclose()
 
@@ -48,7 +48,7 @@ async def ext_client(fastmcp_server: Peer) -> AsyncIterator[McpTaskClient]:
 @pytest.mark.parametrize("pin", [None, EXTENSION])
 async def test_era_detected_as_extension(fastmcp_server: Peer, pin: str | None) -> None:
     mark = fastmcp_server.log_mark()
-    client = await McpTaskClient.connect(fastmcp_server.endpoint, era=pin)
+    client = await WireSession.connect(fastmcp_server.endpoint, era=pin)
     try:
         assert client.era == EXTENSION == "2026-07-28"
         assert client.tasks_offered is True
@@ -67,7 +67,7 @@ async def test_pinned_legacy_on_fastmcp_has_no_tasks(fastmcp_server: Peer) -> No
     """fastmcp answers a 2025-11-25 initialize but offers no legacy tasks (no capabilities.tasks), although
     its tools/list still shows execution.taskSupport. So a legacy client runs tools synchronously."""
     mark = fastmcp_server.log_mark()
-    client = await McpTaskClient.connect(fastmcp_server.endpoint, era=LEGACY)
+    client = await WireSession.connect(fastmcp_server.endpoint, era=LEGACY)
     try:
         assert client.era == LEGACY
         assert client.tasks_offered is False
@@ -95,7 +95,7 @@ async def test_pinned_legacy_on_fastmcp_has_no_tasks(fastmcp_server: Peer) -> No
 # --- outcomes ----------------------------------------------------------------------------------------
 
 
-async def test_completed_slow_echo_inline_payload(fastmcp_server: Peer, ext_client: McpTaskClient) -> None:
+async def test_completed_slow_echo_inline_payload(fastmcp_server: Peer, ext_client: WireSession) -> None:
     started = await ext_client.start("slow_echo", {"seconds": 0.2, "text": "ext"})
     task = started.task
     assert task is not None and started.result is None
@@ -119,7 +119,7 @@ async def test_completed_slow_echo_inline_payload(fastmcp_server: Peer, ext_clie
     assert info.value.raw == payload.result
 
 
-async def test_tool_error_is_completed_with_is_error(ext_client: McpTaskClient) -> None:
+async def test_tool_error_is_completed_with_is_error(ext_client: WireSession) -> None:
     started = await ext_client.start("rate_limited", {})
     state = await poll_until_terminal(ext_client, started.task.task_id)
     assert state.status == "completed"  # the extension: isError is a completed task
@@ -129,7 +129,7 @@ async def test_tool_error_is_completed_with_is_error(ext_client: McpTaskClient) 
     assert payload.result["content"][0]["text"] == RATE_LIMIT_TEXT
 
 
-async def test_jsonrpc_error_is_failed_with_inline_error(fastmcp_server: Peer, ext_client: McpTaskClient) -> None:
+async def test_jsonrpc_error_is_failed_with_inline_error(fastmcp_server: Peer, ext_client: WireSession) -> None:
     started = await ext_client.start("rpc_error", {})
     state = await poll_until_terminal(ext_client, started.task.task_id)
     assert state.status == "failed"
@@ -141,7 +141,7 @@ async def test_jsonrpc_error_is_failed_with_inline_error(fastmcp_server: Peer, e
     assert (payload.error.code, payload.error.message) == (-32602, "invalid account id: acct-0")
 
 
-async def test_quick_sync_completes_inline(fastmcp_server: Peer, ext_client: McpTaskClient) -> None:
+async def test_quick_sync_completes_inline(fastmcp_server: Peer, ext_client: WireSession) -> None:
     mark = fastmcp_server.log_mark()
     started = await ext_client.start("quick_sync", {"text": "now"})
     assert started.task is None
@@ -153,7 +153,7 @@ async def test_quick_sync_completes_inline(fastmcp_server: Peer, ext_client: Mcp
 # --- cancel ------------------------------------------------------------------------------------------
 
 
-async def test_cancel_working_task(ext_client: McpTaskClient) -> None:
+async def test_cancel_working_task(ext_client: WireSession) -> None:
     started = await ext_client.start("cancellable", {"seconds": 60})
     assert started.task.status == "working"
     assert await ext_client.cancel(started.task.task_id) is None  # the extension's empty ack
@@ -164,7 +164,7 @@ async def test_cancel_working_task(ext_client: McpTaskClient) -> None:
     assert await ext_client.result(state) == TaskPayload(empty=True)
 
 
-async def test_cancel_completed_task_is_acked_and_outcome_kept(ext_client: McpTaskClient) -> None:
+async def test_cancel_completed_task_is_acked_and_outcome_kept(ext_client: WireSession) -> None:
     started = await ext_client.start("slow_echo", {"seconds": 0.05, "text": "kept"})
     state = await poll_until_terminal(ext_client, started.task.task_id)
     assert state.status == "completed"
@@ -174,7 +174,7 @@ async def test_cancel_completed_task_is_acked_and_outcome_kept(ext_client: McpTa
     assert (await ext_client.result(after)).result["structuredContent"] == {"echo": "kept"}
 
 
-async def test_unknown_task_is_task_not_found(ext_client: McpTaskClient) -> None:
+async def test_unknown_task_is_task_not_found(ext_client: WireSession) -> None:
     for call in (ext_client.get, ext_client.cancel):
         with pytest.raises(TaskNotFound) as info:
             await call("no-such-task-ext")
@@ -185,7 +185,7 @@ async def test_unknown_task_is_task_not_found(ext_client: McpTaskClient) -> None
 
 
 async def test_expiry_with_short_ttl(fastmcp_short_ttl: Peer) -> None:
-    client = await McpTaskClient.connect(fastmcp_short_ttl.endpoint)
+    client = await WireSession.connect(fastmcp_short_ttl.endpoint)
     try:
         started = await client.start("slow_echo", {"seconds": 0.1})
         assert started.task.ttl_ms == 1000
@@ -211,7 +211,7 @@ async def test_envelope_on_every_request(fastmcp_server: Peer) -> None:
     """After discovery, every request names its target in Mcp-Name: the task id on tasks/*, the tool on
     tools/call. (fastmcp answers -32020 on a mismatch, so a wrong one would also fail the calls.)"""
     mark = fastmcp_server.log_mark()
-    client = await McpTaskClient.connect(fastmcp_server.endpoint)
+    client = await WireSession.connect(fastmcp_server.endpoint)
     try:
         await client.list_tools()
         started = await client.start("cancellable", {"seconds": 60})
@@ -234,7 +234,7 @@ async def test_envelope_on_every_request(fastmcp_server: Peer) -> None:
 
 
 async def test_every_tasks_request_in_all_fastmcp_logs_carries_mcp_name(
-        peer_logs: Path, fastmcp_server: Peer, ext_client: McpTaskClient) -> None:
+        peer_logs: Path, fastmcp_server: Peer, ext_client: WireSession) -> None:
     started = await ext_client.start("slow_echo", {"seconds": 0.05})
     await poll_until_terminal(ext_client, started.task.task_id)
     checked = 0

@@ -23,7 +23,6 @@ from mcp_temporal_tasks.activities.wire import (
     LEGACY,
     CapabilityUnavailable,
     JsonRpcError,
-    McpTaskClient,
     ProcessGone,
     ResultDecodeError,
     SessionGone,
@@ -33,6 +32,7 @@ from mcp_temporal_tasks.activities.wire import (
     TaskPayload,
     TaskState,
     TaskUnreachable,
+    WireSession,
     decode_result,
 )
 from tests.peers.harness import REPO_ROOT, Peer, poll_until_terminal, read_peer_log, stdio_child_pid
@@ -42,15 +42,15 @@ RATE_LIMIT_TEXT = "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=
 
 
 @pytest.fixture(scope="module")
-async def ts_client(ts_peer: Peer) -> AsyncIterator[McpTaskClient]:
+async def ts_client(ts_peer: Peer) -> AsyncIterator[WireSession]:
     """One shared client per TS transport for the read-mostly cases."""
-    client = await McpTaskClient.connect(ts_peer.endpoint)
+    client = await WireSession.connect(ts_peer.endpoint)
     yield client
     await client.aclose()
 
 
-async def _connect(peer: Peer, **kw) -> McpTaskClient:
-    return await McpTaskClient.connect(peer.endpoint, **kw)
+async def _connect(peer: Peer, **kw) -> WireSession:
+    return await WireSession.connect(peer.endpoint, **kw)
 
 
 # --- era detection ---------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ async def test_pinning_extension_on_ts_is_capability_unavailable(ts_peer: Peer) 
 # --- outcomes ----------------------------------------------------------------------------------------
 
 
-async def test_completed_slow_echo_decodes_against_output_schema(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_completed_slow_echo_decodes_against_output_schema(ts_peer: Peer, ts_client: WireSession) -> None:
     text = f"hi from {ts_peer.name}"
     started = await ts_client.start("slow_echo", {"seconds": 0.2, "text": text})
     assert started.task is not None and started.result is None and started.task_requested
@@ -132,7 +132,7 @@ async def test_completed_slow_echo_decodes_against_output_schema(ts_peer: Peer, 
     assert "echo" in info.value.message
 
 
-async def test_tool_error_is_failed_with_stored_is_error_payload(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_tool_error_is_failed_with_stored_is_error_payload(ts_peer: Peer, ts_client: WireSession) -> None:
     started = await ts_client.start("rate_limited", {})
     assert started.task is not None
     state = await poll_until_terminal(ts_client, started.task.task_id)
@@ -145,7 +145,7 @@ async def test_tool_error_is_failed_with_stored_is_error_payload(ts_peer: Peer, 
     assert decode_result(payload.result, {"type": "object", "required": ["echo"]})["isError"] is True
 
 
-async def test_jsonrpc_error_of_failed_task_comes_back_as_payload(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_jsonrpc_error_of_failed_task_comes_back_as_payload(ts_peer: Peer, ts_client: WireSession) -> None:
     started = await ts_client.start("rpc_error", {})
     task_id = started.task.task_id
     state = await poll_until_terminal(ts_client, task_id)
@@ -162,7 +162,7 @@ async def test_jsonrpc_error_of_failed_task_comes_back_as_payload(ts_peer: Peer,
 # --- cancel ------------------------------------------------------------------------------------------
 
 
-async def test_cancel_working_task_then_again_is_benign(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_cancel_working_task_then_again_is_benign(ts_peer: Peer, ts_client: WireSession) -> None:
     started = await ts_client.start("cancellable", {"seconds": 60})
     task_id = started.task.task_id
     assert started.task.status == "working"
@@ -184,7 +184,7 @@ async def test_cancel_working_task_then_again_is_benign(ts_peer: Peer, ts_client
     assert await ts_client.result(again) == TaskPayload(empty=True)
 
 
-async def test_cancel_completed_task_keeps_its_true_outcome(ts_client: McpTaskClient) -> None:
+async def test_cancel_completed_task_keeps_its_true_outcome(ts_client: WireSession) -> None:
     started = await ts_client.start("slow_echo", {"seconds": 0.05, "text": "done"})
     state = await poll_until_terminal(ts_client, started.task.task_id)
     assert state.status == "completed"
@@ -193,7 +193,7 @@ async def test_cancel_completed_task_keeps_its_true_outcome(ts_client: McpTaskCl
     assert (await ts_client.result(after_cancel)).result["structuredContent"] == {"echo": "done"}
 
 
-async def test_unknown_task_is_task_not_found(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_unknown_task_is_task_not_found(ts_peer: Peer, ts_client: WireSession) -> None:
     for call in (ts_client.get, ts_client.cancel):
         with pytest.raises(TaskNotFound) as info:
             await call(BOGUS + "1")
@@ -203,7 +203,7 @@ async def test_unknown_task_is_task_not_found(ts_peer: Peer, ts_client: McpTaskC
         await ts_client.result(TaskState(task_id=BOGUS + "2", status="failed", era=LEGACY))
 
 
-async def test_result_of_non_terminal_state_raises_without_sending(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_result_of_non_terminal_state_raises_without_sending(ts_peer: Peer, ts_client: WireSession) -> None:
     started = await ts_client.start("cancellable", {"seconds": 60})
     try:
         mark = ts_peer.log_mark()
@@ -215,7 +215,7 @@ async def test_result_of_non_terminal_state_raises_without_sending(ts_peer: Peer
         await ts_client.cancel(started.task.task_id)
 
 
-async def test_list_tasks_contains_created_task(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_list_tasks_contains_created_task(ts_peer: Peer, ts_client: WireSession) -> None:
     started = await ts_client.start("slow_echo", {"seconds": 0.05})
     listed = {t.task_id: t for t in await ts_client.list_tasks()}
     assert started.task.task_id in listed
@@ -264,7 +264,7 @@ async def test_reattach_from_serialised_ref_without_initialize(ts_http_stateful:
     ref = SessionRef.model_validate_json(ref_json)
     assert ref.session_id and ref.era == LEGACY
     mark = peer.log_mark()
-    second = await McpTaskClient.attach(ref)
+    second = await WireSession.attach(ref)
     try:
         state = await poll_until_terminal(second, started.task.task_id)
         assert state.status == "completed"
@@ -284,10 +284,10 @@ async def test_reattach_from_another_process(ts_http_stateful: Peer) -> None:
     started = await client.start("cancellable", {"seconds": 60})
     snippet = (
         "import asyncio, json, os, sys\n"
-        "from mcp_temporal_tasks.activities.wire import McpTaskClient, SessionRef\n"
+        "from mcp_temporal_tasks.activities.wire import WireSession, SessionRef\n"
         "async def main():\n"
         "    ref = SessionRef.model_validate_json(sys.stdin.read())\n"
-        "    client = await McpTaskClient.attach(ref)\n"
+        "    client = await WireSession.attach(ref)\n"
         "    state = await client.get(sys.argv[1])\n"
         "    await client.aclose()\n"
         "    print(json.dumps({'pid': os.getpid(), 'status': state.status}))\n"
@@ -345,7 +345,7 @@ async def test_attach_stdio_is_task_unreachable(ts_stdio: Peer) -> None:
         ref = SessionRef.model_validate_json(started.session.model_dump_json())
         mark = ts_stdio.log_mark()
         with pytest.raises(TaskUnreachable):
-            await McpTaskClient.attach(ref)
+            await WireSession.attach(ref)
         assert ts_stdio.log_since(mark) == []  # no second child was spawned
         await client.cancel(started.task.task_id)
     finally:
@@ -357,7 +357,7 @@ async def test_deleted_session_is_session_gone(ts_http_stateful: Peer) -> None:
     started = await client.start("slow_echo", {"seconds": 0.1})
     ref = started.session
     await client.aclose(terminate=True)  # HTTP DELETE of the session
-    again = await McpTaskClient.attach(ref)
+    again = await WireSession.attach(ref)
     try:
         with pytest.raises(SessionGone) as info:
             await again.get(started.task.task_id)
@@ -370,7 +370,7 @@ async def test_deleted_session_is_session_gone(ts_http_stateful: Peer) -> None:
 # --- what gets sent ----------------------------------------------------------------------------------
 
 
-async def test_plain_fallback_reply_is_a_result(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_plain_fallback_reply_is_a_result(ts_peer: Peer, ts_client: WireSession) -> None:
     mark = ts_peer.log_mark()
     started = await ts_client.start("plain_fallback", {"text": "inline"})
     assert started.task is None
@@ -380,7 +380,7 @@ async def test_plain_fallback_reply_is_a_result(ts_peer: Peer, ts_client: McpTas
     assert [(c["tool"], c["task"]) for c in calls] == [("plain_fallback", True)]
 
 
-async def test_forbidden_tool_is_called_without_task(ts_peer: Peer, ts_client: McpTaskClient) -> None:
+async def test_forbidden_tool_is_called_without_task(ts_peer: Peer, ts_client: WireSession) -> None:
     assert (await ts_client.list_tools())["forbidden_tool"].task_support == "forbidden"
     mark = ts_peer.log_mark()
     started = await ts_client.start("forbidden_tool", {})
@@ -411,7 +411,7 @@ async def test_required_tool_without_tasks_offered_is_refused_locally(ts_stdio: 
 # --- the pool ----------------------------------------------------------------------------------------
 
 
-async def _wait_dead(client: McpTaskClient, timeout_s: float = 10.0) -> None:
+async def _wait_dead(client: WireSession, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while client.alive:
         assert time.monotonic() < deadline, "the killed stdio child was not noticed"

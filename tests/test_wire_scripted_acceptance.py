@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome
 from tests.temporal_harness import address_of, cli, one_json, unique
 from tests.wire_scripted_server import FRAMINGS, RESULT_TEXT, acceptance_server, summary
 

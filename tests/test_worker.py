@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from mcp_temporal_tasks.worker.devserver import free_port, temporal_binary
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES, McpTaskRequest, Outcome, Timeouts
+from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES, McpTaskRequest, Outcome, Timeouts
 from tests.peers.harness import Peer
 from tests.temporal_harness import WorkerProcess, unique, write_config
 

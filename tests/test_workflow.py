@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from examples.fanout.workflow import FanOutRequest, FanOutResult, McpFanOutWorkflow
 from mcp_temporal_tasks.activities.result_store import ResultStore
-from mcp_temporal_tasks.activities.wire.contract import canonical_json
+from mcp_temporal_tasks.protocol.contract import canonical_json
 from mcp_temporal_tasks.workflows.client import get_outcome, outcome_of, start_mcp_task
-from mcp_temporal_tasks.workflows.fanout import FanOutRequest, FanOutResult, McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, Outcome, Phase, Timeouts
 from tests.peers.harness import Peer, ts_http_peer, wait_until
 from tests.temporal_harness import (
     FAST,
@@ -321,7 +321,7 @@ async def test_search_attributes_find_outcomes(client: Client, fastmcp_server: P
 
 async def test_decode_failed_keeps_the_raw_payload(fastmcp_server: Peer, client: Client) -> None:
     """The work finished; its payload breaks the pinned contract: decode_failed, raw kept, never re-run."""
-    from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+    from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
 
     queue = unique("contract")
     pinned = ToolPolicy(output_schema={"type": "object", "required": ["receipt"]}, replay="always")

@@ -71,8 +71,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
-from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
-from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, validation_message
+from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE, validation_message
 
 
 class ConfigError(ValueError):
@@ -250,7 +250,7 @@ _AUTH_KEYS = {"type", "client_id", "client_secret", "private_key", "scope", "iss
 
 
 def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """``[servers.NAME.auth]`` → :class:`~mcp_temporal_tasks.activities.wire.models.OAuthClient` fields.
+    """``[servers.NAME.auth]`` → :class:`~mcp_temporal_tasks.protocol.tasks.OAuthClient` fields.
 
     Checked at start, so a worker never runs without the credentials it will need: the referenced variables must
     be set and the key file readable (their values are not kept here; the wire reads them when it needs a token).

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from mcp_temporal_tasks.activities.result_store import state_dir
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
+from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES
 
 
 class DevServerError(RuntimeError):

@@ -40,15 +40,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from mcp_temporal_tasks.activities.activity_io import ServerConfig
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
-from mcp_temporal_tasks.activities.models import ServerConfig
 from mcp_temporal_tasks.worker.config import ConfigError, StorageSettings, WorkerSettings, load_config, server_config
 from mcp_temporal_tasks.worker.config import WorkerConfig as McpWorkerConfig
 from mcp_temporal_tasks.worker.registry import WORKFLOWS, ensure_search_attributes, make_activities
 from mcp_temporal_tasks.worker.storage import aclose_storage, prepare, settings_of, with_storage
 from mcp_temporal_tasks.worker.temporal_client import run_trace_parent, tracing_interceptor  # noqa: F401  (re-exported)
-from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
+from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES
+from mcp_temporal_tasks.workflows.task_error import McpTaskFailureConverter
 
 log = logging.getLogger("mcp_tasks.plugin")
 
@@ -67,11 +67,11 @@ def is_tracing(interceptor: Any) -> bool:
 #: (``google_genai.py``). ``tests/test_sandbox_imports.py`` lists what a workflow run loads in the sandbox.
 PASSTHROUGH = (
     "mcp_temporal_tasks.workflows",
-    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.models", "mcp_temporal_tasks.activities.relay",
-    "mcp_temporal_tasks.activities.wire.models", "mcp_temporal_tasks.activities.wire.errors",
-    "mcp_temporal_tasks.activities.wire.limits", "mcp_temporal_tasks.activities.wire.contract",
-    "mcp_temporal_tasks.activities.wire.sdk_types", "mcp_temporal_tasks.activities.wire.bounds",
-    "mcp_temporal_tasks.activities.wire.elicitation",
+    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io", "mcp_temporal_tasks.activities.relay",
+    "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
+    "mcp_temporal_tasks.protocol.limits", "mcp_temporal_tasks.protocol.contract",
+    "mcp_temporal_tasks.protocol.sdk_types", "mcp_temporal_tasks.protocol.bounds",
+    "mcp_temporal_tasks.protocol.elicitation",
     "mcp_temporal_tasks._agent_tools", "mcp_temporal_tasks.pydantic_ai", "mcp_temporal_tasks.openai_agents",
     "mcp_temporal_tasks.google_adk", "mcp_temporal_tasks.google_genai",
 )

@@ -19,11 +19,10 @@ from mcp_temporal_tasks.activities.push import PushHub
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.activities.wire import PROCESS_ID, Endpoint, SessionPool
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
-from mcp_temporal_tasks.workflows.fanout import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import SEARCH_ATTRIBUTE_NAMES
+from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES
 
-WORKFLOWS = [McpTaskWorkflow, McpFanOutWorkflow]
+WORKFLOWS = [McpTaskWorkflow]
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:

@@ -21,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
 from mcp_temporal_tasks.worker.storage import settings_of, with_storage
-from mcp_temporal_tasks.workflows.errors import McpTaskFailureConverter
+from mcp_temporal_tasks.workflows.task_error import McpTaskFailureConverter
 
 #: The pydantic converter our models need, whose failures of a task that did not complete carry no stack trace.
 DATA_CONVERTER = dataclasses.replace(pydantic_data_converter, failure_converter_class=McpTaskFailureConverter)

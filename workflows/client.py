@@ -19,11 +19,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from mcp_temporal_tasks.activities.models import OUTCOME_MEMO
-from mcp_temporal_tasks.activities.wire.contract import canonical_json
-from mcp_temporal_tasks.workflows.errors import McpTaskError
+from mcp_temporal_tasks.activities.activity_io import OUTCOME_MEMO
+from mcp_temporal_tasks.protocol.contract import canonical_json
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, initial_search_attributes
-from mcp_temporal_tasks.workflows.models import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
+from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE, McpTaskOutcome, McpTaskRequest, check_request_size
+from mcp_temporal_tasks.workflows.task_error import McpTaskError
 
 #: Where a service connects when neither ``TEMPORAL_ADDRESS`` nor a temporal.toml profile says (as Temporal's samples
 #: and the CLI do).
@@ -93,7 +93,7 @@ class RequestMismatch(ValueError):
 async def _existing_request(handle: WorkflowHandle[Any, Any]) -> tuple[str, str] | None:
     """(tool, request digest) of the task behind ``handle``: from its memo (written when it ends), else from its
     start event (readable while it runs, with or without a worker). None when neither can be read."""
-    from mcp_temporal_tasks.activities.wire.contract import digest
+    from mcp_temporal_tasks.protocol.contract import digest
 
     try:
         desc = await handle.describe()
@@ -120,7 +120,7 @@ async def _existing_request(handle: WorkflowHandle[Any, Any]) -> tuple[str, str]
 
 
 async def _check_same_request(handle: WorkflowHandle[Any, Any], request: McpTaskRequest) -> None:
-    from mcp_temporal_tasks.activities.wire.contract import digest
+    from mcp_temporal_tasks.protocol.contract import digest
 
     existing = await _existing_request(handle)
     if existing is None:
@@ -159,7 +159,7 @@ async def start_mcp_task(
     refused before anything was sent (``rejected``, no ``tools/call``); a completed one still stands. ``memo``:
     the workflow's memo at start (the CLI records the configuration it was started with; never a secret).
 
-    Raises :class:`~mcp_temporal_tasks.workflows.models.RequestTooLarge` (naming the limit) before anything starts when
+    Raises :class:`~mcp_temporal_tasks.workflows.records.RequestTooLarge` (naming the limit) before anything starts when
     the arguments are too large to carry through Temporal, and :class:`RequestMismatch` when the id already belongs to
     a task of a different request (another tool, or arguments with another digest): never another request's
     outcome.
@@ -257,7 +257,7 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
     """Wait for the task's end and return its outcome, whatever it is.
 
     ``handle.result()`` returns the outcome of a ``completed`` task only: every other outcome fails the
-    workflow with :class:`~mcp_temporal_tasks.workflows.errors.McpTaskError` (so Temporal shows it as failed);
+    workflow with :class:`~mcp_temporal_tasks.workflows.task_error.McpTaskError` (so Temporal shows it as failed);
     this unwraps it. A workflow that failed for another reason (terminated, timed out) still raises.
     """
     try:

@@ -24,10 +24,10 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from mcp_temporal_tasks.activities.wire.bounds import parse_time, shifted
-from mcp_temporal_tasks.activities.wire.errors import MAX_RETRY_AFTER_S
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
-from mcp_temporal_tasks.workflows.models import Classification, Outcome, ReplayPolicy, Stage
+from mcp_temporal_tasks.protocol.bounds import parse_time, shifted
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
+from mcp_temporal_tasks.protocol.wire_errors import MAX_RETRY_AFTER_S
+from mcp_temporal_tasks.workflows.records import Classification, Outcome, ReplayPolicy, Stage
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
 _RETRY_AFTER = re.compile(

@@ -14,7 +14,7 @@ Its phases and the moves between them (``models.TRANSITIONS``, checked on every 
     CANCELLING        ─► RETRIEVING · DONE
     DONE              ─► (end)
 
-Every operation ends with an :class:`~.models.Ending` that names its :class:`~.models.Stage`; one pure function,
+Every operation ends with an :class:`~.records.Ending` that names its :class:`~.records.Stage`; one pure function,
 ``decisions.replay_reason(stage, outcome, classification)``, says whether that ending may justify a new
 ``tools/call`` (gone at GONE, a lost reply at SUBMITTING, a retryable tool failure at SUBMITTING or PAYLOAD; never
 anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLAYING, else DONE).
@@ -36,7 +36,7 @@ Decision logic lives in :mod:`mcp_temporal_tasks.workflows.decisions` (plain fun
 
 Each phase is one module of :mod:`mcp_temporal_tasks.workflows.phases` (``submit``, ``wait``, ``retrieve``,
 ``input``, ``cancel``, ``finish``; ``messages`` for the query, updates and signals): a mixin over one shared state
-(``phases/base.py``, ``TaskMachine``: the request and :class:`~.models.MachineState`). This module composes them and
+(``phases/base.py``, ``TaskMachine``: the request and :class:`~.records.MachineState`). This module composes them and
 runs the operations one after another (resolve, an operation, a replay's approval and ``Retry-After``, the end).
 The patch ids are listed in ``phases/patches.py``.
 """
@@ -66,14 +66,13 @@ from mcp_temporal_tasks.workflows.phases.wait import WaitPhase
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from mcp_temporal_tasks.activities.activity_io import OUTCOME_MEMO, ResolveInput
     from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.activities.models import OUTCOME_MEMO, ResolveInput
-    from mcp_temporal_tasks.activities.wire.contract import digest
-    from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+    from mcp_temporal_tasks.protocol.contract import digest
+    from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
-    from mcp_temporal_tasks.workflows.failures import failure_info
-    from mcp_temporal_tasks.workflows.models import (
+    from mcp_temporal_tasks.workflows.failure_decoding import failure_info
+    from mcp_temporal_tasks.workflows.records import (
         SA_SERVER,
         SA_STATUS,
         SA_TOOL,
@@ -92,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         search_attribute_value,
         validation_message,
     )
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
 
 __all__ = ["McpTaskWorkflow", "initial_search_attributes", "validate_input_response"]
 
@@ -144,7 +144,7 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
     @workflow.run
     async def run(self, request: Any) -> McpTaskOutcome:
         """The outcome of a ``completed`` task; every other outcome fails the workflow with
-        :class:`~mcp_temporal_tasks.workflows.errors.McpTaskError` carrying the outcome (see that module)."""
+        :class:`~mcp_temporal_tasks.workflows.task_error.McpTaskError` carrying the outcome (see that module)."""
         outcome = await self._run()
         # Operators must tell a task that did not complete from one that did (UI status, "Failed" filter, SDK
         # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only

@@ -12,7 +12,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
 
 # Activity presets. Which failures are worth retrying is said by each error itself (``non_retryable``, from the
-# wire error's ``retryable`` flag: activities.failures.to_application_error), not listed here again.
+# wire error's ``retryable`` flag: activities.failure_encoding.to_application_error), not listed here again.
 #: tools/call: one attempt. Whether a failed send may be repeated is the workflow's decision, never a retry's.
 SUBMIT = ActivityConfig(retry_policy=RetryPolicy(maximum_attempts=1))
 #: Waiting on a task (poll, relay): retried while the worker dies or the server hiccups, bounded by the caller.

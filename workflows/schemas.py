@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from mcp_temporal_tasks.activities.models import LegacyInputRequest
+from mcp_temporal_tasks.activities.activity_io import LegacyInputRequest
 from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, TaskView
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, TaskView
 
 #: The workflow's interface, by Temporal name: (kind, what goes in, what comes back).
 INTERFACE: dict[str, tuple[str, Any, Any]] = {

@@ -35,12 +35,12 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAl
 with workflow.unsafe.imports_passed_through():
     import mcp_types
 
+    from mcp_temporal_tasks.activities.activity_io import FetchOutcomeInput, ListToolsInput
     from mcp_temporal_tasks.activities.defs import FETCH_OUTCOME, LIST_TOOLS
-    from mcp_temporal_tasks.activities.models import FetchOutcomeInput, ListToolsInput
-    from mcp_temporal_tasks.activities.wire.models import Endpoint, Era
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
+    from mcp_temporal_tasks.protocol.tasks import Endpoint, Era
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-    from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest, Outcome, ReplayPolicy, Timeouts
+    from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest, Outcome, ReplayPolicy, Timeouts
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
 
 RESULT_REF_META = "io.github.mcp-temporal-tasks/result-ref"
 _SEQ_ATTR = "_mcp_tasks_client_seq"

@@ -11,9 +11,9 @@ JSON-RPC. Both protocol eras are spoken, over stdio and streamable HTTP:
   carries the ``_meta`` envelope declaring the extension; ``Mcp-Method``/``Mcp-Name`` headers on HTTP;
   payload inline in ``tasks/get``; ``tasks/update`` answers input requests.
 
-Interface (:class:`McpTaskClient`; get one from :class:`SessionPool` in long-lived processes):
+Interface (:class:`WireSession`; get one from :class:`SessionPool` in long-lived processes):
 
-``McpTaskClient.connect(endpoint, era=None)``
+``WireSession.connect(endpoint, era=None)``
     Opens a session. With ``era`` pinned speaks only that era (:class:`CapabilityUnavailable` if the
     server does not offer tasks there). Otherwise ``initialize`` first and its answer decides: servers of
     2025-03-26 / 2025-06-18 (plain tools, no tasks) and 2025-11-25 are spoken as they answer; ``server/discover``
@@ -21,7 +21,7 @@ Interface (:class:`McpTaskClient`; get one from :class:`SessionPool` in long-liv
     or one that refuses ``initialize``). A version nobody knows: :class:`UnknownProtocolVersion`.
     ``client.era``, ``client.protocol_version`` and ``client.tasks_offered`` report the choice. Transport
     failures raise :class:`TransportError`.
-``McpTaskClient.attach(session_ref)``
+``WireSession.attach(session_ref)``
     Re-attaches from any process with only a serialised :class:`SessionRef` (no new ``initialize``,
     which on stateful servers would orphan the tasks). Stdio sessions cannot be re-attached
     (:class:`TaskUnreachable`): the task lives in the child process of whoever spawned it.
@@ -65,7 +65,23 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.protocol.tasks import (
+    EXTENSION,
+    INITIALIZE_VERSIONS,
+    KNOWN_VERSIONS,
+    LEGACY,
+    TERMINAL_STATUSES,
+    Endpoint,
+    Era,
+    InputRequest,
+    RpcErrorInfo,
+    SessionRef,
+    StartResult,
+    TaskPayload,
+    TaskState,
+    ToolInfo,
+)
+from mcp_temporal_tasks.protocol.wire_errors import (
     ERROR_TYPES,
     AuthorizationRequired,
     CapabilityUnavailable,
@@ -86,43 +102,28 @@ from mcp_temporal_tasks.activities.wire.errors import (
     UnknownProtocolVersion,
     UnsupportedProtocolVersion,
 )
-from mcp_temporal_tasks.activities.wire.models import (
-    EXTENSION,
-    INITIALIZE_VERSIONS,
-    KNOWN_VERSIONS,
-    LEGACY,
-    TERMINAL_STATUSES,
-    Endpoint,
-    Era,
-    InputRequest,
-    RpcErrorInfo,
-    SessionRef,
-    StartResult,
-    TaskPayload,
-    TaskState,
-    ToolInfo,
-)
 
 if TYPE_CHECKING:
-    from mcp_temporal_tasks.activities.wire.client import McpTaskClient, parse_task
-    from mcp_temporal_tasks.activities.wire.contract import contract_of, decode_result, digest
     from mcp_temporal_tasks.activities.wire.pool import PROCESS_ID, SessionPool
+    from mcp_temporal_tasks.activities.wire.session import WireSession, parse_task
+    from mcp_temporal_tasks.protocol.contract import contract_of, decode_result, digest
 
 #: Loaded on first use: importing a light module of the wire (``models``, ``errors``, ``contract``), as workflow
 #: code does, runs this package first, and must not load the connection layers (httpx2, h11, sockets, processes).
-_LAZY = {"McpTaskClient": "client", "parse_task": "client", "contract_of": "contract", "decode_result": "contract",
-         "digest": "contract", "PROCESS_ID": "pool", "SessionPool": "pool"}
+_LAZY = {"WireSession": "session", "parse_task": "session", "contract_of": "mcp_temporal_tasks.protocol.contract",
+         "decode_result": "mcp_temporal_tasks.protocol.contract", "digest": "mcp_temporal_tasks.protocol.contract",
+         "PROCESS_ID": "pool", "SessionPool": "pool"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    return getattr(import_module(_LAZY[name] if "." in _LAZY[name] else f"{__name__}.{_LAZY[name]}"), name)
 
 
 __all__ = [
     "AuthorizationRequired", "CapabilityUnavailable", "ERROR_TYPES", "EXTENSION", "Endpoint", "Era",
-    "HeaderMismatch", "InputRequest", "InvalidParams", "JsonRpcError", "LEGACY", "McpTaskClient",
+    "HeaderMismatch", "InputRequest", "InvalidParams", "JsonRpcError", "LEGACY", "WireSession",
     "McpWireError", "MethodNotFound", "MissingCapability", "PROCESS_ID", "ProcessGone", "ProtocolViolation",
     "RateLimited", "ResultDecodeError", "RpcErrorInfo", "SessionGone", "SessionPool", "SessionRef",
     "StartResult", "TERMINAL_STATUSES", "TaskNotFound", "TaskPayload", "TaskState", "TaskUnreachable",

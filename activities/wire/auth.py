@@ -28,7 +28,7 @@ error.
 The credentials (secret or signed assertion) go in one request only: the token request, to the token endpoint of
 an authorization server found as above, whose URL is ``https`` (``http`` only on loopback). Every other outcome
 (metadata that does not parse, an issuer that does not match, an authorization server that is not named, down or
-answering garbage) is one :class:`~.errors.AuthorizationRequired` naming the server and what was wrong, and no
+answering garbage) is one :class:`~protocol.wire_errors.AuthorizationRequired` naming the server and what was wrong, and no
 request carrying the credentials is made. Each request to the metadata endpoints and the authorization server gets
 :data:`AUTH_SERVER_TIMEOUT_S`, the whole discovery and token request :data:`AUTH_FLOW_TIMEOUT_S`.
 
@@ -68,8 +68,8 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx2
 
 from mcp_temporal_tasks.activities.wire import redact
-from mcp_temporal_tasks.activities.wire.errors import AuthorizationRequired, CapabilityUnavailable
-from mcp_temporal_tasks.activities.wire.models import OAuthClient, redact_url
+from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
+from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired, CapabilityUnavailable
 
 log = logging.getLogger(__name__)
 

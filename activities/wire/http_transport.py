@@ -20,15 +20,6 @@ import httpx2
 
 from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth import BearerAuth
-from mcp_temporal_tasks.activities.wire.errors import (
-    McpWireError,
-    PayloadUnusable,
-    ProtocolViolation,
-    RequestRefused,
-    SessionGone,
-    StreamLost,
-    TransportError,
-)
 from mcp_temporal_tasks.activities.wire.http11 import FRESH_CONNECTION, H11Transport, RequestNotSent, StaleConnection
 from mcp_temporal_tasks.activities.wire.jsonrpc import (
     DEFAULT_TIMEOUT_S,
@@ -41,10 +32,19 @@ from mcp_temporal_tasks.activities.wire.jsonrpc import (
     server_reply,
     sse_message,
 )
-from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.resume import MAX_IDLE_RESUMPTIONS, ResumePoint
 from mcp_temporal_tasks.activities.wire.status import http_error
+from mcp_temporal_tasks.protocol.limits import MAX_REPLY_BYTES
+from mcp_temporal_tasks.protocol.wire_errors import (
+    McpWireError,
+    PayloadUnusable,
+    ProtocolViolation,
+    RequestRefused,
+    SessionGone,
+    StreamLost,
+    TransportError,
+)
 
 CONNECT_TIMEOUT_S = 10.0
 #: How long a plain call waits for the session's standalone GET stream to open before it is sent anyway.
@@ -251,7 +251,7 @@ class HttpTransport:
     ) -> dict[str, Any]:
         """The reply on an SSE stream; a stream that ends (gracefully or dropped) before it is resumed with ``GET`` and
         ``Last-Event-ID`` after the server's ``retry``, within the bounds of :mod:`.resume` (the request itself is never
-        sent again); a resumption that cannot bring the reply raises :class:`~.errors.StreamLost`."""
+        sent again); a resumption that cannot bring the reply raises :class:`~protocol.wire_errors.StreamLost`."""
         point = ResumePoint()
         reply = await self._read_events(response, method, msg_id, on_server_request, on_notification, point)
         while reply is None:

@@ -2,20 +2,20 @@
 
 Many servers without MCP tasks expose long work as tools: one starts it and returns an id, one reports its
 state, often one returns the result and one cancels. :class:`JobTasks` drives those tools and answers in the
-task vocabulary of :class:`~.client.McpTaskClient` (``get`` → :class:`TaskState`, ``result`` →
+task vocabulary of :class:`~.session.WireSession` (``get`` → :class:`TaskState`, ``result`` →
 :class:`TaskPayload`, ``cancel``), so everything above the wire (the workflow's phases, outcomes, ledger and
 replay gate) is the same for a job as for a task.
 
 Failure semantics, per call:
 
 * ``submit`` is a ``tools/call`` that starts work: never idempotent, failures carry
-  ``may_have_reached_server`` exactly as :meth:`McpTaskClient.start`'s do. A reply without the job id is
+  ``may_have_reached_server`` exactly as :meth:`WireSession.start`'s do. A reply without the job id is
   :class:`JobReplyMismatch` (the work may have started: ``decode_failed``, never a replay).
 * ``get``, ``result`` are reads: transport faults and garbled replies are retryable. A status tool answering
-  ``isError`` is a :class:`~.errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the job may be
+  ``isError`` is a :class:`~protocol.wire_errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the job may be
   fine). A status reply that does not match the binding (no state where the binding points, or a state it does
   not map) is :class:`JobReplyMismatch`: final, ``decode_failed`` with the reply kept.
-* ``cancel`` without a cancel tool is :class:`~.errors.CapabilityUnavailable`.
+* ``cancel`` without a cancel tool is :class:`~protocol.wire_errors.CapabilityUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from mcp_temporal_tasks.activities.wire.client import McpTaskClient, ProgressHandler
-from mcp_temporal_tasks.activities.wire.errors import CapabilityUnavailable, PayloadUnusable, ProtocolViolation
-from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.activities.wire.session import ProgressHandler, WireSession
+from mcp_temporal_tasks.protocol.limits import MAX_TASK_ID, STATUS_MESSAGE_CAP, TEXT_CAP, cap_text
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.protocol.wire_errors import CapabilityUnavailable, PayloadUnusable, ProtocolViolation
 
 
 class JobSpec(Protocol):
     """What the wire reads of a job binding. The binding itself is configuration, defined above the wire
-    (``activities.models.JobBinding``), which the wire does not import."""
+    (``activities.activity_io.JobBinding``), which the wire does not import."""
 
     @property
     def submit(self) -> str: ...
@@ -119,9 +119,9 @@ def document_of(reply: dict[str, Any]) -> Any:
 
 
 class JobTasks:
-    """One server session's job tools, per :class:`JobBinding`, in the interface of :class:`McpTaskClient`."""
+    """One server session's job tools, per :class:`JobBinding`, in the interface of :class:`WireSession`."""
 
-    def __init__(self, client: McpTaskClient, binding: JobSpec) -> None:
+    def __init__(self, client: WireSession, binding: JobSpec) -> None:
         self.client = client
         self.binding = binding
 

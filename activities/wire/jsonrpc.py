@@ -1,5 +1,5 @@
 """JSON-RPC 2.0 as both transports frame it: request ids and bodies, a reply's ``result`` or its typed error
-(:func:`~.errors.error_from_rpc`), the answer to a server's own request, the message an SSE event carries; and the
+(:func:`~protocol.wire_errors.error_from_rpc`), the answer to a server's own request, the message an SSE event carries; and the
 secret scrub every transport call leaves through.
 """
 
@@ -11,9 +11,9 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from mcp_temporal_tasks.activities.wire.errors import McpWireError, ProtocolViolation, error_from_rpc
-from mcp_temporal_tasks.activities.wire.limits import loads_bounded
 from mcp_temporal_tasks.activities.wire.redact import scrub_error
+from mcp_temporal_tasks.protocol.limits import loads_bounded
+from mcp_temporal_tasks.protocol.wire_errors import McpWireError, ProtocolViolation, error_from_rpc
 
 T = TypeVar("T")
 

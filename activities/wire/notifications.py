@@ -42,12 +42,12 @@ from typing import Any
 
 import httpx2
 
-from mcp_temporal_tasks.activities.wire.client import McpTaskClient
-from mcp_temporal_tasks.activities.wire.errors import JsonRpcError, McpWireError
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.limits import MAX_TASK_ID, carry_problem, loads_bounded
 from mcp_temporal_tasks.activities.wire.resume import ResumePoint
+from mcp_temporal_tasks.activities.wire.session import WireSession
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.protocol.limits import MAX_TASK_ID, carry_problem, loads_bounded
+from mcp_temporal_tasks.protocol.wire_errors import JsonRpcError, McpWireError
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ class TasksSubscription(Listener):
 
     kind = "subscriptions/listen"
 
-    def __init__(self, client: McpTaskClient, task_ids: Callable[[], list[str]], deliver: Deliver, *,
+    def __init__(self, client: WireSession, task_ids: Callable[[], list[str]], deliver: Deliver, *,
                  name: str, on_transport_frames: bool = True) -> None:
         super().__init__(deliver, name=name)
         self.client = client

@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from mcp_temporal_tasks.activities.wire.client import McpTaskClient
-from mcp_temporal_tasks.activities.wire.errors import RateLimited, SessionGone, TaskUnreachable, TransportError
-from mcp_temporal_tasks.activities.wire.models import Endpoint, Era, SessionRef
+from mcp_temporal_tasks.activities.wire.session import WireSession
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.protocol.tasks import Endpoint, Era, SessionRef
+from mcp_temporal_tasks.protocol.wire_errors import RateLimited, SessionGone, TaskUnreachable, TransportError
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ PROCESS_ID = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 @dataclass
 class _Entry:
-    client: McpTaskClient
+    client: WireSession
     last_used: float = field(default_factory=time.monotonic)
     tasks: set[str] = field(default_factory=set)
 
@@ -72,21 +72,21 @@ class SessionPool:
         holds_tasks = isinstance(entry.client.transport, StdioTransport) and bool(entry.tasks)
         return not entry.client.alive or (idle and not holds_tasks)
 
-    async def for_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None) -> McpTaskClient:
+    async def for_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None) -> WireSession:
         """A live session for a new ``tools/call``; connects (and detects the era) when needed."""
         async with self._lock:
             await self._sweep()
             key = self._key(endpoint, principal, era)
             entry = self._by_key.get(key)
             if entry is None or not entry.client.alive:
-                entry = _Entry(await McpTaskClient.connect(endpoint, era=era, owner=self.owner))
+                entry = _Entry(await WireSession.connect(endpoint, era=era, owner=self.owner))
                 self._by_key[key] = entry
                 if entry.client.transport.session_id:
                     self._by_session[self._session_key(endpoint, entry.client.transport.session_id)] = entry
             entry.last_used = time.monotonic()
             return entry.client
 
-    async def for_task(self, ref: SessionRef, *, principal: str | None) -> McpTaskClient:
+    async def for_task(self, ref: SessionRef, *, principal: str | None) -> WireSession:
         """The session that can reach a task created under ``ref``, re-attached when that is possible."""
         async with self._lock:
             await self._sweep()
@@ -104,19 +104,19 @@ class SessionPool:
                 skey = self._session_key(ref.endpoint, ref.session_id)
                 entry = self._by_session.get(skey)
                 if entry is None or not entry.client.alive:
-                    entry = _Entry(await McpTaskClient.attach(ref))
+                    entry = _Entry(await WireSession.attach(ref))
                     self._by_session[skey] = entry
             else:
                 key = self._key(ref.endpoint, principal, ref.era)
                 entry = self._by_key.get(key)
                 if entry is None or not entry.client.alive:
-                    entry = _Entry(await McpTaskClient.attach(ref))
+                    entry = _Entry(await WireSession.attach(ref))
                     self._by_key[key] = entry
             entry.last_used = time.monotonic()
             return entry.client
 
     async def read_task(self, ref: SessionRef, *, principal: str | None,
-                        fn: Callable[[McpTaskClient], Awaitable[T]]) -> tuple[McpTaskClient, T]:
+                        fn: Callable[[WireSession], Awaitable[T]]) -> tuple[WireSession, T]:
         """``fn`` (a read of the task) on the session that can reach the task: (that session, what ``fn`` returned).
 
         A session gone is not a task gone. When the server answers 404 to the task's session (restarted, or it purged
@@ -139,7 +139,7 @@ class SessionPool:
                 f"{first.message}; a new session was refused too: {again.message}", sent=True
             ) from None
 
-    async def _new_session_for(self, ref: SessionRef, principal: str | None) -> McpTaskClient:
+    async def _new_session_for(self, ref: SessionRef, principal: str | None) -> WireSession:
         """A fresh handshake with ``ref``'s server, put in the place of ``ref``'s session for this process."""
         async with self._lock:
             old = (
@@ -147,7 +147,7 @@ class SessionPool:
             )
         if old is not None:
             await old.client.aclose()
-        client = await McpTaskClient.connect(ref.endpoint, era=ref.era, owner=self.owner)
+        client = await WireSession.connect(ref.endpoint, era=ref.era, owner=self.owner)
         async with self._lock:
             if ref.session_id:
                 self._by_session[self._session_key(ref.endpoint, ref.session_id)] = _Entry(client)
@@ -155,14 +155,14 @@ class SessionPool:
                 self._by_key[self._key(ref.endpoint, principal, ref.era)] = _Entry(client)
         return client
 
-    def track(self, client: McpTaskClient, task_id: str, *, done: bool = False) -> None:
+    def track(self, client: WireSession, task_id: str, *, done: bool = False) -> None:
         """Note that ``client`` holds (or no longer holds) ``task_id``; stdio children are kept while they do."""
         for entry in (*self._by_key.values(), *self._by_session.values()):
             if entry.client is client:
                 (entry.tasks.discard if done else entry.tasks.add)(task_id)
 
     async def run_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None,
-                           fn: Callable[[McpTaskClient], Awaitable[T]]) -> T:
+                           fn: Callable[[WireSession], Awaitable[T]]) -> T:
         """Run ``fn`` on a pooled session; if that session proves dead and nothing was sent, re-open once.
 
         A stale pooled session (stdio child exited, HTTP session purged, connection refused) fails
@@ -179,7 +179,7 @@ class SessionPool:
             client = await self.for_new_call(endpoint, principal=principal, era=era)
             return await fn(client)
 
-    async def discard(self, client: McpTaskClient) -> None:
+    async def discard(self, client: WireSession) -> None:
         async with self._lock:
             for key in [k for k, e in self._by_key.items() if e.client is client]:
                 del self._by_key[key]

@@ -5,7 +5,7 @@ at connect time (``client.resolve_refs``). A server may still echo one back (a 4
 ``Authorization`` header, a stdio child that prints its environment in an error). So:
 
 * every transport knows the values it resolved (its header values, its stdio child's referenced env) and
-  scrubs each :class:`~.errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
+  scrubs each :class:`~protocol.wire_errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
 * every value resolved in this process is also kept in a process-wide registry (an OAuth token until it expires,
   then it leaves: the registry stays bounded in a worker that runs for months), and
   :class:`RedactingFilter` (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs

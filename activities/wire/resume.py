@@ -22,7 +22,7 @@ only what a client decides with them, each value bounded:
   resume this stream.
 
 With these bounds a stream that closes forever costs at most ``MAX_IDLE_RESUMPTIONS × (MAX_RETRY_S + the read
-timeout)`` and ends as :class:`~.errors.StreamLost` (``sent`` True: the request was delivered).
+timeout)`` and ends as :class:`~protocol.wire_errors.StreamLost` (``sent`` True: the request was delivered).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ What the SDK cannot do for us, and why we work around it here:
   as a ``CallToolResult`` and raises on the ``CreateTaskResult`` (upstream PR 3161 is open). So we send
   ``tools/call`` ourselves and parse both reply shapes (:mod:`.client`).
 * ``mcp_types.Task`` requires ``ttl``; real runtimes omit it. Task objects are parsed leniently
-  (:func:`.client.parse_task`), never through ``mcp_types.Task``.
+  (:func:`~.session.parse_task`), never through ``mcp_types.Task``.
 * The SDK's HTTP transport hides HTTP status codes (see :mod:`.http_transport`).
 
 What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our
@@ -30,9 +30,9 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 
-from mcp_temporal_tasks.activities.wire.errors import ProtocolViolation
-from mcp_temporal_tasks.activities.wire.models import EXTENSION, TASKS_EXTENSION, ToolInfo
-from mcp_temporal_tasks.activities.wire.sdk_types import SDK_VERSION, validate_call_tool_result
+from mcp_temporal_tasks.protocol.sdk_types import SDK_VERSION, validate_call_tool_result
+from mcp_temporal_tasks.protocol.tasks import EXTENSION, TASKS_EXTENSION, ToolInfo
+from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation
 
 __all__ = ["CLIENT_INFO", "SDK_VERSION", "default_stdio_environment", "extension_headers", "extension_meta",
            "installed_sdk_version", "tool_info", "validate_call_tool_result"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from mcp_temporal_tasks.activities.wire.errors import (
+from mcp_temporal_tasks.protocol.wire_errors import (
     AuthorizationRequired,
     HttpRefusal,
     McpWireError,

@@ -33,7 +33,7 @@ Its bounds are module constants, its process is private, so none of this can be 
 Kept from the SDK: the message framing (one JSON-RPC message per line, validated by
 ``mcp_types.jsonrpc_message_adapter``, written as ``model_dump_json(by_alias=True, exclude_unset=True)``) and the
 safe inherited environment (:func:`.sdk_compat.default_stdio_environment`, given by the caller). Added: a line
-is bounded (:data:`~.limits.MAX_REPLY_BYTES`; a longer one is skipped and reported, never buffered), invalid
+is bounded (:data:`~protocol.limits.MAX_REPLY_BYTES`; a longer one is skipped and reported, never buffered), invalid
 UTF-8 in a line is that line's error (the SDK's strict decoding ended the whole session), and a write is bounded
 in time (a child that stops reading its stdin cannot hold a request forever).
 """
@@ -51,7 +51,7 @@ from typing import Any
 
 import mcp_types
 
-from mcp_temporal_tasks.activities.wire.limits import MAX_REPLY_BYTES
+from mcp_temporal_tasks.protocol.limits import MAX_REPLY_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ import logging
 import uuid
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire.errors import McpWireError, ProcessGone, TaskUnreachable, TransportError
 from mcp_temporal_tasks.activities.wire.jsonrpc import (
     DEFAULT_TIMEOUT_S,
     NotificationHandler,
@@ -22,6 +21,7 @@ from mcp_temporal_tasks.activities.wire.jsonrpc import (
 )
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.stdio import WRITE_TIMEOUT_S, ChildStartError, StdioChild
+from mcp_temporal_tasks.protocol.wire_errors import McpWireError, ProcessGone, TaskUnreachable, TransportError
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ async def main() -> None:
     url = os.environ.get("MCP_URL")
     proc = None
     if url is None:
-        from mcp_temporal_tasks.worker.demo import start_demo_server
+        from mcp_temporal_tasks.worker.demo_scenario import start_demo_server
 
         proc, url = start_demo_server()
     try:

@@ -23,10 +23,10 @@ from temporalio.client import (
     WorkflowExecutionStatus,
 )
 
-from mcp_temporal_tasks.activities.models import ServerConfig, ToolPolicy
+from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import state_dir
-from mcp_temporal_tasks.activities.wire import McpTaskClient, McpWireError, TaskUnreachable, TransportError, stdio
-from mcp_temporal_tasks.activities.wire.models import Endpoint, ToolInfo, protocol_label
+from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession, stdio
+from mcp_temporal_tasks.protocol.tasks import Endpoint, ToolInfo, protocol_label
 from mcp_temporal_tasks.worker.cli.connection import temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
     LiveBoard,
@@ -67,7 +67,7 @@ from mcp_temporal_tasks.worker.registry import ensure_search_attributes
 from mcp_temporal_tasks.worker.runner import run_workers
 from mcp_temporal_tasks.workflows.client import RequestMismatch, outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     McpTaskOutcome,
     McpTaskRequest,
 )
@@ -102,7 +102,7 @@ async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool)
     if endpoint is None or (endpoint.url is None and not stdio):
         return
     try:
-        client = await asyncio.wait_for(McpTaskClient.connect(endpoint, era=request.era), timeout=15)
+        client = await asyncio.wait_for(WireSession.connect(endpoint, era=request.era), timeout=15)
         await client.aclose()
     except (TimeoutError, TransportError, TaskUnreachable) as exc:
         raise CliError(f"MCP server unreachable at start ({printable(endpoint.identity())}): "
@@ -428,7 +428,7 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     run_logging()
     where = printable(endpoint.identity())
     try:
-        client = await asyncio.wait_for(McpTaskClient.connect(endpoint, era=args.era or (server.era if server else None)),
+        client = await asyncio.wait_for(WireSession.connect(endpoint, era=args.era or (server.era if server else None)),
                                         timeout=15)
     except (TimeoutError, TransportError, TaskUnreachable) as exc:
         raise CliError(f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}",

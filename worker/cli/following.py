@@ -25,14 +25,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowHandle
 
+from mcp_temporal_tasks.activities.activity_io import STILL_WORKING
 from mcp_temporal_tasks.activities.defs import START_CALL
-from mcp_temporal_tasks.activities.models import STILL_WORKING
-from mcp_temporal_tasks.activities.wire.models import protocol_label
+from mcp_temporal_tasks.protocol.tasks import protocol_label
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Phase, TaskView
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, Phase, TaskView
 
 TaskHandle = WorkflowHandle[McpTaskWorkflow, McpTaskOutcome]
 #: A check run on every tick of :func:`follow`: returns a line to print (a worker gone, back), or raises to end.

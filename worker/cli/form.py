@@ -13,7 +13,7 @@ import jsonschema
 
 from mcp_temporal_tasks.worker.cli.parser import EXIT_USAGE, CliError, err
 from mcp_temporal_tasks.worker.printable import printable
-from mcp_temporal_tasks.workflows.models import PendingInput
+from mcp_temporal_tasks.workflows.records import PendingInput
 
 
 def _ask(prompt: str) -> str:

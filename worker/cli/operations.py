@@ -57,7 +57,7 @@ from mcp_temporal_tasks.worker.cli.plan import (
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow, validate_input_response
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     McpTaskOutcome,
     TaskView,
 )

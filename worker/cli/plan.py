@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from mcp_temporal_tasks.activities.wire.models import Endpoint
+from mcp_temporal_tasks.protocol.tasks import Endpoint
 from mcp_temporal_tasks.worker.cli.parser import EXIT_USAGE, RUN_QUEUE_PREFIX, CliError, check_id
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, is_host_port, load_config
 from mcp_temporal_tasks.worker.temporal_client import connect_options
 from mcp_temporal_tasks.workflows.client import default_workflow_id
-from mcp_temporal_tasks.workflows.models import (
+from mcp_temporal_tasks.workflows.records import (
     McpTaskRequest,
     RequestTooLarge,
     check_request_size,

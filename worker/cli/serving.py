@@ -23,8 +23,8 @@ from temporalio.client import Client
 
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.result_store import state_dir
-from mcp_temporal_tasks.activities.wire.models import Endpoint
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
+from mcp_temporal_tasks.protocol.tasks import Endpoint
 from mcp_temporal_tasks.worker.cli.connection import (
     DEFAULT_ADDRESS,
     check_namespace,
@@ -47,7 +47,7 @@ from mcp_temporal_tasks.worker.cli.parser import (
 )
 from mcp_temporal_tasks.worker.cli.plan import address_source, check_address, check_env_refs, configuration
 from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig
-from mcp_temporal_tasks.worker.demo import EXPECTED, demo_config, demo_requests, detail, start_demo_server
+from mcp_temporal_tasks.worker.demo_scenario import EXPECTED, demo_config, demo_requests, detail, start_demo_server
 from mcp_temporal_tasks.worker.devserver import (
     DevServer,
     DevServerError,

@@ -1,6 +1,6 @@
 """What every phase of ``McpTaskWorkflow`` shares: one state, the one move, and the steps each phase takes.
 
-:class:`TaskMachine` holds the request and the :class:`~mcp_temporal_tasks.workflows.models.MachineState` (the only
+:class:`TaskMachine` holds the request and the :class:`~mcp_temporal_tasks.workflows.records.MachineState` (the only
 state, read by the queries) and the moves every phase makes: :meth:`~TaskMachine._move` (checked against
 ``models.TRANSITIONS``, the one table of allowed moves) and :meth:`~TaskMachine._enter`; the replay rule's inputs,
 activity options, and waiting without losing a cancellation. Each phase is a mixin over it in its own module
@@ -21,12 +21,13 @@ from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.models import AwaitOutput, DecodedPayload, JobBinding
-    from mcp_temporal_tasks.activities.wire.contract import canonical_json, contract_of, digest
-    from mcp_temporal_tasks.activities.wire.models import TaskState
+    from mcp_temporal_tasks.activities.activity_io import AwaitOutput, DecodedPayload, JobBinding
+    from mcp_temporal_tasks.protocol.contract import canonical_json, contract_of, digest
+    from mcp_temporal_tasks.protocol.tasks import TaskState
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.failures import failure_info
-    from mcp_temporal_tasks.workflows.models import (
+    from mcp_temporal_tasks.workflows.failure_decoding import failure_info
+    from mcp_temporal_tasks.workflows.phases.patches import RETRIEVAL_NEVER_REPLAYS, SEARCHABLE_PHASES
+    from mcp_temporal_tasks.workflows.records import (
         SA_STATUS,
         TRANSITIONS,
         Ending,
@@ -37,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         ReplayPolicy,
         Stage,
     )
-    from mcp_temporal_tasks.workflows.phases.patches import RETRIEVAL_NEVER_REPLAYS, SEARCHABLE_PHASES
 
 LEDGER_CONTRACT_CAP = 16 * 1024
 
@@ -50,7 +50,7 @@ _WOKEN = _Woken()
 
 
 class _Ended(Exception):
-    """Internal: one operation reached its :class:`~mcp_temporal_tasks.workflows.models.Ending`.
+    """Internal: one operation reached its :class:`~mcp_temporal_tasks.workflows.records.Ending`.
 
     Raised from deep inside a step (a wait, a retrieval, a cancel) and caught once, in ``_run``.
     """

@@ -13,13 +13,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from mcp_temporal_tasks.activities.activity_io import AwaitInput, CancelInput, PollSchedule
     from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.activities.models import AwaitInput, CancelInput, PollSchedule
-    from mcp_temporal_tasks.activities.wire.models import TaskState
-    from mcp_temporal_tasks.workflows.failures import attempts_text, last_read_failure
-    from mcp_temporal_tasks.workflows.models import Ending, Outcome, Phase, Stage
+    from mcp_temporal_tasks.protocol.tasks import TaskState
+    from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import TASK_STEP, WAIT, read_budget
     from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended, _short
+    from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, Stage
 
 
 class CancelPhase(TaskMachine):

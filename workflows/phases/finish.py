@@ -6,11 +6,11 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.wire.models import protocol_label
-    from mcp_temporal_tasks.workflows.errors import finished_details
-    from mcp_temporal_tasks.workflows.models import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
+    from mcp_temporal_tasks.protocol.tasks import protocol_label
     from mcp_temporal_tasks.workflows.phases.base import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import SEARCHABLE_PHASES
+    from mcp_temporal_tasks.workflows.records import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
+    from mcp_temporal_tasks.workflows.task_error import finished_details
 
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")

@@ -2,7 +2,7 @@
 ``provide_input`` updates (each with its validator), the 2025-11-25 input relay's signals and query, and the push
 hub's ``mcp_task_notified`` signal.
 
-A handler only records (in :class:`~mcp_temporal_tasks.workflows.models.MachineState`); the phase waiting on it acts.
+A handler only records (in :class:`~mcp_temporal_tasks.workflows.records.MachineState`); the phase waiting on it acts.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
-    from mcp_temporal_tasks.activities.models import TASK_NOTIFIED_SIGNAL, LegacyInputRequest, TaskNotified
+    from mcp_temporal_tasks.activities.activity_io import TASK_NOTIFIED_SIGNAL, LegacyInputRequest, TaskNotified
     from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
-    from mcp_temporal_tasks.activities.wire.elicitation import with_defaults
-    from mcp_temporal_tasks.workflows.models import LegacyInputRecord, PendingInput, Phase, TaskView
+    from mcp_temporal_tasks.protocol.elicitation import with_defaults
     from mcp_temporal_tasks.workflows.phases.base import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import NOTIFIED_WAKES
+    from mcp_temporal_tasks.workflows.records import LegacyInputRecord, PendingInput, Phase, TaskView
 
 #: Statuses a notification may wake a wait for (never ``working``).
 _WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
@@ -29,7 +29,7 @@ _MAX_WAKES = 16
 
 
 class Messages(TaskMachine):
-    """The query, updates and signals (names as in ``activities.models``, ``activities.relay`` and the schemas)."""
+    """The query, updates and signals (names as in ``activities.activity_io``, ``activities.relay`` and the schemas)."""
 
     @workflow.query
     def status(self) -> TaskView:

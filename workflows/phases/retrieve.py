@@ -11,15 +11,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from mcp_temporal_tasks.activities.activity_io import DecodedPayload, RetrieveInput
     from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.activities.models import DecodedPayload, RetrieveInput
-    from mcp_temporal_tasks.activities.wire.models import LEGACY
+    from mcp_temporal_tasks.protocol.tasks import LEGACY
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.failures import attempts_text, last_read_failure
-    from mcp_temporal_tasks.workflows.models import Ending, Outcome, Phase, ResultRef, Stage
+    from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import RETRIEVE, read_budget
     from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended, _short
     from mcp_temporal_tasks.workflows.phases.patches import ERROR_REPLY_NEVER_REPLAYS, RETRIEVAL_NEVER_REPLAYS
+    from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, ResultRef, Stage
 
 
 class RetrievePhase(TaskMachine):

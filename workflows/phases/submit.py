@@ -16,12 +16,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from mcp_temporal_tasks.activities.activity_io import StartCallInput, StartCallOutput
     from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.activities.models import StartCallInput, StartCallOutput
-    from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+    from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.failures import failure_info
-    from mcp_temporal_tasks.workflows.models import (
+    from mcp_temporal_tasks.workflows.failure_decoding import failure_info
+    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
+    from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended
+    from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, READ_ONLY_IS_IDEMPOTENT
+    from mcp_temporal_tasks.workflows.records import (
         SA_SERVER,
         SA_STATUS,
         SA_TASK_ID,
@@ -34,9 +37,6 @@ with workflow.unsafe.imports_passed_through():
         Stage,
         search_attribute_value,
     )
-    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
-    from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended
-    from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, READ_ONLY_IS_IDEMPOTENT
 
 
 class SubmitPhase(TaskMachine):

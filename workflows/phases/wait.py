@@ -16,11 +16,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from mcp_temporal_tasks.activities.activity_io import AwaitInput, AwaitOutput, PollSchedule
     from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.activities.models import AwaitInput, AwaitOutput, PollSchedule
-    from mcp_temporal_tasks.activities.wire.models import LEGACY, TaskState
+    from mcp_temporal_tasks.protocol.tasks import LEGACY, TaskState
     from mcp_temporal_tasks.workflows import decisions
-    from mcp_temporal_tasks.workflows.models import Ending, Outcome, Phase, Stage
     from mcp_temporal_tasks.workflows.options import IDLE_POLL, LONG_WAIT, WAIT
     from mcp_temporal_tasks.workflows.phases.base import (
         _WOKEN,
@@ -32,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         _Woken,
     )
     from mcp_temporal_tasks.workflows.phases.patches import IDLE_WAITS, LONG_WAIT_HEARTBEAT
+    from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, Stage
 
 
 class WaitPhase(TaskMachine):

@@ -9,11 +9,11 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from mcp_temporal_tasks.activities.models import failed_read_error
+from mcp_temporal_tasks.activities.activity_io import failed_read_error
 from mcp_temporal_tasks.activities.wire import McpWireError, RateLimited
-from mcp_temporal_tasks.activities.wire.errors import is_read_fault, is_transient_read_error
-from mcp_temporal_tasks.activities.wire.limits import cap_text, safe_raw
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+from mcp_temporal_tasks.protocol.limits import cap_text, safe_raw
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
+from mcp_temporal_tasks.protocol.wire_errors import is_read_fault, is_transient_read_error
 
 #: Temporal keeps the failure of an attempt that will be retried only up to 4 KiB
 #: (``limit.mutableStateActivityFailureSize.error``); a larger one is replaced by "Failure exceeds size limit." and
@@ -31,7 +31,7 @@ def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bo
 
     ``read``: the request was an idempotent read, so a garbled reply is retryable like a transport fault.
     ``task_read``: a read of an existing task (``tasks/*``, a job's status, result or cancel tool): every
-    failure :func:`~.wire.errors.is_read_fault` calls a fault is retryable, JSON-RPC errors included, and the
+    failure :func:`~protocol.wire_errors.is_read_fault` calls a fault is retryable, JSON-RPC errors included, and the
     details say which attempt it was (the workflow reports how many there were).
     ``sent=False``: the failure happened before ``tools/call`` left (discovery, ``tools/list``, connect),
     whatever the failing request itself may have reached: the tool surely did not run.

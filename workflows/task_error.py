@@ -1,6 +1,6 @@
 """How a task that did not complete shows in Temporal: a failed workflow with a typed ``ApplicationError``.
 
-``McpTaskWorkflow`` returns the :class:`~.models.McpTaskOutcome` when the task ``completed`` and *fails* with
+``McpTaskWorkflow`` returns the :class:`~.records.McpTaskOutcome` when the task ``completed`` and *fails* with
 :class:`McpTaskError` for every other outcome, so the Temporal UI's status column, its "Failed" filter,
 ``ExecutionStatus = 'Failed'`` in visibility queries and the SDK's ``workflow_failed`` metric all tell a task
 that did not complete from one that did. The error's ``type`` names the outcome (``McpTaskToolError``,
@@ -15,8 +15,8 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError
 
-from mcp_temporal_tasks.activities.models import EXPECTED_ATTEMPT_ENDS, OUTCOME_FAILURE_PREFIX, outcome_in_failure
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, Outcome
+from mcp_temporal_tasks.activities.activity_io import EXPECTED_ATTEMPT_ENDS, OUTCOME_FAILURE_PREFIX, outcome_in_failure
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, Outcome
 
 TYPE_PREFIX = OUTCOME_FAILURE_PREFIX
 #: How much of the server's text the failure message (the UI's one line) carries; the outcome detail has it all.

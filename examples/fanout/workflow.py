@@ -14,9 +14,9 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.workflows.errors import McpTaskError
     from mcp_temporal_tasks.workflows.mcp_task import initial_search_attributes
-    from mcp_temporal_tasks.workflows.models import WORKFLOW_TYPE, McpTaskOutcome, McpTaskRequest, Outcome
+    from mcp_temporal_tasks.workflows.records import WORKFLOW_TYPE, McpTaskOutcome, McpTaskRequest, Outcome
+    from mcp_temporal_tasks.workflows.task_error import McpTaskError
 
 
 class FanOutRequest(BaseModel):

@@ -14,18 +14,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from temporalio.common import SearchAttributeKey
 
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     MAX_SEARCH_ATTRIBUTE_BYTES as MAX_SEARCH_ATTRIBUTE_BYTES,  # the shape lives below, shared with the push hub
 )
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     TASK_ID_SEARCH_ATTRIBUTE,
     TASK_WORKFLOW_TYPE,
     ServerProfile,
 )
-from mcp_temporal_tasks.activities.models import (
+from mcp_temporal_tasks.activities.activity_io import (
     search_attribute_value as search_attribute_value,
 )
-from mcp_temporal_tasks.activities.wire.models import (
+from mcp_temporal_tasks.protocol.tasks import (
     Endpoint,
     Era,
     InputRequest,
@@ -34,7 +34,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     TaskStatus,
 )
-from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
+from mcp_temporal_tasks.protocol.tasks import StrictModel as _Model
 from mcp_temporal_tasks.workflows.states import Classification, Outcome, Phase, ReplayPolicy
 
 WORKFLOW_TYPE = TASK_WORKFLOW_TYPE

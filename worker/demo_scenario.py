@@ -26,10 +26,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from mcp_temporal_tasks.activities.models import JobBinding, ServerConfig, ToolPolicy
+from mcp_temporal_tasks.activities.activity_io import JobBinding, ServerConfig, ToolPolicy
 from mcp_temporal_tasks.worker.config import WorkerConfig
 from mcp_temporal_tasks.worker.devserver import die_with_parent
-from mcp_temporal_tasks.workflows.models import McpTaskOutcome, McpTaskRequest
+from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest
 
 EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled", "report": "completed"}
 #: The demo server's job tools, bound as one job (README "Three shapes of long work").

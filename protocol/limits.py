@@ -5,7 +5,7 @@ Why each bound:
 
 * ``MAX_REPLY_BYTES``: one JSON-RPC reply (a JSON body or one SSE event). Results above the result
   store's inline limit are kept by reference, so this only has to stop a server from exhausting the
-  worker's memory; a reply over it is a clear, final error (:class:`~.errors.ReplyTooLarge`), not a
+  worker's memory; a reply over it is a clear, final error (:class:`~.wire_errors.ReplyTooLarge`), not a
   transient one. The HTTP library's own default per-SSE-event cap (1 MiB) is replaced by it on purpose.
 * ``MAX_RESULT_DEPTH``: pydantic, the JSON encoders and Temporal's payload converter all recurse; a
   result nested deeper than this ends ``decode_failed`` instead of failing the activity over and over.

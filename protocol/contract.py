@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from mcp_temporal_tasks.activities.wire import sdk_types
-from mcp_temporal_tasks.activities.wire.errors import ResultDecodeError
-from mcp_temporal_tasks.activities.wire.limits import carry_problem
+from mcp_temporal_tasks.protocol import sdk_types
+from mcp_temporal_tasks.protocol.limits import carry_problem
+from mcp_temporal_tasks.protocol.wire_errors import ResultDecodeError
 
 
 def canonical_json(value: Any) -> str:

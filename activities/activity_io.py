@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool
 
-from mcp_temporal_tasks.activities.wire.models import (
+from mcp_temporal_tasks.protocol.tasks import (
     Endpoint,
     Era,
     InputRequest,
@@ -23,7 +23,7 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskStatus,
     ToolInfo,
 )
-from mcp_temporal_tasks.activities.wire.models import StrictModel as _Model
+from mcp_temporal_tasks.protocol.tasks import StrictModel as _Model
 
 ReplayName = Literal["never", "if_idempotent", "always", "with_approval"]
 
@@ -332,7 +332,7 @@ OUTCOME_MEMO = "outcome"
 
 def outcome_in_failure(err: BaseException | None) -> dict[str, Any] | None:
     """The outcome (JSON) a task's failure carries as its first detail, from ``err`` or any of its causes; None
-    when there is none. The one reader of that shape: ``workflows.errors.McpTaskError.outcome_of`` types it, the
+    when there is none. The one reader of that shape: ``workflows.task_error.McpTaskError.outcome_of`` types it, the
     ``fetch_outcome`` activity passes it on."""
     from temporalio.exceptions import ApplicationError
 

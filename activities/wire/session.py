@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from mcp_temporal_tasks.activities.wire import redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
-from mcp_temporal_tasks.activities.wire.bounds import (
+from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
+from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
+from mcp_temporal_tasks.activities.wire.transport import Transport
+from mcp_temporal_tasks.protocol.bounds import (
     MAX_POLL_INTERVAL_MS,
     MAX_TTL_MS,
     bounded_int,
@@ -24,23 +29,8 @@ from mcp_temporal_tasks.activities.wire.bounds import (
     parse_time,
     raw_text,
 )
-from mcp_temporal_tasks.activities.wire.elicitation import ELICITATION_CAPABILITY
-from mcp_temporal_tasks.activities.wire.errors import (
-    INTERNAL_ERROR,
-    CapabilityUnavailable,
-    JsonRpcError,
-    McpWireError,
-    ProtocolViolation,
-    ReadMeaning,
-    TaskNotFound,
-    TaskUnreachable,
-    UnknownProtocolVersion,
-    is_transient_read_error,
-    read_error_meaning,
-)
-from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
-from mcp_temporal_tasks.activities.wire.limits import (
+from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
+from mcp_temporal_tasks.protocol.limits import (
     MAX_TASK_ID,
     STATUS_MESSAGE_CAP,
     TEXT_CAP,
@@ -48,7 +38,7 @@ from mcp_temporal_tasks.activities.wire.limits import (
     carry_problem,
     safe_raw,
 )
-from mcp_temporal_tasks.activities.wire.models import (
+from mcp_temporal_tasks.protocol.tasks import (
     EXTENSION,
     INITIALIZE_VERSIONS,
     KNOWN_VERSIONS,
@@ -65,9 +55,19 @@ from mcp_temporal_tasks.activities.wire.models import (
     TaskState,
     ToolInfo,
 )
-from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
-from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
-from mcp_temporal_tasks.activities.wire.transport import Transport
+from mcp_temporal_tasks.protocol.wire_errors import (
+    INTERNAL_ERROR,
+    CapabilityUnavailable,
+    JsonRpcError,
+    McpWireError,
+    ProtocolViolation,
+    ReadMeaning,
+    TaskNotFound,
+    TaskUnreachable,
+    UnknownProtocolVersion,
+    is_transient_read_error,
+    read_error_meaning,
+)
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def _created_after(task: TaskState, sent_at: datetime, slack_s: float = 5.0) -> 
     return created >= sent_at - timedelta(seconds=slack_s)
 
 
-class McpTaskClient:
+class WireSession:
     """A live session. Create with :meth:`connect` (handshake) or :meth:`attach` (from a :class:`SessionRef`)."""
 
     def __init__(
@@ -297,7 +297,7 @@ class McpTaskClient:
         return transport
 
     @classmethod
-    async def connect(cls, endpoint: Endpoint, *, era: Era | None = None, owner: str | None = None) -> McpTaskClient:
+    async def connect(cls, endpoint: Endpoint, *, era: Era | None = None, owner: str | None = None) -> WireSession:
         """Open a session. With ``era`` pinned, speak only that era; otherwise ask each server only what it has.
 
         * ``era="2026-07-28"`` pinned: ``server/discover`` only (it must advertise ``io.modelcontextprotocol/tasks``).
@@ -414,7 +414,7 @@ class McpTaskClient:
         reply = await transport.request("initialize", with_trace_context({
             "protocolVersion": LEGACY,
             # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's held
-            # tasks/result (relay_input) and on a plain tools/call's own stream (start_call): wire/elicitation.py.
+            # tasks/result (relay_input) and on a plain tools/call's own stream (start_call): protocol/elicitation.py.
             "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
             "clientInfo": sdk_compat.CLIENT_INFO,
         }))
@@ -433,7 +433,7 @@ class McpTaskClient:
         return version, caps if isinstance(caps, dict) else {}
 
     @classmethod
-    async def attach(cls, ref: SessionRef) -> McpTaskClient:
+    async def attach(cls, ref: SessionRef) -> WireSession:
         """Reach an existing session from any process, without a new handshake.
 
         Legacy HTTP re-uses ``Mcp-Session-Id``; the extension is stateless. A stdio session can only be

@@ -10,8 +10,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
-from mcp_temporal_tasks.activities.models import failed_read_error
-from mcp_temporal_tasks.activities.wire.models import RpcErrorInfo
+from mcp_temporal_tasks.activities.activity_io import failed_read_error
+from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
 
 
 def failure_info(err: ActivityError | ApplicationError) -> tuple[str, bool, dict[str, Any]]:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire.limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
+from mcp_temporal_tasks.protocol.limits import RAW_CAP, cap_text, safe_raw  # noqa: F401  (RAW_CAP re-exported)
 
 # JSON-RPC / MCP error codes this project reacts to.
 INVALID_PARAMS = -32602
@@ -337,7 +337,7 @@ class ReadErrorRule:
     why: str
 
 
-_LEGACY_ERA = "2025-11-25"  # activities.wire.models.LEGACY (not imported: models imports this module's limits)
+_LEGACY_ERA = "2025-11-25"  # protocol.tasks.LEGACY (not imported: models imports this module's limits)
 
 #: The whole rule, first match wins. Derived from the two specs and what the runtimes send (the TS SDK, fastmcp,
 #: the official Python SDK): ``-32602`` is the only code either spec gives to "no such task"; 2025-11-25 stores
