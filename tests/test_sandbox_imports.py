@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
     "mcp_temporal_tasks", "mcp_temporal_tasks._agent_tools",
     "mcp_temporal_tasks.activities", "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io",
-    "mcp_temporal_tasks.activities.relay", "mcp_temporal_tasks.activities.wire",
-    "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
+    "mcp_temporal_tasks.activities.relay",
+    "mcp_temporal_tasks.protocol", "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
     "mcp_temporal_tasks.protocol.limits", "mcp_temporal_tasks.protocol.contract",
     "mcp_temporal_tasks.protocol.sdk_types", "mcp_temporal_tasks.protocol.bounds",
     "mcp_temporal_tasks.protocol.elicitation",

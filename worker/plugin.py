@@ -58,20 +58,18 @@ def is_tracing(interceptor: Any) -> bool:
 
 
 #: What workflow code imports of ours, passed through the sandbox (loaded once, from the worker, not re-run for every
-#: workflow): the workflows, the activity stubs and names (``activities/defs.py``), the models and the light modules
-#: of the wire they are built from, and the agent adapters users' workflows import. Not the activity implementation,
-#: the wire's connection layers, nor anything else of a worker: a user's workflow importing one of those gets the
-#: sandbox's own copy (and its restrictions), as for any module. Not ``fastmcp`` either: where it is loaded it
-#: patches camelCase read properties onto the mcp types whose getter imports fastmcp; the one reader of ours that
-#: workflow code drives (google-genai, on what ``McpTasksClientSession`` returns) reads through properties of our own
-#: (``google_genai.py``). ``tests/test_sandbox_imports.py`` lists what a workflow run loads in the sandbox.
+#: workflow): the workflows, the activity stubs and names (``activities/defs.py``), the models they are built from
+#: (``activities/activity_io.py`` and the I/O-free ``protocol`` package), and the agent adapters users' workflows
+#: import. Not the activity implementation, no module of the wire (``activities.wire``), nor anything else of a
+#: worker: a user's workflow importing one of those gets the sandbox's own copy (and its restrictions), as for any
+#: module. Not ``fastmcp`` either: where it is loaded it patches camelCase read properties onto the mcp types whose
+#: getter imports fastmcp; the one reader of ours that workflow code drives (google-genai, on what
+#: ``McpTasksClientSession`` returns) reads through properties of our own (``google_genai.py``).
+#: ``tests/test_sandbox_imports.py`` lists what a workflow run loads in the sandbox.
 PASSTHROUGH = (
-    "mcp_temporal_tasks.workflows",
-    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io", "mcp_temporal_tasks.activities.relay",
-    "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
-    "mcp_temporal_tasks.protocol.limits", "mcp_temporal_tasks.protocol.contract",
-    "mcp_temporal_tasks.protocol.sdk_types", "mcp_temporal_tasks.protocol.bounds",
-    "mcp_temporal_tasks.protocol.elicitation",
+    "mcp_temporal_tasks.workflows", "mcp_temporal_tasks.protocol",
+    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io",
+    "mcp_temporal_tasks.activities.relay",
     "mcp_temporal_tasks._agent_tools", "mcp_temporal_tasks.pydantic_ai", "mcp_temporal_tasks.openai_agents",
     "mcp_temporal_tasks.google_adk", "mcp_temporal_tasks.google_genai",
 )
