@@ -49,7 +49,7 @@ import temporalio.client, temporalio.worker  # the SDK, loaded by any worker bef
 from temporalio.worker.workflow_sandbox import _importer
 
 before = set(sys.modules)
-import mcp_temporal_tasks._agent_tools, mcp_temporal_tasks.workflows.client, examples.fanout.workflow
+import mcp_temporal_tasks._agent_tools, mcp_temporal_tasks.workflows.client
 import mcp_temporal_tasks.workflows.mcp_task, mcp_temporal_tasks.workflows.tasks_client
 host = sorted(set(sys.modules) - before)
 
@@ -62,7 +62,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from mcp_temporal_tasks.worker.runner import workflow_runner  # the worker side, as in any worker
-from examples.fanout.workflow import McpFanOutWorkflow
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
 sandboxes = []
@@ -73,7 +72,7 @@ def recording(self, *args, **kwargs):
 _importer.Importer.__init__ = recording
 
 async def replay():
-    replayer = Replayer(workflows=[McpTaskWorkflow, McpFanOutWorkflow], data_converter=pydantic_data_converter,
+    replayer = Replayer(workflows=[McpTaskWorkflow], data_converter=pydantic_data_converter,
                         workflow_runner=workflow_runner())
     for name in sys.argv[2:]:
         path = Path(sys.argv[1]) / f"{name}.json"

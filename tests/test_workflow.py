@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.worker import Worker
 
 from examples.fanout.workflow import FanOutRequest, FanOutResult, McpFanOutWorkflow
+from mcp_temporal_tasks import McpTasksPlugin
 from mcp_temporal_tasks.activities.result_store import ResultStore
 from mcp_temporal_tasks.protocol.contract import canonical_json
 from mcp_temporal_tasks.workflows.client import get_outcome, outcome_of, start_mcp_task
@@ -19,6 +21,7 @@ from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest,
 from tests.peers.harness import Peer, ts_http_peer, wait_until
 from tests.temporal_harness import (
     FAST,
+    TRUSTED,
     address_of,
     in_process_worker,
     keep_history,
@@ -267,13 +270,16 @@ async def test_start_is_idempotent(fastmcp_server: Peer, client: Client, queue: 
     assert len(tool_calls(fastmcp_server, mark, "slow_echo")) == 1
 
 
-async def test_fan_out_parent_aggregates_children(fastmcp_server: Peer, client: Client, queue: str,
-                                                  worker: Any) -> None:
+async def test_fan_out_parent_aggregates_children(fastmcp_server: Peer, client: Client) -> None:
+    """The example (examples/fanout/) on the worker it asks for: its own workflow beside ``McpTasksPlugin``, which
+    registers McpTaskWorkflow and the activities (and never the example)."""
     tasks = [req(fastmcp_server, "slow_echo", {"seconds": 0.3, "text": "a"}), req(fastmcp_server, "rate_limited"),
              req(fastmcp_server, "quick_sync", {"text": "b"})]
-    parent = unique("fan")
-    result = await client.execute_workflow(McpFanOutWorkflow.run, FanOutRequest(tasks=tasks), id=parent,
-                                           task_queue=queue, result_type=FanOutResult)
+    parent, queue = unique("fan"), unique("q-fan")
+    async with Worker(client, task_queue=queue, workflows=[McpFanOutWorkflow],
+                      plugins=[McpTasksPlugin(settings=TRUSTED, register_search_attributes=False)]):
+        result = await client.execute_workflow(McpFanOutWorkflow.run, FanOutRequest(tasks=tasks), id=parent,
+                                               task_queue=queue, result_type=FanOutResult)
     assert result.counts == {"completed": 2, "tool_error": 1} and not result.all_completed
     assert [o.workflow_id for o in result.outcomes] == [f"{parent}/step-{i}" for i in range(3)]
     assert result.outcomes[1].retry_after_s == 30

@@ -11,8 +11,9 @@ keeping a converter that already handles pydantic models: Pydantic AI's, OpenAI 
 every worker built on that client inherits the rest; given to ``Worker(..., plugins=[plugin])`` it needs a
 client that already has that converter and says so if it does not. On each worker it:
 
-* registers ``McpTaskWorkflow``, ``McpFanOutWorkflow`` and the activities, and passes what workflow code imports
-  of ``mcp_temporal_tasks`` through the workflow sandbox (:data:`PASSTHROUGH`);
+* registers ``McpTaskWorkflow`` and the activities (not the example ``McpFanOutWorkflow``: a worker that wants it
+  lists it), and passes what workflow code imports of ``mcp_temporal_tasks`` through the workflow sandbox
+  (:data:`PASSTHROUGH`);
 * registers the search attributes in the worker's namespace at start (or fails naming the missing ones);
 * runs this process's *owner* task queue beside the worker: tasks on stdio servers live in a child process of
   this worker, and all their later activities are pinned to that queue (see ``runner.build_workers``);

@@ -3,6 +3,15 @@
 Children are started by *type name* (``McpTaskWorkflow``), exactly as a workflow in any other
 Temporal SDK language would start them. Each child id is derived from the parent's id and the step
 index, so a parent that is retried or replayed re-attaches to its children instead of re-calling tools.
+
+An example, not part of the package: ``McpTasksPlugin`` and ``mcp-tasks worker`` register ``McpTaskWorkflow`` only.
+A worker that wants this one registers it beside the plugin (children run on the parent's task queue)::
+
+    plugin = McpTasksPlugin.from_config("worker.toml")
+    client = await Client.connect("localhost:7233", plugins=[plugin])
+    worker = Worker(client, task_queue="agents", workflows=[McpFanOutWorkflow])  # + McpTaskWorkflow, the activities
+
+``tests/test_workflow.py`` runs it so, against a real MCP server.
 """
 
 from __future__ import annotations
