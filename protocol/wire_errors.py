@@ -337,7 +337,7 @@ class ReadErrorRule:
     why: str
 
 
-_LEGACY_ERA = "2025-11-25"  # protocol.tasks.LEGACY (not imported: models imports this module's limits)
+_LEGACY_ERA = "2025-11-25"  # protocol.tasks.LEGACY (not imported: this module needs no model)
 
 #: The whole rule, first match wins. Derived from the two specs and what the runtimes send (the TS SDK, fastmcp,
 #: the official Python SDK): ``-32602`` is the only code either spec gives to "no such task"; 2025-11-25 stores

@@ -108,8 +108,8 @@ if TYPE_CHECKING:
     from mcp_temporal_tasks.activities.wire.session import WireSession, parse_task
     from mcp_temporal_tasks.protocol.contract import contract_of, decode_result, digest
 
-#: Loaded on first use: importing a light module of the wire (``models``, ``errors``, ``contract``), as workflow
-#: code does, runs this package first, and must not load the connection layers (httpx2, h11, sockets, processes).
+#: Loaded on first use: importing this package for its error and model names (``protocol``'s, re-exported) must not
+#: load the connection layers (httpx2, h11, sockets, processes).
 _LAZY = {"WireSession": "session", "parse_task": "session", "contract_of": "mcp_temporal_tasks.protocol.contract",
          "decode_result": "mcp_temporal_tasks.protocol.contract", "digest": "mcp_temporal_tasks.protocol.contract",
          "PROCESS_ID": "pool", "SessionPool": "pool"}
