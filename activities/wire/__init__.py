@@ -62,6 +62,7 @@ and, where an ``outputSchema`` is pinned, ``structuredContent`` validated agains
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +116,15 @@ _LAZY = {"WireSession": "session", "parse_task": "session", "contract_of": "mcp_
          "PROCESS_ID": "pool", "SessionPool": "pool"}
 
 
+#: Old names kept for one release (0.1.x), each warning once per use: name -> its replacement.
+_DEPRECATED = {"McpTaskClient": "WireSession"}  # old name
+
+
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        warnings.warn(f"{__name__}.{name} is deprecated: use {_DEPRECATED[name]} (renamed apart from the "
+                      "workflow-side McpTasksClient)", DeprecationWarning, stacklevel=2)
+        name = _DEPRECATED[name]
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(import_module(_LAZY[name] if "." in _LAZY[name] else f"{__name__}.{_LAZY[name]}"), name)
