@@ -16,9 +16,10 @@ the others stand by (``HELD_ELSEWHERE``) and retry with backoff, taking over wit
 MAX_HELD_BACKOFF_S` once the owner is gone (its TCP connection closes with it).
 
 **A notification wakes, it never decides.** A notice for a task registered here, with a status that can end a wait
-(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal (:data:`~.activity_io.TASK_NOTIFIED_SIGNAL`)
-to its workflow, which drops the pending poll and reads the task at once; the read decides, as without
-notifications. At most one signal per (workflow, task, status, input round): a server that repeats a notification
+(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal
+(:data:`~.activity_io.TASK_NOTIFIED_SIGNAL`) to its workflow, which drops the pending poll and reads the task at
+once; the read decides, as without notifications.
+At most one signal per (workflow, task, status, input round): a server that repeats a notification
 forever, or lies, costs one signal and one read. The round is the number of input requests the workflow has
 answered, so a task that asks for input twice is woken twice. A notice for a task not registered here, on an HTTP
 session whose stream this worker holds, may belong to a wait registered on another worker (an idle wait's attempts

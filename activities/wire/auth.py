@@ -28,9 +28,9 @@ error.
 The credentials (secret or signed assertion) go in one request only: the token request, to the token endpoint of
 an authorization server found as above, whose URL is ``https`` (``http`` only on loopback). Every other outcome
 (metadata that does not parse, an issuer that does not match, an authorization server that is not named, down or
-answering garbage) is one :class:`~protocol.wire_errors.AuthorizationRequired` naming the server and what was wrong, and no
-request carrying the credentials is made. Each request to the metadata endpoints and the authorization server gets
-:data:`AUTH_SERVER_TIMEOUT_S`, the whole discovery and token request :data:`AUTH_FLOW_TIMEOUT_S`.
+answering garbage) is one :class:`~protocol.wire_errors.AuthorizationRequired` naming the server and what was
+wrong, and no request carrying the credentials is made. Each request to the metadata endpoints and the authorization
+server gets :data:`AUTH_SERVER_TIMEOUT_S`, the whole discovery and token request :data:`AUTH_FLOW_TIMEOUT_S`.
 
 What discovery found is kept for the token's lifetime: one :class:`TokenSource` per (server, OAuth client) and
 event loop holds the token and every session of that server uses it; a token is replaced a little before its

@@ -12,9 +12,9 @@ Failure semantics, per call:
   ``may_have_reached_server`` exactly as :meth:`WireSession.start`'s do. A reply without the job id is
   :class:`JobReplyMismatch` (the work may have started: ``decode_failed``, never a replay).
 * ``get``, ``result`` are reads: transport faults and garbled replies are retryable. A status tool answering
-  ``isError`` is a :class:`~protocol.wire_errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the job may be
-  fine). A status reply that does not match the binding (no state where the binding points, or a state it does
-  not map) is :class:`JobReplyMismatch`: final, ``decode_failed`` with the reply kept.
+  ``isError`` is a :class:`~protocol.wire_errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the
+  job may be fine). A status reply that does not match the binding (no state where the binding points, or a state
+  it does not map) is :class:`JobReplyMismatch`: final, ``decode_failed`` with the reply kept.
 * ``cancel`` without a cancel tool is :class:`~protocol.wire_errors.CapabilityUnavailable`.
 """
 
