@@ -4,7 +4,7 @@ test scripts what the activities answer and checks how the machine ends, which s
 replay it does or does not make), and the phases it went through.
 
 One test (or parametrised case) per ending site of ``workflows/mcp_task.py`` and its phases (``workflows/phases/``)
-and per transition family of ``models.TRANSITIONS``. The real activities and peers are exercised by the rest of the
+and per transition family of ``records.TRANSITIONS``. The real activities and peers are exercised by the rest of the
 suite.
 """
 

@@ -1,6 +1,6 @@
 """``McpTaskWorkflow``: one MCP task, one durable state machine.
 
-Its phases and the moves between them (``models.TRANSITIONS``, checked on every move; a test keeps this copy equal):
+Its phases and the moves between them (``records.TRANSITIONS``, checked on every move; a test keeps this copy equal):
 
     SUBMITTING        ─► SUBMITTING · WORKING · INPUT_REQUIRED · AWAITING_APPROVAL
                          REPLAYING · CANCELLING · DONE

@@ -2,7 +2,7 @@
 
 :class:`TaskMachine` holds the request and the :class:`~mcp_temporal_tasks.workflows.records.MachineState` (the only
 state, read by the queries) and the moves every phase makes: :meth:`~TaskMachine._move` (checked against
-``models.TRANSITIONS``, the one table of allowed moves) and :meth:`~TaskMachine._enter`; the replay rule's inputs,
+``records.TRANSITIONS``, the one table of allowed moves) and :meth:`~TaskMachine._enter`; the replay rule's inputs,
 activity options, and waiting without losing a cancellation. Each phase is a mixin over it in its own module
 (``submit``, ``wait``, ``retrieve``, ``input``, ``cancel``, ``finish``, and ``messages`` for the handlers); the
 phases import only this module, never each other: one phase hands over to another by calling it on ``self``
@@ -90,7 +90,7 @@ class TaskMachine:
     # --- the one move ----------------------------------------------------------------------------
 
     def _move(self, phase: Phase) -> None:
-        """The one place the phase changes: a move :data:`~.models.TRANSITIONS` does not allow is a bug, and fails
+        """The one place the phase changes: a move :data:`~.records.TRANSITIONS` does not allow is a bug, and fails
         the workflow *task* (retried until fixed code is deployed), never the task's outcome."""
         if phase not in TRANSITIONS[self.m.phase]:
             raise RuntimeError(f"McpTaskWorkflow: no transition {self.m.phase.value} → {phase.value}")
