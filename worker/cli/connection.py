@@ -149,7 +149,9 @@ async def temporal(target: Target, *, allow_embedded: bool = False,
                            "or run without --detach", EXIT_USAGE)
         try:
             # The UI's usual port may be taken (another dev server's UI): the embedded one takes a free one then.
-            server = await DevServer(port=port, ui_port=8233 if not port_open("127.0.0.1", 8233) else free_port()).start_async()
+            server = await DevServer(
+                port=port, ui_port=8233 if not port_open("127.0.0.1", 8233) else free_port()
+            ).start_async()
         except StateInUse as exc:
             raise CliError(f"cannot start the embedded Temporal: {exc}", EXIT_USAGE, kind="state_in_use") from None
         except DevServerError as exc:

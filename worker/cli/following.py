@@ -202,8 +202,10 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
     wid = printable(workflow_id)
     if view.phase.value == "AWAITING_APPROVAL":
         ended = view.operation_attempts[-1].ended if view.operation_attempts else None
-        line += (f"\n    waiting for approval to send tools/call again: the last call ended {printable(ended or 'unknown')}"
-                 f"\n    approve with: {hint('approve', wid)}   (or stop with: {hint('cancel', wid)})")
+        line += (
+            f"\n    waiting for approval to send tools/call again: the last call ended {printable(ended or 'unknown')}"
+            f"\n    approve with: {hint('approve', wid)}   (or stop with: {hint('cancel', wid)})"
+        )
     for p in view.pending_inputs:
         key = printable(p.key)
         # --key=KEY: a key may begin with '-' (servers make them random, base64url), which `--key KEY` would read

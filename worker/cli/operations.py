@@ -167,7 +167,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
                  f"{printable(args.id)}: {view_line(view, args.id, live)}")
             return EXIT_ENDED
         # The JSON and the text show the same view (live status and statusMessage included).
-        emit(args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live, protocol=True)}")
+        emit(
+            args, view.model_dump(mode="json"), f"{printable(args.id)}: {view_line(view, args.id, live, protocol=True)}"
+        )
         return EXIT_ENDED
 
 
@@ -243,9 +245,17 @@ async def cmd_result(args: argparse.Namespace) -> int:
         handle, desc = await _handle(client, args.id)
         if desc.status == WorkflowExecutionStatus.RUNNING and not args.wait:
             raise CliError(f"{args.id} is still running; add --wait to wait for it", EXIT_ENDED)
-        watch = _QueueWatch(client, desc.task_queue, args.id, on_interrupt="Ctrl-C stops following it; the task waits on",
-                            config=await started_with(desc)) \
-            if desc.status == WorkflowExecutionStatus.RUNNING else None
+        watch = (
+            _QueueWatch(
+                client,
+                desc.task_queue,
+                args.id,
+                on_interrupt="Ctrl-C stops following it; the task waits on",
+                config=await started_with(desc),
+            )
+            if desc.status == WorkflowExecutionStatus.RUNNING
+            else None
+        )
         try:
             outcome = await follow(handle, ui=ui_link(ui, client.namespace, args.id), quiet=not args.wait, check=watch)
         except CliError:
@@ -276,9 +286,12 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         try:
             outcome = await asyncio.wait_for(outcome_of(handle), CANCEL_COMMAND_WAIT_S)
         except TimeoutError:
-            raise CliError(f"cancel requested for {args.id}; it has not ended within {CANCEL_COMMAND_WAIT_S:g} s "
-                           f"(the server may take longer to stop it): follow it with: {hint('result', args.id, '--wait')}",
-                           EXIT_ENDED, kind="not_ended") from None
+            raise CliError(
+                f"cancel requested for {args.id}; it has not ended within {CANCEL_COMMAND_WAIT_S:g} s "
+                f"(the server may take longer to stop it): follow it with: {hint('result', args.id, '--wait')}",
+                EXIT_ENDED,
+                kind="not_ended",
+            ) from None
         except Exception as exc:  # ended without an outcome (terminated meanwhile)
             raise CliError(f"cancel requested for {args.id}; it ended without an outcome: {why(exc)}",
                            EXIT_ENDED) from None

@@ -273,8 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", help="workflow id (default: mcp-task-KEY with --idempotency-key, else derived from the "
                                 "request). The same id never runs the tool twice: running the same command again "
                                 "shows the stored outcome; a new id runs it again")
-    p.add_argument("--replay", choices=["never", "if_idempotent", "always", "with_approval"],
-                   help="when a new tools/call may be sent after a lost or failed one (default: configured, else never)")
+    p.add_argument(
+        "--replay",
+        choices=["never", "if_idempotent", "always", "with_approval"],
+        help="when a new tools/call may be sent after a lost or failed one (default: configured, else never)",
+    )
     p.add_argument("--idempotent", action="store_true", help="declare the tool idempotent (trusted: you say so)")
     p.add_argument("--idempotency-key", metavar="KEY",
                    help="your key for this operation (recorded in the ledger); the default workflow id becomes "

@@ -76,8 +76,12 @@ from mcp_temporal_tasks.workflows.client import start_mcp_task
 WORKER_CONNECT_WAIT_S = 60.0  # how long `mcp-tasks worker` waits for Temporal to come up
 
 
-def prepare_worker(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = (),
-                   live_sink: Callable[[str, dict[str, Any]], None] | None = None) -> tuple[McpActivities, Tracing | None]:
+def prepare_worker(
+    cfg: WorkerConfig,
+    *,
+    inline_allowlist: Iterable[Endpoint] = (),
+    live_sink: Callable[[str, dict[str, Any]], None] | None = None,
+) -> tuple[McpActivities, Tracing | None]:
     """Everything a worker of this process needs that can be wrong in its configuration, checked before anything
     connects (exit 2, one line): the result store, and with ``[worker] tracing`` the OpenTelemetry SDK set up from
     the ``OTEL_*`` environment (``worker.telemetry``; a provider the process already has is kept)."""
@@ -94,8 +98,8 @@ def prepare_worker(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] = 
 
 
 def run_logging() -> Path | None:
-    """``run``'s (and ``demo``'s) in-process worker logs (activity failures with their tracebacks) go to a log file; the user
-    gets the outcome. Errors still reach stderr as one line each, naming the file."""
+    """``run``'s (and ``demo``'s) in-process worker logs (activity failures with their tracebacks) go to a log file;
+    the user gets the outcome. Errors still reach stderr as one line each, naming the file."""
     install_typed_failure_filter()
     root = logging.getLogger()
     path: Path | None = state_dir() / "run.log"

@@ -124,10 +124,14 @@ class TaskMachine:
         configured = self.m.profile.policy if self.m.profile else None
         annotated = self.m.ledger.idempotency.get("annotation_idempotent")
         return decisions.replay_rule(
-            requested_policy=self.req.replay, configured_policy=configured.replay if configured else None,
-            requested_idempotent=self.req.idempotent, configured_idempotent=configured.idempotent if configured else None,
+            requested_policy=self.req.replay,
+            configured_policy=configured.replay if configured else None,
+            requested_idempotent=self.req.idempotent,
+            configured_idempotent=configured.idempotent if configured else None,
             annotated_idempotent=bool(annotated) if annotated is not None else None,
-            requested_max=self.req.max_replays, configured_max=configured.max_replays if configured else None)
+            requested_max=self.req.max_replays,
+            configured_max=configured.max_replays if configured else None,
+        )
 
     def _max_replays(self) -> int:
         return self._rule().max_replays

@@ -46,7 +46,8 @@ class CancelPhase(TaskMachine):
                 McpActivities.cancel_task, CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id,
                                                         principal=principal),
                 # Retried on every read fault, for as long as a poll would be (at most 5 minutes).
-                **self._config(TASK_STEP, **read_budget(min(300.0, self.req.timeouts.unreachable_s)), summary=f"tasks/cancel {_short(task.task_id)}"))
+                **self._config(TASK_STEP, **read_budget(min(300.0, self.req.timeouts.unreachable_s)),
+                               summary=f"tasks/cancel {_short(task.task_id)}"))
         except ActivityError as err:
             kind, info, last = last_read_failure(err)
             raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, error=last, reason=(

@@ -27,7 +27,8 @@ class FinishPhase(TaskMachine):
         self._move(Phase.DONE)
         self.m.outcome = McpTaskOutcome(
             workflow_id=workflow.info().workflow_id, outcome=outcome,
-            task_id=self.m.task_state.task_id if self.m.task_state else (self.m.attempts[-1].task_id if self.m.attempts else None),
+            task_id=self.m.task_state.task_id if self.m.task_state
+            else (self.m.attempts[-1].task_id if self.m.attempts else None),
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
             era=self.m.ledger.era, protocol_version=self.m.ledger.protocol_version,

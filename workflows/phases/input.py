@@ -52,15 +52,28 @@ class InputPhase(TaskMachine):
         try:
             await workflow.execute_activity_method(
                 McpActivities.answer_input,
-                AnswerInput(session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()),
+                AnswerInput(
+                    session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()
+                ),
                 # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
-                **self._config(TASK_STEP, **read_budget(self.req.timeouts.unreachable_s), summary=f"tasks/update {_short(task.task_id)}"))
+                **self._config(
+                    TASK_STEP,
+                    **read_budget(self.req.timeouts.unreachable_s),
+                    summary=f"tasks/update {_short(task.task_id)}",
+                ),
+            )
         except ActivityError as err:
             kind, info, last = last_read_failure(err)
             if kind == "TaskNotFound":
                 outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
-                raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/update answered -32602: the task is gone"
-                             + (" after its TTL" if outcome == Outcome.EXPIRED else "")))
+                raise _Ended(
+                    Ending(
+                        outcome=outcome,
+                        stage=Stage.GONE,
+                        reason="tasks/update answered -32602: the task is gone"
+                        + (" after its TTL" if outcome == Outcome.EXPIRED else ""),
+                    )
+                )
             # The answers may or may not have arrived; the task is not known to be gone: never a replay.
             raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.INPUT, error=last, reason=(
                 f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "

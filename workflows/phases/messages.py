@@ -38,7 +38,8 @@ class Messages(TaskMachine):
             server=self.m.ledger.server, task_id=self.m.task_state.task_id if self.m.task_state else None,
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
-            era=self.m.task_state.era if self.m.task_state else self.m.ledger.era, pending_inputs=list(self.m.pending.values()),
+            era=self.m.task_state.era if self.m.task_state else self.m.ledger.era,
+            pending_inputs=list(self.m.pending.values()),
             protocol_version=self.m.ledger.protocol_version,
             operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
             ledger=self.m.ledger, delivered_by=self.m.delivered_by,
@@ -104,7 +105,9 @@ class Messages(TaskMachine):
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
-        return {k: {**v.model_dump(mode="json"), "answer": self.m.answers.get(k)} for k, v in self.m.legacy_inputs.items()}
+        return {
+            k: {**v.model_dump(mode="json"), "answer": self.m.answers.get(k)} for k, v in self.m.legacy_inputs.items()
+        }
 
     @provide_input.validator
     def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
