@@ -36,62 +36,35 @@ class RetrievePhase(TaskMachine):
         try:
             out = await workflow.execute_activity_method(
                 McpActivities.retrieve_result,
-                RetrieveInput(
-                    session=self.m.session,
-                    job=self._job(),
-                    state=self.m.task_state,
-                    principal=self._principal(),
-                    output_schema=self.m.output_schema,
-                ),
-                **self._config(
-                    RETRIEVE,
-                    **read_budget(budget, max_interval_s=60.0),
-                    summary=f"tasks/result {_short(self.m.task_state.task_id)}",
-                ),
-            )
+                RetrieveInput(session=self.m.session, job=self._job(), state=self.m.task_state,
+                              principal=self._principal(), output_schema=self.m.output_schema),
+                **self._config(RETRIEVE, **read_budget(budget, max_interval_s=60.0),
+                               summary=f"tasks/result {_short(self.m.task_state.task_id)}"))
         except ActivityError as err:
             kind, info, last = last_read_failure(err)
             self.m.ledger.last_retrieval = f"gave up: {kind}"
             why = (f"reading its payload failed ({attempts_text(info, started)} of a {budget:.0f}s budget; last: "
                    f"{kind}: {info.get('message', '')})")
             if workflow.patched(RETRIEVAL_NEVER_REPLAYS):
-                outcome, error = decisions.unretrieved_outcome(
-                    self.m.task_state.status, self.m.task_state.status_message
-                )
-                raise _Ended(
-                    Ending(
-                        outcome=outcome,
-                        stage=Stage.RETRIEVING,
-                        error=error or last,
-                        reason=f"the server reported the task {self.m.task_state.status}, but {why}; not replayed",
-                    )
-                )
+                outcome, error = decisions.unretrieved_outcome(self.m.task_state.status,
+                                                               self.m.task_state.status_message)
+                raise _Ended(Ending(outcome=outcome, stage=Stage.RETRIEVING, error=error or last,
+                             reason=f"the server reported the task {self.m.task_state.status}, but {why}; "
+                                    "not replayed"))
             # Histories from before the patch: a retrieval failure was taken for a task gone.
-            raise _Ended(
-                Ending(
-                    outcome=Outcome.LOST,
-                    stage=Stage.GONE,
-                    reason=f"the task ended {self.m.task_state.status} but its payload could not be "
-                    f"retrieved ({kind}) within {budget:.0f}s",
-                )
-            )
+            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE,
+                                reason=f"the task ended {self.m.task_state.status} but its payload could not be "
+                                       f"retrieved ({kind}) within {budget:.0f}s"))
         if out.payload is None:
             self.m.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
-            outcome = (
-                decisions.not_found_outcome(self.m.task_state.created_at, self.m.task_state.ttl_ms, workflow.now())
-                if out.not_found
-                else Outcome.LOST
-            )
+            outcome = (decisions.not_found_outcome(self.m.task_state.created_at, self.m.task_state.ttl_ms,
+                                                   workflow.now())
+                       if out.not_found else Outcome.LOST)
             # The operation is done whatever became of its payload: never a reason for a second tools/call.
             stage = Stage.RETRIEVING if workflow.patched(RETRIEVAL_NEVER_REPLAYS) else Stage.GONE
-            raise _Ended(
-                Ending(
-                    outcome=outcome,
-                    stage=stage,
-                    reason=(out.unreachable or "payload purged before it was read")
-                    + f" (the server had reported the task {self.m.task_state.status})",
-                )
-            )
+            raise _Ended(Ending(outcome=outcome, stage=stage,
+                                reason=(out.unreachable or "payload purged before it was read")
+                                + f" (the server had reported the task {self.m.task_state.status})"))
         return out.payload
 
     def _ended_from_payload(self, status: str, payload: DecodedPayload, stage: Stage) -> _Ended:

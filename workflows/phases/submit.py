@@ -55,11 +55,8 @@ class SubmitPhase(TaskMachine):
         # Upsert only what the starter did not already set (each upsert is a history event and a
         # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
         current = workflow.info().typed_search_attributes
-        wanted = {
-            SA_SERVER: search_attribute_value(self.m.profile.name),
-            SA_TOOL: search_attribute_value(self.req.tool),
-            SA_STATUS: "submitting",
-        }
+        wanted = {SA_SERVER: search_attribute_value(self.m.profile.name),
+                  SA_TOOL: search_attribute_value(self.req.tool), SA_STATUS: "submitting"}
         changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
@@ -129,10 +126,8 @@ class SubmitPhase(TaskMachine):
                     # tools/call never reached the tool: resending is safe, after the server's Retry-After.
                     delay = max(2.0 ** resends, retry_after)
                     if not (self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline):
-                        await workflow.sleep(
-                            timedelta(seconds=delay),
-                            summary="rate limited; resend" if retry_after else "server unreachable; resend",
-                        )
+                        await workflow.sleep(timedelta(seconds=delay), summary="rate limited; resend"
+                                             if retry_after else "server unreachable; resend")
                         continue
                     verdict = "unreachable"
                 elif verdict == "resend":
@@ -148,15 +143,9 @@ class SubmitPhase(TaskMachine):
                         self._record(reason, sent_at, ended=Outcome.REJECTED.value)
                     cls, _ = decisions.classify_failure(None, error)
                     cls = decisions.REFUSAL_CLASSES.get(kind, cls)
-                    raise _Ended(
-                        Ending(
-                            outcome=Outcome.REJECTED,
-                            stage=Stage.SUBMITTING,
-                            error=error,
-                            classification=cls,
-                            reason=None if reached else f"refused before tools/call was sent ({kind})",
-                        )
-                    )
+                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
+                                        classification=cls,
+                                        reason=None if reached else f"refused before tools/call was sent ({kind})"))
                 if verdict == "unreachable":
                     raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
                                  classification=Classification.RETRYABLE,
@@ -199,17 +188,13 @@ class SubmitPhase(TaskMachine):
             if not answered and not handle.done():
                 action = "cancel" if self.m.cancel_reason is not None or self.req.on_input_timeout == "cancel" \
                     else "decline"
-                why = (
-                    f"cancelled ({self.m.cancel_reason})"
-                    if self.m.cancel_reason
-                    else f"nobody answered within {bound:g}s"
-                )
+                why = (f"cancelled ({self.m.cancel_reason})" if self.m.cancel_reason
+                       else f"nobody answered within {bound:g}s")
                 for key in self._unanswered():
                     self.m.answers[key] = {"action": action}
-                    self.m.call_input_note = (
-                        f"the server asked for input during tools/call ({self.m.pending[key].message or key!r}): "
-                        f"answered {action}: {why}"
-                    )[:1024]
+                    asked = self.m.pending[key].message or key
+                    self.m.call_input_note = (f"the server asked for input during tools/call ({asked!r}): "
+                                              f"answered {action}: {why}")[:1024]
             self.m.pending = {}
             self._enter(Phase.SUBMITTING, "submitting")
 

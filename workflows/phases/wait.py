@@ -66,21 +66,15 @@ class WaitPhase(TaskMachine):
                 hand_over_gap_s=idle_gap or None, first_poll_at=first_poll_at)
             first_poll_at = None
             if idle and not woken_read:
-                waited = await self._wait_idle(
-                    arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)"
-                )
+                waited = await self._wait_idle(arg, summary=f"poll {_short(task.task_id)} until terminal "
+                                                            "(idle between polls)")
             else:
                 # A woken wait reads at once in the heartbeating activity, which polls on, or hands over to the
                 # idle one, as any wait does: a notification that lied costs this one read.
                 waited = await self._wait_for_task(
-                    arg,
-                    summary=(
-                        f"read {_short(task.task_id)} (notified)"
-                        if woken_read
-                        else f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")
-                    ),
-                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None,
-                )
+                    arg, summary=(f"read {_short(task.task_id)} (notified)" if woken_read else f"poll "
+                                  f"{_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")),
+                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
             if waited is None:
                 await self._cancel_and_settle(task)
             if isinstance(waited, _Woken):
