@@ -6,14 +6,14 @@ UNAVAILABLE ("Frontend is not healthy yet"); these tests pin down the fix on bot
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from mcp_temporal_tasks.worker.devserver import DevServer, free_port
+from mcp_temporal_tasks.worker.devserver import DevServer, free_port, port_open
 from mcp_temporal_tasks.worker.runner import connect, transient_connect_error
 from tests.peers.harness import Peer
 from tests.temporal_harness import WorkerProcess, unique, until, write_config
@@ -41,30 +41,28 @@ async def test_connect_waits_for_a_server_that_is_still_starting(tmp_path: Path)
     # Bounds with room for a loaded CI machine (a fresh state file's first start there took over 30 s, the default
     # readiness bound, and start() then stopped the server under the waiting client). What the test holds is that
     # connect waits, not how fast a server starts; a start that fails is reported as such.
-    failed: list[BaseException] = []
+    # Started on the loop (start_async); test_a_server_started_from_a_thread_outlives_the_thread holds the threaded
+    # case, which once left this client waiting 150 s on a port that had closed again.
+    async def start() -> None:
+        await asyncio.sleep(1.0)
+        await server.start_async(timeout_s=120)
 
-    def start() -> None:
-        try:
-            server.start(timeout_s=120)
-        except BaseException as exc:  # noqa: BLE001  (re-raised in the test below)
-            failed.append(exc)
-
-    starter = threading.Timer(1.0, start)
-    starter.start()
+    starter = asyncio.create_task(start())
     began = time.monotonic()
     try:
         try:
             client = await connect(f"127.0.0.1:{port}", "default", wait_s=150)
         except RuntimeError:
-            starter.join()
-            if failed:
-                raise AssertionError(f"the late server did not start: {failed[0]!r}") from failed[0]
+            if starter.done() and starter.exception() is not None:
+                raise AssertionError(f"the late server did not start: {starter.exception()!r}") from None
             raise
         assert time.monotonic() - began >= 1.0  # it did wait for the late server
         assert await client.service_client.check_health()
+        await starter  # a start that failed after the client got through is reported too
     finally:
-        starter.join()
-        server.stop()
+        if not starter.done():
+            starter.cancel()
+        await server.stop_async()
 
 
 async def test_connect_without_a_wait_fails_at_once() -> None:
@@ -113,4 +111,22 @@ async def test_worker_started_before_temporal_becomes_ready(fastmcp_server: Peer
         proc.wait_ready(60)
     finally:
         proc.stop()
+        server.stop()
+
+
+def test_a_server_started_from_a_thread_outlives_the_thread(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: a dev server started from a short-lived
+    thread used to exit (code 0, port closed) as soon as that thread returned. Ours are forked by one long-lived
+    launcher thread, so the server serves on until it is stopped."""
+    import threading
+
+    server = DevServer(db=tmp_path / "threaded.db", port=free_port(), ui_port=None)
+    starter = threading.Thread(target=lambda: server.start(timeout_s=120))
+    starter.start()
+    starter.join()
+    try:
+        assert server.proc is not None and server.proc.poll() is None
+        time.sleep(2.0)  # the old failure: SIGTERM from the kernel right after the thread ended
+        assert server.proc.poll() is None and port_open(server.ip, server.port), server.proc.poll()
+    finally:
         server.stop()

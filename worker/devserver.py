@@ -9,12 +9,16 @@ on the same file is refused with :class:`StateInUse`, naming the holder: two ser
 corrupt it.
 
 The server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``, so even a ``SIGKILL`` of ours
-stops it and releases the lock); :meth:`DevServer.stop` terminates it, then kills it.
+stops it and releases the lock); :meth:`DevServer.stop` terminates it, then kills it. Linux ties that signal to the
+*thread* that forked the server, not the process, so every server is forked by one thread of ours that lives as long
+as the process (``_LAUNCHER``): a server started from a short-lived thread (a ``threading.Timer``) does not die
+with that thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
 import json
 import os
@@ -62,6 +66,11 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+#: The one thread that forks dev servers (see the module docstring): an executor's worker lives until the interpreter
+#: exits, so PR_SET_PDEATHSIG fires when the process ends, not when the thread that called ``start`` does.
+_LAUNCHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="devserver-launch")
 
 
 def die_with_parent() -> None:
@@ -236,8 +245,9 @@ class DevServer:
         # foreground (`mcp-tasks dev-server`): in our process group, so a terminal's Ctrl-C reaches it too;
         # otherwise in a session of its own, so the Ctrl-C that `run` turns into a cancel does not stop Temporal
         # under the cancel. Either way it dies with us (die_with_parent) and stop() ends it.
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, start_new_session=not foreground,
-                                     pass_fds=(self._lock_fd,), preexec_fn=die_with_parent)
+        self.proc = _LAUNCHER.submit(subprocess.Popen, self.command(), stdout=out, stderr=out,
+                                     start_new_session=not foreground, pass_fds=(self._lock_fd,),
+                                     preexec_fn=die_with_parent).result()
         self._write_lock()
 
     def _check_starting(self, deadline: float) -> bool:
