@@ -75,9 +75,7 @@ def test_the_commands_on_existing_tasks_load_no_mcp_wire(command: str) -> None:
     wire's HTTP stack nor the worker's activities (half of their start-up time went there). Here against a closed
     port, so each gets as far as connecting."""
     args = [command] + ([] if command == "list" else ["nothing"]) + ["--address", "127.0.0.1:1"]
-    code = ("import sys, runpy; sys.argv = ['mcp-tasks', *sys.argv[1:]]; "
-            "runpy.run_module('mcp_temporal_tasks.worker.cli', run_name='__main__')")
-    rc, _, err, imported = run_cli(*args, code=code)
+    rc, _, err, imported = run_cli(*args)
     assert rc == 3 and "unreachable" in err.lower(), (rc, err)
     assert {"temporalio", "pydantic"} <= imported, sorted(imported)
     wire = imported & {"mcp", "httpx2", "h11", "fastmcp"}
