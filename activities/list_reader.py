@@ -18,7 +18,10 @@ forever or drops our task from its list has its waits polled on today's schedule
 **How often.** Every :data:`interval` = the smallest ``pollInterval`` among our listed tasks, bounded below by
 :data:`LIST_MIN_S` and above by the 1 h a ``pollInterval`` is honoured up to
 (``schedule.MAX_HONOURED_POLL_INTERVAL_S``);
-:data:`DEFAULT_LIST_S` when the server gives none.
+:data:`DEFAULT_LIST_S` when the server gives none. A long list is read less often: never more than
+:data:`PAGES_PER_S` pages a second on average (both SDKs page by 10, so a session of 10,000 tasks is read every
+100 s; its waits' own polls, stretched, are the bound meanwhile), so the reader's cost follows the pages it reads,
+not the pollInterval.
 
 **What it does with a page.** For each listed task waited on here whose status differs from the one its own last
 read saw (the hub's registration carries it) and can end a wait (``input_required``, ``completed``, ``failed``,
@@ -26,10 +29,15 @@ read saw (the hub's registration carries it) and can end a wait (``input_require
 per (workflow, task, status, input round). The workflow's own read decides; the list's word is never an outcome, so
 a list that lies costs one signal and one read. Nothing else from the list is used.
 
-**Bounds.** A read is at most :data:`MAX_PAGES` pages and :data:`MAX_ITEMS` tasks; a cursor seen before, empty of
-meaning (not a string, over 4 KiB) ends it. A read cut by a bound covers nothing, and the next one is
-:data:`BOUNDED_BACKOFF_S` later (doubling to :data:`MAX_BACKOFF_S`); so is one that failed. The transport bounds each
-reply's size and time as for every request.
+**Bounds.** A read is at most :data:`MAX_PAGES` pages and :data:`MAX_ITEMS` tasks, plus room for the waits this
+session has here (:func:`read_bounds`: a list must be able to hold what we wait on, and no more than that beyond the
+floor); a cursor seen before, empty of meaning (not a string, over 4 KiB) ends it. A read cut by a bound covers
+nothing, and the next one is :data:`BOUNDED_BACKOFF_S` later (doubling to :data:`MAX_BACKOFF_S`); so is one that
+failed. The transport bounds each reply's size and time as for every request.
+
+**A wait's first gap.** A wait registers at its first read, and the reader asks only for registered waits: the hub's
+:meth:`~mcp_temporal_tasks.activities.push.PushHub.until_listed` lets a long first gap wait (a few seconds, within the
+heartbeat) for the next read to list it, so that it stretches as the later gaps will.
 """
 
 from __future__ import annotations
@@ -62,9 +70,14 @@ MAX_HONOURED_POLL_INTERVAL_S = 3600.0
 LIST_MIN_S = 2.0
 #: How often while no listed task of ours gives a ``pollInterval``.
 DEFAULT_LIST_S = 5.0
-#: One read: at most this many pages and tasks (a session of ours rarely has more than a few hundred tasks).
+#: One read: at most this many pages and tasks, plus room for the session's waits (:func:`read_bounds`).
 MAX_PAGES = 20
 MAX_ITEMS = 5_000
+#: The page size both SDKs' task stores use (TypeScript 1.32 ``PAGE_SIZE``, Python 1.30 ``page_size``): the pages a
+#: list of our waits needs, for the bound.
+SDK_PAGE_SIZE = 10
+#: A long list is read at most this many pages a second on average (the interval grows with the pages).
+PAGES_PER_S = 10.0
 MAX_CURSOR = 4096
 #: After a read cut by a bound or failed: this long before the next, doubling to MAX_BACKOFF_S.
 BOUNDED_BACKOFF_S = 30.0
@@ -143,11 +156,19 @@ async def read_list(client: WireSession, ours: Collection[str], *, max_pages: in
         cursor = nxt
 
 
-def list_interval(poll_ms: Collection[int | None]) -> float:
-    """Seconds between two reads: the smallest ``pollInterval`` given, within [LIST_MIN_S, 1 h]."""
+def list_interval(poll_ms: Collection[int | None], pages: int = 1) -> float:
+    """Seconds between two reads: the smallest ``pollInterval`` given, within [LIST_MIN_S, 1 h], and no less than
+    ``pages`` (the last read's) at :data:`PAGES_PER_S`."""
     given = [ms / 1000.0 for ms in poll_ms if ms]
     base = min(given) if given else DEFAULT_LIST_S
-    return min(MAX_HONOURED_POLL_INTERVAL_S, max(LIST_MIN_S, base))
+    return min(MAX_HONOURED_POLL_INTERVAL_S, max(LIST_MIN_S, base, pages / PAGES_PER_S))
+
+
+def read_bounds(waits: int) -> tuple[int, int]:
+    """(pages, tasks) one read may take for a session with ``waits`` waits here: the floor, plus twice what the
+    waits fill (a store also lists its ended tasks until their TTL). 10,000 foreign ids beside one wait, or pages
+    that never end, still stop at about the floor."""
+    return MAX_PAGES + -(-2 * waits // SDK_PAGE_SIZE), MAX_ITEMS + 2 * waits
 
 
 def changed(read: ListRead, last_seen: Mapping[str, str | None]) -> list[tuple[str, str]]:
@@ -172,11 +193,35 @@ class ListReader:
         self.covered: dict[str, float] = {}
         self.counts: Counter[str] = Counter()
         self.last_read_at: float | None = None
+        #: Set when a read ends, whatever it found, then replaced: what :meth:`until_listed` waits on.
+        self._read_ended = asyncio.Event()
 
     def covers(self, task_id: str) -> bool:
         """Whether a recent complete read listed this task: its own reads may stretch to the safety net."""
         at = self.covered.get(task_id)
         return at is not None and time.monotonic() - at <= COVER_INTERVALS * self.interval + COVER_SLACK_S
+
+    def reading(self) -> bool:
+        """Whether reads are under way here (the next one is at most an interval away)."""
+        return self.state in (ListState.STARTING, ListState.READING)
+
+    async def until_listed(self, task_id: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until a complete read has listed ``task_id``, registered just before;
+        True when it has. A read already under way when it registered may not have asked for it: up to two reads."""
+        deadline = time.monotonic() + timeout
+        for _ in range(2):
+            if self.covers(task_id):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.reading():
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._read_ended.wait(), left)
+        return self.covers(task_id)
+
+    def _ended_a_read(self) -> None:
+        ended, self._read_ended = self._read_ended, asyncio.Event()
+        ended.set()
 
     async def run(self) -> float | None:
         """Read until no wait is left here (returns None), or until the list cannot be read here (returns how long
@@ -192,8 +237,9 @@ class ListReader:
                 if not waits:
                     return None
                 t0 = time.monotonic()
+                max_pages, max_items = read_bounds(len(waits))
                 try:
-                    got = await read_list(client, waits.keys())
+                    got = await read_list(client, waits.keys(), max_pages=max_pages, max_items=max_items)
                 except MethodNotFound:
                     self.state, self.why = ListState.NOT_OFFERED, "tasks/list answered -32601"
                     self.covered.clear()
@@ -206,6 +252,7 @@ class ListReader:
                     self.counts["errors"] += 1
                     self.state, self.why = ListState.BACKING_OFF, f"{exc.kind}: {exc.message[:200]}"
                     self.covered.clear()
+                    self._ended_a_read()
                     await asyncio.sleep(backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
                     continue
@@ -218,6 +265,7 @@ class ListReader:
                     self.counts["bounded"] += 1
                     self.state, self.why = ListState.BOUNDED, got.why
                     self.covered.clear()
+                    self._ended_a_read()
                     await asyncio.sleep(backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
                     continue
@@ -225,7 +273,8 @@ class ListReader:
                 self.state, self.why = ListState.READING, None
                 now = time.monotonic()
                 self.covered = {tid: now for tid in got.ours}
-                self.interval = list_interval([ms for _, ms in got.ours.values()])
+                self.interval = list_interval([ms for _, ms in got.ours.values()], got.pages)
+                self._ended_a_read()
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
         except asyncio.CancelledError:
             raise
@@ -235,6 +284,7 @@ class ListReader:
             log.debug("tasks/list of %s not read: %s", self.name, self.why)
             return BOUNDED_BACKOFF_S
         finally:
+            self._ended_a_read()  # whoever waits for a read learns that none is coming from this run
             if client is not None:
                 with contextlib.suppress(Exception):
                     await client.aclose()
@@ -244,4 +294,4 @@ class ListReader:
                 "counts": dict(self.counts)}
 
 
-__all__ = ["ListReader", "ListRead", "ListState", "changed", "list_interval", "read_list"]
+__all__ = ["ListReader", "ListRead", "ListState", "changed", "list_interval", "read_bounds", "read_list"]

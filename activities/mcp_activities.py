@@ -131,6 +131,9 @@ from mcp_temporal_tasks.protocol.wire_errors import (
 
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
+#: A wait's first gap at least this long, on a session whose ``tasks/list`` is read here, waits (within the gap) for
+#: the reader to list it before sleeping, so that it stretches (push.PushHub.until_listed).
+SETTLE_MIN_GAP_S = 20.0
 T = TypeVar("T")
 
 
@@ -609,8 +612,15 @@ class McpActivities(McpActivityDefs):
             delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                     previous_s=delay, schedule=inp.schedule, age_s=age)
             # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
-            stretched = delay * self._stretch(inp, push_key)
-            self._watch(inp, session, stretched, on_wake=wake, key=push_key, status=state.status)
+            factor = self._stretch(inp, push_key)
+            self._watch(inp, session, delay * factor, on_wake=wake, key=push_key, status=state.status)
+            if factor == 1.0 and delay >= SETTLE_MIN_GAP_S and inp.job is None and await self._listed(
+                    inp, push_key, min(hb_every, delay / 4), shutdown, woken):
+                # Registered just now on a session whose tasks/list is read here: the reader's next read lists it,
+                # so this first long gap stretches as the later ones will (not one gap at today's pace first).
+                factor = self._stretch(inp, push_key)
+                self._watch(inp, session, delay * factor, on_wake=wake, key=push_key, status=state.status)
+            stretched = delay * factor
             if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
@@ -618,6 +628,17 @@ class McpActivities(McpActivityDefs):
             await self._sleep_beating(stretched, hb_every, details, shutdown, woken)
             if woken.done():
                 return AwaitOutput(state=state, polls=polls)
+
+    async def _listed(self, inp: AwaitInput, key: str, timeout: float, *stop: asyncio.Future[None]) -> bool:
+        """:meth:`PushHub.until_listed`, given up when the worker starts shutting down or the workflow is woken."""
+        listed = asyncio.ensure_future(self.push.until_listed(inp.session, inp.principal, inp.task_id, key=key,
+                                                              timeout=timeout))
+        waited: set[asyncio.Future[Any]] = {listed, *stop}
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        if not listed.done():
+            listed.cancel()
+            return False
+        return listed.result()
 
     @staticmethod
     async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],

@@ -251,6 +251,22 @@ class PushHub:
             return 1.0
         return self.factor
 
+    async def until_listed(self, ref: SessionRef, principal: str | None, task_id: str, *, timeout: float,
+                           key: str | None = None) -> bool:
+        """For a wait registered just now (:meth:`watch`) on a session whose ``tasks/list`` is being read here: wait
+        (at most ``timeout``) for the reader's next complete read to list it, so that its next gap stretches as a
+        notified wait's would, the first one included. False at once where no reader reads this session."""
+        if not self.enabled or self.factor <= 1.0:
+            return False
+        s = self._sessions.get(key or self.key(ref, principal))
+        if s is None or s.reader is None or task_id not in s.routes:
+            return False
+        if s.reader.covers(task_id):
+            return True
+        if s.reader_task is None or s.reader_task.done() or not s.reader.reading():
+            return False
+        return await s.reader.until_listed(task_id, timeout)
+
     def stats(self) -> dict[str, Any]:
         """Counts and each session's listener state (tests, the benchmark, debugging)."""
         return {"counts": dict(self.counts), "sessions": {

@@ -64,7 +64,7 @@ from .floor import run_floor
 from .idle import idle_targets, phase_idle_waits, render_idle
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
-from .push import phase_push, push_targets, render_push
+from .push import phase_push, phase_push_inflight, push_targets, render_push
 from .waiting import (
     AgedBackground,
     HeartbeatLedger,
@@ -870,7 +870,7 @@ def render(res: dict[str, Any]) -> str:
 
 
 PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged",
-          "idle-waits", "push")
+          "idle-waits", "push", "push-inflight")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -1004,7 +1004,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--push-old-window", type=float, default=None,
                    help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400)")
     g.add_argument("--push-inflight", type=int, default=None,
-                   help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; quick 0)")
+                   help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; "
+                        "quick 0); with --only push-inflight, on each server of --push-inflight-servers (default "
+                        "10000; quick 300)")
+    g.add_argument("--push-inflight-servers", default="notifying,listing,silent",
+                   help="--only push-inflight: the kinds of server, one run each (notifying, listing, silent)")
     p.add_argument(
         "--no-bytecode",
         action="store_true",
@@ -1037,6 +1041,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20,
                 "push_tiles": 6 if q else 20, "push_old": 0 if q else 40, "push_probes": 3 if q else 6,
                 "push_window": 0.0, "push_old_window": 5400.0, "push_flood": 10000, "push_inflight": 0 if q else 10000}
+    inflight_given = args.push_inflight is not None
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -1058,7 +1063,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.only or "idle-waits" not in args.only:
         args.skip_idle_waits = True  # ~20 minutes: asked for by name only
     args.push_ages = sorted(float(x) for x in str(args.push_ages).split(",") if x.strip())
-    if not args.only or "push" not in {x.strip() for x in args.only.split(",")}:
+    only = {x.strip() for x in (args.only or "").split(",")}
+    args.push_inflight_servers = [x.strip() for x in str(args.push_inflight_servers).split(",") if x.strip()]
+    if unknown := set(args.push_inflight_servers) - {"notifying", "listing", "silent"}:
+        p.error(f"--push-inflight-servers: no such kind of server: {', '.join(sorted(unknown))}")
+    args.skip_push_inflight = "push-inflight" not in only
+    if not args.skip_push_inflight and not inflight_given:
+        args.push_inflight = 300 if q else 10000
+    if "push" not in only:
         args.skip_push = True  # ~16 min in --quick, ~2 hours in full (the old tasks' stretched gaps): by name only
     if q:
         args.naive_fit_polls = min(args.naive_fit_polls, 10)
@@ -1166,6 +1178,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             res["idle_waits"] = await phase_idle_waits(env, args)
         if not args.skip_push:
             res["push"] = await phase_push(env, args)
+        if not args.skip_push_inflight:
+            res["push_inflight"] = await phase_push_inflight(env, args)
     finally:
         env.stop()
     res["earlier_targets"] = targets(res)

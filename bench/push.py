@@ -350,17 +350,7 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             out["flood"] = await _flood(env, args.push_flood, *servers["notifying"], cost["notifying"][max(ages)], idle)
             log(f"push flood: {out['flood']}")
         if args.push_inflight:
-            def check(url: str, a: float, b: float) -> None:
-                out["inflight_schedule"] = _schedule(http_json(base_url(url) + "/bench/state")["aged"], poll_s, a, b,
-                                                     AGE_FRACTION * STRETCH)
-
-            out["inflight"] = await phase_inflight_aged(
-                env, n=args.push_inflight, poll_ms=args.poll_ms, window_s=args.inflight_aged_window, cache=0,
-                name="push-inflight", handover=False, settle_polls=1, timeout_s=1800, after_window=check,
-                server=lambda: push_server(env, args.poll_ms, silent=False, name=f"inflight-{env.run_id}"),
-                request=push_request)
-            if "inflight_schedule" in out:
-                out["inflight"]["schedule"] = out.pop("inflight_schedule")
+            out["inflight"] = await inflight_on(env, args, "notifying")
         if old:
             while time.time() - old_w0 < args.push_old_window:
                 await asyncio.sleep(5)
@@ -378,6 +368,39 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             if entry is not None:
                 entry[0].stop()
     log(f"push: {out}")
+    return out
+
+
+async def inflight_on(env: Any, args: Any, design: str) -> dict[str, Any]:
+    """``--push-inflight`` idle tasks aged 10 min … 1 h on one worker, on one session of a ``design`` server
+    (``waiting.phase_inflight_aged``): the worker's CPU and RSS, and every poll gap against the stretched schedule."""
+    poll_s = args.poll_ms / 1000
+    seen: dict[str, Any] = {}
+    name = f"inflight-{design}-{env.run_id}"
+
+    def check(url: str, a: float, b: float) -> None:
+        seen["schedule"] = _schedule(http_json(base_url(url) + "/bench/state")["aged"], poll_s, a, b,
+                                     AGE_FRACTION * STRETCH)
+        seen["lists"] = http_json(base_url(url) + "/bench/counts").get("lists", 0)
+
+    res = await phase_inflight_aged(
+        env, n=args.push_inflight, poll_ms=args.poll_ms, window_s=args.inflight_aged_window, cache=0,
+        name=f"push-inflight-{design}", handover=False, settle_polls=1, timeout_s=1800, after_window=check,
+        server=lambda: push_server(env, args.poll_ms, silent=design != "notifying", listing=design == "listing",
+                                   name=name),
+        request=push_request)
+    res["server"] = design
+    res.update(seen)
+    env.servers.pop(f"push-{name}", None)  # the phase stopped it
+    return res
+
+
+async def phase_push_inflight(env: Any, args: Any) -> dict[str, Any]:
+    """``--only push-inflight``: the in-flight part alone, once per server kind in ``--push-inflight-servers``."""
+    out: dict[str, Any] = {}
+    for design in args.push_inflight_servers:
+        out[design] = await inflight_on(env, args, design)
+        log(f"push-inflight {design}: {out[design]}")
     return out
 
 
@@ -429,10 +452,28 @@ def _first_hour(d: dict[str, Any], ages: list[float]) -> float | None:
     return round(total / span, 1)
 
 
+#: Issue 42's targets for idle tasks on one worker, % of a core: a server that notifies or whose list is read, and
+#: one that does neither.
+INFLIGHT_CPU_TARGET = {"notifying": 10.0, "listing": 10.0, "silent": 25.0}
+
+
+def inflight_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for design, inf in (res.get("push_inflight") or {}).items():
+        bound = INFLIGHT_CPU_TARGET[design]
+        rows.append({"target": f"{inf['tasks']:,} idle tasks on one worker, {design} server: ≤ {bound:g} % of a core, "
+                               "RSS < 500 MB",
+                     "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB, "
+                              f"{inf.get('mcp_requests_per_s')} MCP requests/s (other processes "
+                              f"{inf.get('machine_other_pct')} % of the machine)",
+                     "met": inf["worker_cpu_pct_of_core"] <= bound and inf["rss_peak_mb"] < 500})
+    return rows
+
+
 def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     p = res.get("push")
     if not p:
-        return []
+        return inflight_targets(res)
     n, s = p["notifying"], p["silent"]
     rows: list[dict[str, Any]] = []
     dn, ds = n.get("delivery") or {}, s.get("delivery") or {}
@@ -499,13 +540,33 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": inf["worker_cpu_pct_of_core"] <= 30 and inf["rss_peak_mb"] < 500,
             }
         )
-    return rows
+    return rows + inflight_targets(res)
+
+
+def render_push_inflight(res: dict[str, Any], *, with_targets: bool = True) -> list[str]:
+    runs = res.get("push_inflight") or {}
+    if not runs:
+        return []
+    lines = ["", "### Idle tasks in flight on one worker, per kind of server (`--only push-inflight`)", "",
+             "| server | tasks | worker CPU % of a core | RSS peak MB | MCP requests/s | tasks/list requests | "
+             "poll gaps late / all (worst ÷ schedule) | other processes % of the machine |",
+             "|---|---|---|---|---|---|---|---|"]
+    for design, r in runs.items():
+        sch = r.get("schedule") or {}
+        lines.append(f"| {design} | {r['tasks']:,} | **{r['worker_cpu_pct_of_core']:g}** | {r['rss_peak_mb']:g} | "
+                     f"{r.get('mcp_requests_per_s')} | {r.get('lists', '–')} | {sch.get('late')} / {sch.get('gaps')} "
+                     f"({sch.get('worst_gap_over_schedule')}) | {r.get('machine_other_pct')} |")
+    if with_targets:
+        lines += ["", "| target | value | met |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'NOT MET'} |"
+                  for t in inflight_targets(res)]
+    return lines
 
 
 def render_push(res: dict[str, Any]) -> list[str]:
     p = res.get("push")
     if not p:
-        return []
+        return render_push_inflight(res)
     lines = ["", "### Told, not polled: a notifying server, a silent one, a silent one with tasks/list (mcp 1.30, "
                  f"pollInterval {p['poll_ms']} ms, stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} "
                  f"held tasks and {p['probes']} "
@@ -561,4 +622,4 @@ def render_push(res: dict[str, Any]) -> list[str]:
     if targets:
         lines += ["", "| target | value | met |", "|---|---|---|"]
         lines += [f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'NOT MET'} |" for t in targets]
-    return lines
+    return lines + render_push_inflight(res, with_targets=False)  # its targets are in the table above

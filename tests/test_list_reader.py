@@ -1,10 +1,11 @@
 """Read, not told: a silent server's ``tasks/list`` wakes the waits whose task changed, on real peers and workers.
 
 The TypeScript SDK 1.32 and the official Python SDK 1.30 peers, their notifications off (``PEER_NOTIFY=0``), list a
-session's own tasks. A task polled as an hour-old one is (every gap at least 180 s: 5 % of 3600 s, the age schedule's
-gap at 1 h) ends 12 s in: the worker's list reader sees it within the server's pollInterval (2 s) and wakes the
-workflow, whose own read ends it: closed within pollInterval + 3 s of the server's own record of the end,
-``delivered_by = list``, one ``tools/call``, one signal, two ``tasks/get`` (the first poll and the woken read).
+session's own tasks. A task polled as an hour-old one is (every gap 180 s: 5 % of 3600 s, the age schedule's gap at
+1 h; floor and ceiling both) ends 12 s in: the worker's list reader sees it within the server's pollInterval (2 s)
+and wakes the workflow, whose own read ends it: closed within pollInterval + 3 s of the server's own record of the
+end, ``delivered_by = list``, one ``tools/call``, one signal, two ``tasks/get`` (the first poll and the woken read).
+Its first gap is stretched already (4 × 180 s): the wait waited for the reader to list it before it slept.
 Hostile lists (a scripted server): one that lies, one that pages forever, one of 10,000 foreign ids: the outcome is
 the read's, the list requests bounded, one ``tools/call``. And the worker holding the reader SIGKILLed: the other
 worker delivers within one safety gap (stretch × the gap: 4 × 2 s here).
@@ -22,10 +23,14 @@ import pytest
 
 from mcp_temporal_tasks.activities.list_reader import (
     LIST_MIN_S,
+    MAX_ITEMS,
     MAX_PAGES,
     ListRead,
+    ListReader,
+    ListState,
     changed,
     list_interval,
+    read_bounds,
 )
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
@@ -40,6 +45,8 @@ TASK_S = 12.0
 HOUR_OLD_GAP_S = 180.0
 #: The wake's signal, the workflow task that takes it, and the read it asks for, on a loaded machine.
 WAKE_SLACK_S = 3.0
+#: ``[worker] push_stretch``'s default: a listed wait's gaps, like a notified one's.
+STRETCH = 4.0
 
 
 @pytest.mark.fast
@@ -51,6 +58,40 @@ def test_a_list_read_wakes_only_waits_whose_status_changed_to_one_that_ends_a_wa
         ("a", "completed"), ("d", "input_required")]
     assert list_interval([2000, None, 500]) == LIST_MIN_S == 2.0  # bounded below
     assert list_interval([None]) == 5.0 and list_interval([90_000_000]) == 3600.0 and list_interval([8000]) == 8.0
+
+
+@pytest.mark.fast
+def test_a_reads_bounds_and_pace_follow_the_sessions_waits_and_pages() -> None:
+    # One wait: about the floor, so 10,000 foreign ids or endless pages stop early.
+    assert read_bounds(1) == (MAX_PAGES + 1, MAX_ITEMS + 2) and read_bounds(1)[1] < 10_000
+    # 10,000 waits on one session (pages of 10, as both SDKs): room for all of them and their ended neighbours.
+    pages, items = read_bounds(10_000)
+    assert pages >= 2 * 10_000 // 10 and items >= 2 * 10_000
+    # A long list is read less often: 1,000 pages at most 10 a second; a short one at the pollInterval.
+    assert list_interval([500], 1000) == 100.0 and list_interval([500], 3) == LIST_MIN_S
+    assert list_interval([8000], 3) == 8.0
+
+
+@pytest.mark.fast
+async def test_a_new_wait_learns_within_its_timeout_whether_the_next_read_lists_it() -> None:
+    reader = ListReader(None, dict, lambda t, s: False, name="test")  # type: ignore[arg-type]
+
+    async def a_read(listed: set[str], after: float) -> None:
+        await asyncio.sleep(after)
+        reader.state, reader.covered = ListState.READING, {t: time.monotonic() for t in listed}
+        reader._ended_a_read()
+
+    # A read already under way ends without it; the next one lists it: True, after two reads.
+    reads = asyncio.gather(a_read(set(), 0.05), a_read({"t-1"}, 0.15))
+    assert await reader.until_listed("t-1", timeout=2.0) is True
+    await reads
+    # Never listed: False once the timeout has passed, not before two reads have been seen or the time is up.
+    t0 = time.monotonic()
+    assert await reader.until_listed("t-2", timeout=0.3) is False and time.monotonic() - t0 >= 0.29
+    # A reader that is not reading: False at once.
+    reader.state = ListState.BOUNDED
+    t0 = time.monotonic()
+    assert await reader.until_listed("t-3", timeout=5.0) is False and time.monotonic() - t0 < 0.1
 
 
 @pytest.mark.slow
@@ -66,7 +107,9 @@ async def test_a_silent_servers_list_delivers_an_old_tasks_end_within_its_poll_i
         with worker_process(address, queue, cfg):
             handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
                 server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": "listed"},
-                timeouts=Timeouts(poll_floor_s=HOUR_OLD_GAP_S)), workflow_id=unique("list"), task_queue=queue)
+                timeouts=Timeouts(poll_floor_s=HOUR_OLD_GAP_S, poll_ceiling_s=HOUR_OLD_GAP_S)),
+                workflow_id=unique("list"), task_queue=queue)
+            first_gap = await _next_poll_in(handle, TASK_S - 2)
             out = await asyncio.wait_for(outcome_of(handle), TASK_S + 60)
         ended, closed = terminal_at(peer, out.task_id), await closed_at(handle)
         got = reads(peer, mark, out.task_id)
@@ -76,14 +119,27 @@ async def test_a_silent_servers_list_delivers_an_old_tasks_end_within_its_poll_i
     assert out.delivered_by == "list", out.delivered_by
     assert len(calls) == 1, calls
     assert closed - ended <= POLL_MS / 1000 + WAKE_SLACK_S, f"closed {closed - ended:.2f}s after the server's end"
-    # The first poll, then the read the list's wake asked for (the next poll was 180 s away).
+    # The first poll, then the read the list's wake asked for (the next poll was 720 s away).
     assert len(got) == 2 and got[1] >= ended, [round(t - got[0], 2) for t in got]
+    # The first gap stretched too (the reader listed the new wait before it slept): 4 × 180 s, not 180 s.
+    assert first_gap >= 0.9 * STRETCH * HOUR_OLD_GAP_S - TASK_S, f"first gap {first_gap:.0f}s"
     assert await signals(handle) == 1
     # Read at the pollInterval, not faster: about TASK_S / 2 s reads (+ slack for the loaded machine's jitter).
     assert 2 <= len(lists) <= TASK_S / (POLL_MS / 1000) + 4, len(lists)
     print(f"[measured] {kind}, notifications off: closed {closed - ended:.2f}s after the server's end (the next poll "
-          f"was {got[0] + HOUR_OLD_GAP_S - ended:.0f}s away), {len(got)} tasks/get, {len(lists)} tasks/list",
-          flush=True)
+          f"was {got[0] + STRETCH * HOUR_OLD_GAP_S - ended:.0f}s away: the first gap stretched to {first_gap:.0f}s), "
+          f"{len(got)} tasks/get, {len(lists)} tasks/list", flush=True)
+
+
+async def _next_poll_in(handle: Any, within_s: float) -> float:
+    """Seconds from now to the idle wait's next poll (its pending activity's next attempt), once it has handed over."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for a in (await handle.describe()).raw_description.pending_activities:
+            if a.HasField("next_attempt_schedule_time"):
+                return a.next_attempt_schedule_time.ToMilliseconds() / 1000 - time.time()
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no idle wait with a next poll within {within_s:g}s")
 
 
 def _scripted(kind: str, state: dict[str, Any]) -> ScriptedMcp:
@@ -140,8 +196,9 @@ async def test_a_list_that_lies_pages_forever_or_lists_foreign_ids_changes_no_ou
     # The lie: one wake (its read showed working), never a second for the same status.
     assert await signals(handles["lies"]) == 1
     assert await signals(handles["pages"]) == 0 and await signals(handles["foreign"]) == 0
-    # Bounded: a read is at most MAX_PAGES pages, and one cut by a bound is followed by a 30 s backoff.
-    assert lists["pages"] <= MAX_PAGES + 1, lists
+    # Bounded: a read is at most about MAX_PAGES pages (the floor, one wait), and one cut by a bound is followed by a
+    # 30 s backoff.
+    assert lists["pages"] <= read_bounds(1)[0], lists
     assert lists["foreign"] <= 2, lists
     states = {v["server"]: (v.get("list") or {}).get("state") for v in stats["sessions"].values()}
     print(f"[measured] hostile lists: tasks/list requests {lists}; tasks/get "
