@@ -32,8 +32,9 @@ a list that lies costs one signal and one read. Nothing else from the list is us
 **Bounds.** A read is at most :data:`MAX_PAGES` pages and :data:`MAX_ITEMS` tasks, plus room for the waits this
 session has here (:func:`read_bounds`: a list must be able to hold what we wait on, and no more than that beyond the
 floor); a cursor seen before, empty of meaning (not a string, over 4 KiB) ends it. A read cut by a bound covers
-nothing, and the next one is :data:`BOUNDED_BACKOFF_S` later (doubling to :data:`MAX_BACKOFF_S`); so is one that
-failed. The transport bounds each reply's size and time as for every request.
+nothing, and the next one is :data:`BOUNDED_BACKOFF_S` later (doubling to :data:`MAX_BACKOFF_S`), unless waits
+registered meanwhile (a burst of new tasks outgrew the bound: the next read, with room for them, follows at the pace of
+the pages); a read that failed backs off too. The transport bounds each reply's size and time as for every request.
 
 **A wait's first gap.** A wait registers at its first read, and the reader asks only for registered waits: the hub's
 :meth:`~mcp_temporal_tasks.activities.push.PushHub.until_listed` lets a long first gap wait (a few seconds, within the
@@ -266,6 +267,11 @@ class ListReader:
                     self.state, self.why = ListState.BOUNDED, got.why
                     self.covered.clear()
                     self._ended_a_read()
+                    if len(self.waits()) > len(waits):
+                        # More waits registered meanwhile (a burst of new tasks): the next read has room for them,
+                        # at the pace of the pages read, not after a backoff meant for a list that is not ours.
+                        await asyncio.sleep(list_interval([], got.pages))
+                        continue
                     await asyncio.sleep(backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
                     continue
