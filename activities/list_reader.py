@@ -19,9 +19,10 @@ forever or drops our task from its list has its waits polled on today's schedule
 :data:`LIST_MIN_S` and above by the 1 h a ``pollInterval`` is honoured up to
 (``schedule.MAX_HONOURED_POLL_INTERVAL_S``);
 :data:`DEFAULT_LIST_S` when the server gives none. A long list is read less often: never more than
-:data:`PAGES_PER_S` pages a second on average (both SDKs page by 10, so a session of 10,000 tasks is read every
-100 s; its waits' own polls, stretched, are the bound meanwhile), so the reader's cost follows the pages it reads,
-not the pollInterval.
+:data:`PAGES_PER_S` pages nor :data:`ITEMS_PER_S` tasks a second on average (the TypeScript SDK pages by 10, the
+Python SDK 1.30 sends a session's whole list in one page: either way a session of 10,000 tasks is read every 100 s;
+its waits' own polls, stretched, are the bound meanwhile), so the reader's cost follows what it reads, not the
+pollInterval.
 
 **What it does with a page.** For each listed task waited on here whose status differs from the one its own last
 read saw (the hub's registration carries it) and can end a wait (``input_required``, ``completed``, ``failed``,
@@ -74,11 +75,13 @@ DEFAULT_LIST_S = 5.0
 #: One read: at most this many pages and tasks, plus room for the session's waits (:func:`read_bounds`).
 MAX_PAGES = 20
 MAX_ITEMS = 5_000
-#: The page size both SDKs' task stores use (TypeScript 1.32 ``PAGE_SIZE``, Python 1.30 ``page_size``): the pages a
-#: list of our waits needs, for the bound.
+#: The TypeScript SDK 1.32's page (``PAGE_SIZE``; the Python SDK 1.30 answers in one page): the pages a list of our
+#: waits needs, for the bound.
 SDK_PAGE_SIZE = 10
-#: A long list is read at most this many pages a second on average (the interval grows with the pages).
+#: A long list is read at most this many pages, and tasks, a second on average (the interval grows with them): the
+#: TypeScript SDK pages by 10, the Python SDK 1.30 answers a session's whole list in one page.
 PAGES_PER_S = 10.0
+ITEMS_PER_S = 100.0
 MAX_CURSOR = 4096
 #: After a read cut by a bound or failed: this long before the next, doubling to MAX_BACKOFF_S.
 BOUNDED_BACKOFF_S = 30.0
@@ -157,12 +160,12 @@ async def read_list(client: WireSession, ours: Collection[str], *, max_pages: in
         cursor = nxt
 
 
-def list_interval(poll_ms: Collection[int | None], pages: int = 1) -> float:
+def list_interval(poll_ms: Collection[int | None], pages: int = 1, items: int = 0) -> float:
     """Seconds between two reads: the smallest ``pollInterval`` given, within [LIST_MIN_S, 1 h], and no less than
-    ``pages`` (the last read's) at :data:`PAGES_PER_S`."""
+    the last read's ``pages`` at :data:`PAGES_PER_S` and ``items`` at :data:`ITEMS_PER_S`."""
     given = [ms / 1000.0 for ms in poll_ms if ms]
     base = min(given) if given else DEFAULT_LIST_S
-    return min(MAX_HONOURED_POLL_INTERVAL_S, max(LIST_MIN_S, base, pages / PAGES_PER_S))
+    return min(MAX_HONOURED_POLL_INTERVAL_S, max(LIST_MIN_S, base, pages / PAGES_PER_S, items / ITEMS_PER_S))
 
 
 def read_bounds(waits: int) -> tuple[int, int]:
@@ -270,7 +273,7 @@ class ListReader:
                     if len(self.waits()) > len(waits):
                         # More waits registered meanwhile (a burst of new tasks): the next read has room for them,
                         # at the pace of the pages read, not after a backoff meant for a list that is not ours.
-                        await asyncio.sleep(list_interval([], got.pages))
+                        await asyncio.sleep(list_interval([], got.pages, got.items))
                         continue
                     await asyncio.sleep(backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
@@ -279,7 +282,7 @@ class ListReader:
                 self.state, self.why = ListState.READING, None
                 now = time.monotonic()
                 self.covered = {tid: now for tid in got.ours}
-                self.interval = list_interval([ms for _, ms in got.ours.values()], got.pages)
+                self.interval = list_interval([ms for _, ms in got.ours.values()], got.pages, got.items)
                 self._ended_a_read()
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
         except asyncio.CancelledError:

@@ -67,8 +67,10 @@ def test_a_reads_bounds_and_pace_follow_the_sessions_waits_and_pages() -> None:
     # 10,000 waits on one session (pages of 10, as both SDKs): room for all of them and their ended neighbours.
     pages, items = read_bounds(10_000)
     assert pages >= 2 * 10_000 // 10 and items >= 2 * 10_000
-    # A long list is read less often: 1,000 pages at most 10 a second; a short one at the pollInterval.
+    # A long list is read less often: 1,000 pages at most 10 a second, or one page of 10,000 tasks (the Python SDK)
+    # at most 100 tasks a second; a short one at the pollInterval.
     assert list_interval([500], 1000) == 100.0 and list_interval([500], 3) == LIST_MIN_S
+    assert list_interval([500], 1, 10_000) == 100.0 and list_interval([500], 1, 60) == LIST_MIN_S
     assert list_interval([8000], 3) == 8.0
 
 
