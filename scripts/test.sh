@@ -24,8 +24,8 @@ peers=()
 # An older server (protocol 2025-06-18, mcp==1.12.4 FastMCP; needs pydantic<2.12) in its own venv too (issue 37).
 ("$PYTHON" -m venv tests/peers/py0618/.venv &&
   tests/peers/py0618/.venv/bin/python -m pip install --quiet -r tests/peers/py0618/requirements.txt) & peers+=($!)
-# --no-compile, then compileall on both cores beside the gate below: pip byte-compiles ~15,000 modules on one core,
-# half of this install's time (35 of 68 s), where nothing else needs the second core.
+# --no-compile, then compileall on both cores beside the gate below: pip byte-compiles every installed module on one
+# core, half of this install's time (35 of 68 s), where nothing else needs the second core.
 .venv/bin/python -m pip install --quiet --no-compile -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing,docs]'
 site_packages="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # A module that does not compile (a package's Python 2 sample, say) is compiled, and fails, where it is imported, as
