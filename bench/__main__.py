@@ -64,7 +64,7 @@ from .floor import run_floor
 from .idle import idle_targets, phase_idle_waits, render_idle
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
-from .push import phase_push, phase_push_inflight, push_targets, render_push
+from .push import DESIGNS, phase_push, phase_push_inflight, push_targets, render_push
 from .waiting import (
     AgedBackground,
     HeartbeatLedger,
@@ -1065,7 +1065,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.push_ages = sorted(float(x) for x in str(args.push_ages).split(",") if x.strip())
     only = {x.strip() for x in (args.only or "").split(",")}
     args.push_inflight_servers = [x.strip() for x in str(args.push_inflight_servers).split(",") if x.strip()]
-    if unknown := set(args.push_inflight_servers) - {"notifying", "listing", "silent"}:
+    if unknown := set(args.push_inflight_servers) - set(DESIGNS):
         p.error(f"--push-inflight-servers: no such kind of server: {', '.join(sorted(unknown))}")
     args.skip_push_inflight = "push-inflight" not in only
     if not args.skip_push_inflight and not inflight_given:
