@@ -643,7 +643,10 @@ async def test_a_cancel_of_a_task_already_gone(lone_env: WorkflowEnvironment) ->
 async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(lone_env: WorkflowEnvironment) -> None:
     fault = wire(JsonRpcError("tasks/cancel: temporarily unavailable", code=-32603), task_read=True)
     fakes = Blocking(start_call=[started()], cancel_task=[fault])
-    out = await run(lone_env, fakes, steer=cancel_when_working, **REPLAY)
+    # A 5 s read budget (retries 1 s apart): once the cancelled wait leaves the test server unsure whether an
+    # activity still runs, it may stop skipping time, and a 20 s budget's backoff then runs on the wall clock.
+    budget = TIMEOUTS.model_copy(update={"unreachable_s": 5})
+    out = await run(lone_env, fakes, steer=cancel_when_working, timeouts=budget, **REPLAY)
     assert out.outcome == Outcome.CANCELLED and "may still be running" in (out.reason or "")
     assert out.error is not None and out.error.code == -32603 and fakes.calls["cancel_task"] > 1
 
