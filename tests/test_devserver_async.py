@@ -43,5 +43,6 @@ async def test_start_async_keeps_the_loop_running_and_returns_once_it_serves(tmp
     print(f"start_async took {took:.1f} s; {len(gaps)} ticks, longest gap {max(gaps):.3f} s")
     # Blocking starts held the loop for the whole start (seconds: each probe a `temporal` process run to its end).
     # Loose bound for a loaded machine: the loop turned over many times, never stalled near a probe's length.
-    assert took > 0.5 and len(gaps) >= took / 0.5
+    # On a quiet machine the start takes under half a second: a few ticks are still owed, a blocked loop makes one.
+    assert len(gaps) >= max(3, took / 0.5)
     assert max(gaps) < 0.5 * took

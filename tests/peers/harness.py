@@ -261,6 +261,18 @@ def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO",
                 os.environ[k] = v
 
 
+#: Docket (fastmcp's task queue) waits this long per idle read of its stream, 50 ms by default: a new task still
+#: wakes it at once (a blocking read), but an idle fastmcp peer then costs 1.3 % of a core instead of 2.7 %. The suite
+#: keeps about eight of them up for its whole run on 2 cores.
+FASTMCP_IDLE = {"FASTMCP_DOCKET_MINIMUM_CHECK_INTERVAL": "PT0.5S"}
+
+
+def fastmcp_env() -> dict[str, str]:
+    """The environment a fastmcp peer adds: this checkout on its path, and :data:`FASTMCP_IDLE`."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            **FASTMCP_IDLE}
+
+
 @contextlib.contextmanager
 def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval_ms: int = 100,
                  name: str | None = None) -> Iterator[Peer]:
@@ -270,7 +282,7 @@ def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval
            "--poll-interval-ms", str(poll_interval_ms)]
     if task_ttl_ms is not None:
         cmd += ["--task-ttl-ms", str(task_ttl_ms)]
-    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    extra = fastmcp_env()
     with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
                     cwd=REPO_ROOT, extra_env=extra) as peer:
         yield peer
@@ -285,8 +297,7 @@ def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str =
     cmd = [sys.executable, "-m", "tests.peers.fastmcp_otel", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", str(poll_interval_ms)]
     spans_path = _fresh_log(log_dir, f"{name}.spans")
-    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-             "PEER_SPANS": str(spans_path)}
+    extra = {**fastmcp_env(), "PEER_SPANS": str(spans_path)}
     with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
                     cwd=REPO_ROOT, extra_env=extra) as peer:
         peer.spans_path = spans_path
@@ -401,7 +412,7 @@ def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
     """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
     cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
            "--poll-interval-ms", "100", "--json-response"]
-    extra = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    extra = fastmcp_env()
     with _http_peer(cmd, name="fastmcp-json", log_path=_fresh_log(peer_logs, "fastmcp-json"), flavour="extension",
                     stateful=False, cwd=REPO_ROOT, extra_env=extra) as peer:
         yield peer
