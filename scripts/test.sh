@@ -32,13 +32,11 @@ site_packages="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path
 # the suite's ~600 Python processes would compile our modules from source again, 0.1-0.2 s of CPU each.
 # A module that does not compile (a package's Python 2 sample, say) is compiled, and fails, where it is imported, as
 # without this step: the step only saves time, so its exit code is not the run's.
-(.venv/bin/python -m compileall -q -j 0 -x '(node_modules|tests/peers/[^/]+/\.venv)' "$site_packages" api protocol activities workflows \
-  worker demo tests bench examples scripts > /dev/null 2>&1 || true) & compiling=$!
-for pid in "${peers[@]}"; do
-  wait "$pid" || { echo "test.sh: installing a test peer failed (its output is above)" >&2; exit 1; }
-done
+(.venv/bin/python -m compileall -q -j 0 -x '(node_modules|tests/peers/[^/]+/\.venv)' "$site_packages" \
+  api protocol activities workflows worker demo tests bench examples scripts > /dev/null 2>&1 || true) & compiling=$!
 
-# The gate: lint and types fail the run before any test does.
+# The gate: lint and types fail the run before any test does. It needs only the project's venv, so it runs while the
+# peers still install.
 .venv/bin/ruff check api protocol activities workflows worker demo tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 # The documentation site builds with no dead link or anchor (mkdocs.yml: strict, links and anchors validated), into a
@@ -46,6 +44,9 @@ done
 docs_site="$(mktemp -d)"
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_site"
 rm -rf "$docs_site"
+for pid in "${peers[@]}"; do
+  wait "$pid" || { echo "test.sh: installing a test peer failed (its output is above)" >&2; exit 1; }
+done
 wait "$compiling"
 
 # The suite in WORKERS worker processes (pytest-xdist), each with its own Temporal dev server and peers; tests of one

@@ -19,9 +19,11 @@ VIEW = ROOT / ".typecheck"
 
 
 def build_view() -> Path:
-    """``.typecheck/mcp_temporal_tasks``: the installed layout, as symlinks to the repository's folders."""
-    shutil.rmtree(VIEW, ignore_errors=True)
+    """``.typecheck/mcp_temporal_tasks``: the installed layout, as symlinks to the repository's folders. mypy's
+    cache beside it (``.typecheck/.mypy_cache``) is kept: a later run over the same sources (tests/test_gate.py,
+    after the gate) then checks only what changed."""
     package = VIEW / "mcp_temporal_tasks"
+    shutil.rmtree(package, ignore_errors=True)
     package.mkdir(parents=True)
     for module in (ROOT / "api").glob("*.py"):
         (package / module.name).symlink_to(module)

@@ -129,11 +129,25 @@ async def in_process_worker(client: Client, *, task_queue: str, servers: dict[st
     ready = asyncio.Event()
     task = asyncio.create_task(run_workers(client, cfg, stop=stop, on_ready=ready.set))
     try:
-        await asyncio.wait_for(ready.wait(), 20)
+        # Past wait_until_polling's own 15 s: a worker that never polls fails here, naming the wait.
+        await asyncio.wait_for(ready.wait(), 30)
         yield cfg
     finally:
         stop.set()
         await task
+
+
+def line_with(stream: Any, needle: str, max_lines: int = 50) -> str:
+    """The first line of a binary ``stream`` that holds ``needle``, read past what a Temporal dev server logs while it
+    starts (on a loaded machine its own ERROR lines, "shard status unknown", come before ours); else every line read,
+    for the assertion to show. Blocking: call it in a thread, under the caller's time bound."""
+    seen = []
+    for _ in range(max_lines):
+        line = stream.readline().decode()
+        if not line or needle in line:
+            return line or "".join(seen)
+        seen.append(line)
+    return "".join(seen)
 
 
 def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:

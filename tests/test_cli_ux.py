@@ -30,6 +30,7 @@ from tests.temporal_harness import (
     address_of,
     cli,
     in_process_worker,
+    line_with,
     listed_under,
     one_json,
     stop_process,
@@ -570,7 +571,7 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
                               stderr=subprocess.PIPE)
     try:
         assert server.stderr is not None
-        line = (await asyncio.wait_for(asyncio.to_thread(server.stderr.readline), 60)).decode()
+        line = await asyncio.wait_for(asyncio.to_thread(line_with, server.stderr, "Temporal dev server at "), 60)
         assert "Temporal dev server at 127.0.0.1:7233" in line, line
         # The hint printed by the demo that has exited works now: its tasks are there.
         rc, listed, err = await cli("list", "--json", env=env)

@@ -38,6 +38,7 @@ from tests.temporal_harness import (
     address_of,
     cli,
     in_process_worker,
+    line_with,
     one_json,
     stop_process,
     unique,
@@ -353,7 +354,7 @@ async def test_dev_server_links_signals_and_lock(fastmcp_server: Peer, tmp_path:
         server = subprocess.Popen([*CLI, "dev-server", "--port", str(port), "--ui-port", str(ui_port)], cwd=REPO_ROOT,
                                   env={**ENV, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert server.stderr is not None
-        line = server.stderr.readline().decode()
+        line = line_with(server.stderr, "Temporal dev server at ")
         assert f"Temporal dev server at 127.0.0.1:{port} · UI http://localhost:{ui_port}" in line, line
         return server
 
@@ -408,7 +409,7 @@ async def test_dev_server_killed_takes_temporal_with_it(tmp_path: Path) -> None:
                               stderr=subprocess.PIPE)
     try:
         assert server.stderr is not None
-        line = (await asyncio.to_thread(server.stderr.readline)).decode()
+        line = await asyncio.wait_for(asyncio.to_thread(line_with, server.stderr, f"127.0.0.1:{port}"), 60)
         assert f"127.0.0.1:{port}" in line, line
         assert len(_temporal_pids(db)) == 1
         server.kill()

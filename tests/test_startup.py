@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from temporalio.api.taskqueue.v1 import PollerInfo
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueResponse
 from temporalio.service import RPCError, RPCStatusCode
 
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port, port_open
-from mcp_temporal_tasks.worker.runner import connect, transient_connect_error
+from mcp_temporal_tasks.worker.runner import connect, transient_connect_error, wait_until_polling
 from tests.peers.harness import Peer
 from tests.temporal_harness import WorkerProcess, unique, until, write_config
 
@@ -31,6 +33,35 @@ from tests.temporal_harness import WorkerProcess, unique, until, write_config
 ])
 def test_only_not_up_yet_errors_are_waited_out(exc: BaseException, transient: bool) -> None:
     assert transient_connect_error(exc) is transient
+
+
+class _Answers:
+    """A workflow service that answers ``DescribeTaskQueue`` from a script (an error, or the pollers listed)."""
+
+    def __init__(self, *answers: RPCError | list[str]) -> None:
+        self.answers, self.timeouts = list(answers), []
+        self.workflow_service, self.namespace = self, "default"
+
+    async def describe_task_queue(self, req: object, timeout: object = None) -> DescribeTaskQueueResponse:
+        self.timeouts.append(timeout)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, RPCError):
+            raise answer
+        return DescribeTaskQueueResponse(pollers=[PollerInfo(identity=i) for i in answer])
+
+
+async def test_a_busy_servers_cancelled_describe_is_asked_again_within_the_bound() -> None:
+    """An overloaded dev server answered one DescribeTaskQueue with CANCELLED, which ended a starting worker."""
+    busy = _Answers(RPCError("operation was canceled", RPCStatusCode.CANCELLED, b""),
+                    RPCError("deadline", RPCStatusCode.DEADLINE_EXCEEDED, b""), ["other"], ["me"])
+    assert await wait_until_polling(busy, "q", "me", timeout_s=10)  # type: ignore[arg-type]
+    assert len(busy.timeouts) == 4 and all(t is not None and t.total_seconds() <= 5 for t in busy.timeouts)
+    never = _Answers(RPCError("operation was canceled", RPCStatusCode.CANCELLED, b""))
+    began = time.monotonic()
+    assert not await wait_until_polling(never, "q", "me", timeout_s=1.5)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 5
+    with pytest.raises(RPCError, match="denied"):
+        await wait_until_polling(_Answers(RPCError("denied", RPCStatusCode.PERMISSION_DENIED, b"")), "q", "me")  # type: ignore[arg-type]
 
 
 async def test_connect_waits_for_a_server_that_is_still_starting(tmp_path: Path) -> None:

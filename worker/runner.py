@@ -212,11 +212,18 @@ def shutdown_executors(workers: list[Worker]) -> None:
             executor.shutdown(wait=False)
 
 
+#: Answers of a busy or briefly unavailable server to ``DescribeTaskQueue``: asked again within the wait's bound.
+_TRANSIENT = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE,
+                        RPCStatusCode.RESOURCE_EXHAUSTED})
+
+
 async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0, *,
                              tasks: list[asyncio.Task[None]] | None = None) -> bool:
     """True once the server lists ``identity`` among the workflow pollers of ``task_queue``; False after
     ``timeout_s``, or at once when one of the workers' ``tasks`` has ended (it failed to start: the caller raises
-    its error)."""
+    its error). Each ``DescribeTaskQueue`` is bounded by what is left of ``timeout_s``; one that a loaded server
+    cancels or times out is asked again (an overloaded dev server answered ``CANCELLED`` once, which ended a
+    starting worker with a traceback); any other error is raised."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while loop.time() < end:
@@ -224,8 +231,12 @@ async def wait_until_polling(client: Client, task_queue: str, identity: str, tim
             return False
         try:
             resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=task_queue)))
+                namespace=client.namespace, task_queue=TaskQueue(name=task_queue)),
+                timeout=timedelta(seconds=max(1.0, min(5.0, end - loop.time()))))
         except RPCError as exc:
+            if exc.status in _TRANSIENT:
+                await asyncio.sleep(0.5)
+                continue
             if exc.status != RPCStatusCode.UNIMPLEMENTED:
                 raise
             # The time-skipping test server cannot list pollers: give the pollers a moment instead.

@@ -25,8 +25,6 @@ from importlib.metadata import version
 from typing import Any
 
 import mcp_types
-from mcp.client.stdio import get_default_environment
-from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 
@@ -59,6 +57,10 @@ def extension_meta() -> dict[str, Any]:
 
 def extension_headers(method: str, name: str | None) -> dict[str, str]:
     """Routing headers of 2026-07-28 over HTTP. ``Mcp-Name`` is the tool name or the task id."""
+    # Imported where first used, as below: ``mcp``'s package imports its whole client and server (half a second of
+    # CPU), which a worker or `mcp-tasks run` on a 2025-11-25 HTTP server never needs.
+    from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+
     headers = {MCP_PROTOCOL_VERSION_HEADER: EXTENSION, MCP_METHOD_HEADER: method}
     if name is not None:
         headers[MCP_NAME_HEADER] = encode_header_value(name)
@@ -67,6 +69,8 @@ def extension_headers(method: str, name: str | None) -> dict[str, str]:
 
 def default_stdio_environment() -> dict[str, str]:
     """The environment a stdio child inherits: the SDK's safe subset (PATH, HOME, ...), no secrets."""
+    from mcp.client.stdio import get_default_environment
+
     return get_default_environment()
 
 
