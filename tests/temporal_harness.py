@@ -129,7 +129,7 @@ async def in_process_worker(client: Client, *, task_queue: str, servers: dict[st
     ready = asyncio.Event()
     task = asyncio.create_task(run_workers(client, cfg, stop=stop, on_ready=ready.set))
     try:
-        # Past wait_until_polling's own 15 s: a worker that never polls fails here, naming the wait.
+        # Past wait_until_polling's own 15 s, so a worker that never polls ends here with TimeoutError.
         await asyncio.wait_for(ready.wait(), 30)
         yield cfg
     finally:
