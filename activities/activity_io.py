@@ -385,5 +385,6 @@ class TaskNotified(_Model):
 
     task_id: str = Field(max_length=16 * 1024)
     status: TaskStatus
-    #: How the worker learned it: None, a server's notification; ``list``, a ``tasks/list`` read (list_reader.py).
-    via: Literal["list"] | None = None
+    #: How the worker learned it: None, a server's notification; ``list``, a ``tasks/list`` read (list_reader.py);
+    #: ``poll``, the worker's own ``tasks/get`` of an idle wait's task (poller.py).
+    via: Literal["list", "poll"] | None = None

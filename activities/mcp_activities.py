@@ -104,6 +104,7 @@ from mcp_temporal_tasks.activities.wire import (
     McpWireError,
     ResultDecodeError,
     SessionPool,
+    SessionRef,
     TaskNotFound,
     TaskUnreachable,
     TransportError,
@@ -154,6 +155,16 @@ def _tasks(client: WireSession, job: JobBinding | None) -> WireSession | JobTask
     return JobTasks(client, job) if job is not None else client
 
 
+def _gap_for(inp: AwaitInput) -> Callable[[TaskState], float]:
+    """Today's gap for an idle wait's task, from a read of it (what the push hub reads it on)."""
+    floor, ceiling, schedule, submitted = inp.poll_floor_s, inp.poll_ceiling_s, inp.schedule, inp.submitted_at
+
+    def gap(state: TaskState) -> float:
+        return next_poll_delay(state.poll_interval_ms, floor_s=floor, ceiling_s=ceiling, previous_s=ceiling,
+                               schedule=schedule, age_s=task_age_s(state.created_at, submitted, time.time()))
+    return gap
+
+
 def _sdk_stores_large_payloads() -> bool:
     """Whether this activity's client offloads large payloads itself (Temporal's External Storage on its data
     converter, ``worker/storage.py``): then a large result travels as it is, and the SDK puts it in the store and
@@ -188,6 +199,7 @@ class McpActivities(McpActivityDefs):
         self.pool = pool or SessionPool()
         #: Who hears the servers' task notifications for this process's waits (``activities/push.py``).
         self.push = push or PushHub()
+        self.push.reads_with(self._hub_read)
         self.store = store or ResultStore()
         #: What a request may name instead of a configured server (``[worker]`` keys of the same names).
         self.allow_inline_endpoints = allow_inline_endpoints
@@ -262,7 +274,8 @@ class McpActivities(McpActivityDefs):
             raise to_application_error(exc, task_read=True)
 
     def _watch(self, inp: AwaitInput, session: WireSession | None, gap_s: float,
-               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
+               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
+               today_s: float | None = None, read: bool = True) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
         own read is the only one). Jobs (plain tools) have no notifications."""
@@ -277,7 +290,8 @@ class McpActivities(McpActivityDefs):
             return
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
-                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status)
+                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status,
+                        gap_s=today_s, gap_for=None if today_s is None else _gap_for(inp), read=read)
 
     def _watch_relay(self, inp: RelayInput, session: WireSession, info: activity.Info,
                      on_wake: Callable[[], None]) -> None:
@@ -293,8 +307,15 @@ class McpActivities(McpActivityDefs):
                         run_id=info.workflow_run_id, epoch=-1, for_s=inp.hold_s, temporal=temporal,
                         on_wake=on_wake, status=inp.state.status)
 
-    def _stretch(self, inp: AwaitInput, key: str | None = None) -> float:
-        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key)
+    def _stretch(self, inp: AwaitInput, key: str | None = None, *, idle: bool = False) -> float:
+        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key,
+                                                                 idle=idle)
+
+    async def _hub_read(self, ref: SessionRef, principal: str | None, task_id: str) -> TaskState:
+        """The push hub's own read of an idle wait's task (``activities/poller.py``): ``tasks/get`` on the pooled
+        session, a session the server forgot replaced as for any read."""
+        _, state = await self.pool.read_task(ref, principal=principal, fn=lambda s: s.get(task_id))
+        return state
 
     @staticmethod
     def _counter(name: str, description: str, **attrs: str) -> None:
@@ -569,6 +590,8 @@ class McpActivities(McpActivityDefs):
                 woken.set_result(None)
 
         push_key = self.push.key(inp.session, inp.principal)  # once: a heartbeating wait may poll every 100 ms
+        if (spacing := self.push.spacing(push_key, inp.task_id)) > 0:
+            await asyncio.sleep(spacing)  # the hub read it just now (and woke the workflow): keep the pollInterval
         while True:
             try:
                 session, state = await self.pool.read_task(inp.session, principal=inp.principal,
@@ -694,47 +717,64 @@ class McpActivities(McpActivityDefs):
             self._watch(inp, None, early)
             raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
                                    next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
-        try:
-            session, state = await self._heartbeating(self.pool.read_task(
-                inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)),
-                lambda: details, at_once=False)
-            client = _tasks(session, inp.job)
-        except JobReplyMismatch as exc:
-            ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
-                              status_message=cap_text(exc.message, 512))
-            return AwaitOutput(state=ended, polls=1, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
-        except TaskNotFound:
-            return AwaitOutput(not_found=True, polls=1)
-        except TaskUnreachable as exc:
-            return AwaitOutput(unreachable=exc.message, polls=1)
-        except McpWireError as exc:
-            failing_since, faults = failing_since or time.time(), faults + 1
-            gave_up, wait = after_read_fault(exc, inp, failing_since, faults, faults)
-            if gave_up is not None:
-                return gave_up
-            failing = {**details, "failingSince": failing_since, "faults": faults,
-                       "readBudgetEndsAt": failing_since + inp.unreachable_s,
-                       "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)}
-            activity.heartbeat(failing)
-            self._live(failing)
-            raise ApplicationError(f"{'tasks/get' if inp.job is None else inp.job.status} failed ({faults} in a row, "
-                                   f"retrying in {wait:.1f}s): {exc.kind}: {cap_text(exc.message, 512)}",
-                                   type="TaskReadFault", next_retry_delay=timedelta(seconds=wait)) from None
-        self._counter("mcp_tasks_polls", "tasks/get polls")
-        details.update(status=state.status, statusMessage=state.status_message)
-        self._live(details)
-        if failing_since:
-            activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
-        moved = await self._if_moved(session, client, state, inp, details, 1)
-        if moved is not None:
-            return moved
+        push_key = self.push.key(inp.session, inp.principal)  # once for all (a model_dump_json each)
+        # This process's hub read the task within today's gap and saw it working: that read stands for this one (a
+        # change would have woken the workflow), so the server is not asked twice in one gap.
+        cached = None if inp.job is not None or failing_since else self.push.fresh(push_key, inp.task_id)
+        session: WireSession | None = None
+        if cached is None and (spacing := self.push.spacing(push_key, inp.task_id)) > 0:
+            await asyncio.sleep(spacing)  # the hub read it just now (and woke the workflow): keep the pollInterval
+        if cached is not None:
+            state = cached
+            details.update(status=state.status, statusMessage=state.status_message, readBy="worker")
+            self._live(details)
+        else:
+            try:
+                read_on, state = await self._heartbeating(self.pool.read_task(
+                    inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)),
+                    lambda: details, at_once=False)
+                session, client = read_on, _tasks(read_on, inp.job)
+            except JobReplyMismatch as exc:
+                ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
+                                  status_message=cap_text(exc.message, 512))
+                return AwaitOutput(state=ended, polls=1,
+                                   payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
+            except TaskNotFound:
+                return AwaitOutput(not_found=True, polls=1)
+            except TaskUnreachable as exc:
+                return AwaitOutput(unreachable=exc.message, polls=1)
+            except McpWireError as exc:
+                failing_since, faults = failing_since or time.time(), faults + 1
+                gave_up, wait = after_read_fault(exc, inp, failing_since, faults, faults)
+                if gave_up is not None:
+                    return gave_up
+                failing = {**details, "failingSince": failing_since, "faults": faults,
+                           "readBudgetEndsAt": failing_since + inp.unreachable_s,
+                           "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)}
+                activity.heartbeat(failing)
+                self._live(failing)
+                what = "tasks/get" if inp.job is None else inp.job.status
+                raise ApplicationError(f"{what} failed ({faults} in a row, retrying in {wait:.1f}s): {exc.kind}: "
+                                       f"{cap_text(exc.message, 512)}", type="TaskReadFault",
+                                       next_retry_delay=timedelta(seconds=wait)) from None
+            self._counter("mcp_tasks_polls", "tasks/get polls")
+            details.update(status=state.status, statusMessage=state.status_message)
+            self._live(details)
+            if failing_since:
+                activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
+            moved = await self._if_moved(read_on, client, state, inp, details, 1)
+            if moved is not None:
+                return moved
         age = task_age_s(state.created_at, inp.submitted_at, time.time())
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
         delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
                                 previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
-        push_key = self.push.key(inp.session, inp.principal)  # once for both (a model_dump_json each)
-        delay *= self._stretch(inp, push_key)
-        self._watch(inp, session, delay, status=state.status, key=push_key)
+        today = delay
+        # Registered for the longest gap this wait may get: the hub reads the task itself from now on (where it can),
+        # and this wait's own attempts are then only the net for this process's death (push.PushHub.stretch).
+        self._watch(inp, session, today * self.push.net, status=state.status, key=push_key, today_s=today,
+                    read=cached is None)
+        delay = today * self._stretch(inp, push_key, idle=True)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.

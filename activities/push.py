@@ -35,6 +35,14 @@ server that has delivered a notification for one of our waits within :data:`NOTI
 notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)), and a server that never
 notifies keeps today's schedule exactly (it never delivers one).
 
+**Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
+on an HTTP session the hub reads its task itself on that schedule (``push_stretch`` times further apart where
+notifications reach us, not at all while a ``tasks/list`` read lists it); a status that can end the wait is the same
+wake-up (``via = poll``). The wait's own attempts are then only the net for this process's death: ``push_net_stretch``
+(8 by default) × today's gap apart, and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes
+that read instead of asking the server again. The hub's reads failing (three in a row) end the stretch: the next
+attempts keep today's schedule.
+
 Everything here is bounded: registrations by the waits of this process, the signal queue (:data:`SIGNAL_QUEUE`), the
 dedupe and negative caches (LRU), the lookups; nothing is logged per notification above DEBUG (counts:
 :meth:`PushHub.stats`, and the ``mcp_tasks_notifications{endpoint, result}`` counter). A worker killed, a stream
@@ -49,7 +57,7 @@ import logging
 import re
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +71,7 @@ from mcp_temporal_tasks.activities.activity_io import (
     search_attribute_value,
 )
 from mcp_temporal_tasks.activities.list_reader import ListReader
+from mcp_temporal_tasks.activities.poller import TaskPoller
 from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, SessionRef, WireSession
 from mcp_temporal_tasks.activities.wire.notifications import (
     GetStream,
@@ -74,15 +83,25 @@ from mcp_temporal_tasks.activities.wire.notifications import (
     task_notice,
 )
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.protocol.tasks import TaskState
 
 log = logging.getLogger("mcp_tasks.push")
 
 #: Statuses whose notification may end a wait: the wait is woken for them, never for ``working``.
 WAKE_STATUSES = frozenset({"input_required", "completed", "failed", "cancelled"})
 DEFAULT_STRETCH = 4.0
+#: How far apart an idle wait's own attempts are (× today's gap) while this process reads for it (notifications, a
+#: ``tasks/list`` read, or its own ``tasks/get``): the bound on a dead worker (``[worker] push_net_stretch``).
+DEFAULT_NET_STRETCH = 8.0
+#: Sessions whose tasks the hub can read itself (``activities/poller.py``): HTTP, 2025-11-25 and 2026-07-28.
+_POLLABLE = frozenset({"get", "listen"})
 #: A registration outlives the gap its activity scheduled by this much (an attempt may start late).
 GRACE_S = 60.0
 SWEEP_S = 5.0
+#: A hub's read stands for an idle wait's own (:meth:`PushHub.fresh`) up to this many times the hub's pace.
+FRESH_SLACK = 1.5
+#: A read right after the hub's own waits for the server's pollInterval, at most this long (:meth:`PushHub.spacing`).
+MAX_SPACING_S = 5.0
 #: How long a server that delivered a notification for one of our waits counts as one that notifies. Long: waits on
 #: old tasks hear nothing for hours (none of them ends), and a server that stopped notifying costs at most the
 #: stretch factor of today's bound, never a wrong outcome.
@@ -111,6 +130,13 @@ class _Route:
     on_wake: Callable[[], None] | None = None
     #: The status the wait's own last read saw (what a ``tasks/list`` read is compared with; None: not known).
     status: str | None = None
+    #: An idle wait's schedule (today's gap from a read of its task), when the hub reads the task itself.
+    gap_for: Callable[[TaskState], float] | None = None
+    #: The hub's own last read of the task (monotonic time, the server's pollInterval then, and the state while it
+    #: was ``working``).
+    read_at: float | None = None
+    read_poll_s: float | None = None
+    read_state: TaskState | None = None
 
 
 @dataclass
@@ -134,6 +160,9 @@ class _Session:
     reader: ListReader | None = None
     reader_task: asyncio.Task[None] | None = None
     reader_retry_at: float = 0.0
+    #: Reads the idle waits' tasks here (``activities/poller.py``): HTTP sessions with idle waits.
+    poller: TaskPoller | None = None
+    poller_task: asyncio.Task[None] | None = None
 
 
 class _Lru(OrderedDict[Any, float]):
@@ -160,11 +189,16 @@ def _kind(ref: SessionRef) -> str | None:
 class PushHub:
     """The registry of this process's waits and the listeners of their sessions (see the module docstring)."""
 
-    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH, list_reads: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH, list_reads: bool = True,
+                 task_reads: bool = True, net_stretch: float = DEFAULT_NET_STRETCH) -> None:
         self.enabled = enabled
         #: Read ``tasks/list`` of stateful 2025-11-25 HTTP sessions with waits here (``activities/list_reader.py``).
         self.list_reads = list_reads
+        #: Read idle waits' tasks here (``activities/poller.py``), once :meth:`reads_with` gave the read.
+        self.task_reads = task_reads
         self.factor = max(1.0, stretch)
+        self.net = max(self.factor, net_stretch)
+        self._read: Callable[[SessionRef, str | None, str], Awaitable[TaskState]] | None = None
         self._sessions: dict[str, _Session] = {}
         self._notifying: dict[str, float] = {}
         self._woken = _Lru()
@@ -185,11 +219,16 @@ class PushHub:
 
     def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: WireSession | None,
               workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
-              on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None) -> None:
+              on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
+              gap_s: float | None = None, gap_for: Callable[[TaskState], float] | None = None,
+              read: bool = True) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
         ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
         ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
-        ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise)."""
+        ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise);
+        ``gap_s``, ``gap_for``: an idle wait that just read its task, with today's gap and how to compute it from a
+        read: the hub reads the task itself from then on (``activities/poller.py``); ``read`` False: the wait took
+        the hub's own last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is."""
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
@@ -206,9 +245,10 @@ class PushHub:
         if route is not None and route.workflow_id == workflow_id and route.run_id == run_id:
             # Renewed in place: one registration per poll of every idle wait, the hub's hottest path.
             route.epoch, route.expires, route.on_wake, route.status = epoch, expires, on_wake, status
+            route.gap_for = gap_for
         else:
-            s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch, expires=expires,
-                                       on_wake=on_wake, status=status)
+            route = s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch, expires=expires,
+                                               on_wake=on_wake, status=status, gap_for=gap_for)
         s.temporal = temporal
         if kind == "stdio" and session is not None and isinstance(session.transport, StdioTransport):
             s.stdio = session.transport
@@ -224,32 +264,87 @@ class PushHub:
                 s.reader = ListReader(ref, lambda: self._list_waits(s), lambda t, st: self._list_wake(s, t, st),
                                       name=f"{s.server} {ref.session_id or ''}".strip(), offered=offered)
             self._ensure_reader(s)
+        if gap_s is not None and route.gap_for is not None and self._polls(s):
+            if s.poller is None:
+                s.poller = TaskPoller(lambda t: self._read_task(s, t), lambda t: self._poll_before(s, t),
+                                      lambda t, st: self._poll_after(s, t, st),
+                                      name=f"{s.server} {ref.session_id or ''}".strip())
+            if read or not s.poller.plans(task_id):
+                s.poller.schedule(task_id, gap_s * self._poll_factor(s, task_id))  # from the read just made
+            self._ensure_poller(s)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._sweep(), name="mcp-tasks-push-sweep")
+
+    def fresh(self, key: str, task_id: str) -> TaskState | None:
+        """The task's state as this hub's own last read saw it, if that read is within the hub's pace for the task
+        (today's gap, × ``push_stretch`` under notifications; :data:`FRESH_SLACK` of room) and saw it ``working`` (a
+        change would have woken the wait): an idle wait's attempt need not ask the server again."""
+        s = self._sessions.get(key)
+        route = s.routes.get(task_id) if s is not None else None
+        if s is None or route is None or route.read_state is None or route.read_at is None or route.gap_for is None:
+            return None
+        try:
+            # The hub's own pace for it, with room for a read that is due now and not made yet.
+            gap = route.gap_for(route.read_state) * self._poll_factor(s, task_id) * FRESH_SLACK
+        except Exception:  # noqa: BLE001
+            return None
+        return route.read_state if time.monotonic() - route.read_at < gap else None
+
+    def spacing(self, key: str, task_id: str) -> float:
+        """Seconds until the server's pollInterval has passed since this hub's last read of the task (at most
+        :data:`MAX_SPACING_S`): the read a wake asks for waits that long, so the server is never asked sooner than
+        it asked to be."""
+        s = self._sessions.get(key)
+        route = s.routes.get(task_id) if s is not None else None
+        if route is None or route.read_at is None or not route.read_poll_s:
+            return 0.0
+        return max(0.0, min(MAX_SPACING_S, route.read_poll_s - (time.monotonic() - route.read_at)))
+
+    def reads_with(self, read: Callable[[SessionRef, str | None, str], Awaitable[TaskState]]) -> None:
+        """How the hub reads a task itself (``tasks/get`` through the worker's session pool): (session, principal,
+        task id) → its state. Without it, no task is read here."""
+        self._read = read
 
     def forget(self, ref: SessionRef, principal: str | None, task_id: str) -> None:
         """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here."""
         s = self._sessions.get(self.key(ref, principal))
+        if s is not None and s.poller is not None:
+            s.poller.drop(task_id)
         if s is not None and s.routes.pop(task_id, None) is not None and isinstance(s.listener, TasksSubscription):
             s.listener.ids_changed()
 
-    def stretch(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None) -> float:
+    def stretch(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None,
+                idle: bool = False) -> float:
         """How much this wait's poll gaps may stretch: ``stretch`` where its session's notifications can reach us
         (a live listener here, or the session's stream held by another client) on a server that has delivered a
-        notification for one of our waits within the last day; else 1 (today's schedule exactly)."""
+        notification for one of our waits within the last day, or a recent complete ``tasks/list`` read listed it;
+        else 1 (today's schedule exactly). ``idle``: the wait's own attempts, for a wait registered with a gap
+        (:meth:`watch`): ``push_net_stretch`` wherever this process reads for it, its own reads of the task
+        included (the wait's attempts are then only the net for this process's death)."""
         if not self.enabled or self.factor <= 1.0:
             return 1.0
         s = self._sessions.get(key or self.key(ref, principal))
         if s is None:
             return 1.0
-        if s.reader is not None and s.reader.covers(task_id):
-            return self.factor  # a recent complete tasks/list read listed it: the reader wakes it
+        factor = self.net if idle else self.factor
+        if self._listed(s, task_id) or self._notified(s, task_id):
+            return factor
+        if idle and s.poller is not None and s.poller.healthy() and self._polls(s):
+            route = s.routes.get(task_id)
+            if route is not None and route.gap_for is not None:
+                return factor
+        return 1.0
+
+    def _listed(self, s: _Session, task_id: str) -> bool:
+        """A recent complete tasks/list read listed it: the reader wakes it."""
+        return s.reader is not None and s.reader.covers(task_id)
+
+    def _notified(self, s: _Session, task_id: str) -> bool:
+        """Its session's notifications reach us on a server that has shown it notifies."""
         if s.listener is None or not s.listener.live(task_id):
-            return 1.0
+            return False
         heard = self._notifying.get(s.server)
-        if heard is None or time.monotonic() - heard > NOTIFYING_MEMORY_S:
-            return 1.0
-        return self.factor
+        return heard is not None and time.monotonic() - heard <= NOTIFYING_MEMORY_S
 
     async def until_listed(self, ref: SessionRef, principal: str | None, task_id: str, *, timeout: float,
                            key: str | None = None) -> bool:
@@ -274,13 +369,15 @@ class PushHub:
                     "state": s.listener.state.value if s.listener else None,
                     "why": s.listener.why if s.listener else None,
                     "listener": dict(s.listener.counts) if s.listener else {},
-                    "list": s.reader.stats() if s.reader else None} for s in self._sessions.values()}}
+                    "list": s.reader.stats() if s.reader else None,
+                    "reads": s.poller.stats() if s.poller else None} for s in self._sessions.values()}}
 
     async def aclose(self) -> None:
         self._closed = True
         tasks = [t for t in (self._sweeper, *self._senders, *self._lookups) if t is not None]
         tasks += [s.task for s in self._sessions.values() if s.task is not None]
         tasks += [s.reader_task for s in self._sessions.values() if s.reader_task is not None]
+        tasks += [s.poller_task for s in self._sessions.values() if s.poller_task is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -306,6 +403,50 @@ class PushHub:
         if (s.reader is not None and (s.reader_task is None or s.reader_task.done())
                 and time.monotonic() >= s.reader_retry_at and s.routes):
             s.reader_task = asyncio.create_task(self._read_lists(s), name="mcp-tasks-list")
+
+    def _polls(self, s: _Session) -> bool:
+        return self.task_reads and self._read is not None and s.kind in _POLLABLE
+
+    def _ensure_poller(self, s: _Session) -> None:
+        if s.poller is not None and s.poller.planned() and (s.poller_task is None or s.poller_task.done()):
+            s.poller_task = asyncio.create_task(s.poller.run(), name="mcp-tasks-poller")
+
+    def _poll_factor(self, s: _Session, task_id: str) -> float:
+        """How much further apart than today's the hub reads a task: not at all while a list read lists it (the
+        list read is the read; asked again after a gap), ``push_stretch`` where notifications reach us, else 1."""
+        return self.factor if self._notified(s, task_id) else 1.0
+
+    def _poll_before(self, s: _Session, task_id: str) -> float | None:
+        route = s.routes.get(task_id)
+        if route is None or route.gap_for is None or route.expires < time.monotonic():
+            return None
+        if self._listed(s, task_id):
+            return max(1.0, s.reader.interval if s.reader is not None else 1.0)
+        return 0.0
+
+    def _poll_after(self, s: _Session, task_id: str, state: TaskState) -> float | None:
+        """A read here: wake the wait when its task changed to a status that can end it (``via = poll``, once per
+        status and input round); then the next read, on the wait's schedule, until the wait's workflow reads the task
+        itself and ends or renews the registration (a wake that could not be sent is tried at the next read)."""
+        route = s.routes.get(task_id)
+        if route is None or route.gap_for is None:
+            return None
+        route.read_at, route.read_state = time.monotonic(), state if state.status == "working" else None
+        route.read_poll_s = state.poll_interval_ms / 1000 if state.poll_interval_ms else None
+        if state.status in WAKE_STATUSES and state.status != route.status:
+            if self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=state.status),
+                          route.epoch, via="poll") and route.on_wake is not None:
+                with contextlib.suppress(Exception):
+                    route.on_wake()
+        try:
+            gap = route.gap_for(state)
+        except Exception:  # noqa: BLE001  (a schedule that cannot be computed: the wait's own attempts go on)
+            return None
+        return max(1.0, gap) * self._poll_factor(s, task_id)
+
+    async def _read_task(self, s: _Session, task_id: str) -> TaskState:
+        assert self._read is not None
+        return await self._read(s.ref, s.principal, task_id)
 
     async def _read_lists(self, s: _Session) -> None:
         assert s.reader is not None
@@ -376,8 +517,9 @@ class PushHub:
                 if s.routes:
                     self._ensure_listener(s)
                     self._ensure_reader(s)
+                    self._ensure_poller(s)
                     continue
-                for t in (s.task, s.reader_task):
+                for t in (s.task, s.reader_task, s.poller_task):
                     if t is not None:
                         t.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):

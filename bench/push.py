@@ -5,7 +5,9 @@ The servers are the official Python SDK's 2025-11-25 task runtime (``mcp`` 1.30,
 ``notifications/tasks/status`` on the session's GET stream when a task ends (the SDK's default), the other two are
 told not to (``complete(..., notify=False)``); ``notifying`` and ``silent`` offer no ``tasks/list`` (``--no-list``:
 today's two kinds of server, each wait read on its own), ``listing`` offers the SDK's (the session's own tasks), which
-the worker's list reader reads at the pollInterval (``activities/list_reader.py``). Everything else is the same:
+the worker's list reader reads at the pollInterval (``activities/list_reader.py``). Wherever the server is reached over
+HTTP, the worker's hub also reads its idle waits' tasks itself (``activities/poller.py``: on today's schedule where
+nothing else tells it of a change, so that the waits' own attempts are only the net). Everything else is the same:
 pollInterval ``--poll-ms``, our worker as shipped (push on, ``push_stretch`` 4), its tasks back-dated to known ages
 (``age_s``, as in ``bench/idle.py``), one dev server. Every worker first sees one 3 s task end (the prime), so that on
 the notifying server its listener is up and the server has shown it notifies (``delivered_by`` of the primes is in the
@@ -30,7 +32,8 @@ JSON). Phases (``--only push``), both designs at once so that the machine's load
    (``ListWorkflowExecutions``), what the worker's hub made of what it read (``mcp_tasks_notifications`` by result),
    and the worker's CPU from the flood's first message until 10 s after its last, above the idle worker's.
 4. Full run only: ``--push-old`` tasks aged 2 … 5 h over ``--push-old-window``, and ``--push-inflight`` idle tasks aged
-   10 min … 1 h on one worker with the notifying server (``waiting.phase_inflight_aged``), every gap against the
+   10 min … 1 h on one worker, once per server of ``--push-inflight-servers`` (the first in ``inflight``, the others in
+   ``inflight_more``; ``waiting.phase_inflight_aged``), every gap against the
    stretched schedule.
 """
 
@@ -350,7 +353,9 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             out["flood"] = await _flood(env, args.push_flood, *servers["notifying"], cost["notifying"][max(ages)], idle)
             log(f"push flood: {out['flood']}")
         if args.push_inflight:
-            out["inflight"] = await inflight_on(env, args, "notifying")
+            # One server kind after another (--push-inflight-servers), while the old tasks' window runs on.
+            out["inflight"] = await inflight_on(env, args, args.push_inflight_servers[0])
+            out["inflight_more"] = {d: await inflight_on(env, args, d) for d in args.push_inflight_servers[1:]}
         if old:
             while time.time() - old_w0 < args.push_old_window:
                 await asyncio.sleep(5)
@@ -530,17 +535,9 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                               f"idle worker's over {f['wall_s']:g} s; read {f['heard_by_worker']:,}, "
                               f"{f['visibility_lookups']} lookups",
                      "met": f["signals_sent"] == 0 and f["signals_in_histories"] == 0})
-    inf = p.get("inflight")
-    if inf:
-        rows.append(
-            {
-                "target": f"{inf['tasks']:,} idle tasks on one worker with push on: ≤ 30 % of a core, RSS < 500 MB",
-                "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB "
-                f"(other processes {inf.get('machine_other_pct')} % of the machine)",
-                "met": inf["worker_cpu_pct_of_core"] <= 30 and inf["rss_peak_mb"] < 500,
-            }
-        )
-    return rows + inflight_targets(res)
+    full = {d: r for d, r in [("notifying", p.get("inflight")), *(p.get("inflight_more") or {}).items()] if r}
+    return rows + inflight_targets({"push_inflight": {r.get("server", d): r for d, r in full.items()}}) + \
+        inflight_targets(res)
 
 
 def render_push_inflight(res: dict[str, Any], *, with_targets: bool = True) -> list[str]:

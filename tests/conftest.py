@@ -66,6 +66,7 @@ LONG_FIRST = (
     "tests/test_stdio_lifecycle.py::test_a_line_over_the_bound_is_skipped_and_the_next_one_read",
     "tests/test_list_reader.py::test_the_worker_holding_the_reader_killed_costs_at_most_one_safety_gap",
     "tests/test_idle_waits.py::test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_killed_during_a_poll",
+    "tests/test_idle_waits.py::test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap",
     "tests/test_stuck_visible.py::test_run_status_and_list_say_the_workflow_task_is_failing",
 )
 

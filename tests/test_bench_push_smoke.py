@@ -57,8 +57,9 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
     assert p["listing"]["list_requests_in_window"] > 0 and p["silent"]["list_requests_in_window"] == 0
     # A task aged 1 min is polled every 3 s where the server is silent (5 % of its age): the window must see it.
     assert p["silent"]["buckets"]["1 min"]["polls_per_task_hour"] > 0
-    # One wake per notified probe, none where the server is silent.
-    assert p["notifying"]["per_task_history"]["signals"] == 1 and p["silent"]["per_task_history"]["signals"] == 0
+    # One wake per notified probe; where the server is silent, at most the one the worker's own read of an idle wait
+    # sends (activities/poller.py; these young probes are mostly read by their heartbeating wait: none).
+    assert p["notifying"]["per_task_history"]["signals"] == 1 and p["silent"]["per_task_history"]["signals"] <= 1
     f = p["flood"]
     assert f["sent"] == 2000 and f["error"] is None, f
     assert f["signals_sent"] == 0 and f["signals_in_histories"] == 0, f

@@ -27,7 +27,7 @@ from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Phase, Timeouts
 from tests.faults import FaultProxy, Stall
-from tests.peers.harness import Peer, fastmcp_peer, ts_http_peer, ts_stdio_peer
+from tests.peers.harness import Peer, fastmcp_peer, py1_http_peer, ts_http_peer, ts_stdio_peer
 from tests.temporal_harness import (
     WorkerProcess,
     address_of,
@@ -73,8 +73,9 @@ class Case:
         return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tasks/get" and x.get("taskId") == task_id)
 
 
-#: The polling waits under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py).
-NO_LIST = {"push_list_reads": False}
+#: The polling waits under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py), nor
+#: are the idle waits' tasks read by the worker's hub (the last test here): each read is an attempt of the wait.
+NO_LIST = {"push_list_reads": False, "push_task_reads": False}
 
 
 @pytest.fixture(params=["ts-http", "fastmcp", "job-fastmcp"])
@@ -249,3 +250,78 @@ async def test_an_idle_wait_on_a_stdio_server_stays_with_the_child_that_owns_the
     assert scheduled[POLL_TASK] == scheduled["mcp-tasks.await_task.v1"] != queue, scheduled
     print(f"[measured] ts-stdio: {len(reads)} reads by pid {calls[0]['pid']} ({len(late)} past 2.5 s of age), "
           f"idle attempts on {scheduled[POLL_TASK]}", flush=True)
+
+
+@pytest.mark.parametrize("kind", ["ts-http", "py1-http"])
+async def test_a_silent_servers_idle_wait_is_read_by_the_worker_and_its_attempts_are_only_the_net(
+        kind: str, temporal_env: Any, tmp_path: Path) -> None:
+    """Real peers that neither notify nor have their tasks/list read here: an idle wait's task is read by the
+    worker's hub on today's schedule (gaps of at most 3 s), its end wakes the workflow (one signal, ``delivered_by
+    = poll``), whose own read ends it within a gap; meanwhile the wait's own attempts are the net, push_net_stretch ×
+    the gap apart. The server is never asked sooner than its pollInterval, and the tool is called once."""
+    from tests.test_list_reader import _next_poll_in
+    from tests.test_push import closed_at, reads, signals, terminal_at
+
+    task_s, max_gap_s, slack_s = 22.0, SCHEDULE["max_interval_s"], 3.0
+    address, queue = address_of(temporal_env), unique("hub-reads")
+    peer_cm = (ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-hub")) if kind == "ts-http"
+               else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-hub")))
+    with peer_cm as peer:
+        mark = peer.log_mark()
+        cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
+                           worker={"push_list_reads": False})
+        with worker_process(address, queue, cfg) as worker:
+            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+                server="srv", tool="slow_echo", arguments={"seconds": task_s, "text": "read here"},
+                timeouts=TIMEOUTS), workflow_id=unique("hub-reads"), task_queue=queue)
+            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+            await until_between_polls(handle, min_attempt=2, worker=worker)
+            net_gap = await _next_poll_in(handle, 10)
+            out = await asyncio.wait_for(outcome_of(handle), task_s + 60)
+        ended, closed = terminal_at(peer, out.task_id), await closed_at(handle)
+        got = reads(peer, mark, out.task_id)
+        calls = tool_calls(peer, mark, "slow_echo")
+    assert out.outcome == Outcome.COMPLETED and out.result is not None, (out.outcome, out.reason)
+    assert len(calls) == 1, calls
+    assert out.delivered_by == "poll" and await signals(handle) == 1, (out.delivered_by, await signals(handle))
+    assert closed - ended <= max_gap_s + slack_s, f"closed {closed - ended:.2f}s after the server's end"
+    # The wait's own next attempt was far beyond today's gap (3 s at most): the net, 8 × the gap (less what passed).
+    assert net_gap > 2 * max_gap_s, f"the idle wait's next attempt was {net_gap:.1f}s away"
+    gaps = [b - a for a, b in zip(got, got[1:], strict=False)]
+    assert min(gaps) >= POLL_MS / 1000 - 0.02, f"a read {min(gaps):.3f}s after the previous one"
+    print(f"[measured] {kind}: closed {closed - ended:.2f}s after the server's end, the wait's next attempt "
+          f"{net_gap:.1f}s away (today's gap ≤ {max_gap_s:g} s), {len(got)} tasks/get", flush=True)
+
+
+async def test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap(
+        temporal_env: Any, tmp_path: Path) -> None:
+    """Two workers, the TypeScript peer silent and its tasks/list not read: the first worker's hub reads the idle
+    wait's task and is SIGKILLed; the wait's next attempt (at most push_net_stretch × today's gap away: 8 × 3 s)
+    lands on the second worker, which reads the task from then on and sees the end. One tools/call."""
+    from tests.test_push import closed_at, terminal_at
+
+    address, queue = address_of(temporal_env), unique("hub-kill")
+    net_gap_s, slack_s = 8 * SCHEDULE["max_interval_s"], 4.0
+    with ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-hub-kill")) as peer:
+        mark = peer.log_mark()
+        cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
+                           worker={"push_list_reads": False})
+        with worker_process(address, queue, cfg) as first:
+            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+                server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": "survived"},
+                timeouts=TIMEOUTS), workflow_id=unique("hub-kill"), task_queue=queue)
+            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+            await until_between_polls(handle, min_attempt=2, worker=first)
+            with worker_process(address, queue, cfg):
+                await asyncio.sleep(6)
+                first.kill()
+                killed = time.time()
+                out = await asyncio.wait_for(outcome_of(handle), TASK_S + net_gap_s + 60)
+        ended, closed = terminal_at(peer, out.task_id), await closed_at(handle)
+        calls = tool_calls(peer, mark, "slow_echo")
+    assert out.outcome == Outcome.COMPLETED and out.result is not None, (out.outcome, out.reason)
+    assert len(calls) == 1, calls
+    # Seen within one net gap of the later of the kill and the end (the second worker takes over at the next attempt).
+    assert closed - max(ended, killed) <= net_gap_s + slack_s, f"closed {closed - max(ended, killed):.2f}s late"
+    print(f"[measured] the reading worker killed: closed {closed - ended:.2f}s after the server's end, "
+          f"{closed - killed:.2f}s after the kill (net gap {net_gap_s:g} s), by {out.delivered_by}", flush=True)

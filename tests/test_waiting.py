@@ -40,8 +40,9 @@ KILL_AT_AGE_S = 9.0
 TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 
 
-#: The polling schedule under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py).
-NO_LIST = {"push_list_reads": False}
+#: The polling schedule under test: the silent TypeScript peer's tasks/list is not read (tests/test_list_reader.py),
+#: nor an idle wait's task by the worker's hub (tests/test_idle_waits.py): every read is the wait's own.
+NO_LIST = {"push_list_reads": False, "push_task_reads": False}
 
 
 @pytest.fixture(params=["ts-http", "fastmcp"])

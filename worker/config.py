@@ -207,6 +207,13 @@ class WorkerSettings(_Strict):
     #: Read ``tasks/list`` of a stateful 2025-11-25 HTTP session with waits here, at the server's pollInterval, and
     #: wake the waits whose task changed (``activities/list_reader.py``); off: those waits are polled one by one.
     push_list_reads: StrictBool = True
+    #: Read an idle wait's task in the worker (``tasks/get`` on its schedule, no Temporal round trip) on HTTP servers
+    #: and wake the wait when it changed (``activities/poller.py``); off: each read is an activity attempt.
+    push_task_reads: StrictBool = True
+    #: An idle wait this worker reads for (notifications, ``tasks/list``, its own reads) has its own activity attempts
+    #: this many times today's gap apart: what is left if the worker dies, so a dead worker's task is seen at most
+    #: this × the schedule's bound late. At least ``push_stretch``.
+    push_net_stretch: float = Field(8.0, ge=1.0, le=32.0)
 
 
 class WorkerConfig(_Strict):

@@ -57,4 +57,5 @@ def make_activities(cfg: WorkerConfig, *, inline_allowlist: Iterable[Endpoint] =
                          allow_inline_credentials=w.allow_inline_credentials, inline_allowlist=inline_allowlist,
                          owner_queue=owner, live_sink=live_sink,
                          push=PushHub(enabled=w.push_notifications, stretch=w.push_stretch,
-                                      list_reads=w.push_list_reads))
+                                      list_reads=w.push_list_reads, task_reads=w.push_task_reads,
+                                      net_stretch=w.push_net_stretch))

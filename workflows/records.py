@@ -446,6 +446,7 @@ class MachineState(_Model):
     #: A notification's status that woke the wait and was not read yet; the wakes acted on (``status#round``).
     wake: str | None = None
     wakes: list[str] = Field(default_factory=list)
-    #: How the pending wake was learned (``TaskNotified.via``): None, a notification; ``list``, a tasks/list read.
+    #: How the pending wake was learned (``TaskNotified.via``): None, a notification; ``list``, a tasks/list read;
+    #: ``poll``, the worker's own read of an idle wait's task.
     wake_via: str | None = None
     delivered_by: DeliveredBy | None = None

@@ -1,0 +1,254 @@
+"""The worker's own reads of idle waits' tasks (``activities/poller.py``, ``PushHub``): on each wait's schedule, a
+change wakes the workflow once, a read never decides, failures stop the coverage, and the wait's own attempts stretch
+to the net only while the hub reads for them. No Temporal, no server: the read is a function here (the peers' runs are
+in ``tests/test_idle_waits.py`` and ``bench --only push-inflight``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from mcp_temporal_tasks.activities.poller import FAILS_TO_STOP, TaskPoller
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub
+from mcp_temporal_tasks.protocol.tasks import Endpoint, TaskState
+from mcp_temporal_tasks.protocol.wire_errors import TaskNotFound, TransportError
+
+pytestmark = pytest.mark.fast
+
+
+def _state(task_id: str, status: str = "working") -> TaskState:
+    return TaskState(task_id=task_id, status=status, era="2025-11-25")
+
+
+class _Signals:
+    """Stands in for the Temporal client: records the wake-up signals the hub sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def get_workflow_handle(self, workflow_id: str, run_id: str | None = None) -> Any:
+        outer = self
+
+        class _Handle:
+            async def signal(self, name: str, arg: Any) -> None:
+                outer.sent.append((workflow_id, arg))
+        return _Handle()
+
+
+async def test_a_poller_reads_each_task_on_its_own_schedule_and_stops_when_told() -> None:
+    reads: dict[str, list[float]] = {"a": [], "b": []}
+    t0 = time.monotonic()
+
+    async def read(task_id: str) -> TaskState:
+        reads[task_id].append(time.monotonic() - t0)
+        return _state(task_id)
+
+    gaps = {"a": 0.1, "b": 0.25}
+
+    def after(task_id: str, state: TaskState) -> float | None:
+        return gaps[task_id] if len(reads[task_id]) < 4 else None  # four reads each, then stop
+
+    poller = TaskPoller(read, lambda t: 0.0, after, name="test")
+    poller.schedule("a", 0.1)
+    poller.schedule("b", 0.25)
+    await asyncio.wait_for(poller.run(), 5)  # returns once nothing is planned
+    assert len(reads["a"]) == 4 and len(reads["b"]) == 4, reads
+    for task_id, times in reads.items():
+        gaps_seen = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert min(gaps_seen) >= gaps[task_id] * 0.9, (task_id, gaps_seen)  # never sooner than its schedule
+    assert poller.counts["reads"] == 8 and poller.healthy()
+
+
+async def test_a_renewed_or_dropped_task_keeps_only_its_latest_plan() -> None:
+    reads: list[str] = []
+
+    async def read(task_id: str) -> TaskState:
+        reads.append(task_id)
+        return _state(task_id)
+
+    poller = TaskPoller(read, lambda t: 0.0, lambda t, s: None, name="test")
+    poller.schedule("a", 0.05)
+    poller.schedule("a", 0.2)  # the wait's own attempt read it meanwhile: the read moves, it is not doubled
+    poller.schedule("gone", 0.05)
+    poller.drop("gone")
+    await asyncio.wait_for(poller.run(), 5)
+    assert reads == ["a"], reads
+
+
+async def test_failed_reads_stop_the_coverage_until_one_succeeds_and_a_gone_task_is_left_to_its_wait() -> None:
+    outcomes: list[Any] = [TransportError("refused", sent=False)] * FAILS_TO_STOP + [TaskNotFound("gone", code=-32602)]
+    poller = TaskPoller(lambda t: _raise(outcomes.pop(0)), lambda t: 0.0, lambda t, s: None, name="test")
+    for i in range(FAILS_TO_STOP):
+        poller.schedule(f"t{i}", 0.0)
+    runner = asyncio.create_task(poller.run())
+    await _until(lambda: poller.counts["errors"] == FAILS_TO_STOP)
+    assert not poller.healthy()  # the hub stops stretching this session's waits
+    for i in range(FAILS_TO_STOP):
+        poller.drop(f"t{i}")  # (their retries are 30 s away)
+    poller.schedule("g", 0.0)
+    await _until(lambda: poller.counts["gone"] == 1)
+    assert poller.healthy()  # an answer, even "not found", is a working read
+    runner.cancel()
+
+
+async def test_at_most_the_bound_of_reads_are_in_flight_at_once() -> None:
+    now, most = 0, 0
+    release = asyncio.Event()
+
+    async def read(task_id: str) -> TaskState:
+        nonlocal now, most
+        now += 1
+        most = max(most, now)
+        await release.wait()
+        now -= 1
+        return _state(task_id)
+
+    poller = TaskPoller(read, lambda t: 0.0, lambda t, s: None, name="test", max_in_flight=3)
+    for i in range(20):
+        poller.schedule(f"t{i}", 0.0)
+    runner = asyncio.create_task(poller.run())
+    await asyncio.sleep(0.2)
+    assert most == 3, most
+    release.set()
+    await asyncio.wait_for(runner, 5)
+    assert poller.counts["reads"] == 20
+
+
+async def test_the_hub_wakes_a_changed_idle_wait_once_and_stretches_its_attempts_only_while_it_reads() -> None:
+    hub = PushHub()
+    status = {"t-1": "working"}
+    read_times: list[float] = []
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        read_times.append(time.monotonic())
+        return _state(task_id, status[task_id])
+
+    hub.reads_with(read)
+    signals = _Signals()
+    ref = _http_ref()
+    key = hub.key(ref, None)
+    hub.watch(ref, None, "t-1", session=None, workflow_id="wf-1", run_id=None, epoch=0, for_s=60,
+              temporal=signals, status="working", gap_s=0.1, gap_for=lambda s: 0.1)  # type: ignore[arg-type]
+    try:
+        # The hub reads for it: the wait's own attempts are the net, DEFAULT_NET_STRETCH × its gap; a heartbeating
+        # wait (not idle) keeps push_stretch's rule (no notification here: 1).
+        assert hub.stretch(ref, None, "t-1", key=key, idle=True) == DEFAULT_NET_STRETCH
+        assert hub.stretch(ref, None, "t-1", key=key) == 1.0
+        await _until(lambda: len(read_times) >= 2)
+        assert hub.fresh(key, "t-1") is not None  # a read within the gap stands for the attempt's own
+        status["t-1"] = "completed"
+        await _until(lambda: signals.sent)
+        n = len(read_times)
+        await _until(lambda: len(read_times) >= n + 2)  # read on until its workflow's own read ends the wait
+        assert len(signals.sent) == 1, signals.sent  # woken once for that status, however often it is read
+        workflow_id, notified = signals.sent[0]
+        assert workflow_id == "wf-1" and notified.status == "completed" and notified.via == "poll"
+        assert hub.fresh(key, "t-1") is None  # an ended task's read never stands in for the wait's own
+        hub.forget(ref, None, "t-1")  # the workflow's read saw the end
+        await asyncio.sleep(0.3)
+        n = len(read_times)
+        await asyncio.sleep(0.3)
+        assert len(read_times) == n, "read after its wait ended"
+    finally:
+        await hub.aclose()
+
+
+async def test_an_attempt_that_took_the_hubs_read_keeps_its_schedule_and_a_woken_read_keeps_the_poll_interval(
+        ) -> None:
+    hub = PushHub()
+    reads: list[float] = []
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        reads.append(time.monotonic())
+        return TaskState(task_id=task_id, status="working", era="2025-11-25", poll_interval_ms=800)
+
+    hub.reads_with(read)
+    ref = _http_ref()
+    key = hub.key(ref, None)
+
+    def watch(read_now: bool) -> None:
+        hub.watch(ref, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
+                  temporal=_Signals(), status="working", gap_s=1.0,  # type: ignore[arg-type]
+                  gap_for=lambda s: 1.0, read=read_now)
+
+    try:
+        watch(True)
+        await _until(lambda: len(reads) == 1, 3)
+        assert hub.fresh(key, "t-1") is not None
+        # Right after the hub's read the server's pollInterval (0.8 s) is not over: a read now would wait for it.
+        assert 0.5 < hub.spacing(key, "t-1") <= 0.8
+        await asyncio.sleep(0.5)
+        watch(False)  # an attempt took the hub's read: the hub's next read stays 1 s after its last, not postponed
+        await _until(lambda: len(reads) == 2, 3)
+        assert reads[1] - reads[0] < 1.3, reads
+    finally:
+        await hub.aclose()
+
+
+async def test_the_hub_stops_stretching_when_its_reads_fail() -> None:
+    hub = PushHub()
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        raise TransportError("connection refused", sent=False)
+
+    hub.reads_with(read)
+    ref = _http_ref()
+    key = hub.key(ref, None)
+    for i in range(FAILS_TO_STOP):
+        hub.watch(ref, None, f"t-{i}", session=None, workflow_id=f"wf-{i}", run_id=None, epoch=0, for_s=60,
+                  temporal=_Signals(), status="working", gap_s=0.0, gap_for=lambda s: 0.1)  # type: ignore[arg-type]
+    try:
+        await _until(lambda: hub.stats()["sessions"][key]["reads"]["fails_in_a_row"] >= FAILS_TO_STOP)
+        assert hub.stretch(ref, None, "t-0", key=key, idle=True) == 1.0  # today's schedule: nobody reads for it
+    finally:
+        await hub.aclose()
+
+
+async def test_no_reads_where_they_are_turned_off_or_the_session_is_stdio() -> None:
+    from mcp_temporal_tasks.activities.wire import SessionRef
+
+    off = PushHub(task_reads=False)
+    stdio = PushHub()
+    for hub in (off, stdio):
+        hub.reads_with(_never)
+    ref = _http_ref()
+    child = SessionRef(endpoint=Endpoint(command=["server"]), era="2025-11-25", protocol_version="2025-11-25",
+                       owner="me")
+    try:
+        for hub, r in ((off, ref), (stdio, child)):
+            hub.watch(r, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
+                      temporal=_Signals(), status="working", gap_s=0.0,  # type: ignore[arg-type]
+                      gap_for=lambda s: 1.0)
+            assert hub.stretch(r, None, "t-1", idle=True) == 1.0
+        await asyncio.sleep(0.1)  # (a read would have raised in the hub's task: none is planned)
+        assert all(not s["reads"] for s in [*off.stats()["sessions"].values(), *stdio.stats()["sessions"].values()])
+    finally:
+        await off.aclose()
+        await stdio.aclose()
+    assert PushHub(stretch=4.0, net_stretch=2.0).net == 4.0  # the net is never tighter than push_stretch
+
+
+async def _never(*a: Any) -> TaskState:
+    raise AssertionError("read")
+
+
+def _http_ref() -> Any:
+    from mcp_temporal_tasks.activities.wire import SessionRef
+
+    return SessionRef(endpoint=Endpoint(url="http://127.0.0.1:9/mcp"), era="2025-11-25",
+                      protocol_version="2025-11-25", session_id="s-1")
+
+
+async def _raise(exc: BaseException) -> TaskState:
+    raise exc
+
+
+async def _until(cond: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
