@@ -275,7 +275,7 @@ class McpActivities(McpActivityDefs):
 
     def _watch(self, inp: AwaitInput, session: WireSession | None, gap_s: float,
                on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
-               today_s: float | None = None, read: bool = True) -> None:
+               today_s: float | None = None, read: bool = True, state: TaskState | None = None) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
         own read is the only one). Jobs (plain tools) have no notifications."""
@@ -291,7 +291,8 @@ class McpActivities(McpActivityDefs):
         self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
                         run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
                         for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status,
-                        gap_s=today_s, gap_for=None if today_s is None else _gap_for(inp), read=read)
+                        gap_s=today_s, gap_for=None if today_s is None else _gap_for(inp), read=read,
+                        state=state)
 
     def _watch_relay(self, inp: RelayInput, session: WireSession, info: activity.Info,
                      on_wake: Callable[[], None]) -> None:
@@ -773,7 +774,7 @@ class McpActivities(McpActivityDefs):
         # Registered for the longest gap this wait may get: the hub reads the task itself from now on (where it can),
         # and this wait's own attempts are then only the net for this process's death (push.PushHub.stretch).
         self._watch(inp, session, today * self.push.net, status=state.status, key=push_key, today_s=today,
-                    read=cached is None)
+                    read=cached is None, state=state)
         delay = today * self._stretch(inp, push_key, idle=True)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)

@@ -221,14 +221,15 @@ class PushHub:
               workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
               gap_s: float | None = None, gap_for: Callable[[TaskState], float] | None = None,
-              read: bool = True) -> None:
+              read: bool = True, state: TaskState | None = None) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
         ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
         ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
         ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise);
         ``gap_s``, ``gap_for``: an idle wait that just read its task, with today's gap and how to compute it from a
         read: the hub reads the task itself from then on (``activities/poller.py``); ``read`` False: the wait took
-        the hub's own last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is."""
+        the hub's own last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is;
+        ``state``: what the wait's own read saw (a read of this process, as the hub's own are)."""
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
@@ -249,6 +250,8 @@ class PushHub:
         else:
             route = s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch, expires=expires,
                                                on_wake=on_wake, status=status, gap_for=gap_for)
+        if read and state is not None and gap_for is not None:
+            self._saw(route, state)
         s.temporal = temporal
         if kind == "stdio" and session is not None and isinstance(session.transport, StdioTransport):
             s.stdio = session.transport
@@ -276,13 +279,18 @@ class PushHub:
             self._sweeper = asyncio.create_task(self._sweep(), name="mcp-tasks-push-sweep")
 
     def fresh(self, key: str, task_id: str) -> TaskState | None:
-        """The task's state as this hub's own last read saw it, if that read is within the hub's pace for the task
-        (today's gap, × ``push_stretch`` under notifications; :data:`FRESH_SLACK` of room) and saw it ``working`` (a
-        change would have woken the wait): an idle wait's attempt need not ask the server again."""
+        """The task's state as this process's last read saw it (the hub's or the wait's own), if it saw it ``working``
+        and that read is within the hub's pace for the task (today's gap, × ``push_stretch`` under notifications;
+        :data:`FRESH_SLACK` of room) or a recent complete ``tasks/list`` read listed the task (a change would have
+        woken the wait either way): an idle wait's attempt need not ask the server again."""
         s = self._sessions.get(key)
         route = s.routes.get(task_id) if s is not None else None
         if s is None or route is None or route.read_state is None or route.read_at is None or route.gap_for is None:
             return None
+        if self._listed(s, task_id):
+            return route.read_state  # a recent complete tasks/list read listed it, and a change there wakes it
+        if s.poller is None or not s.poller.healthy() or not s.poller.plans(task_id):
+            return None  # nobody here reads it between the wait's attempts: each attempt reads
         try:
             # The hub's own pace for it, with room for a read that is due now and not made yet.
             gap = route.gap_for(route.read_state) * self._poll_factor(s, task_id) * FRESH_SLACK
@@ -431,8 +439,7 @@ class PushHub:
         route = s.routes.get(task_id)
         if route is None or route.gap_for is None:
             return None
-        route.read_at, route.read_state = time.monotonic(), state if state.status == "working" else None
-        route.read_poll_s = state.poll_interval_ms / 1000 if state.poll_interval_ms else None
+        self._saw(route, state)
         if state.status in WAKE_STATUSES and state.status != route.status:
             if self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=state.status),
                           route.epoch, via="poll") and route.on_wake is not None:
@@ -443,6 +450,12 @@ class PushHub:
         except Exception:  # noqa: BLE001  (a schedule that cannot be computed: the wait's own attempts go on)
             return None
         return max(1.0, gap) * self._poll_factor(s, task_id)
+
+    @staticmethod
+    def _saw(route: _Route, state: TaskState) -> None:
+        """A read of the task by this process (the hub's, or its wait's own): when, its pollInterval, its state."""
+        route.read_at, route.read_state = time.monotonic(), state if state.status == "working" else None
+        route.read_poll_s = state.poll_interval_ms / 1000 if state.poll_interval_ms else None
 
     async def _read_task(self, s: _Session, task_id: str) -> TaskState:
         assert self._read is not None

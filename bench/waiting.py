@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -75,6 +76,7 @@ from .common import (
     ours_request,
     percentile,
     rss_mb,
+    scrape,
     sdk_requests,
     start_py_spy,
     stop_profiler,
@@ -642,6 +644,12 @@ async def phase_naive_wait(env: Any, *, poll_ms: int, tasks: int, window_s: floa
 # --- T2: 2,000 aged tasks in flight --------------------------------------------------------------------------
 
 
+def _own_reads(port: int) -> float | None:
+    """The worker's ``mcp_tasks_polls`` counter (reads made by waiting activities), None when not exported."""
+    found = re.findall(r"^mcp_tasks_polls(?:_total)?(?:\{[^}]*\})? (\S+)$", scrape(port), re.M)
+    return sum(float(x) for x in found) if found else None
+
+
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
                               timeout_s: float = 600, timeouts: dict[str, Any] | None = None,
                               name: str = "inflight-aged", handover: bool = True,
@@ -711,6 +719,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         # The sustained window: every task is parked in await_task; nothing else runs on this worker.
         c0 = http_json(base_url(url) + "/bench/counts")
         sdk0, rpc0, w0 = sdk_requests(port), env.metrics(), time.time()
+        own0 = _own_reads(port)
         meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
                           "mcp_server": child.pid})
         spy = (start_py_spy(w.pid, Path(env.args.profile_dir) / "inflight-aged-worker.txt")
@@ -731,6 +740,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             stop_profiler(spy)
         c1 = http_json(base_url(url) + "/bench/counts")
         sdk1, rpcs = sdk_requests(port), env.metrics() - rpc0
+        own1 = _own_reads(port)
         if after_window is not None:
             after_window(url, w0, time.time())
         wall = cpu["wall_s"]
@@ -745,6 +755,9 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         out["mcp_requests_per_s"] = round((c1["requests"] - c0["requests"]) / wall, 2)
         out["tasks_get_per_s"] = round((c1["gets"] - c0["gets"]) / wall, 2)
         out["heartbeats_per_s"] = round((sdk1[HEARTBEAT] - sdk0[HEARTBEAT]) / wall, 2)
+        # The waits' own reads (the activities' mcp_tasks_polls); the rest of tasks_get_per_s is the worker's hub
+        # reading for them (activities/poller.py).
+        out["wait_reads_per_s"] = round((own1 - own0) / wall, 2) if own0 is not None and own1 is not None else None
         out["worker_temporal_rpcs_per_s"] = round(sum((sdk1 - sdk0).values()) / wall, 2)
         out["worker_temporal_rpcs_by_operation_per_s"] = {k: round(v / wall, 2) for k, v in (sdk1 - sdk0).most_common()}
         out["dev_server_rpcs_per_s_all_workers"] = round(sum(rpcs.values()) / wall, 2)

@@ -221,8 +221,10 @@ async def test_no_reads_where_they_are_turned_off_or_the_session_is_stdio() -> N
         for hub, r in ((off, ref), (stdio, child)):
             hub.watch(r, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
                       temporal=_Signals(), status="working", gap_s=0.0,  # type: ignore[arg-type]
-                      gap_for=lambda s: 1.0)
+                      gap_for=lambda s: 1.0, state=_state("t-1"))
             assert hub.stretch(r, None, "t-1", idle=True) == 1.0
+            # The wait's own read, with nobody reading between its attempts, never stands in for the next one.
+            assert hub.fresh(hub.key(r, None), "t-1") is None
         await asyncio.sleep(0.1)  # (a read would have raised in the hub's task: none is planned)
         assert all(not s["reads"] for s in [*off.stats()["sessions"].values(), *stdio.stats()["sessions"].values()])
     finally:
