@@ -312,6 +312,11 @@ class McpActivities(McpActivityDefs):
         return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key,
                                                                  idle=idle)
 
+    async def _after_hub_read(self, key: str, task_id: str) -> None:
+        """A read right after this process's own (the hub read it, and woke the workflow): keep the pollInterval."""
+        if (spacing := self.push.spacing(key, task_id)) > 0:
+            await asyncio.sleep(spacing)
+
     async def _hub_read(self, ref: SessionRef, principal: str | None, task_id: str) -> TaskState:
         """The push hub's own read of an idle wait's task (``activities/poller.py``): ``tasks/get`` on the pooled
         session, a session the server forgot replaced as for any read."""
@@ -591,8 +596,7 @@ class McpActivities(McpActivityDefs):
                 woken.set_result(None)
 
         push_key = self.push.key(inp.session, inp.principal)  # once: a heartbeating wait may poll every 100 ms
-        if (spacing := self.push.spacing(push_key, inp.task_id)) > 0:
-            await asyncio.sleep(spacing)  # the hub read it just now (and woke the workflow): keep the pollInterval
+        await self._after_hub_read(push_key, inp.task_id)
         while True:
             try:
                 session, state = await self.pool.read_task(inp.session, principal=inp.principal,
@@ -723,8 +727,8 @@ class McpActivities(McpActivityDefs):
         # change would have woken the workflow), so the server is not asked twice in one gap.
         cached = None if inp.job is not None or failing_since else self.push.fresh(push_key, inp.task_id)
         session: WireSession | None = None
-        if cached is None and (spacing := self.push.spacing(push_key, inp.task_id)) > 0:
-            await asyncio.sleep(spacing)  # the hub read it just now (and woke the workflow): keep the pollInterval
+        if cached is None:
+            await self._after_hub_read(push_key, inp.task_id)
         if cached is not None:
             state = cached
             details.update(status=state.status, statusMessage=state.status_message, readBy="worker")

@@ -268,14 +268,9 @@ async def test_a_silent_servers_idle_wait_is_read_by_the_worker_and_its_attempts
                else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-hub")))
     with peer_cm as peer:
         mark = peer.log_mark()
-        cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
-                           worker={"push_list_reads": False})
+        cfg = _read_here_config(tmp_path, peer)
         with worker_process(address, queue, cfg) as worker:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="srv", tool="slow_echo", arguments={"seconds": task_s, "text": "read here"},
-                timeouts=TIMEOUTS), workflow_id=unique("hub-reads"), task_queue=queue)
-            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await until_between_polls(handle, min_attempt=2, worker=worker)
+            handle = await _idle_wait_read_here(temporal_env, queue, worker, task_s, "read here")
             net_gap = await _next_poll_in(handle, 10)
             out = await asyncio.wait_for(outcome_of(handle), task_s + 60)
         ended, closed = terminal_at(peer, out.task_id), await closed_at(handle)
@@ -304,14 +299,9 @@ async def test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap(
     net_gap_s, slack_s = 8 * SCHEDULE["max_interval_s"], 4.0
     with ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-hub-kill")) as peer:
         mark = peer.log_mark()
-        cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
-                           worker={"push_list_reads": False})
+        cfg = _read_here_config(tmp_path, peer)
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": "survived"},
-                timeouts=TIMEOUTS), workflow_id=unique("hub-kill"), task_queue=queue)
-            await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await until_between_polls(handle, min_attempt=2, worker=first)
+            handle = await _idle_wait_read_here(temporal_env, queue, first, TASK_S, "survived")
             with worker_process(address, queue, cfg):
                 await asyncio.sleep(6)
                 first.kill()
@@ -325,3 +315,19 @@ async def test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap(
     assert closed - max(ended, killed) <= net_gap_s + slack_s, f"closed {closed - max(ended, killed):.2f}s late"
     print(f"[measured] the reading worker killed: closed {closed - ended:.2f}s after the server's end, "
           f"{closed - killed:.2f}s after the kill (net gap {net_gap_s:g} s), by {out.delivered_by}", flush=True)
+
+
+async def _idle_wait_read_here(temporal_env: Any, queue: str, worker: WorkerProcess,
+                               seconds: float, text: str) -> WorkflowHandle[Any, Any]:
+    """A slow_echo task on a silent peer whose tasks/list is not read, waited on until its wait is idle."""
+    handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
+        server="srv", tool="slow_echo", arguments={"seconds": seconds, "text": text}, timeouts=TIMEOUTS),
+        workflow_id=unique(queue), task_queue=queue)
+    await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
+    await until_between_polls(handle, min_attempt=2, worker=worker)
+    return handle
+
+
+def _read_here_config(tmp_path: Path, peer: Peer) -> Path:
+    return write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
+                        worker={"push_list_reads": False})
