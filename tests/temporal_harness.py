@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -383,18 +384,45 @@ async def keep_history(handle: Any, name: str) -> None:
 
 
 async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
-    """Query ``status()`` until ``pred(view)``; fail the test after ``timeout_s``."""
+    """Query ``status()`` until ``pred(view)``; fail the test after ``timeout_s``, naming the last view (or the last
+    query's error) and the workflow's events, so that a failure says where the workflow stood."""
     from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 
-    for _ in range(int(timeout_s / 0.1)):
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
         try:
             view = await handle.query(McpTaskWorkflow.status)
             if pred(view):
                 return view
-        except Exception:  # noqa: BLE001  (not queryable yet)
-            pass
+            last = view
+        except Exception as e:  # noqa: BLE001  (not queryable yet)
+            last = e
         await asyncio.sleep(0.1)
-    raise AssertionError("workflow never reached the expected state")
+    raise AssertionError(f"workflow never reached the expected state in {timeout_s:.0f}s; last: {last!r}\n"
+                         f"{await _events_of(handle)}")
+
+
+async def _events_of(handle: Any) -> str:
+    """The workflow's events (time, kind, activity type or failure) and pending activities, for a failure message."""
+    try:
+        lines = []
+        async for e in handle.fetch_history_events():
+            kind = (e.WhichOneof("attributes") or "?").removesuffix("_event_attributes")
+            attrs = getattr(e, f"{kind}_event_attributes", None)
+            extra = ""
+            if kind == "activity_task_scheduled":
+                extra = attrs.activity_type.name
+            elif kind.endswith("_failed") and attrs is not None and attrs.HasField("failure"):
+                extra = attrs.failure.message[:200]
+            lines.append(f"  {e.event_time.ToDatetime():%H:%M:%S.%f} {kind} {extra}".rstrip())
+        desc = await handle.describe()
+        for act in desc.raw_description.pending_activities:
+            lines.append(f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
+                         f"last_failure={act.last_failure.message[:200]!r}")
+        return "\n".join(lines)
+    except Exception as e:  # noqa: BLE001  (the message is a diagnostic: never hide the test's own failure)
+        return f"  (history not readable: {e!r})"
 
 
 async def heartbeat_says(handle: Any, step: str, timeout_s: float = 20) -> dict[str, Any]:
