@@ -733,6 +733,7 @@ class McpActivities(McpActivityDefs):
             state = cached
             details.update(status=state.status, statusMessage=state.status_message, readBy="worker")
             self._live(details)
+            self._counter("mcp_tasks_polls_from_worker", "idle attempts that took the worker's own recent read")
         else:
             try:
                 read_on, state = await self._heartbeating(self.pool.read_task(

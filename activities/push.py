@@ -84,6 +84,7 @@ from mcp_temporal_tasks.activities.wire.notifications import (
 )
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.protocol.tasks import TaskState
+from mcp_temporal_tasks.protocol.wire_errors import TaskNotFound
 
 log = logging.getLogger("mcp_tasks.push")
 
@@ -211,6 +212,7 @@ class PushHub:
         self._senders: list[asyncio.Task[None]] = []
         self._sweeper: asyncio.Task[None] | None = None
         self._meter_counter: Any = None
+        self._reads_counter: Any = None
         #: notices, woken, signals, signal_errors, duplicates, unknown, not_waking, malformed, lookups, ...
         self.counts: Counter[str] = Counter()
         self._closed = False
@@ -259,6 +261,8 @@ class PushHub:
             s.listener.ids_changed()
         if self._meter_counter is None:
             self._meter_counter = _counter(temporal)
+            self._reads_counter = _counter(temporal, "mcp_tasks_worker_reads",
+                                           "tasks/get reads the worker made for its idle waits, by result")
         self._ensure_listener(s)
         if kind == "get" and self.list_reads:
             if s.reader is None:
@@ -459,7 +463,18 @@ class PushHub:
 
     async def _read_task(self, s: _Session, task_id: str) -> TaskState:
         assert self._read is not None
-        return await self._read(s.ref, s.principal, task_id)
+        result = "failed"
+        try:
+            state = await self._read(s.ref, s.principal, task_id)
+            result = "read"
+            return state
+        except TaskNotFound:
+            result = "gone"
+            raise
+        finally:
+            if self._reads_counter is not None:
+                with contextlib.suppress(Exception):  # metrics never fail a read
+                    self._reads_counter.add(1, {"endpoint": s.server, "result": result})
 
     async def _read_lists(self, s: _Session) -> None:
         assert s.reader is not None
@@ -652,14 +667,15 @@ class PushHub:
                 self._meter_counter.add(1, {"endpoint": s.server, "result": result})
 
 
-def _counter(temporal: Client) -> Any:
-    """The ``mcp_tasks_notifications`` counter on the worker's runtime (Prometheus where ``metrics_port`` is set)."""
+def _counter(temporal: Client, name: str = "mcp_tasks_notifications",
+             description: str = "task status notifications heard, by what became of them") -> Any:
+    """A counter on the worker's runtime (Prometheus where ``metrics_port`` is set): ``mcp_tasks_notifications`` by
+    default."""
     try:
         from temporalio.runtime import Runtime
 
         runtime = temporal.service_client.config.runtime or Runtime.default()
-        return runtime.metric_meter.create_counter(
-            "mcp_tasks_notifications", "task status notifications heard, by what became of them")
+        return runtime.metric_meter.create_counter(name, description)
     except Exception:  # noqa: BLE001
         return None
 

@@ -644,10 +644,24 @@ async def phase_naive_wait(env: Any, *, poll_ms: int, tasks: int, window_s: floa
 # --- T2: 2,000 aged tasks in flight --------------------------------------------------------------------------
 
 
-def _own_reads(port: int) -> float | None:
-    """The worker's ``mcp_tasks_polls`` counter (reads made by waiting activities), None when not exported."""
-    found = re.findall(r"^mcp_tasks_polls(?:_total)?(?:\{[^}]*\})? (\S+)$", scrape(port), re.M)
-    return sum(float(x) for x in found) if found else None
+#: The worker's counters of reads for idle waits (``docs/operating.md``): the waits' own reads, the attempts that took
+#: the worker's recent read instead, and the push hub's reads by result.
+READ_COUNTERS = {"wait_reads": ("mcp_tasks_polls", ""),
+                 "attempts_from_worker_reads": ("mcp_tasks_polls_from_worker", ""),
+                 "worker_reads": ("mcp_tasks_worker_reads", 'result="read"'),
+                 "worker_reads_failed": ("mcp_tasks_worker_reads", 'result="failed"'),
+                 "worker_reads_gone": ("mcp_tasks_worker_reads", 'result="gone"')}
+
+
+def _read_counts(port: int) -> dict[str, float]:
+    """:data:`READ_COUNTERS` as the worker exports them now (a counter not exported yet counts 0)."""
+    text = scrape(port)
+    out = {}
+    for key, (name, label) in READ_COUNTERS.items():
+        found = [v for labels, v in re.findall(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", text, re.M)
+                 if label in labels]
+        out[key] = sum(float(x) for x in found)
+    return out
 
 
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
@@ -719,7 +733,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         # The sustained window: every task is parked in await_task; nothing else runs on this worker.
         c0 = http_json(base_url(url) + "/bench/counts")
         sdk0, rpc0, w0 = sdk_requests(port), env.metrics(), time.time()
-        own0 = _own_reads(port)
+        own0 = _read_counts(port)
         meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
                           "mcp_server": child.pid})
         spy = (start_py_spy(w.pid, Path(env.args.profile_dir) / "inflight-aged-worker.txt")
@@ -740,7 +754,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             stop_profiler(spy)
         c1 = http_json(base_url(url) + "/bench/counts")
         sdk1, rpcs = sdk_requests(port), env.metrics() - rpc0
-        own1 = _own_reads(port)
+        own1 = _read_counts(port)
         if after_window is not None:
             after_window(url, w0, time.time())
         wall = cpu["wall_s"]
@@ -757,7 +771,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         out["heartbeats_per_s"] = round((sdk1[HEARTBEAT] - sdk0[HEARTBEAT]) / wall, 2)
         # The waits' own reads (the activities' mcp_tasks_polls); the rest of tasks_get_per_s is the worker's hub
         # reading for them (activities/poller.py).
-        out["wait_reads_per_s"] = round((own1 - own0) / wall, 2) if own0 is not None and own1 is not None else None
+        out.update({f"{k}_per_s": round((own1[k] - own0[k]) / wall, 2) for k in READ_COUNTERS})
         out["worker_temporal_rpcs_per_s"] = round(sum((sdk1 - sdk0).values()) / wall, 2)
         out["worker_temporal_rpcs_by_operation_per_s"] = {k: round(v / wall, 2) for k, v in (sdk1 - sdk0).most_common()}
         out["dev_server_rpcs_per_s_all_workers"] = round(sum(rpcs.values()) / wall, 2)
