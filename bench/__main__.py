@@ -1009,6 +1009,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "10000; quick 300)")
     g.add_argument("--push-inflight-servers", default="notifying,listing,silent",
                    help="--only push-inflight: the kinds of server, one run each (notifying, listing, silent)")
+    g.add_argument("--push-inflight-ages", default="600,3600",
+                   help="the in-flight tasks' ages, s: LOW,HIGH (default 600,3600). k times younger gives k times "
+                        "shorter gaps: N/k tasks then make the reads and attempts of N, in steady state in minutes")
+    g.add_argument("--push-inflight-settle", type=float, default=0.0,
+                   help="seconds between every task's first idle attempt and the window (default 0: the window sees "
+                        "the start's wave); one net gap of the oldest (8 × 5 %% of its age) for the steady state")
     p.add_argument(
         "--no-bytecode",
         action="store_true",
@@ -1067,6 +1073,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.push_inflight_servers = [x.strip() for x in str(args.push_inflight_servers).split(",") if x.strip()]
     if unknown := set(args.push_inflight_servers) - set(DESIGNS):
         p.error(f"--push-inflight-servers: no such kind of server: {', '.join(sorted(unknown))}")
+    try:
+        low, high = (float(x) for x in str(args.push_inflight_ages).split(","))
+    except ValueError:
+        p.error(f"--push-inflight-ages: LOW,HIGH in seconds, not {args.push_inflight_ages!r}")
+    if not 0 < low <= high:
+        p.error(f"--push-inflight-ages: 0 < LOW <= HIGH, not {low:g},{high:g}")
+    if args.push_inflight_settle < 0:
+        p.error("--push-inflight-settle: seconds, at least 0")
+    args.push_inflight_ages = (low, high)
     args.skip_push_inflight = "push-inflight" not in only
     if not args.skip_push_inflight and not inflight_given:
         args.push_inflight = 300 if q else 10000

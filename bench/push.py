@@ -393,7 +393,7 @@ async def inflight_on(env: Any, args: Any, design: str) -> dict[str, Any]:
         name=f"push-inflight-{design}", handover=False, settle_polls=1, timeout_s=1800, after_window=check,
         server=lambda: push_server(env, args.poll_ms, silent=design != "notifying", listing=design == "listing",
                                    name=name),
-        request=push_request)
+        request=push_request, ages=args.push_inflight_ages, settle_s=args.push_inflight_settle)
     res["server"] = design
     res.update(seen)
     env.servers.pop(f"push-{name}", None)  # the phase stopped it

@@ -670,8 +670,13 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
                               after_window: Callable[[str, float, float], None] | None = None,
                               before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
                               settle_polls: int = 1, server: Callable[[], tuple[Any, str]] | None = None,
-                              request: Callable[..., Any] = ours_request) -> dict[str, Any]:
-    """``n`` ours tasks back-dated uniformly over 10 min … 1 h, gated, on one worker: the sustained cost.
+                              request: Callable[..., Any] = ours_request, ages: tuple[float, float] = (600.0, 3600.0),
+                              settle_s: float = 0.0) -> dict[str, Any]:
+    """``n`` ours tasks back-dated uniformly over ``ages`` (10 min … 1 h), gated, on one worker: the sustained cost.
+
+    ``settle_s``: seconds more before the window, once settled: a schedule whose gaps all start at the first idle
+    attempts needs one of its longest gaps to mix, or the window sees the start's wave and not the steady state (with
+    ``ages`` k times younger, gaps are k times shorter, so ``n / k`` tasks model ``n`` in steady state within minutes).
 
     ``timeouts``: fields of the tasks' Timeouts; ``handover``: wait for the long-wait hand-over before the window;
     ``settle_polls``: the window opens once every task has been polled that many times (2 with idle waits: the second
@@ -685,7 +690,8 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
     child, url = server() if server is not None else env.server(poll_ms, name=name, ttl_s=6 * 3600)
     tq, port = f"bench-{name}-{env.run_id}", free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=port)
-    out: dict[str, Any] = {"tasks": n, "poll_ms": poll_ms, "ages_s": "600…3600, uniform (age_s back-dates createdAt)"}
+    out: dict[str, Any] = {"tasks": n, "poll_ms": poll_ms,
+                           "ages_s": f"{ages[0]:g}…{ages[1]:g}, uniform (age_s back-dates createdAt)"}
     gate = f"inflight-aged-{env.run_id}"
     try:
         warm = [await start_mcp_task(client, request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
@@ -700,7 +706,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         t0 = time.monotonic()
 
         async def start(i: int, key: str) -> Any:
-            age = 600.0 + 3000.0 * ((i * PHI) % 1.0)
+            age = ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0)
             async with sem:
                 return await start_mcp_task(client, request(url, {"gate": gate, "age_s": round(age, 1)}, key,
                                                             timeouts=timeouts),
@@ -726,6 +732,10 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if all(settled(a) for a in http_json(base_url(url) + "/bench/state")["aged"].values()):
                 break
             await asyncio.sleep(1)
+        if settle_s > 0:
+            log(f"inflight-aged: settled; {settle_s:g}s more for the schedule to mix")
+            await asyncio.sleep(settle_s)
+        out["settle_s"] = settle_s
         out["all_polling_s"] = round(time.monotonic() - t0, 1)
         out["polled"] = polled
         out["handover"] = None if not handover else {"after_s": handover[0], "heartbeat_s": handover[1]}

@@ -207,6 +207,37 @@ async def test_the_hub_stops_stretching_when_its_reads_fail() -> None:
         await hub.aclose()
 
 
+async def test_each_read_of_the_hub_is_counted_by_its_result() -> None:
+    """``mcp_tasks_worker_reads{endpoint,result}``: what an operator reads to see the hub's reads and their faults."""
+    hub = PushHub()
+    added: list[dict[str, str]] = []
+
+    class Counter:
+        def add(self, n: int, attrs: dict[str, str]) -> None:
+            added.extend([attrs] * n)
+
+    outcomes: list[Any] = [_state("t-0"), TaskNotFound("gone", code=-32602), TransportError("refused", sent=False)]
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        out = outcomes.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    hub.reads_with(read)
+    hub._meter_counter, hub._reads_counter = Counter(), Counter()  # the worker's runtime meter stands here
+    ref = _http_ref()
+    for i in range(3):
+        hub.watch(ref, None, f"t-{i}", session=None, workflow_id=f"wf-{i}", run_id=None, epoch=0, for_s=60,
+                  temporal=_Signals(), status="working", gap_s=0.0, gap_for=lambda s: 30.0)  # type: ignore[arg-type]
+    try:
+        await _until(lambda: len(added) == 3)
+        assert sorted(a["result"] for a in added) == ["failed", "gone", "read"], added
+        assert {a["endpoint"] for a in added} == {ref.endpoint.identity()}
+    finally:
+        await hub.aclose()
+
+
 async def test_no_reads_where_they_are_turned_off_or_the_session_is_stdio() -> None:
     from mcp_temporal_tasks.activities.wire import SessionRef
 
