@@ -64,8 +64,10 @@ class TaskPoller:
     ``after``, whether a due read happens and when the next one is."""
 
     def __init__(self, read: Callable[[str], Awaitable[TaskState]], before: Before, after: After, *, name: str,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT, on_result: Callable[[str], None] | None = None) -> None:
         self.read, self.before, self.after, self.name = read, before, after, name
+        #: Told each read's result (``read``, ``gone``, ``failed``; a read cancelled with the poller is none of them).
+        self.on_result = on_result
         self.max_in_flight = max_in_flight
         self._heap: list[tuple[float, int, str]] = []
         #: task id → when its next read is due (monotonic); heap entries that disagree are stale.
@@ -142,9 +144,11 @@ class TaskPoller:
         except TaskNotFound:
             self.fails = 0
             self.counts["gone"] += 1  # not woken: the wait's own attempt finds out and decides
+            self._tell("gone")
         except Exception as exc:  # noqa: BLE001  (a fault, or a bug: this task is read again later)
             self.fails += 1
             self.counts["errors"] += 1
+            self._tell("failed")
             if not isinstance(exc, McpWireError):
                 log.debug("read of a task on %s failed: %s: %s", self.name, type(exc).__name__, exc)
             nxt = self.before(task_id)
@@ -153,11 +157,19 @@ class TaskPoller:
         else:
             self.fails = 0
             self.counts["reads"] += 1
+            self._tell("read")
             nxt = self.after(task_id, state)
             if nxt is not None and task_id not in self._due:
                 self.schedule(task_id, nxt)
         finally:
             slots.release()
+
+    def _tell(self, result: str) -> None:
+        if self.on_result is not None:
+            try:
+                self.on_result(result)
+            except Exception:  # noqa: BLE001  (a metric never stops the reads)
+                log.debug("on_result failed", exc_info=True)
 
     def _read_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)

@@ -84,7 +84,6 @@ from mcp_temporal_tasks.activities.wire.notifications import (
 )
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.protocol.tasks import TaskState
-from mcp_temporal_tasks.protocol.wire_errors import TaskNotFound
 
 log = logging.getLogger("mcp_tasks.push")
 
@@ -275,7 +274,8 @@ class PushHub:
             if s.poller is None:
                 s.poller = TaskPoller(lambda t: self._read_task(s, t), lambda t: self._poll_before(s, t),
                                       lambda t, st: self._poll_after(s, t, st),
-                                      name=f"{s.server} {ref.session_id or ''}".strip())
+                                      name=f"{s.server} {ref.session_id or ''}".strip(),
+                                      on_result=lambda result: self._count_read(s, result))
             if read or not s.poller.plans(task_id):
                 s.poller.schedule(task_id, gap_s * self._poll_factor(s, task_id))  # from the read just made
             self._ensure_poller(s)
@@ -463,18 +463,11 @@ class PushHub:
 
     async def _read_task(self, s: _Session, task_id: str) -> TaskState:
         assert self._read is not None
-        result = "failed"
-        try:
-            state = await self._read(s.ref, s.principal, task_id)
-            result = "read"
-            return state
-        except TaskNotFound:
-            result = "gone"
-            raise
-        finally:
-            if self._reads_counter is not None:
-                with contextlib.suppress(Exception):  # metrics never fail a read
-                    self._reads_counter.add(1, {"endpoint": s.server, "result": result})
+        return await self._read(s.ref, s.principal, task_id)
+
+    def _count_read(self, s: _Session, result: str) -> None:
+        if self._reads_counter is not None:
+            self._reads_counter.add(1, {"endpoint": s.server, "result": result})
 
     async def _read_lists(self, s: _Session) -> None:
         assert s.reader is not None
