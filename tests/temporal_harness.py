@@ -400,13 +400,14 @@ async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
             last = e
         await asyncio.sleep(0.1)
     raise AssertionError(f"workflow never reached the expected state in {timeout_s:.0f}s; last: {last!r}\n"
-                         f"{await _events_of(handle)}")
+                         f"{await what_happened(handle)}")
 
 
-async def _events_of(handle: Any) -> str:
-    """The workflow's events (time, kind, activity type or failure) and pending activities, for a failure message."""
+async def what_happened(handle: Any, worker: Any = None) -> str:
+    """The workflow's events (time, kind, activity type or failure), its pending activities and, given a
+    :class:`WorkerProcess`, the worker's last lines: what a failure message names."""
+    lines = []
     try:
-        lines = []
         async for e in handle.fetch_history_events():
             kind = (e.WhichOneof("attributes") or "?").removesuffix("_event_attributes")
             attrs = getattr(e, f"{kind}_event_attributes", None)
@@ -420,9 +421,11 @@ async def _events_of(handle: Any) -> str:
         for act in desc.raw_description.pending_activities:
             lines.append(f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
                          f"last_failure={act.last_failure.message[:200]!r}")
-        return "\n".join(lines)
     except Exception as e:  # noqa: BLE001  (the message is a diagnostic: never hide the test's own failure)
-        return f"  (history not readable: {e!r})"
+        lines.append(f"  (history not readable: {e!r})")
+    if worker is not None:
+        lines.extend(f"  worker: {line}" for line in worker.lines[-30:])
+    return "\n".join(lines)
 
 
 async def heartbeat_says(handle: Any, step: str, timeout_s: float = 20) -> dict[str, Any]:

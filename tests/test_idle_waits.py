@@ -35,6 +35,7 @@ from tests.temporal_harness import (
     unique,
     until,
     wait_for_view,
+    what_happened,
     worker_process,
     write_config,
 )
@@ -96,26 +97,6 @@ async def idle_poll_state(handle: WorkflowHandle[Any, Any]) -> tuple[int, int] |
         if act.activity_type.name == POLL_TASK:
             return act.state, act.attempt
     return None
-
-
-async def what_happened(handle: WorkflowHandle[Any, Any], worker: WorkerProcess | None) -> str:
-    """The workflow's activity events, its pending activities and the worker's last lines: what a failure names."""
-    lines = []
-    async for e in handle.fetch_history_events():
-        kind = e.WhichOneof("attributes") or "?"
-        if kind.startswith("activity_task"):
-            attrs = getattr(e, kind)
-            name = attrs.activity_type.name if kind == "activity_task_scheduled_event_attributes" else ""
-            failure = attrs.failure.message if kind == "activity_task_failed_event_attributes" else ""
-            lines.append(f"  {e.event_time.ToDatetime():%H:%M:%S.%f} {kind.removesuffix('_event_attributes')} "
-                         f"{name}{failure}")
-    desc = await handle.describe()
-    for act in desc.raw_description.pending_activities:
-        lines.append(f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
-                     f"last_failure={act.last_failure.message!r}")
-    if worker is not None:
-        lines.extend(f"  worker: {line}" for line in worker.lines[-30:])
-    return "\n".join(lines)
 
 
 async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1,
