@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -203,6 +204,34 @@ async def test_a_command_that_cannot_start_is_refused_before_anything_is_sent(tm
 
     # The shim that could not become it is not kept (other tests of this worker process may hold children).
     assert not [pid for pid in stdio.live_pids() if missing in cmdline(pid)]
+
+
+#: In a fresh interpreter: open a stdio transport and say which thread imported the ``mcp`` package.
+SDK_IMPORT_PROBE = r"""
+import asyncio, sys, threading
+where = []
+sys.addaudithook(lambda event, args: where.append(threading.current_thread() is threading.main_thread())
+                 if event == "import" and args[0] == "mcp" and not where else None)
+from mcp_temporal_tasks.activities.wire.session import WireSession
+from mcp_temporal_tasks.protocol.tasks import Endpoint
+assert "mcp" not in sys.modules, "the wire imported the mcp SDK before a connection needed it"
+async def main():
+    child = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    transport = await WireSession._open_transport(Endpoint(command=child))
+    await transport.aclose()
+asyncio.run(main())
+print("event loop" if where == [True] else "thread" if where == [False] else "never")
+"""
+
+
+def test_the_first_stdio_child_imports_the_sdk_off_the_event_loop() -> None:
+    """``mcp``'s package imports the SDK's whole client and server: a second or more of CPU on a loaded machine. On
+    the event loop, every heartbeat of the worker waits for it: a start with a 2 s heartbeat timeout timed out
+    spawning its stdio child (ci22). The first stdio connection imports it in a thread instead."""
+    out = subprocess.run([sys.executable, "-c", SDK_IMPORT_PROBE], capture_output=True, text=True, timeout=60,
+                         cwd=REPO_ROOT, env=ENV)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "thread", out.stdout
 
 
 async def test_a_line_over_the_bound_is_skipped_and_the_next_one_read(tmp_path: Path) -> None:

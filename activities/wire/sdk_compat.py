@@ -21,6 +21,8 @@ SDK upgrade changes any of them, including when the SDK learns to parse a legacy
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from importlib.metadata import version
 from typing import Any
 
@@ -32,7 +34,7 @@ from mcp_temporal_tasks.protocol.sdk_types import SDK_VERSION, validate_call_too
 from mcp_temporal_tasks.protocol.tasks import EXTENSION, TASKS_EXTENSION, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation
 
-__all__ = ["CLIENT_INFO", "SDK_VERSION", "default_stdio_environment", "extension_headers", "extension_meta",
+__all__ = ["CLIENT_INFO", "SDK_VERSION", "default_stdio_environment", "extension_headers", "load_sdk", "extension_meta",
            "installed_sdk_version", "tool_info", "validate_call_tool_result"]
 
 
@@ -55,11 +57,33 @@ def extension_meta() -> dict[str, Any]:
     }
 
 
+_SDK_LOADED = threading.Event()
+
+
+def _import_sdk() -> None:
+    import mcp.client.auth.utils
+    import mcp.client.stdio
+    import mcp.shared.auth
+    import mcp.shared.auth_utils
+    import mcp.shared.inbound  # noqa: F401
+
+    _SDK_LOADED.set()
+
+
+async def load_sdk() -> None:
+    """Import the ``mcp`` SDK, where a connection first needs it, in a thread. Its package imports the SDK's whole
+    client and server, about a second of CPU (more on a loaded machine): on the event loop, that second stalls every
+    heartbeat, read and wake of the worker, and a start whose heartbeat timeout is short times out while its first
+    stdio child spawns. Awaited before each use below (stdio, OAuth, 2026-07-28 over HTTP); free once loaded."""
+    if not _SDK_LOADED.is_set():
+        await asyncio.to_thread(_import_sdk)
+
+
 def extension_headers(method: str, name: str | None) -> dict[str, str]:
     """Routing headers of 2026-07-28 over HTTP. ``Mcp-Name`` is the tool name or the task id."""
-    # Imported where first used, as below: ``mcp``'s package imports its whole client and server (about a second of
-    # CPU: a worker's imports went from 1.8 to 0.7 s), which a worker or `mcp-tasks run` on a 2025-11-25 HTTP server
-    # never needs.
+    # Imported where first used, as below (after load_sdk, off the event loop): ``mcp``'s package imports its whole
+    # client and server (about a second of CPU: a worker's imports went from 1.8 to 0.7 s), which a worker or
+    # `mcp-tasks run` on a 2025-11-25 HTTP server never needs.
     from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
 
     headers = {MCP_PROTOCOL_VERSION_HEADER: EXTENSION, MCP_METHOD_HEADER: method}

@@ -282,6 +282,8 @@ class WireSession:
     @staticmethod
     async def _open_transport(endpoint: Endpoint, *, session_id: str | None = None,
                               protocol_version: str | None = None) -> Transport:
+        if endpoint.command or endpoint.auth is not None:
+            await sdk_compat.load_sdk()
         if endpoint.url:
             headers = resolve_refs(endpoint.header_refs, what="header")
             auth = bearer_auth(endpoint.url, endpoint.auth) if endpoint.auth is not None else None
@@ -377,6 +379,8 @@ class WireSession:
     @staticmethod
     async def _discover(transport: Transport, *, required: bool) -> dict[str, Any] | None:
         """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
+        if isinstance(transport, HttpTransport):
+            await sdk_compat.load_sdk()
         try:
             reply = await transport.request(
                 "server/discover",
@@ -469,6 +473,7 @@ class WireSession:
         if self.era == EXTENSION:
             params = {**params, "_meta": {**(params.get("_meta") or {}), **sdk_compat.extension_meta()}}
             if isinstance(self.transport, HttpTransport):
+                await sdk_compat.load_sdk()
                 headers = sdk_compat.extension_headers(method, name)
         return await self.transport.request(method, params, headers=headers, on_server_request=on_server_request,
                                             timeout_s=timeout_s, on_notification=on_notification)
