@@ -70,6 +70,8 @@ PY1_PYTHON = REPO / "tests" / "peers" / "py1" / ".venv" / "bin" / "python"
 #: ``[worker] push_stretch``'s default: the factor of the notifying server's schedule.
 STRETCH = 4.0
 DEFAULT_AGES = (60.0, 300.0, 900.0, 1800.0, 3600.0)
+#: ``--push-inflight-ages``' default, the real ages of issue 42's 10,000 idle tasks (10 min … 1 h).
+INFLIGHT_AGES = (600.0, 3600.0)
 #: Ages of a bucket's tasks: its age × (1 ± SPREAD), so that their polls do not all fall at one instant.
 SPREAD = 0.1
 #: The worker's CPU after the flood's last message still counts for this long (its lookups, its stream's reopening).
@@ -85,6 +87,18 @@ def bucket_label(age_s: float) -> str:
 def default_window(ages: list[float]) -> float:
     """One stretched gap of the oldest bucket's oldest task (+5 %), so that each of its tasks polls in the window."""
     return round(1.05 * STRETCH * AGE_FRACTION * max(ages) * (1 + SPREAD))
+
+
+def compressed_timeouts(ages: tuple[float, float]) -> dict[str, Any] | None:
+    """The in-flight tasks' Timeouts where ``--push-inflight-ages`` compresses time k times (k = 600 s / LOW): the
+    idle hand-over (``Timeouts.idle_gap_s``, 0.8 × the heartbeat timeout: 24 s) is a gap like the others, so it is k
+    times shorter too. Left at 24 s, a wait whose compressed gap is under it stays in a heartbeating activity, where no
+    wait at the real ages does (5 % of 10 min is 30 s): on a silent server, whose heartbeating waits keep today's
+    schedule, most of the waits then read the task themselves, and the window prices a mix no real worker holds."""
+    k = INFLIGHT_AGES[0] / ages[0]
+    if k == 1.0:
+        return None
+    return {"idle_gap_s": round(0.8 * OURS_TIMEOUTS.get("heartbeat_s", Timeouts().heartbeat_s) / k, 3)}
 
 
 def push_request(url: str, args: dict[str, Any], key: str, *, timeouts: dict[str, Any] | None = None) -> McpTaskRequest:
@@ -393,7 +407,8 @@ async def inflight_on(env: Any, args: Any, design: str) -> dict[str, Any]:
         name=f"push-inflight-{design}", handover=False, settle_polls=1, timeout_s=1800, after_window=check,
         server=lambda: push_server(env, args.poll_ms, silent=design != "notifying", listing=design == "listing",
                                    name=name),
-        request=push_request, ages=args.push_inflight_ages, settle_s=args.push_inflight_settle)
+        request=push_request, ages=args.push_inflight_ages, settle_s=args.push_inflight_settle,
+        timeouts=compressed_timeouts(args.push_inflight_ages))
     res["server"] = design
     res.update(seen)
     env.servers.pop(f"push-{name}", None)  # the phase stopped it
