@@ -736,6 +736,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             log(f"inflight-aged: settled; {settle_s:g}s more for the schedule to mix")
             await asyncio.sleep(settle_s)
         out["settle_s"] = settle_s
+        out["timeouts"] = timeouts or {}  # what the tasks were given beyond the bench's defaults
         out["all_polling_s"] = round(time.monotonic() - t0, 1)
         out["polled"] = polled
         out["handover"] = None if not handover else {"after_s": handover[0], "heartbeat_s": handover[1]}
