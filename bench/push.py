@@ -408,6 +408,7 @@ async def inflight_on(env: Any, args: Any, design: str) -> dict[str, Any]:
         server=lambda: push_server(env, args.poll_ms, silent=design != "notifying", listing=design == "listing",
                                    name=name),
         request=push_request, ages=args.push_inflight_ages, settle_s=args.push_inflight_settle,
+        steady=args.push_inflight_steady,
         timeouts=compressed_timeouts(args.push_inflight_ages))
     res["server"] = design
     res.update(seen)

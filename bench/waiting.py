@@ -664,6 +664,11 @@ def _read_counts(port: int) -> dict[str, float]:
     return out
 
 
+#: ``phase_inflight_aged(steady=True)``: each task starts this much (at most a quarter of the youngest age) more than
+#: half its window age before the window: room for the start itself and its first read.
+STEADY_LEAD_S = 30.0
+
+
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
                               timeout_s: float = 600, timeouts: dict[str, Any] | None = None,
                               name: str = "inflight-aged", handover: bool = True,
@@ -671,8 +676,14 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
                               before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
                               settle_polls: int = 1, server: Callable[[], tuple[Any, str]] | None = None,
                               request: Callable[..., Any] = ours_request, ages: tuple[float, float] = (600.0, 3600.0),
-                              settle_s: float = 0.0) -> dict[str, Any]:
+                              settle_s: float = 0.0, steady: bool = False) -> dict[str, Any]:
     """``n`` ours tasks back-dated uniformly over ``ages`` (10 min … 1 h), gated, on one worker: the sustained cost.
+
+    ``steady``: the tasks are aged ``ages`` when the window opens, not when they start, and each has waited half its
+    age by then (its first read, its first idle attempt and one net gap, 8 × 5 % of its age, fit in it): they start
+    over ``(HIGH - LOW) / 2`` seconds, oldest first, each back-dated to half its window age less :data:`STEADY_LEAD_S`
+    at most. Without it every task ages by the time it takes to start, poll and settle them all (~40 min at 10,000
+    real-age tasks), so the window sees tasks aged ~50 min … 1 h 40 min, which read 2.6 × less often.
 
     ``settle_s``: seconds more before the window, once settled: a schedule whose gaps all start at the first idle
     attempts needs one of its longest gaps to mix, or the window sees the start's wave and not the steady state (with
@@ -705,9 +716,16 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         keys = [f"{name}-{env.run_id}-{i}" for i in range(n)]  # a phase run twice must not meet its own ids
         t0 = time.monotonic()
 
+        lead = min(STEADY_LEAD_S, ages[0] / 4)
+        window_at = t0 + ages[1] / 2 + lead
+
         async def start(i: int, key: str) -> Any:
             age = ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0)
+            if steady:  # start it half its window age (plus the lead) before the window, back-dated to the rest
+                await asyncio.sleep(max(0.0, window_at - age / 2 - lead - time.monotonic()))
             async with sem:
+                if steady:
+                    age -= window_at - time.monotonic()
                 return await start_mcp_task(client, request(url, {"gate": gate, "age_s": round(age, 1)}, key,
                                                             timeouts=timeouts),
                                             workflow_id=key, task_queue=tq)
@@ -732,7 +750,13 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             if all(settled(a) for a in http_json(base_url(url) + "/bench/state")["aged"].values()):
                 break
             await asyncio.sleep(1)
-        if settle_s > 0:
+        if steady:
+            late = time.monotonic() - window_at
+            out["steady"] = {"window_ages_s": f"{ages[0]:g}…{ages[1]:g}",
+                             "window_opened_late_s": round(max(0.0, late), 1)}
+            log(f"inflight-aged: every task started; the window opens when they are aged {ages[0]:g}…{ages[1]:g}s")
+            await asyncio.sleep(max(0.0, -late))
+        elif settle_s > 0:
             log(f"inflight-aged: settled; {settle_s:g}s more for the schedule to mix")
             await asyncio.sleep(settle_s)
         out["settle_s"] = settle_s
