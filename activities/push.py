@@ -36,11 +36,13 @@ notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 %
 notifies keeps today's schedule exactly (it never delivers one).
 
 **Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
-on an HTTP session the hub reads its task itself on that schedule (``push_stretch`` times further apart where
-notifications reach us, not at all while a ``tasks/list`` read lists it); a status that can end the wait is the same
-wake-up (``via = poll``). The wait's own attempts are then only the net for this process's death: ``push_net_stretch``
-(8 by default) × today's gap apart, and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes
-that read instead of asking the server again. The hub's reads failing (three in a row) end the stretch: the next
+on an HTTP session the hub reads its task itself on that schedule (once per net gap, ``push_net_stretch`` × today's,
+where notifications reach us: the wait's attempt then takes that read; not at all while a ``tasks/list`` read lists
+it); a status that can end the wait is the same wake-up (``via = poll``), and one that no notification announced
+takes the server's standing as a notifier away (today's schedule again, until it notifies). The wait's own
+attempts are then only the net for this process's death: ``push_net_stretch`` (8 by default) × today's gap apart,
+and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes that read instead of asking the
+server again. The hub's reads failing (three in a row) end the stretch: the next
 attempts keep today's schedule.
 
 Everything here is bounded: registrations by the waits of this process, the signal queue (:data:`SIGNAL_QUEUE`), the
@@ -284,7 +286,7 @@ class PushHub:
 
     def fresh(self, key: str, task_id: str) -> TaskState | None:
         """The task's state as this process's last read saw it (the hub's or the wait's own), if it saw it ``working``
-        and that read is within the hub's pace for the task (today's gap, × ``push_stretch`` under notifications;
+        and that read is within the hub's pace for the task (today's gap, × ``push_net_stretch`` under notifications;
         :data:`FRESH_SLACK` of room) or a recent complete ``tasks/list`` read listed the task (a change would have
         woken the wait either way): an idle wait's attempt need not ask the server again."""
         s = self._sessions.get(key)
@@ -425,8 +427,16 @@ class PushHub:
 
     def _poll_factor(self, s: _Session, task_id: str) -> float:
         """How much further apart than today's the hub reads a task: not at all while a list read lists it (the
-        list read is the read; asked again after a gap), ``push_stretch`` where notifications reach us, else 1."""
-        return self.factor if self._notified(s, task_id) else 1.0
+        list read is the read; asked again after a gap), the net's (``push_net_stretch``) where notifications reach
+        us, else 1.
+
+        Under notifications the hub's read of an idle wait's task is there for a notification the server did not
+        send; the wait's own attempt, one net gap apart, takes that read (:meth:`fresh`). Read at ``push_stretch``
+        (4), there were two reads per attempt, and at 10,000 tasks aged 10 min … 1 h the second one was a quarter
+        of the worker's CPU (``bench/README.md``). At the net's pace a dropped notification is seen within the gap
+        that already bounds a dead worker, and only once per server: a read that finds an end no notification
+        announced takes the server's notifying standing away (:meth:`_poll_after`)."""
+        return self.net if self._notified(s, task_id) else 1.0
 
     def _poll_before(self, s: _Session, task_id: str) -> float | None:
         route = s.routes.get(task_id)
@@ -445,10 +455,18 @@ class PushHub:
             return None
         self._saw(route, state)
         if state.status in WAKE_STATUSES and state.status != route.status:
+            notified = self._notified(s, task_id)
             if self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=state.status),
-                          route.epoch, via="poll") and route.on_wake is not None:
-                with contextlib.suppress(Exception):
-                    route.on_wake()
+                          route.epoch, via="poll"):
+                if notified:
+                    # A server counted as notifying let a wait's task change with no notification of it (none woke
+                    # the wait first): it drops some, so its waits go back to today's schedule until the next
+                    # notification it delivers for one of them (a notifier of some statuses only flips between).
+                    self._notifying.pop(s.server, None)
+                    self._count(s, "unannounced")
+                if route.on_wake is not None:
+                    with contextlib.suppress(Exception):
+                        route.on_wake()
         try:
             gap = route.gap_for(state)
         except Exception:  # noqa: BLE001  (a schedule that cannot be computed: the wait's own attempts go on)

@@ -1016,8 +1016,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds between every task's first idle attempt and the window (default 0: the window sees "
                         "the start's wave); one net gap of the oldest (8 × 5 %% of its age) for the steady state")
     g.add_argument("--push-inflight-steady", action="store_true",
-                   help="start the in-flight tasks over (HIGH - LOW) / 2 s, oldest first, so that the window sees them "
-                        "aged LOW … HIGH, each past one net gap (--push-inflight-settle is then not used)")
+                   help="start the in-flight tasks over ~0.64 × HIGH s, each at its own phase of the schedule, so "
+                        "that the window sees them aged LOW … HIGH, each past two net gaps, in steady state "
+                        "(--push-inflight-settle is then not used)")
     p.add_argument(
         "--no-bytecode",
         action="store_true",

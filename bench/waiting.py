@@ -60,6 +60,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from mcp_temporal_tasks.activities.activity_io import PollSchedule
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH
 from mcp_temporal_tasks.worker.devserver import free_port
 from mcp_temporal_tasks.worker.runner import connect
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
@@ -664,9 +666,26 @@ def _read_counts(port: int) -> dict[str, float]:
     return out
 
 
-#: ``phase_inflight_aged(steady=True)``: each task starts this much (at most a quarter of the youngest age) more than
-#: half its window age before the window: room for the start itself and its first read.
+#: ``phase_inflight_aged(steady=True)``: the window opens at most this long after the first task could (room for the
+#: starts themselves).
 STEADY_LEAD_S = 30.0
+#: A second irrational step for the tasks' phases, so that phase and age are not correlated (ages step by ``PHI``).
+SQRT2_FRAC = 0.41421356237309515
+
+
+def steady_start_age(age_s: float, i: int) -> float:
+    """The age at which task ``i`` (aged ``age_s`` when the window opens) starts, in a steady-state run.
+
+    An idle wait's net attempts come at ages that grow by the ratio ``r = 1 + push_net_stretch × age_fraction`` (1.4),
+    and its reads by a smaller one. Tasks that all start at the same fraction of their window age (half, before) reach
+    the window in the same phase of that schedule: their attempts come in one wave, so a 120 s window measured the
+    wave (10 s slices falling from 15 to 8 % of a core), not a steady state. Here each task starts at
+    ``age / r ** (2 + u)`` with ``u`` spread evenly over [0, 1) across tasks: every phase equally often, and at least
+    two net gaps (its first read, the hand-over and its first idle attempt included) before the window. That age
+    must be past the schedule's ``after_s`` (60 s), before which a wait reads at the server's pollInterval: at ages
+    compressed k times, ``--push-inflight-ages 200,1200`` (k = 3) is as young as that allows."""
+    ratio = 1.0 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction
+    return age_s / ratio ** (2.0 + (i * SQRT2_FRAC) % 1.0)
 
 
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
@@ -679,10 +698,9 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
                               settle_s: float = 0.0, steady: bool = False) -> dict[str, Any]:
     """``n`` ours tasks back-dated uniformly over ``ages`` (10 min … 1 h), gated, on one worker: the sustained cost.
 
-    ``steady``: the tasks are aged ``ages`` when the window opens, not when they start, and each has waited half its
-    age by then (its first read, its first idle attempt and one net gap, 8 × 5 % of its age, fit in it): they start
-    over ``(HIGH - LOW) / 2`` seconds, oldest first, each back-dated to half its window age less :data:`STEADY_LEAD_S`
-    at most. Without it every task ages by the time it takes to start, poll and settle them all (~40 min at 10,000
+    ``steady``: the tasks are aged ``ages`` when the window opens, not when they start, each in its own phase of the
+    schedule and past two net gaps (:func:`steady_start_age`): they start over ~0.64 × HIGH seconds, back-dated to the
+    rest. Without it every task ages by the time it takes to start, poll and settle them all (~40 min at 10,000
     real-age tasks), so the window sees tasks aged ~50 min … 1 h 40 min, which read 2.6 × less often.
 
     ``settle_s``: seconds more before the window, once settled: a schedule whose gaps all start at the first idle
@@ -716,13 +734,20 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         keys = [f"{name}-{env.run_id}-{i}" for i in range(n)]  # a phase run twice must not meet its own ids
         t0 = time.monotonic()
 
-        lead = min(STEADY_LEAD_S, ages[0] / 4)
-        window_at = t0 + ages[1] / 2 + lead
+        window_ages = [ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0) for i in range(n)]
+        after_s = PollSchedule().after_s
+        if steady and min(steady_start_age(a, i) for i, a in enumerate(window_ages)) < after_s:
+            # Younger than that, a wait reads at the server's pollInterval: its start would be a burst in the window.
+            raise ValueError(f"--push-inflight-steady: tasks aged {ages[0]:g} s at the window would start younger than "
+                             f"the schedule's after_s ({after_s:g} s); the youngest age must be at least "
+                             f"{after_s * (1 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction) ** 3:.0f} s")
+        waited = [a - steady_start_age(a, i) for i, a in enumerate(window_ages)]
+        window_at = t0 + max(waited) + min(STEADY_LEAD_S, ages[0] / 4)
 
         async def start(i: int, key: str) -> Any:
-            age = ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0)
-            if steady:  # start it half its window age (plus the lead) before the window, back-dated to the rest
-                await asyncio.sleep(max(0.0, window_at - age / 2 - lead - time.monotonic()))
+            age = window_ages[i]
+            if steady:  # start it at its steady_start_age before the window, back-dated to the rest
+                await asyncio.sleep(max(0.0, window_at - waited[i] - time.monotonic()))
             async with sem:
                 if steady:
                     age -= window_at - time.monotonic()

@@ -207,6 +207,52 @@ async def test_the_hub_stops_stretching_when_its_reads_fail() -> None:
         await hub.aclose()
 
 
+async def test_under_notifications_the_hub_reads_once_per_net_gap_until_the_server_misses_one() -> None:
+    """Where a server's notifications reach us, the hub reads an idle wait's task once per net gap (the wait's own
+    attempt takes that read); a read that finds an end no notification announced wakes the wait (``via = poll``),
+    takes the server's notifying standing away and brings its waits back to today's pace. (The hub reads a task at
+    most once a second: today's gap is 1 s here, the net 3 s.)"""
+    hub = PushHub(stretch=1.5, net_stretch=3.0)
+    status = {"t-1": "working", "t-2": "working"}
+    reads: dict[str, list[float]] = {"t-1": [], "t-2": []}
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        reads[task_id].append(time.monotonic())
+        return _state(task_id, status[task_id])
+
+    class _Live:  # the session's GET stream, connected (no server here)
+        def live(self, task_id: str) -> bool:
+            return True
+
+    hub.reads_with(read)
+    hub._ensure_listener = lambda s: None  # type: ignore[method-assign]  # the stream stands here: nothing to reach
+    signals = _Signals()
+    ref = _http_ref()
+    key = hub.key(ref, None)
+    try:
+        for task_id in status:
+            hub.watch(ref, None, task_id, session=None, workflow_id=f"wf-{task_id}", run_id=None, epoch=0, for_s=60,
+                      temporal=signals, status="working", gap_s=1.0, gap_for=lambda s: 1.0,  # type: ignore[arg-type]
+                      read=False)
+        session = hub._sessions[key]
+        session.listener = _Live()  # type: ignore[assignment]
+        hub._notifying[session.server] = time.monotonic()  # it delivered one for a wait of ours
+        assert hub.stretch(ref, None, "t-1", key=key) == 1.5  # a heartbeating wait: push_stretch
+        assert hub.stretch(ref, None, "t-1", key=key, idle=True) == 3.0  # an idle wait's attempts: the net
+        await _until(lambda: len(reads["t-1"]) >= 2, 10)
+        assert reads["t-1"][1] - reads["t-1"][0] > 2.7, reads  # one read per net gap, not per push_stretch gap
+        assert hub.fresh(key, "t-1") is not None  # and the attempt takes it
+        status["t-1"] = "completed"  # no notification of it
+        await _until(lambda: signals.sent, 5)
+        assert signals.sent[0][1].via == "poll" and hub.counts["unannounced"] == 1, hub.counts
+        assert hub.stretch(ref, None, "t-2", key=key) == 1.0  # the server lost its standing: today's schedule
+        n = len(reads["t-2"])
+        await _until(lambda: len(reads["t-2"]) >= n + 3, 8)  # read once more at the net's pace, then today's
+        assert reads["t-2"][-1] - reads["t-2"][-2] < 1.5, reads["t-2"]
+    finally:
+        await hub.aclose()
+
+
 async def test_each_read_of_the_hub_is_counted_by_its_result() -> None:
     """``mcp_tasks_worker_reads{endpoint,result}``: what an operator reads to see the hub's reads and their faults."""
     hub = PushHub()

@@ -201,8 +201,9 @@ class WorkerSettings(_Strict):
     #: stream of a 2025-11-25 HTTP session, a stdio child's output, ``subscriptions/listen`` on 2026-07-28): a
     #: notification wakes the waiting workflow, which reads the task at once (``activities/push.py``).
     push_notifications: StrictBool = True
-    #: Where a server has shown it notifies, poll gaps stretch by this (polls stay the safety net: a dropped
-    #: notification is still seen within this × the schedule's bound). 1: today's schedule everywhere.
+    #: Where a server has shown it notifies, a heartbeating wait's poll gaps stretch by this (polls stay the safety
+    #: net: a dropped notification is still seen within this × the schedule's bound; the worker's own reads of idle
+    #: waits there go once per ``push_net_stretch`` gap). 1: today's schedule everywhere.
     push_stretch: float = Field(4.0, ge=1.0, le=10.0)
     #: Read ``tasks/list`` of a stateful 2025-11-25 HTTP session with waits here, at the server's pollInterval, and
     #: wake the waits whose task changed (``activities/list_reader.py``); off: those waits are polled one by one.
