@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess
@@ -34,12 +33,9 @@ from mcp_temporal_tasks import (
     Timeouts,
     start_mcp_task,
 )
-from mcp_temporal_tasks.activities.activity_io import AwaitInput
 from mcp_temporal_tasks.activities.mcp_activities import FETCH_OUTCOME, LIST_TOOLS
-from mcp_temporal_tasks.activities.wire import Endpoint, SessionRef
-from mcp_temporal_tasks.worker.config import ConfigError, StorageSettings
-from mcp_temporal_tasks.worker.plugin import SharedPydanticPayloadConverter, with_pydantic
-from mcp_temporal_tasks.worker.storage import with_storage
+from mcp_temporal_tasks.activities.wire import Endpoint
+from mcp_temporal_tasks.worker.config import ConfigError
 from mcp_temporal_tasks.workflows.client import outcome_of
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
 from tests.faults.proxy import FaultProxy, ResetAfterSend
@@ -255,22 +251,6 @@ async def test_client_plugin_is_inherited_by_workers(temporal_env: Any, ts_http_
     assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo", client=client,
                                workflows=[wid for wid, _ in results] + [handle.id]) == 2
     assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 3
-
-
-def test_the_plugins_converter_decodes_with_one_shared_adapter_cache() -> None:
-    """temporalio rebuilds the payload converter for each decode when External Storage is on
-    (``dataclasses.replace``): the copies must share the first one's adapter cache, and still decode."""
-    converter = with_storage(with_pydantic(None), StorageSettings())
-    assert converter.payload_converter_class is SharedPydanticPayloadConverter
-    ref = SessionRef(endpoint=Endpoint(url="http://127.0.0.1:1/mcp"), era="2025-11-25",
-                     protocol_version="2025-11-25", session_id="s-1")
-    value = AwaitInput(session=ref, task_id="t-1", principal=None, poll_floor_s=1, poll_ceiling_s=30,
-                       output_schema={"type": "object"}, answered_keys=[], unreachable_s=300)
-    payloads = asyncio.run(converter.encode([value]))
-    copies = [dataclasses.replace(converter) for _ in range(3)]
-    assert [asyncio.run(c.decode(payloads, [AwaitInput]))[0] for c in copies] == [value] * 3
-    first, second = SharedPydanticPayloadConverter(), SharedPydanticPayloadConverter()
-    assert first is not second and first.converters[b"json/plain"] is second.converters[b"json/plain"]
 
 
 async def test_worker_plugin_without_pydantic_converter_is_a_config_error(temporal_env: Any,

@@ -35,12 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.client import Client, ClientConfig
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
-from temporalio.converter import (
-    CompositePayloadConverter,
-    DataConverter,
-    DefaultFailureConverter,
-    DefaultPayloadConverter,
-)
+from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
@@ -81,29 +76,6 @@ PASSTHROUGH = (
 )
 
 
-class SharedPydanticPayloadConverter(PydanticPayloadConverter):
-    r"""The pydantic payload converter, whose instances share one set of encoding converters, and so one cache of
-    ``TypeAdapter``\ s and one schema serializer.
-
-    temporalio 1.35 builds a new payload converter for each payload it decodes with External Storage configured
-    (``DataConverter._with_store_context`` copies the converter with ``dataclasses.replace``, whose
-    ``__post_init__`` instantiates ``payload_converter_class`` again): with :class:`PydanticPayloadConverter` that
-    is a new serializer and an empty adapter cache, so every activity attempt built its input's ``TypeAdapter``
-    again (48 µs per decode of an ``AwaitInput`` where a shared cache takes 18 µs; 14 % of the samples under the SDK's
-    activity start in a profile of an idle worker, ``bench/README.md``). The converters hold nothing per instance but
-    that cache and serializer, which are safe to share."""
-
-    _shared: tuple[Any, ...] | None = None
-
-    def __init__(self) -> None:
-        shared = SharedPydanticPayloadConverter._shared
-        if shared is None:
-            super().__init__()
-            SharedPydanticPayloadConverter._shared = tuple(self.converters.values())
-        else:
-            CompositePayloadConverter.__init__(self, *shared)
-
-
 def handles_pydantic(converter: DataConverter) -> bool:
     """Whether ``converter`` already encodes pydantic models as JSON: the pydantic payload converter or a subclass
     (Pydantic AI's ``PydanticAIPayloadConverter``), or a composite whose JSON converter is the pydantic one
@@ -126,7 +98,7 @@ def with_pydantic(converter: DataConverter | None) -> DataConverter:
     base = converter or DataConverter.default
     changes: dict[str, Any] = {}
     if not handles_pydantic(base):
-        changes["payload_converter_class"] = SharedPydanticPayloadConverter
+        changes["payload_converter_class"] = PydanticPayloadConverter
     if base.failure_converter_class is DefaultFailureConverter:
         # A task's outcome failure then carries no Python stack trace (the UI's Result pane shows the outcome).
         changes["failure_converter_class"] = McpTaskFailureConverter
