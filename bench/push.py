@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, DEFAULT_STRETCH
 from mcp_temporal_tasks.activities.wire import Endpoint
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Timeouts
@@ -69,7 +69,7 @@ from .waiting import AGE_FRACTION, HOUR_S, PHI, events_in_window, fetch_historie
 DESIGNS = ("notifying", "silent", "listing")
 PY1_PYTHON = REPO / "tests" / "peers" / "py1" / ".venv" / "bin" / "python"
 #: ``[worker] push_stretch``'s default: the factor of the notifying server's schedule.
-STRETCH = 4.0
+STRETCH = DEFAULT_STRETCH
 DEFAULT_AGES = (60.0, 300.0, 900.0, 1800.0, 3600.0)
 #: ``--push-inflight-ages``' default, the real ages of issue 42's 10,000 idle tasks (10 min … 1 h).
 INFLIGHT_AGES = (600.0, 3600.0)

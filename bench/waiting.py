@@ -684,8 +684,12 @@ def steady_start_age(age_s: float, i: int) -> float:
     two net gaps (its first read, the hand-over and its first idle attempt included) before the window. That age
     must be past the schedule's ``after_s`` (60 s), before which a wait reads at the server's pollInterval: at ages
     compressed k times, ``--push-inflight-ages 200,1200`` (k = 3) is as young as that allows."""
-    ratio = 1.0 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction
-    return age_s / ratio ** (2.0 + (i * SQRT2_FRAC) % 1.0)
+    return age_s / _net_ratio() ** (2.0 + (i * SQRT2_FRAC) % 1.0)
+
+
+def _net_ratio() -> float:
+    """How much a task's age grows over one net gap of an idle wait (``push_net_stretch`` × 5 % of the age)."""
+    return 1.0 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction
 
 
 async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
@@ -716,6 +720,14 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
     makes the requests for it (the push phase: ``bench.push_server``, 2025-11-25)."""
     assert env.client is not None
     client = env.client
+    window_ages = [ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0) for i in range(n)]
+    starts = [steady_start_age(a, i) for i, a in enumerate(window_ages)]
+    after_s = PollSchedule().after_s
+    if steady and starts and min(starts) < after_s:
+        # Younger than that, a wait reads at the server's pollInterval: its start would be a burst in the window.
+        raise ValueError(f"--push-inflight-steady: tasks aged {ages[0]:g} s at the window would start younger than "
+                         f"the schedule's after_s ({after_s:g} s); the youngest age must be at least "
+                         f"{after_s * _net_ratio() ** 3:.0f} s")
     child, url = server() if server is not None else env.server(poll_ms, name=name, ttl_s=6 * 3600)
     tq, port = f"bench-{name}-{env.run_id}", free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=port)
@@ -734,14 +746,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         keys = [f"{name}-{env.run_id}-{i}" for i in range(n)]  # a phase run twice must not meet its own ids
         t0 = time.monotonic()
 
-        window_ages = [ages[0] + (ages[1] - ages[0]) * ((i * PHI) % 1.0) for i in range(n)]
-        after_s = PollSchedule().after_s
-        if steady and min(steady_start_age(a, i) for i, a in enumerate(window_ages)) < after_s:
-            # Younger than that, a wait reads at the server's pollInterval: its start would be a burst in the window.
-            raise ValueError(f"--push-inflight-steady: tasks aged {ages[0]:g} s at the window would start younger than "
-                             f"the schedule's after_s ({after_s:g} s); the youngest age must be at least "
-                             f"{after_s * (1 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction) ** 3:.0f} s")
-        waited = [a - steady_start_age(a, i) for i, a in enumerate(window_ages)]
+        waited = [a - start_age for a, start_age in zip(window_ages, starts, strict=True)]
         window_at = t0 + max(waited) + min(STEADY_LEAD_S, ages[0] / 4)
 
         async def start(i: int, key: str) -> Any:
