@@ -37,7 +37,7 @@ notifies keeps today's schedule exactly (it never delivers one).
 
 **Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
 on an HTTP session the hub reads its task itself on that schedule (once per net gap, ``push_net_stretch`` × today's,
-where notifications reach us: the wait's attempt then takes that read; not at all while a ``tasks/list`` read lists
+where notifications reach us, a little ahead of the wait's next attempt, which then takes that read; not at all while a ``tasks/list`` read lists
 it); a status that can end the wait is the same wake-up (``via = poll``), and one that no notification announced
 takes the server's standing as a notifier away (today's schedule again, until it notifies). The wait's own
 attempts are then only the net for this process's death: ``push_net_stretch`` (8 by default) × today's gap apart,
@@ -104,6 +104,12 @@ SWEEP_S = 5.0
 FRESH_SLACK = 1.5
 #: A read right after the hub's own waits for the server's pollInterval, at most this long (:meth:`PushHub.spacing`).
 MAX_SPACING_S = 5.0
+#: Where the hub reads an idle wait's task once per attempt of the wait's (the net's pace), its read after the wait's
+#: own is planned this much of the gap ahead of the wait's next attempt (between :data:`LEAD_MIN_S` and
+#: :data:`LEAD_MAX_S`): the attempt then finds the read made (:meth:`PushHub.fresh`) instead of racing it.
+LEAD_FRACTION = 0.05
+LEAD_MIN_S = 1.0
+LEAD_MAX_S = 30.0
 #: How long a server that delivered a notification for one of our waits counts as one that notifies. Long: waits on
 #: old tasks hear nothing for hours (none of them ends), and a server that stopped notifying costs at most the
 #: stretch factor of today's bound, never a wrong outcome.
@@ -186,6 +192,19 @@ def _kind(ref: SessionRef) -> str | None:
     if ref.era == LEGACY and ref.session_id:
         return "get"
     return None
+
+
+def _ahead(gap_s: float, factor: float) -> float:
+    """When the hub reads next after a wait's own read: ``factor`` × today's gap, and where that is the wait's own
+    pace (the net's, under notifications), :data:`LEAD_FRACTION` of it sooner. Planned for the same instant, the
+    hub's read and the wait's next attempt raced: an attempt that came while the hub's read was in flight read the
+    task again itself, and re-planned the hub's next read onto its own next attempt, so the race came back; a quarter
+    of the attempts read twice so (``bench/README.md``). Ahead of the attempt, the read is there when it comes, and
+    stays ahead: each later read is planned from the one before, which was earlier than the attempt."""
+    in_s = gap_s * factor
+    if factor <= 1.0:
+        return in_s
+    return in_s - min(max(LEAD_MIN_S, LEAD_FRACTION * in_s), LEAD_MAX_S, in_s / 2)
 
 
 class PushHub:
@@ -279,7 +298,7 @@ class PushHub:
                                       name=f"{s.server} {ref.session_id or ''}".strip(),
                                       on_result=lambda result: self._count_read(s, result))
             if read or not s.poller.plans(task_id):
-                s.poller.schedule(task_id, gap_s * self._poll_factor(s, task_id))  # from the read just made
+                s.poller.schedule(task_id, _ahead(gap_s, self._poll_factor(s, task_id)))  # from the read just made
             self._ensure_poller(s)
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._sweep(), name="mcp-tasks-push-sweep")

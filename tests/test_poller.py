@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mcp_temporal_tasks.activities.poller import FAILS_TO_STOP, TaskPoller
-from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub, _ahead
 from mcp_temporal_tasks.protocol.tasks import Endpoint, TaskState
 from mcp_temporal_tasks.protocol.wire_errors import TaskNotFound, TransportError
 
@@ -249,6 +249,46 @@ async def test_under_notifications_the_hub_reads_once_per_net_gap_until_the_serv
         n = len(reads["t-2"])
         await _until(lambda: len(reads["t-2"]) >= n + 3, 8)  # read once more at the net's pace, then today's
         assert reads["t-2"][-1] - reads["t-2"][-2] < 1.5, reads["t-2"]
+    finally:
+        await hub.aclose()
+
+
+async def test_under_notifications_the_hubs_read_comes_ahead_of_the_waits_next_attempt() -> None:
+    """An attempt that read its task itself is due again one net gap later; the hub's next read of the task is planned
+    a little ahead of it (``_ahead``), so the attempt finds that read made instead of racing it and reading twice.
+    (Today's gap is 1 s here and the net 3 s: the hub reads at 2 s, the attempt comes at 3 s.)"""
+    assert _ahead(10.0, 1.0) == 10.0  # at today's pace the hub reads many times per attempt: nothing to lead
+    assert _ahead(30.0, 8.0) == 240.0 - 12.0 and _ahead(100.0, 8.0) == 800.0 - 30.0 and _ahead(1.0, 3.0) == 2.0
+    hub = PushHub(stretch=1.5, net_stretch=3.0)
+    reads: list[float] = []
+
+    async def read(ref: Any, principal: str | None, task_id: str) -> TaskState:
+        reads.append(time.monotonic())
+        return _state(task_id)
+
+    class _Live:
+        def live(self, task_id: str) -> bool:
+            return True
+
+    hub.reads_with(read)
+    hub._ensure_listener = lambda s: None  # type: ignore[method-assign]
+    ref = _http_ref()
+    key = hub.key(ref, None)
+    hub._notifying[ref.endpoint.identity()] = time.monotonic()  # it delivered one for a wait of ours
+    try:
+        hub.watch(ref, None, "t-0", session=None, workflow_id="wf-0", run_id=None, epoch=0, for_s=60,
+                  temporal=_Signals(), status="working")  # a heartbeating wait's: the session and its stream
+        hub._sessions[key].listener = _Live()  # type: ignore[assignment]
+        t0 = time.monotonic()
+        hub.watch(ref, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
+                  temporal=_Signals(), status="working", gap_s=1.0, gap_for=lambda s: 1.0,  # type: ignore[arg-type]
+                  read=True, state=_state("t-1"))
+        assert hub.stretch(ref, None, "t-1", key=key, idle=True) == 3.0  # the attempt's next comes at 3 s
+        await _until(lambda: len(reads) == 1, 5)
+        assert 1.7 < reads[0] - t0 < 2.6, reads[0] - t0  # the hub's read, ahead of it
+        await asyncio.sleep(max(0.0, t0 + 3.0 - time.monotonic()))
+        assert hub.fresh(key, "t-1") is not None  # and the attempt takes it
+        assert len(reads) == 1
     finally:
         await hub.aclose()
 
