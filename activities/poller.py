@@ -9,9 +9,10 @@ The push hub (``activities/push.py``) already holds, per server session, the wai
 * **When.** On the wait's own schedule (``schedule.next_poll_delay``: max(pollInterval, 5 % of the age), recomputed
   from each read), counted from the last read of the task, the wait's own or the poller's. Where the server's
   notifications reach this process the reads are ``push_net_stretch`` times further apart, one per attempt of the
-  wait's own and a little ahead of it (``push._ahead``), so the attempt finds the read made (a lost notification is seen within that, and the server that lost it is read at today's pace until it
-  notifies again: ``PushHub._poll_factor``); where a complete ``tasks/list`` read lists the task it is not read at
-  all (the list read is the read).
+  wait's own and a little ahead of it (``push._ahead``), so that the attempt finds the read made (a lost
+  notification is seen within that, and the server that lost it is read at today's pace until it notifies again:
+  ``PushHub._poll_factor``); where a complete ``tasks/list`` read lists the task it is not read at all (the list
+  read is the read).
 * **What it does with a read.** A status that differs from the one the wait's own last read saw and can end a wait
   (``input_required``, ``completed``, ``failed``, ``cancelled``) wakes the workflow: the same signal a notification
   sends (``mcp_task_notified``, ``via = poll``), at most once per (workflow, task, status, input round). The

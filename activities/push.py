@@ -37,13 +37,12 @@ notifies keeps today's schedule exactly (it never delivers one).
 
 **Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
 on an HTTP session the hub reads its task itself on that schedule (once per net gap, ``push_net_stretch`` × today's,
-where notifications reach us, a little ahead of the wait's next attempt, which then takes that read; not at all while a ``tasks/list`` read lists
-it); a status that can end the wait is the same wake-up (``via = poll``), and one that no notification announced
-takes the server's standing as a notifier away (today's schedule again, until it notifies). The wait's own
-attempts are then only the net for this process's death: ``push_net_stretch`` (8 by default) × today's gap apart,
-and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes that read instead of asking the
-server again. The hub's reads failing (three in a row) end the stretch: the next
-attempts keep today's schedule.
+where notifications reach us, a little ahead of the wait's next attempt, which then takes that read; not at all while
+a ``tasks/list`` read lists it); a status that can end the wait is the same wake-up (``via = poll``), and one that no
+notification announced takes the server's standing as a notifier away (today's schedule again, until it notifies). The
+wait's own attempts are then only the net for this process's death: ``push_net_stretch`` (8 by default) × today's gap
+apart, and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes that read instead of asking
+the server again. The hub's reads failing (three in a row) end the stretch: the next attempts keep today's schedule.
 
 Everything here is bounded: registrations by the waits of this process, the signal queue (:data:`SIGNAL_QUEUE`), the
 dedupe and negative caches (LRU), the lookups; nothing is logged per notification above DEBUG (counts:
@@ -204,7 +203,8 @@ def _ahead(gap_s: float, factor: float) -> float:
     in_s = gap_s * factor
     if factor <= 1.0:
         return in_s
-    return in_s - min(max(LEAD_MIN_S, LEAD_FRACTION * in_s), LEAD_MAX_S, in_s / 2)
+    # Never sooner than today's gap: that is what keeps the server's pollInterval.
+    return max(gap_s, in_s - min(max(LEAD_MIN_S, LEAD_FRACTION * in_s), LEAD_MAX_S))
 
 
 class PushHub:

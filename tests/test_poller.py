@@ -259,6 +259,7 @@ async def test_under_notifications_the_hubs_read_comes_ahead_of_the_waits_next_a
     (Today's gap is 1 s here and the net 3 s: the hub reads at 2 s, the attempt comes at 3 s.)"""
     assert _ahead(10.0, 1.0) == 10.0  # at today's pace the hub reads many times per attempt: nothing to lead
     assert _ahead(30.0, 8.0) == 240.0 - 12.0 and _ahead(100.0, 8.0) == 800.0 - 30.0 and _ahead(1.0, 3.0) == 2.0
+    assert _ahead(2.0, 1.2) == 2.0  # never sooner than today's gap (the server's pollInterval)
     hub = PushHub(stretch=1.5, net_stretch=3.0)
     reads: list[float] = []
 
