@@ -32,8 +32,9 @@ could not be written into a query literal safely (quotes and the like) are not l
 **Polling stays the safety net**; only its schedule may stretch (:meth:`PushHub.stretch`): by ``stretch`` (4 by
 default, ``[worker] push_stretch``) for a wait whose session has a live listener (here, or held elsewhere) on a
 server that has delivered a notification for one of our waits within :data:`NOTIFYING_MEMORY_S` (a day). So a dropped
-notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)), and a server that never
-notifies keeps today's schedule exactly (it never delivers one).
+notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)) by a heartbeating wait
+(an idle wait's task is read here, below), and a server that never notifies keeps today's schedule exactly (it never
+delivers one).
 
 **Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
 on an HTTP session the hub reads its task itself on that schedule (once per net gap, ``push_net_stretch`` × today's,
@@ -474,10 +475,9 @@ class PushHub:
             return None
         self._saw(route, state)
         if state.status in WAKE_STATUSES and state.status != route.status:
-            notified = self._notified(s, task_id)
             if self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=state.status),
                           route.epoch, via="poll"):
-                if notified:
+                if self._notified(s, task_id):
                     # A server counted as notifying let a wait's task change with no notification of it (none woke
                     # the wait first): it drops some, so its waits go back to today's schedule until the next
                     # notification it delivers for one of them (a notifier of some statuses only flips between).
