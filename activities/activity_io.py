@@ -122,8 +122,14 @@ class ServerConfig(_Model):
     jobs: dict[str, JobBinding] = Field(default_factory=dict)
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(url=self.url, command=self.command, cwd=self.cwd, env_refs=self.env, header_refs=self.headers,
-                        auth=self.auth)
+        return Endpoint(
+            url=self.url,
+            command=self.command,
+            cwd=self.cwd,
+            env_refs=self.env,
+            header_refs=self.headers,
+            auth=self.auth,
+        )
 
 
 class ServerProfile(_Model):
@@ -309,10 +315,28 @@ class LegacyInputRequest(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-__all__ = ["ListToolsInput", "FetchOutcomeInput", "RelayInput", "RelayOutput", "LegacyInputRequest", "InputRequest",
-           "ServerConfig", "ToolPolicy", "ServerProfile", "ResolveInput", "DecodedPayload",
-           "StartCallInput", "StartCallOutput", "AwaitInput", "AwaitOutput", "RetrieveInput", "RetrieveOutput",
-           "CancelInput", "CancelOutput", "AnswerInput"]
+__all__ = [
+    "ListToolsInput",
+    "FetchOutcomeInput",
+    "RelayInput",
+    "RelayOutput",
+    "LegacyInputRequest",
+    "InputRequest",
+    "ServerConfig",
+    "ToolPolicy",
+    "ServerProfile",
+    "ResolveInput",
+    "DecodedPayload",
+    "StartCallInput",
+    "StartCallOutput",
+    "AwaitInput",
+    "AwaitOutput",
+    "RetrieveInput",
+    "RetrieveOutput",
+    "CancelInput",
+    "CancelOutput",
+    "AnswerInput",
+]
 
 
 #: ``ApplicationError.type`` prefix of a task that did not complete (``McpTaskToolError``, ``McpTaskLost``...).

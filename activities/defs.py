@@ -47,8 +47,10 @@ POLL_TASK = "mcp-tasks.poll_task.v1"
 
 
 def _runs_on_a_worker(name: str) -> NoReturn:
-    raise NotImplementedError(f"{name} is run by a worker's McpActivities (mcp_temporal_tasks.activities."
-                              "mcp_activities); this stub only names it for workflow code")
+    raise NotImplementedError(
+        f"{name} is run by a worker's McpActivities (mcp_temporal_tasks.activities."
+        "mcp_activities); this stub only names it for workflow code"
+    )
 
 
 class McpActivityDefs:

@@ -25,8 +25,9 @@ RETRYABLE_MESSAGE_CAP = 1024
 RETRYABLE_DETAIL_CAP = 256
 
 
-def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bool = False,
-                         sent: bool | None = None) -> ApplicationError:
+def to_application_error(
+    exc: McpWireError, *, read: bool = False, task_read: bool = False, sent: bool | None = None
+) -> ApplicationError:
     """The one mapping from wire failures to Temporal failures: type = error kind, details = info.
 
     ``read``: the request was an idempotent read, so a garbled reply is retryable like a transport fault.
@@ -54,8 +55,14 @@ def to_application_error(exc: McpWireError, *, read: bool = False, task_read: bo
     if retryable:
         message = cap_text(message, RETRYABLE_MESSAGE_CAP)
         info.pop("message", None)
-        info = {k: cap_text(v, RETRYABLE_DETAIL_CAP) if isinstance(v, str)
-                else safe_raw(v, RETRYABLE_DETAIL_CAP) if isinstance(v, (dict, list)) else v for k, v in info.items()}
+        info = {
+            k: cap_text(v, RETRYABLE_DETAIL_CAP)
+            if isinstance(v, str)
+            else safe_raw(v, RETRYABLE_DETAIL_CAP)
+            if isinstance(v, (dict, list))
+            else v
+            for k, v in info.items()
+        }
     err = ApplicationError(message, info, type=exc.kind, non_retryable=not retryable, next_retry_delay=delay)
     if retryable:
         err.__suppress_context__ = True

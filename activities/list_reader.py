@@ -122,8 +122,9 @@ class ListRead:
     why: str | None = None
 
 
-async def read_list(client: WireSession, ours: Collection[str], *, max_pages: int = MAX_PAGES,
-                    max_items: int = MAX_ITEMS) -> ListRead:
+async def read_list(
+    client: WireSession, ours: Collection[str], *, max_pages: int = MAX_PAGES, max_items: int = MAX_ITEMS
+) -> ListRead:
     """All pages of ``tasks/list`` within the bounds; only the tasks in ``ours`` are kept. A page that is not a list
     reply raises :class:`ProtocolViolation`; a malformed item is skipped."""
     out = ListRead()
@@ -187,8 +188,15 @@ class ListReader:
     status)`` wakes one (True when a signal was queued). ``offered``: whether the server's handshake offered
     ``tasks.list`` (None: not known in this process; the first read finds out)."""
 
-    def __init__(self, ref: SessionRef, waits: Callable[[], Mapping[str, str | None]],
-                 wake: Callable[[str, str], bool], *, name: str, offered: bool | None = None) -> None:
+    def __init__(
+        self,
+        ref: SessionRef,
+        waits: Callable[[], Mapping[str, str | None]],
+        wake: Callable[[str, str], bool],
+        *,
+        name: str,
+        offered: bool | None = None,
+    ) -> None:
         self.ref, self.waits, self.wake, self.name = ref, waits, wake, name
         self.state = ListState.NOT_OFFERED if offered is False else ListState.STARTING
         self.why: str | None = "tasks.list not in the server's capabilities" if offered is False else None
@@ -299,8 +307,13 @@ class ListReader:
                     await client.aclose()
 
     def stats(self) -> dict[str, Any]:
-        return {"state": self.state.value, "why": self.why, "interval_s": self.interval, "covered": len(self.covered),
-                "counts": dict(self.counts)}
+        return {
+            "state": self.state.value,
+            "why": self.why,
+            "interval_s": self.interval,
+            "covered": len(self.covered),
+            "counts": dict(self.counts),
+        }
 
 
 __all__ = ["ListReader", "ListRead", "ListState", "changed", "list_interval", "read_bounds", "read_list"]

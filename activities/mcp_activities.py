@@ -148,8 +148,6 @@ def _short(task_id: str, n: int = 64) -> str:
     return task_id if len(task_id) <= n else f"{task_id[:n]}…"
 
 
-
-
 def _tasks(client: WireSession, job: JobBinding | None) -> WireSession | JobTasks:
     """What speaks for a task: the MCP task methods, or a job binding's tools in their place."""
     return JobTasks(client, job) if job is not None else client
@@ -160,8 +158,15 @@ def _gap_for(inp: AwaitInput) -> Callable[[TaskState], float]:
     floor, ceiling, schedule, submitted = inp.poll_floor_s, inp.poll_ceiling_s, inp.schedule, inp.submitted_at
 
     def gap(state: TaskState) -> float:
-        return next_poll_delay(state.poll_interval_ms, floor_s=floor, ceiling_s=ceiling, previous_s=ceiling,
-                               schedule=schedule, age_s=task_age_s(state.created_at, submitted, time.time()))
+        return next_poll_delay(
+            state.poll_interval_ms,
+            floor_s=floor,
+            ceiling_s=ceiling,
+            previous_s=ceiling,
+            schedule=schedule,
+            age_s=task_age_s(state.created_at, submitted, time.time()),
+        )
+
     return gap
 
 
@@ -216,8 +221,18 @@ class McpActivities(McpActivityDefs):
         self.identity = f"{os.getpid()}@{socket.gethostname()}"
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.resolve, self.start_call, self.await_task, self.poll_task, self.retrieve_result, self.cancel_task,
-                self.answer_input, self.relay_input, self.list_tools, self.fetch_outcome]
+        return [
+            self.resolve,
+            self.start_call,
+            self.await_task,
+            self.poll_task,
+            self.retrieve_result,
+            self.cancel_task,
+            self.answer_input,
+            self.relay_input,
+            self.list_tools,
+            self.fetch_outcome,
+        ]
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -238,8 +253,9 @@ class McpActivities(McpActivityDefs):
         return DecodedPayload(result=inline, result_ref=ref)
 
     @staticmethod
-    async def _heartbeating(coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None, *,
-                            at_once: bool = True) -> T:
+    async def _heartbeating(
+        coro: Awaitable[T], details: Callable[[], Any], every_s: float | None = None, *, at_once: bool = True
+    ) -> T:
         """Await ``coro`` while heartbeating every ``every_s`` (default half the heartbeat timeout), so a dead
         worker is noticed and a cancel gets through; the first beat at once, or (``at_once=False``) only once the
         coroutine has outlasted a period: a ``poll_task`` read normally takes milliseconds, and a heartbeat is a
@@ -273,9 +289,18 @@ class McpActivities(McpActivityDefs):
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True)
 
-    def _watch(self, inp: AwaitInput, session: WireSession | None, gap_s: float,
-               on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
-               today_s: float | None = None, read: bool = True, state: TaskState | None = None) -> None:
+    def _watch(
+        self,
+        inp: AwaitInput,
+        session: WireSession | None,
+        gap_s: float,
+        on_wake: Callable[[], None] | None = None,
+        key: str | None = None,
+        status: str | None = None,
+        today_s: float | None = None,
+        read: bool = True,
+        state: TaskState | None = None,
+    ) -> None:
         """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
         then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
         own read is the only one). Jobs (plain tools) have no notifications."""
@@ -288,14 +313,28 @@ class McpActivities(McpActivityDefs):
             return
         if info.workflow_id is None:
             return
-        self.push.watch(inp.session, inp.principal, inp.task_id, session=session, workflow_id=info.workflow_id,
-                        run_id=info.workflow_run_id, epoch=len(inp.answered_keys),
-                        for_s=gap_s * 1.1 + GRACE_S, temporal=temporal, on_wake=on_wake, key=key, status=status,
-                        gap_s=today_s, gap_for=None if today_s is None else _gap_for(inp), read=read,
-                        state=state)
+        self.push.watch(
+            inp.session,
+            inp.principal,
+            inp.task_id,
+            session=session,
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            epoch=len(inp.answered_keys),
+            for_s=gap_s * 1.1 + GRACE_S,
+            temporal=temporal,
+            on_wake=on_wake,
+            key=key,
+            status=status,
+            gap_s=today_s,
+            gap_for=None if today_s is None else _gap_for(inp),
+            read=read,
+            state=state,
+        )
 
-    def _watch_relay(self, inp: RelayInput, session: WireSession, info: activity.Info,
-                     on_wake: Callable[[], None]) -> None:
+    def _watch_relay(
+        self, inp: RelayInput, session: WireSession, info: activity.Info, on_wake: Callable[[], None]
+    ) -> None:
         """Register a held ``tasks/result`` with the push hub for as long as it may be held: a notification for the
         task then runs ``on_wake`` (the workflow's copy of the signal is ignored while it relays)."""
         try:
@@ -304,13 +343,26 @@ class McpActivities(McpActivityDefs):
             return
         if info.workflow_id is None:
             return
-        self.push.watch(inp.session, inp.principal, inp.state.task_id, session=session, workflow_id=info.workflow_id,
-                        run_id=info.workflow_run_id, epoch=-1, for_s=inp.hold_s, temporal=temporal,
-                        on_wake=on_wake, status=inp.state.status)
+        self.push.watch(
+            inp.session,
+            inp.principal,
+            inp.state.task_id,
+            session=session,
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            epoch=-1,
+            for_s=inp.hold_s,
+            temporal=temporal,
+            on_wake=on_wake,
+            status=inp.state.status,
+        )
 
     def _stretch(self, inp: AwaitInput, key: str | None = None, *, idle: bool = False) -> float:
-        return 1.0 if inp.job is not None else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key,
-                                                                 idle=idle)
+        return (
+            1.0
+            if inp.job is not None
+            else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key, idle=idle)
+        )
 
     async def _after_hub_read(self, key: str, task_id: str) -> None:
         """A read right after this process's own (the hub read it, and woke the workflow): keep the pollInterval."""
@@ -342,14 +394,19 @@ class McpActivities(McpActivityDefs):
             return None
         refused = []
         if endpoint.command is not None and not self.allow_inline_commands:
-            refused.append("inline stdio commands are not run by this worker "
-                           "(set [worker] allow_inline_commands = true to allow them)")
+            refused.append(
+                "inline stdio commands are not run by this worker "
+                "(set [worker] allow_inline_commands = true to allow them)"
+            )
         if endpoint.url is not None and not self.allow_inline_endpoints:
-            refused.append("inline URLs are not reached by this worker "
-                           "(set [worker] allow_inline_endpoints = true to allow them)")
+            refused.append(
+                "inline URLs are not reached by this worker (set [worker] allow_inline_endpoints = true to allow them)"
+            )
         if (endpoint.header_refs or endpoint.env_refs or endpoint.auth) and not self.allow_inline_credentials:
-            refused.append("inline credential references (header_refs/env_refs/auth) are not resolved by this worker "
-                           "(set [worker] allow_inline_credentials = true to allow them)")
+            refused.append(
+                "inline credential references (header_refs/env_refs/auth) are not resolved by this worker "
+                "(set [worker] allow_inline_credentials = true to allow them)"
+            )
         return "; ".join(refused) or None
 
     @activity.defn(name=RESOLVE)
@@ -358,31 +415,49 @@ class McpActivities(McpActivityDefs):
             cfg = self.servers.get(inp.server)
             if cfg is None:
                 known = ", ".join(sorted(self.servers)) or "none configured"
-                raise ApplicationError(f"unknown MCP server {inp.server!r}: worker {self.identity} on task queue "
-                                       f"{activity.info().task_queue!r} took this task and has no such server (its "
-                                       f"servers: {known}); every worker on a queue needs the same [servers]",
-                                       type="UnknownServer", non_retryable=True)
+                raise ApplicationError(
+                    f"unknown MCP server {inp.server!r}: worker {self.identity} on task queue "
+                    f"{activity.info().task_queue!r} took this task and has no such server (its "
+                    f"servers: {known}); every worker on a queue needs the same [servers]",
+                    type="UnknownServer",
+                    non_retryable=True,
+                )
             endpoint = cfg.endpoint()
             job = cfg.jobs.get(inp.tool)
             # A job's own idempotency, replay policy and polling are those of its binding.
-            policy = (ToolPolicy.model_validate(job.model_dump(include=set(ToolPolicy.model_fields)))
-                      if job is not None else cfg.tools.get(inp.tool, ToolPolicy()))
+            policy = (
+                ToolPolicy.model_validate(job.model_dump(include=set(ToolPolicy.model_fields)))
+                if job is not None
+                else cfg.tools.get(inp.tool, ToolPolicy())
+            )
             return ServerProfile(
-                name=inp.server, endpoint=endpoint,
+                name=inp.server,
+                endpoint=endpoint,
                 identity=endpoint.identity(),
-                principal=inp.principal or cfg.principal, era=inp.era or cfg.era,
-                trust_annotations=cfg.trust_annotations, policy=policy, polling=policy.polling or cfg.polling,
+                principal=inp.principal or cfg.principal,
+                era=inp.era or cfg.era,
+                trust_annotations=cfg.trust_annotations,
+                policy=policy,
+                polling=policy.polling or cfg.polling,
                 job=job,
             )
         endpoint = inp.server
         refusal = self._inline_refusal(endpoint)
         if refusal is not None:
-            raise ApplicationError(f"inline endpoint {endpoint.identity()!r} refused: {refusal}; "
-                                   "or name a server configured in [servers.NAME]",
-                                   type="InlineEndpointRefused", non_retryable=True)
+            raise ApplicationError(
+                f"inline endpoint {endpoint.identity()!r} refused: {refusal}; "
+                "or name a server configured in [servers.NAME]",
+                type="InlineEndpointRefused",
+                non_retryable=True,
+            )
         # Named by its (redacted) identity, as start_mcp_task labels it: the same McpServer everywhere.
-        return ServerProfile(name=endpoint.identity(), endpoint=endpoint, identity=endpoint.identity(),
-                             principal=inp.principal, era=inp.era)
+        return ServerProfile(
+            name=endpoint.identity(),
+            endpoint=endpoint,
+            identity=endpoint.identity(),
+            principal=inp.principal,
+            era=inp.era,
+        )
 
     def _live(self, details: dict[str, Any], workflow_id: str | None = None) -> None:
         """Hand ``details`` (what the heartbeat carries) to this process's live view at once, where one listens
@@ -393,8 +468,9 @@ class McpActivities(McpActivityDefs):
             except Exception:  # noqa: BLE001  (a display must never fail an activity)
                 pass
 
-    async def _check_before_sending(self, client: WireSession, tools: dict[str, ToolInfo], name: str,
-                                    arguments: dict[str, Any]) -> None:
+    async def _check_before_sending(
+        self, client: WireSession, tools: dict[str, ToolInfo], name: str, arguments: dict[str, Any]
+    ) -> None:
         """Refuse, before ``tools/call`` leaves, a call the server's ``tools/list`` already answers: a tool it does not
         list (read again once: the list may have changed) or arguments that do not match its ``inputSchema``. Both
         are ``rejected`` with nothing sent (``may_have_reached_server`` False), so the same request may run again."""
@@ -403,8 +479,12 @@ class McpActivities(McpActivityDefs):
         if name not in tools:
             listed = ", ".join(sorted(tools)[:20]) + (", ..." if len(tools) > 20 else "") if tools else "none"
             message = f"tools/call was never sent: the server lists no tool {name!r} (it lists: {listed})"
-            raise ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602},
-                                   type="UnknownTool", non_retryable=True)
+            raise ApplicationError(
+                message,
+                {"may_have_reached_server": False, "message": message, "code": -32602},
+                type="UnknownTool",
+                non_retryable=True,
+            )
         raw = next((t for t in reversed(client.raw_tools) if isinstance(t, dict) and t.get("name") == name), None)
         schema = raw.get("inputSchema") if isinstance(raw, dict) else None
         if not isinstance(schema, dict):
@@ -417,10 +497,16 @@ class McpActivities(McpActivityDefs):
             return  # the server's own schema is unusable: the server decides
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-            message = (f"tools/call was never sent: the arguments do not match the input schema of {name!r}: "
-                       f"{where}: {cap_text(error.message, 512)}")
-            raise ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602},
-                                   type="InvalidArguments", non_retryable=True)
+            message = (
+                f"tools/call was never sent: the arguments do not match the input schema of {name!r}: "
+                f"{where}: {cap_text(error.message, 512)}"
+            )
+            raise ApplicationError(
+                message,
+                {"may_have_reached_server": False, "message": message, "code": -32602},
+                type="InvalidArguments",
+                non_retryable=True,
+            )
 
     def _call_input_relay(self, inp: StartCallInput, beat: dict[str, Any], workflow_id: str) -> ServerRequestHandler:
         """What answers a server's request on the stream of this ``tools/call``: ``ping``; an ``elicitation/create``
@@ -445,8 +531,9 @@ class McpActivities(McpActivityDefs):
             except RuntimeError:  # outside a worker: nobody to ask
                 return {"action": inp.input_timeout_action}
             key = legacy_input_key(method, params)
-            await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method,
-                                                                       params=params))
+            await wf.signal(
+                INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method, params=params)
+            )
             beat["step"] = "input_required"
             self._live(beat, workflow_id)
             answer: dict[str, Any] = {"action": inp.input_timeout_action}
@@ -500,8 +587,9 @@ class McpActivities(McpActivityDefs):
             listed = client.era == LEGACY or profile.trust_annotations or profile.policy.output_schema is None
             tools = await client.list_tools() if listed else {}
             if listed:
-                await self._check_before_sending(client, tools, profile.job.submit if profile.job else inp.tool,
-                                                 inp.arguments)
+                await self._check_before_sending(
+                    client, tools, profile.job.submit if profile.job else inp.tool, inp.arguments
+                )
                 tools = await client.list_tools()
             beat["step"] = "tools/call sent"
             sent = True
@@ -512,8 +600,9 @@ class McpActivities(McpActivityDefs):
             if profile.job is not None:
                 beat["tool"] = profile.job.submit
                 try:
-                    start = await JobTasks(client, profile.job).submit(inp.arguments, timeout_s=inp.call_timeout_s,
-                                                                       on_progress=progress)
+                    start = await JobTasks(client, profile.job).submit(
+                        inp.arguments, timeout_s=inp.call_timeout_s, on_progress=progress
+                    )
                 except JobReplyMismatch as exc:
                     return StartCallOutput(
                         start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
@@ -522,10 +611,16 @@ class McpActivities(McpActivityDefs):
                     )
             else:
                 try:
-                    start = await client.start(inp.tool, inp.arguments, ttl_ms=inp.ttl_ms,
-                                               input_responses=inp.input_responses, request_state=inp.request_state,
-                                               timeout_s=inp.call_timeout_s, on_progress=progress,
-                                               on_server_request=on_request)
+                    start = await client.start(
+                        inp.tool,
+                        inp.arguments,
+                        ttl_ms=inp.ttl_ms,
+                        input_responses=inp.input_responses,
+                        request_state=inp.request_state,
+                        timeout_s=inp.call_timeout_s,
+                        on_progress=progress,
+                        on_server_request=on_request,
+                    )
                 except McpWireError as exc:
                     if not exc.may_have_reached_server:
                         raise
@@ -543,14 +638,21 @@ class McpActivities(McpActivityDefs):
             if start.task is not None:
                 self.pool.track(client, start.task.task_id)
                 annotate(task_id=start.task.task_id, status=start.task.status)
-            return StartCallOutput(start=start, tool=tool, payload=payload, sdk_version=installed_sdk_version(),
-                                   owner_queue=self.owner_queue if profile.endpoint.command else None,
-                                   reconciled=reconciled)
+            return StartCallOutput(
+                start=start,
+                tool=tool,
+                payload=payload,
+                sdk_version=installed_sdk_version(),
+                owner_queue=self.owner_queue if profile.endpoint.command else None,
+                reconciled=reconciled,
+            )
 
         try:
             out = await self._heartbeating(
                 self.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call),
-                lambda: beat, at_once=False)
+                lambda: beat,
+                at_once=False,
+            )
         except McpWireError as exc:
             raise to_application_error(exc, sent=None if sent else False)
         self._counter("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
@@ -599,16 +701,19 @@ class McpActivities(McpActivityDefs):
         await self._after_hub_read(push_key, inp.task_id)
         while True:
             try:
-                session, state = await self.pool.read_task(inp.session, principal=inp.principal,
-                                                           fn=lambda s: _tasks(s, inp.job).get(inp.task_id))
+                session, state = await self.pool.read_task(
+                    inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)
+                )
                 client = _tasks(session, inp.job)
                 transient, failing_since, faults = 0, None, 0
             except JobReplyMismatch as exc:
                 # The job's status cannot be known from this reply, and asking again gets the same: decode_failed.
-                ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
-                                  status_message=cap_text(exc.message, 512))
-                return AwaitOutput(state=ended, polls=polls,
-                                   payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
+                ended = TaskState(
+                    task_id=inp.task_id, status="failed", era=inp.session.era, status_message=cap_text(exc.message, 512)
+                )
+                return AwaitOutput(
+                    state=ended, polls=polls, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw)
+                )
             except TaskNotFound:
                 return AwaitOutput(not_found=True, polls=polls)
             except TaskUnreachable as exc:
@@ -620,8 +725,12 @@ class McpActivities(McpActivityDefs):
                 if gave_up is not None:
                     gave_up.polls = polls
                     return gave_up
-                details.update(transportError=cap_text(f"{exc.kind}: {exc.message}", 512), failingSince=failing_since,
-                               faults=faults, readBudgetEndsAt=failing_since + inp.unreachable_s)
+                details.update(
+                    transportError=cap_text(f"{exc.kind}: {exc.message}", 512),
+                    failingSince=failing_since,
+                    faults=faults,
+                    readBudgetEndsAt=failing_since + inp.unreachable_s,
+                )
                 activity.heartbeat(details)
                 self._live(details)  # `run` shows at once that reads fail (and until when it tries)
                 await self._sleep_beating(wait, hb_every, details, shutdown)
@@ -629,21 +738,35 @@ class McpActivities(McpActivityDefs):
             polls += 1
             self._counter("mcp_tasks_polls", "tasks/get polls")
             # The SDK throttles heartbeats itself; the details are what `mcp-tasks run` shows live.
-            details = {"taskId": _short(state.task_id), "status": state.status,
-                       "statusMessage": state.status_message, "polls": polls}
+            details = {
+                "taskId": _short(state.task_id),
+                "status": state.status,
+                "statusMessage": state.status_message,
+                "polls": polls,
+            }
             activity.heartbeat(details)
             self._live(details)
             moved = await self._if_moved(session, client, state, inp, details, polls)
             if moved is not None:
                 return moved
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
-            delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
-                                    previous_s=delay, schedule=inp.schedule, age_s=age)
+            delay = next_poll_delay(
+                state.poll_interval_ms,
+                floor_s=inp.poll_floor_s,
+                ceiling_s=inp.poll_ceiling_s,
+                previous_s=delay,
+                schedule=inp.schedule,
+                age_s=age,
+            )
             # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
             factor = self._stretch(inp, push_key)
             self._watch(inp, session, delay * factor, on_wake=wake, key=push_key, status=state.status)
-            if factor == 1.0 and delay >= SETTLE_MIN_GAP_S and inp.job is None and await self._listed(
-                    inp, push_key, min(hb_every, delay / 4), shutdown, woken):
+            if (
+                factor == 1.0
+                and delay >= SETTLE_MIN_GAP_S
+                and inp.job is None
+                and await self._listed(inp, push_key, min(hb_every, delay / 4), shutdown, woken)
+            ):
                 # Registered just now on a session whose tasks/list is read here: the reader's next read lists it,
                 # so this first long gap stretches as the later ones will (not one gap at today's pace first).
                 factor = self._stretch(inp, push_key)
@@ -659,8 +782,9 @@ class McpActivities(McpActivityDefs):
 
     async def _listed(self, inp: AwaitInput, key: str, timeout: float, *stop: asyncio.Future[None]) -> bool:
         """:meth:`PushHub.until_listed`, given up when the worker starts shutting down or the workflow is woken."""
-        listed = asyncio.ensure_future(self.push.until_listed(inp.session, inp.principal, inp.task_id, key=key,
-                                                              timeout=timeout))
+        listed = asyncio.ensure_future(
+            self.push.until_listed(inp.session, inp.principal, inp.task_id, key=key, timeout=timeout)
+        )
         waited: set[asyncio.Future[Any]] = {listed, *stop}
         await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
         if not listed.done():
@@ -669,9 +793,13 @@ class McpActivities(McpActivityDefs):
         return listed.result()
 
     @staticmethod
-    async def _sleep_beating(seconds: float, every: float, details: dict[str, Any],
-                             shutdown: asyncio.Future[None] | None = None,
-                             woken: asyncio.Future[None] | None = None) -> None:
+    async def _sleep_beating(
+        seconds: float,
+        every: float,
+        details: dict[str, Any],
+        shutdown: asyncio.Future[None] | None = None,
+        woken: asyncio.Future[None] | None = None,
+    ) -> None:
         """Sleep without outlasting the heartbeat timeout. When this worker starts shutting down, the wait is
         handed on: a retryable failure (after one last heartbeat, so the next attempt keeps the unreachable clock),
         retried at once by another worker. Only waits between polls are cut short, never a request in flight.
@@ -688,9 +816,12 @@ class McpActivities(McpActivityDefs):
                 if shutdown.done():
                     activity.heartbeat(details)
                     # BENIGN: an expected hand-over, not an error (the SDK logs it at debug, with no traceback).
-                    raise ApplicationError("this worker is shutting down: another one goes on waiting for the task",
-                                           type=WORKER_SHUTDOWN, next_retry_delay=timedelta(milliseconds=100),
-                                           category=ApplicationErrorCategory.BENIGN)
+                    raise ApplicationError(
+                        "this worker is shutting down: another one goes on waiting for the task",
+                        type=WORKER_SHUTDOWN,
+                        next_retry_delay=timedelta(milliseconds=100),
+                        category=ApplicationErrorCategory.BENIGN,
+                    )
             remaining -= step
             if remaining > 0:
                 activity.heartbeat(details)
@@ -720,8 +851,13 @@ class McpActivities(McpActivityDefs):
             # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
             # server's pollInterval), at the price of the one poll it replaces.
             self._watch(inp, None, early)
-            raise ApplicationError(f"waiting for the next poll in {early:.0f}s", details, type=STILL_WORKING,
-                                   next_retry_delay=timedelta(seconds=early), category=ApplicationErrorCategory.BENIGN)
+            raise ApplicationError(
+                f"waiting for the next poll in {early:.0f}s",
+                details,
+                type=STILL_WORKING,
+                next_retry_delay=timedelta(seconds=early),
+                category=ApplicationErrorCategory.BENIGN,
+            )
         push_key = self.push.key(inp.session, inp.principal)  # once for all (a model_dump_json each)
         # This process's hub read the task within today's gap and saw it working: that read stands for this one (a
         # change would have woken the workflow), so the server is not asked twice in one gap.
@@ -736,15 +872,19 @@ class McpActivities(McpActivityDefs):
             self._counter("mcp_tasks_polls_from_worker", "idle attempts that took the worker's own recent read")
         else:
             try:
-                read_on, state = await self._heartbeating(self.pool.read_task(
-                    inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)),
-                    lambda: details, at_once=False)
+                read_on, state = await self._heartbeating(
+                    self.pool.read_task(
+                        inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).get(inp.task_id)
+                    ),
+                    lambda: details,
+                    at_once=False,
+                )
                 session, client = read_on, _tasks(read_on, inp.job)
             except JobReplyMismatch as exc:
-                ended = TaskState(task_id=inp.task_id, status="failed", era=inp.session.era,
-                                  status_message=cap_text(exc.message, 512))
-                return AwaitOutput(state=ended, polls=1,
-                                   payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
+                ended = TaskState(
+                    task_id=inp.task_id, status="failed", era=inp.session.era, status_message=cap_text(exc.message, 512)
+                )
+                return AwaitOutput(state=ended, polls=1, payload=DecodedPayload(decode_error=exc.message, raw=exc.raw))
             except TaskNotFound:
                 return AwaitOutput(not_found=True, polls=1)
             except TaskUnreachable as exc:
@@ -754,15 +894,22 @@ class McpActivities(McpActivityDefs):
                 gave_up, wait = after_read_fault(exc, inp, failing_since, faults, faults)
                 if gave_up is not None:
                     return gave_up
-                failing = {**details, "failingSince": failing_since, "faults": faults,
-                           "readBudgetEndsAt": failing_since + inp.unreachable_s,
-                           "transportError": cap_text(f"{exc.kind}: {exc.message}", 512)}
+                failing = {
+                    **details,
+                    "failingSince": failing_since,
+                    "faults": faults,
+                    "readBudgetEndsAt": failing_since + inp.unreachable_s,
+                    "transportError": cap_text(f"{exc.kind}: {exc.message}", 512),
+                }
                 activity.heartbeat(failing)
                 self._live(failing)
                 what = "tasks/get" if inp.job is None else inp.job.status
-                raise ApplicationError(f"{what} failed ({faults} in a row, retrying in {wait:.1f}s): {exc.kind}: "
-                                       f"{cap_text(exc.message, 512)}", type="TaskReadFault",
-                                       next_retry_delay=timedelta(seconds=wait)) from None
+                raise ApplicationError(
+                    f"{what} failed ({faults} in a row, retrying in {wait:.1f}s): {exc.kind}: "
+                    f"{cap_text(exc.message, 512)}",
+                    type="TaskReadFault",
+                    next_retry_delay=timedelta(seconds=wait),
+                ) from None
             self._counter("mcp_tasks_polls", "tasks/get polls")
             details.update(status=state.status, statusMessage=state.status_message)
             self._live(details)
@@ -773,23 +920,48 @@ class McpActivities(McpActivityDefs):
                 return moved
         age = task_age_s(state.created_at, inp.submitted_at, time.time())
         # The backoff without a server pollInterval has reached the ceiling by the time a wait is handed here.
-        delay = next_poll_delay(state.poll_interval_ms, floor_s=inp.poll_floor_s, ceiling_s=inp.poll_ceiling_s,
-                                previous_s=inp.poll_ceiling_s, schedule=inp.schedule, age_s=age)
+        delay = next_poll_delay(
+            state.poll_interval_ms,
+            floor_s=inp.poll_floor_s,
+            ceiling_s=inp.poll_ceiling_s,
+            previous_s=inp.poll_ceiling_s,
+            schedule=inp.schedule,
+            age_s=age,
+        )
         today = delay
         # Registered for the longest gap this wait may get: the hub reads the task itself from now on (where it can),
         # and this wait's own attempts are then only the net for this process's death (push.PushHub.stretch).
-        self._watch(inp, session, today * self.push.net, status=state.status, key=push_key, today_s=today,
-                    read=cached is None, state=state)
+        self._watch(
+            inp,
+            session,
+            today * self.push.net,
+            status=state.status,
+            key=push_key,
+            today_s=today,
+            read=cached is None,
+            state=state,
+        )
         delay = today * self._stretch(inp, push_key, idle=True)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
-        raise ApplicationError(f"{state.status}{f': {message}' if message else ''} (poll {info.attempt}; next in "
-                               f"{delay:.0f}s)", details, type=STILL_WORKING, next_retry_delay=timedelta(seconds=delay),
-                               category=ApplicationErrorCategory.BENIGN)
+        raise ApplicationError(
+            f"{state.status}{f': {message}' if message else ''} (poll {info.attempt}; next in {delay:.0f}s)",
+            details,
+            type=STILL_WORKING,
+            next_retry_delay=timedelta(seconds=delay),
+            category=ApplicationErrorCategory.BENIGN,
+        )
 
-    async def _if_moved(self, session: WireSession, client: WireSession | JobTasks, state: TaskState,
-                        inp: AwaitInput, details: dict[str, Any], polls: int) -> AwaitOutput | None:
+    async def _if_moved(
+        self,
+        session: WireSession,
+        client: WireSession | JobTasks,
+        state: TaskState,
+        inp: AwaitInput,
+        details: dict[str, Any],
+        polls: int,
+    ) -> AwaitOutput | None:
         """How a wait ends once the task moved: terminal (its payload read here too), or input to answer; None while
         it works (input already answered counts as working: servers acknowledge lazily)."""
         if state.terminal:
@@ -833,10 +1005,12 @@ class McpActivities(McpActivityDefs):
         raise retryable errors (the workflow bounds the retries by the task's TTL or the deadline); a payload
         that cannot be carried comes back as decode_failed.
         """
+
         async def retrieve() -> RetrieveOutput:
             try:
-                _, raw = await self.pool.read_task(inp.session, principal=inp.principal,
-                                                   fn=lambda s: _tasks(s, inp.job).result(inp.state))
+                _, raw = await self.pool.read_task(
+                    inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).result(inp.state)
+                )
                 payload = self._decode(raw, inp.output_schema)
             except PayloadUnusable as exc:
                 payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
@@ -856,8 +1030,9 @@ class McpActivities(McpActivityDefs):
     @activity.defn(name=CANCEL_TASK)
     async def cancel_task(self, inp: CancelInput) -> CancelOutput:
         async def cancel() -> CancelOutput:
-            _, state = await self.pool.read_task(inp.session, principal=inp.principal,
-                                                 fn=lambda s: _tasks(s, inp.job).cancel(inp.task_id))
+            _, state = await self.pool.read_task(
+                inp.session, principal=inp.principal, fn=lambda s: _tasks(s, inp.job).cancel(inp.task_id)
+            )
             return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 
         annotate(task_id=inp.task_id)
@@ -869,9 +1044,12 @@ class McpActivities(McpActivityDefs):
         every read fault (JSON-RPC errors included) is retried by the workflow's bounded policy; ``-32602``
         (``TaskNotFound``: the task is gone) is final."""
         try:
-            await self._heartbeating(self.pool.read_task(inp.session, principal=inp.principal,
-                                                         fn=lambda s: s.update(inp.task_id, inp.responses)),
-                                     lambda: {"taskId": _short(inp.task_id), "step": "answering input"})
+            await self._heartbeating(
+                self.pool.read_task(
+                    inp.session, principal=inp.principal, fn=lambda s: s.update(inp.task_id, inp.responses)
+                ),
+                lambda: {"taskId": _short(inp.task_id), "step": "answering input"},
+            )
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True)
 
@@ -890,8 +1068,11 @@ class McpActivities(McpActivityDefs):
             raise to_application_error(exc, read=True)
         value = {"tools": client.raw_tools}
         if safe_raw(value, MAX_TOOLS_LIST_BYTES) is not value:
-            raise ApplicationError(f"tools/list of {profile.identity} is over {MAX_TOOLS_LIST_BYTES} bytes or not "
-                                   "carriable", type="PayloadUnusable", non_retryable=True)
+            raise ApplicationError(
+                f"tools/list of {profile.identity} is over {MAX_TOOLS_LIST_BYTES} bytes or not carriable",
+                type="PayloadUnusable",
+                non_retryable=True,
+            )
         return value
 
     @activity.defn(name=FETCH_OUTCOME)
@@ -947,8 +1128,9 @@ class McpActivities(McpActivityDefs):
             if problem is not None:
                 raise McpWireError(f"elicitation/create cannot be answered: {problem}", code=-32602)
             key = legacy_input_key(method, params)
-            await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method,
-                                                                       params=params))
+            await wf.signal(
+                INPUT_REQUESTED_SIGNAL, LegacyInputRequest(key=key, rpc_id=rpc_id, method=method, params=params)
+            )
             answer = await answer_for(key)
             await wf.signal(INPUT_DELIVERED_SIGNAL, key)
             return answer
@@ -971,8 +1153,11 @@ class McpActivities(McpActivityDefs):
             at once (a read: nothing is re-run)."""
             woken = asyncio.Event()
             self._watch_relay(inp, client, info, woken.set)
-            held = asyncio.create_task(self._heartbeating(
-                client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every))
+            held = asyncio.create_task(
+                self._heartbeating(
+                    client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every
+                )
+            )
             try:
                 while True:
                     wake = asyncio.create_task(woken.wait())
@@ -1010,8 +1195,9 @@ class McpActivities(McpActivityDefs):
                 payload = await client.result(state)
             self.pool.track(client, inp.state.task_id, done=True)
             self.push.forget(inp.session, inp.principal, inp.state.task_id)
-            return RelayOutput(state=state, payload=self._decode(payload, inp.output_schema),
-                               notified=ended is not None)
+            return RelayOutput(
+                state=state, payload=self._decode(payload, inp.output_schema), notified=ended is not None
+            )
 
         return await self._on_task(RelayOutput, relay, beat)
 

@@ -65,8 +65,16 @@ class TaskPoller:
     ``read(task_id)`` reads one task (``tasks/get`` on the session); the hub decides, through ``before`` and
     ``after``, whether a due read happens and when the next one is."""
 
-    def __init__(self, read: Callable[[str], Awaitable[TaskState]], before: Before, after: After, *, name: str,
-                 max_in_flight: int = MAX_IN_FLIGHT, on_result: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        read: Callable[[str], Awaitable[TaskState]],
+        before: Before,
+        after: After,
+        *,
+        name: str,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        on_result: Callable[[str], None] | None = None,
+    ) -> None:
         self.read, self.before, self.after, self.name = read, before, after, name
         #: Told each read's result (``read``, ``gone``, ``failed``; a read cancelled with the poller is none of them).
         self.on_result = on_result
@@ -178,8 +186,12 @@ class TaskPoller:
         self._sooner.set()  # the loop looks again (it ends once nothing is planned or in flight)
 
     def stats(self) -> dict[str, Any]:
-        return {"planned": len(self._due), "in_flight": len(self._in_flight), "fails_in_a_row": self.fails,
-                "counts": dict(self.counts)}
+        return {
+            "planned": len(self._due),
+            "in_flight": len(self._in_flight),
+            "fails_in_a_row": self.fails,
+            "counts": dict(self.counts),
+        }
 
 
 __all__ = ["FAILS_TO_STOP", "MAX_IN_FLIGHT", "RETRY_S", "TaskPoller"]

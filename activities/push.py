@@ -211,8 +211,15 @@ def _ahead(gap_s: float, factor: float) -> float:
 class PushHub:
     """The registry of this process's waits and the listeners of their sessions (see the module docstring)."""
 
-    def __init__(self, *, enabled: bool = True, stretch: float = DEFAULT_STRETCH, list_reads: bool = True,
-                 task_reads: bool = True, net_stretch: float = DEFAULT_NET_STRETCH) -> None:
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        stretch: float = DEFAULT_STRETCH,
+        list_reads: bool = True,
+        task_reads: bool = True,
+        net_stretch: float = DEFAULT_NET_STRETCH,
+    ) -> None:
         self.enabled = enabled
         #: Read ``tasks/list`` of stateful 2025-11-25 HTTP sessions with waits here (``activities/list_reader.py``).
         self.list_reads = list_reads
@@ -240,11 +247,26 @@ class PushHub:
 
     # --- what the waiting activities call --------------------------------------------------------------
 
-    def watch(self, ref: SessionRef, principal: str | None, task_id: str, *, session: WireSession | None,
-              workflow_id: str, run_id: str | None, epoch: int, for_s: float, temporal: Client,
-              on_wake: Callable[[], None] | None = None, key: str | None = None, status: str | None = None,
-              gap_s: float | None = None, gap_for: Callable[[TaskState], float] | None = None,
-              read: bool = True, state: TaskState | None = None) -> None:
+    def watch(
+        self,
+        ref: SessionRef,
+        principal: str | None,
+        task_id: str,
+        *,
+        session: WireSession | None,
+        workflow_id: str,
+        run_id: str | None,
+        epoch: int,
+        for_s: float,
+        temporal: Client,
+        on_wake: Callable[[], None] | None = None,
+        key: str | None = None,
+        status: str | None = None,
+        gap_s: float | None = None,
+        gap_for: Callable[[TaskState], float] | None = None,
+        read: bool = True,
+        state: TaskState | None = None,
+    ) -> None:
         """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
         ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
         ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
@@ -261,8 +283,9 @@ class PushHub:
         key = key or self.key(ref, principal)
         s = self._sessions.get(key)
         if s is None:
-            s = self._sessions[key] = _Session(key=key, ref=ref, principal=principal, kind=kind,
-                                               server=ref.endpoint.identity())
+            s = self._sessions[key] = _Session(
+                key=key, ref=ref, principal=principal, kind=kind, server=ref.endpoint.identity()
+            )
         new = task_id not in s.routes
         route = s.routes.get(task_id)
         expires = time.monotonic() + max(for_s, 1.0)
@@ -271,8 +294,15 @@ class PushHub:
             route.epoch, route.expires, route.on_wake, route.status = epoch, expires, on_wake, status
             route.gap_for = gap_for
         else:
-            route = s.routes[task_id] = _Route(workflow_id=workflow_id, run_id=run_id, epoch=epoch, expires=expires,
-                                               on_wake=on_wake, status=status, gap_for=gap_for)
+            route = s.routes[task_id] = _Route(
+                workflow_id=workflow_id,
+                run_id=run_id,
+                epoch=epoch,
+                expires=expires,
+                on_wake=on_wake,
+                status=status,
+                gap_for=gap_for,
+            )
         if read and state is not None and gap_for is not None:
             self._saw(route, state)
         s.temporal = temporal
@@ -282,22 +312,31 @@ class PushHub:
             s.listener.ids_changed()
         if self._meter_counter is None:
             self._meter_counter = _counter(temporal)
-            self._reads_counter = _counter(temporal, "mcp_tasks_worker_reads",
-                                           "tasks/get reads the worker made for its idle waits, by result")
+            self._reads_counter = _counter(
+                temporal, "mcp_tasks_worker_reads", "tasks/get reads the worker made for its idle waits, by result"
+            )
         self._ensure_listener(s)
         if kind == "get" and self.list_reads:
             if s.reader is None:
                 caps = session.capabilities if session is not None else {}
                 offered = None if not caps else (caps.get("tasks") or {}).get("list") is not None
-                s.reader = ListReader(ref, lambda: self._list_waits(s), lambda t, st: self._list_wake(s, t, st),
-                                      name=f"{s.server} {ref.session_id or ''}".strip(), offered=offered)
+                s.reader = ListReader(
+                    ref,
+                    lambda: self._list_waits(s),
+                    lambda t, st: self._list_wake(s, t, st),
+                    name=f"{s.server} {ref.session_id or ''}".strip(),
+                    offered=offered,
+                )
             self._ensure_reader(s)
         if gap_s is not None and route.gap_for is not None and self._polls(s):
             if s.poller is None:
-                s.poller = TaskPoller(lambda t: self._read_task(s, t), lambda t: self._poll_before(s, t),
-                                      lambda t, st: self._poll_after(s, t, st),
-                                      name=f"{s.server} {ref.session_id or ''}".strip(),
-                                      on_result=lambda result: self._count_read(s, result))
+                s.poller = TaskPoller(
+                    lambda t: self._read_task(s, t),
+                    lambda t: self._poll_before(s, t),
+                    lambda t, st: self._poll_after(s, t, st),
+                    name=f"{s.server} {ref.session_id or ''}".strip(),
+                    on_result=lambda result: self._count_read(s, result),
+                )
             if read or not s.poller.plans(task_id):
                 s.poller.schedule(task_id, _ahead(gap_s, self._poll_factor(s, task_id)))  # from the read just made
             self._ensure_poller(s)
@@ -347,8 +386,9 @@ class PushHub:
         if s is not None and s.routes.pop(task_id, None) is not None and isinstance(s.listener, TasksSubscription):
             s.listener.ids_changed()
 
-    def stretch(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None,
-                idle: bool = False) -> float:
+    def stretch(
+        self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None, idle: bool = False
+    ) -> float:
         """How much this wait's poll gaps may stretch: ``stretch`` where its session's notifications can reach us
         (a live listener here, or the session's stream held by another client) on a server that has delivered a
         notification for one of our waits within the last day, or a recent complete ``tasks/list`` read listed it;
@@ -380,8 +420,9 @@ class PushHub:
         heard = self._notifying.get(s.server)
         return heard is not None and time.monotonic() - heard <= NOTIFYING_MEMORY_S
 
-    async def until_listed(self, ref: SessionRef, principal: str | None, task_id: str, *, timeout: float,
-                           key: str | None = None) -> bool:
+    async def until_listed(
+        self, ref: SessionRef, principal: str | None, task_id: str, *, timeout: float, key: str | None = None
+    ) -> bool:
         """For a wait registered just now (:meth:`watch`) on a session whose ``tasks/list`` is being read here: wait
         (at most ``timeout``) for the reader's next complete read to list it, so that its next gap stretches as a
         notified wait's would, the first one included. False at once where no reader reads this session."""
@@ -398,13 +439,22 @@ class PushHub:
 
     def stats(self) -> dict[str, Any]:
         """Counts and each session's listener state (tests, the benchmark, debugging)."""
-        return {"counts": dict(self.counts), "sessions": {
-            s.key: {"kind": s.kind, "server": s.server, "waits": len(s.routes),
+        return {
+            "counts": dict(self.counts),
+            "sessions": {
+                s.key: {
+                    "kind": s.kind,
+                    "server": s.server,
+                    "waits": len(s.routes),
                     "state": s.listener.state.value if s.listener else None,
                     "why": s.listener.why if s.listener else None,
                     "listener": dict(s.listener.counts) if s.listener else {},
                     "list": s.reader.stats() if s.reader else None,
-                    "reads": s.poller.stats() if s.poller else None} for s in self._sessions.values()}}
+                    "reads": s.poller.stats() if s.poller else None,
+                }
+                for s in self._sessions.values()
+            },
+        }
 
     async def aclose(self) -> None:
         self._closed = True
@@ -434,8 +484,12 @@ class PushHub:
             s.task = asyncio.create_task(self._listen(s), name=f"mcp-tasks-push:{s.kind}")
 
     def _ensure_reader(self, s: _Session) -> None:
-        if (s.reader is not None and (s.reader_task is None or s.reader_task.done())
-                and time.monotonic() >= s.reader_retry_at and s.routes):
+        if (
+            s.reader is not None
+            and (s.reader_task is None or s.reader_task.done())
+            and time.monotonic() >= s.reader_retry_at
+            and s.routes
+        ):
             s.reader_task = asyncio.create_task(self._read_lists(s), name="mcp-tasks-list")
 
     def _polls(self, s: _Session) -> bool:
@@ -475,8 +529,14 @@ class PushHub:
             return None
         self._saw(route, state)
         if state.status in WAKE_STATUSES and state.status != route.status:
-            if self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=state.status),
-                          route.epoch, via="poll"):
+            if self._wake(
+                s,
+                route.workflow_id,
+                route.run_id,
+                TaskNotice(task_id=task_id, status=state.status),
+                route.epoch,
+                via="poll",
+            ):
                 if self._notified(s, task_id):
                     # A server counted as notifying let a wait's task change with no notification of it (none woke
                     # the wait first): it drops some, so its waits go back to today's schedule until the next
@@ -521,8 +581,9 @@ class PushHub:
         route = s.routes.get(task_id)
         if route is None or route.expires < time.monotonic():
             return False
-        if not self._wake(s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=status), route.epoch,
-                          via="list"):
+        if not self._wake(
+            s, route.workflow_id, route.run_id, TaskNotice(task_id=task_id, status=status), route.epoch, via="list"
+        ):
             return False
         if route.on_wake is not None:
             with contextlib.suppress(Exception):
@@ -534,6 +595,7 @@ class PushHub:
         owned: WireSession | None = None
         name = f"{s.server} {s.ref.session_id or ''}".strip()
         try:
+
             def deliver(message: dict[str, Any]) -> bool:
                 return self._on_message(s, message)
 
@@ -617,8 +679,15 @@ class PushHub:
                 route.on_wake()
         return True
 
-    def _wake(self, s: _Session, workflow_id: str, run_id: str | None, notice: TaskNotice, epoch: int,
-              via: str = "notification") -> bool:
+    def _wake(
+        self,
+        s: _Session,
+        workflow_id: str,
+        run_id: str | None,
+        notice: TaskNotice,
+        epoch: int,
+        via: str = "notification",
+    ) -> bool:
         key = (workflow_id, notice.task_id, notice.status, epoch)
         if key in self._woken:
             self._count(s, "duplicate")
@@ -629,8 +698,9 @@ class PushHub:
             self._queue = asyncio.Queue(SIGNAL_QUEUE)
             self._senders = [asyncio.create_task(self._send(), name="mcp-tasks-push-signal") for _ in range(SENDERS)]
         try:
-            notified = TaskNotified.model_validate({"task_id": notice.task_id, "status": notice.status,
-                                                    "via": via if via != "notification" else None})
+            notified = TaskNotified.model_validate(
+                {"task_id": notice.task_id, "status": notice.status, "via": via if via != "notification" else None}
+            )
             self._queue.put_nowait((s.temporal, workflow_id, run_id, notified, s.server))
         except asyncio.QueueFull:
             self._count(s, "signal_dropped")
@@ -675,8 +745,10 @@ class PushHub:
         task.add_done_callback(self._lookups.discard)
 
     async def _find_and_wake(self, s: _Session, temporal: Client, notice: TaskNotice, value: str) -> None:
-        query = (f"WorkflowType = '{TASK_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND "
-                 f"{TASK_ID_SEARCH_ATTRIBUTE} = '{value}'")
+        query = (
+            f"WorkflowType = '{TASK_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND "
+            f"{TASK_ID_SEARCH_ATTRIBUTE} = '{value}'"
+        )
         try:
             found = [wf async for wf in temporal.list_workflows(query, limit=2)]
         except Exception as exc:  # noqa: BLE001  (visibility unavailable: the polls see the task)
@@ -697,8 +769,11 @@ class PushHub:
                 self._meter_counter.add(1, {"endpoint": s.server, "result": result})
 
 
-def _counter(temporal: Client, name: str = "mcp_tasks_notifications",
-             description: str = "task status notifications heard, by what became of them") -> Any:
+def _counter(
+    temporal: Client,
+    name: str = "mcp_tasks_notifications",
+    description: str = "task status notifications heard, by what became of them",
+) -> Any:
     """A counter on the worker's runtime (Prometheus where ``metrics_port`` is set): ``mcp_tasks_notifications`` by
     default."""
     try:

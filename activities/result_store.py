@@ -64,7 +64,7 @@ class ResultStore:
         uri: str = ref["uri"]
         if not uri.startswith("file://"):
             raise ValueError(f"unsupported result store URI {uri!r}")
-        data = Path(uri[len("file://"):]).read_bytes()
+        data = Path(uri[len("file://") :]).read_bytes()
         if "sha256:" + hashlib.sha256(data).hexdigest() != ref["digest"]:
             raise ValueError(f"stored result at {uri} does not match its digest {ref['digest']}")
         return json.loads(data)

@@ -17,8 +17,15 @@ from mcp_temporal_tasks.protocol.wire_errors import is_read_fault
 MAX_HONOURED_POLL_INTERVAL_S = 3600.0
 
 
-def next_poll_delay(server_ms: int | None, *, floor_s: float, ceiling_s: float, previous_s: float | None,
-                    age_s: float | None = None, schedule: PollSchedule | None = None) -> float:
+def next_poll_delay(
+    server_ms: int | None,
+    *,
+    floor_s: float,
+    ceiling_s: float,
+    previous_s: float | None,
+    age_s: float | None = None,
+    schedule: PollSchedule | None = None,
+) -> float:
     """Seconds until the next ``tasks/get``.
 
     The base is the server's ``pollInterval`` (or, when it gives none, a backoff from 0.5 s by 1.5× per poll)
@@ -59,8 +66,9 @@ def task_age_s(created_at: str | None, submitted_at: float | None, now: float) -
     return None
 
 
-def after_read_fault(exc: McpWireError, inp: AwaitInput, failing_since: float, faults: int,
-                     tries: int) -> tuple[AwaitOutput | None, float]:
+def after_read_fault(
+    exc: McpWireError, inp: AwaitInput, failing_since: float, faults: int, tries: int
+) -> tuple[AwaitOutput | None, float]:
     """What a failed poll leads to: ``(no_answer, 0)`` once the server has given no usable answer for
     ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, a 429's
     ``Retry-After``, never past the budget. A failure that is not a read fault raises the activity's typed error."""
@@ -71,8 +79,9 @@ def after_read_fault(exc: McpWireError, inp: AwaitInput, failing_since: float, f
         what = "tasks/get" if inp.job is None else f"the status tool {inp.job.status}"
         return AwaitOutput(
             no_answer=f"{what} got no usable answer in {faults} attempts over {now - failing_since:.0f}s "
-                      f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
-            last_error=read_error_info(exc)), 0.0
+            f"(last: {exc.kind}: {cap_text(exc.message, 512)})",
+            last_error=read_error_info(exc),
+        ), 0.0
     backoff = min(30.0, 0.5 * 2 ** min(tries, 6))
     wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
     return None, min(wait, max(0.1, failing_since + inp.unreachable_s - now))

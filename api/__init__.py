@@ -83,11 +83,32 @@ _WHERE = {
     "Phase": "mcp_temporal_tasks.workflows.records",
 }
 
-__all__ = ["McpTasksPlugin", "McpTasksClient", "McpTaskError", "connect", "start_mcp_task", "get_outcome",
-           "outcome_of", "RequestMismatch", "NoWorker", "McpTaskRequest",
-           "McpTaskOutcome", "Outcome", "ReplayPolicy", "Timeouts", "RequestTooLarge",
-           "ServerConfig", "ToolPolicy", "JobBinding", "PollSchedule",
-           "Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"]
+__all__ = [
+    "McpTasksPlugin",
+    "McpTasksClient",
+    "McpTaskError",
+    "connect",
+    "start_mcp_task",
+    "get_outcome",
+    "outcome_of",
+    "RequestMismatch",
+    "NoWorker",
+    "McpTaskRequest",
+    "McpTaskOutcome",
+    "Outcome",
+    "ReplayPolicy",
+    "Timeouts",
+    "RequestTooLarge",
+    "ServerConfig",
+    "ToolPolicy",
+    "JobBinding",
+    "PollSchedule",
+    "Endpoint",
+    "WorkerSettings",
+    "McpTaskWorkflow",
+    "TaskView",
+    "Phase",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -76,11 +76,18 @@ def outcome_message(outcome: McpTaskOutcome) -> str:
     """What the model is told, with ``other_outcomes="tell_model"``, about a call that did not complete."""
     detail = outcome.error.message if outcome.error else (outcome.reason or outcome.status_message or "")
     may_have_run = outcome.outcome not in (Outcome.REJECTED,)
-    return (f"The call to tool {outcome.ledger.tool!r} on MCP server {outcome.ledger.server!r} ended "
-            f"{outcome.outcome.value}" + (f": {detail}" if detail else "") + ". "
-            + ("The tool may already have run on the server; calling it again could do the work twice. "
-               if may_have_run else "The tool did not run. ")
-            + f"(durable task {outcome.workflow_id})")
+    return (
+        f"The call to tool {outcome.ledger.tool!r} on MCP server {outcome.ledger.server!r} ended "
+        f"{outcome.outcome.value}"
+        + (f": {detail}" if detail else "")
+        + ". "
+        + (
+            "The tool may already have run on the server; calling it again could do the work twice. "
+            if may_have_run
+            else "The tool did not run. "
+        )
+        + f"(durable task {outcome.workflow_id})"
+    )
 
 
 def require_hooks(module: str, install: str, hooks: Mapping[str, bool]) -> None:
@@ -88,14 +95,17 @@ def require_hooks(module: str, install: str, hooks: Mapping[str, bool]) -> None:
     missing hook (``hooks`` maps each one's name to whether it is there) and the install that has them."""
     missing = [name for name, present in hooks.items() if not present]
     if missing:
-        raise ImportError(f"{module} needs {', '.join(missing)}, which the installed framework lacks: "
-                          f"pip install {install}")
+        raise ImportError(
+            f"{module} needs {', '.join(missing)}, which the installed framework lacks: pip install {install}"
+        )
 
 
 def in_workflow_only(what: str) -> None:
     if not workflow.in_workflow():
-        raise RuntimeError(f"{what} runs its MCP tool calls as child workflows: use it in an agent that runs inside "
-                           "a Temporal workflow (with McpTasksPlugin on the worker)")
+        raise RuntimeError(
+            f"{what} runs its MCP tool calls as child workflows: use it in an agent that runs inside "
+            "a Temporal workflow (with McpTasksPlugin on the worker)"
+        )
 
 
 def clear_error(err: ActivityError, what: str) -> ApplicationError:
@@ -124,8 +134,11 @@ class AgentMcpTools:
     ) -> None:
         self.server = server
         self.tools_filter = list(tools) if tools is not None else None
-        self.static = ([t if isinstance(t, mcp_types.Tool) else mcp_types.Tool.model_validate(t)
-                        for t in tool_definitions] if tool_definitions is not None else None)
+        self.static = (
+            [t if isinstance(t, mcp_types.Tool) else mcp_types.Tool.model_validate(t) for t in tool_definitions]
+            if tool_definitions is not None
+            else None
+        )
         self.client = McpTasksClient(server, task_queue=task_queue, principal=principal, era=era, timeouts=timeouts)
         self.task_queue = task_queue
         self.principal = principal
@@ -141,9 +154,16 @@ class AgentMcpTools:
 
     def fresh(self) -> AgentMcpTools:
         """The same server and options, with nothing cached: one per agent run."""
-        return AgentMcpTools(self.server, key=self.key, tools=self.tools_filter, tool_definitions=self.static,
-                             task_queue=self.task_queue, principal=self.principal, era=self.era,
-                             timeouts=self.timeouts)
+        return AgentMcpTools(
+            self.server,
+            key=self.key,
+            tools=self.tools_filter,
+            tool_definitions=self.static,
+            task_queue=self.task_queue,
+            principal=self.principal,
+            era=self.era,
+            timeouts=self.timeouts,
+        )
 
     def for_run(self, run: str) -> AgentMcpTools:
         """A :meth:`fresh` copy for the agent run the framework calls ``run`` (ADK's invocation id), the same one each
@@ -200,8 +220,10 @@ class AgentMcpTools:
             if missing:
                 raise ApplicationError(
                     f"MCP server {self.name!r} does not list the tool(s) {', '.join(map(repr, missing))} named in "
-                    f"tools= (it lists: {', '.join(sorted(names)) or 'none'})", type="McpToolNotListed",
-                    non_retryable=True)
+                    f"tools= (it lists: {', '.join(sorted(names)) or 'none'})",
+                    type="McpToolNotListed",
+                    non_retryable=True,
+                )
             wanted = set(self.tools_filter)
             listed = [t for t in listed if t.name in wanted]
         return listed
@@ -249,18 +271,26 @@ class AgentMcpTools:
         profile = await pending
         policy, hints = profile.policy, tool.annotations
         rule = decisions.replay_rule(
-            configured_policy=policy.replay, configured_idempotent=policy.idempotent,
+            configured_policy=policy.replay,
+            configured_idempotent=policy.idempotent,
             annotated_idempotent=decisions.annotation_idempotent(
-                trusted=profile.trust_annotations, idempotent_hint=hints.idempotent_hint if hints else None,
-                read_only_hint=hints.read_only_hint if hints else None))
+                trusted=profile.trust_annotations,
+                idempotent_hint=hints.idempotent_hint if hints else None,
+                read_only_hint=hints.read_only_hint if hints else None,
+            ),
+        )
         return decisions.may_replay(rule, repeat=True) == "replay"
 
     async def _resolve(self, tool: str) -> ServerProfile:
         try:
             return await workflow.execute_activity(
-                RESOLVE, ResolveInput(server=self.server, tool=tool, principal=self.principal, era=self.era),
-                result_type=ServerProfile, start_to_close_timeout=timedelta(minutes=1),
-                task_queue=self.task_queue, summary=f"policy of {tool} on {self.name}"[:200])
+                RESOLVE,
+                ResolveInput(server=self.server, tool=tool, principal=self.principal, era=self.era),
+                result_type=ServerProfile,
+                start_to_close_timeout=timedelta(minutes=1),
+                task_queue=self.task_queue,
+                summary=f"policy of {tool} on {self.name}"[:200],
+            )
         except ActivityError as err:
             raise clear_error(err, f"cannot resolve MCP server {self.name!r}") from err
 
@@ -277,8 +307,9 @@ class AgentMcpTools:
         errors = sorted(validator_cls(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if errors:
             where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-            raise ArgumentsRejected(f"arguments for tool {tool.name!r} do not match its input schema at {where}: "
-                                    f"{errors[0].message}")
+            raise ArgumentsRejected(
+                f"arguments for tool {tool.name!r} do not match its input schema at {where}: {errors[0].message}"
+            )
 
 
 def ends_run(outcome: McpTaskOutcome, other_outcomes: OtherOutcomes) -> str:

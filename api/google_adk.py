@@ -80,13 +80,17 @@ with workflow.unsafe.imports_passed_through():
 # ADK calls a toolset's process_llm_request after get_tools and does not isolate it (the listing failure is raised
 # there); runs are told apart by the invocation id of the contexts it hands to get_tools and run_async; a tool's
 # declaration comes from _get_declaration (BaseTool's default process_llm_request).
-require_hooks("mcp_temporal_tasks.google_adk", _PIN, {
-    "google.adk.tools.base_toolset.BaseToolset.process_llm_request": hasattr(BaseToolset, "process_llm_request"),
-    "google.adk.agents.readonly_context.ReadonlyContext.invocation_id": hasattr(ReadonlyContext, "invocation_id"),
-    "google.adk.tools.base_tool.BaseTool._get_declaration": hasattr(BaseTool, "_get_declaration"),
-    "google.genai.types.FunctionDeclaration.parameters_json_schema":
-        "parameters_json_schema" in genai_types.FunctionDeclaration.model_fields,
-})
+require_hooks(
+    "mcp_temporal_tasks.google_adk",
+    _PIN,
+    {
+        "google.adk.tools.base_toolset.BaseToolset.process_llm_request": hasattr(BaseToolset, "process_llm_request"),
+        "google.adk.agents.readonly_context.ReadonlyContext.invocation_id": hasattr(ReadonlyContext, "invocation_id"),
+        "google.adk.tools.base_tool.BaseTool._get_declaration": hasattr(BaseTool, "_get_declaration"),
+        "google.genai.types.FunctionDeclaration.parameters_json_schema": "parameters_json_schema"
+        in genai_types.FunctionDeclaration.model_fields,
+    },
+)
 
 __all__ = ["McpTasksToolset"]
 
@@ -100,8 +104,10 @@ def _as_adk_result(result: mcp_types.CallToolResult) -> dict[str, Any]:
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
-            return {("meta" if key == "_meta" else key): (item if key in _SERVER_OWNED else walk(item))
-                    for key, item in value.items()}
+            return {
+                ("meta" if key == "_meta" else key): (item if key in _SERVER_OWNED else walk(item))
+                for key, item in value.items()
+            }
         if isinstance(value, list):
             return [walk(item) for item in value]
         return value
@@ -140,8 +146,16 @@ class McpTasksToolset(BaseToolset):
         if other_outcomes not in ("raise", "tell_model"):
             raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         super().__init__(tool_name_prefix=tool_name_prefix)
-        self._mcp = AgentMcpTools(server, key=id, tools=tools, tool_definitions=tool_definitions,
-                                  task_queue=task_queue, principal=principal, era=era, timeouts=timeouts)
+        self._mcp = AgentMcpTools(
+            server,
+            key=id,
+            tools=tools,
+            tool_definitions=tool_definitions,
+            task_queue=task_queue,
+            principal=principal,
+            era=era,
+            timeouts=timeouts,
+        )
         self.other_outcomes: OtherOutcomes = other_outcomes
 
     def _run(self, context: ReadonlyContext | None) -> AgentMcpTools:
@@ -174,8 +188,11 @@ class _McpTaskTool(BaseTool):
 
     def __init__(self, toolset: McpTasksToolset, tool: mcp_types.Tool) -> None:
         annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-        super().__init__(name=tool.name, description=tool.description or "",
-                         custom_metadata={"mcp_tasks": True, "annotations": annotations})
+        super().__init__(
+            name=tool.name,
+            description=tool.description or "",
+            custom_metadata={"mcp_tasks": True, "annotations": annotations},
+        )
         self._toolset = toolset
         self._tool = tool
 
@@ -186,8 +203,11 @@ class _McpTaskTool(BaseTool):
         schema.setdefault("type", "object")
         output = self._tool.output_schema
         return genai_types.FunctionDeclaration(
-            name=self.name, description=self.description, parameters_json_schema=schema,
-            response_json_schema=dict(output) if isinstance(output, dict) else None)
+            name=self.name,
+            description=self.description,
+            parameters_json_schema=schema,
+            response_json_schema=dict(output) if isinstance(output, dict) else None,
+        )
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         return await self._toolset.call(self._tool.name, args, tool_context)

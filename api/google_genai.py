@@ -59,8 +59,9 @@ try:
     import temporalio.google_genai  # noqa: F401  (the plugin and TemporalAsyncClient this session runs under)
     from mcp import ClientSession
 except ImportError as _missing:  # pragma: no cover - exercised by tests/test_agents_packaging.py
-    raise ImportError(f"mcp_temporal_tasks.google_genai needs google-genai on Temporal: pip install {_PIN}"
-                      ) from _missing
+    raise ImportError(
+        f"mcp_temporal_tasks.google_genai needs google-genai on Temporal: pip install {_PIN}"
+    ) from _missing
 
 with workflow.unsafe.imports_passed_through():
     import mcp_types
@@ -80,12 +81,17 @@ with workflow.unsafe.imports_passed_through():
 
 # What this adapter relies on, checked at import (tests/test_agents_packaging.py removes each in turn): AFC turns an
 # mcp.ClientSession in `tools` into function declarations (list_tools) and calls (call_tool) through these two.
-require_hooks("mcp_temporal_tasks.google_genai", _PIN, {
-    "google.genai._extra_utils.parse_config_for_mcp_sessions": hasattr(_genai_afc, "parse_config_for_mcp_sessions"),
-    "google.genai._adapters.McpToGenAiToolAdapter.call_tool":
-        hasattr(getattr(_genai_adapters, "McpToGenAiToolAdapter", None), "call_tool"),
-    "google.genai._mcp_utils.mcp_to_gemini_tool": hasattr(_genai_mcp, "mcp_to_gemini_tool"),
-})
+require_hooks(
+    "mcp_temporal_tasks.google_genai",
+    _PIN,
+    {
+        "google.genai._extra_utils.parse_config_for_mcp_sessions": hasattr(_genai_afc, "parse_config_for_mcp_sessions"),
+        "google.genai._adapters.McpToGenAiToolAdapter.call_tool": hasattr(
+            getattr(_genai_adapters, "McpToGenAiToolAdapter", None), "call_tool"
+        ),
+        "google.genai._mcp_utils.mcp_to_gemini_tool": hasattr(_genai_mcp, "mcp_to_gemini_tool"),
+    },
+)
 
 __all__ = ["McpTasksClientSession"]
 
@@ -142,14 +148,18 @@ def _for_genai(result: mcp_types.CallToolResult) -> _CallToolResult:
 def _declarable(tool: mcp_types.Tool, server: str) -> mcp_types.Tool:
     """The tool as google-genai will turn it into a function declaration, or one clear error naming it (rather than
     google-genai's own exception inside the workflow, which fails the workflow task again and again)."""
-    shown = _Tool.model_validate(tool.model_dump(by_alias=True, exclude_unset=True) |
-                                 {"inputSchema": _for_gemini(tool.input_schema)})
+    shown = _Tool.model_validate(
+        tool.model_dump(by_alias=True, exclude_unset=True) | {"inputSchema": _for_gemini(tool.input_schema)}
+    )
     try:
         _genai_mcp.mcp_to_gemini_tool(shown)
     except Exception as err:  # noqa: BLE001  (whatever google-genai raises on a schema it cannot convert)
-        raise ApplicationError(f"google-genai cannot declare tool {tool.name!r} of MCP server {server!r} to the model: "
-                               f"{type(err).__name__}: {err}", type="McpToolSchemaUnsupported",
-                               non_retryable=True) from None
+        raise ApplicationError(
+            f"google-genai cannot declare tool {tool.name!r} of MCP server {server!r} to the model: "
+            f"{type(err).__name__}: {err}",
+            type="McpToolSchemaUnsupported",
+            non_retryable=True,
+        ) from None
     return shown
 
 
@@ -178,8 +188,16 @@ class McpTasksClientSession(ClientSession):
     ) -> None:
         if other_outcomes not in ("raise", "tell_model"):
             raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
-        self._mcp = AgentMcpTools(server, key=key, tools=tools, tool_definitions=tool_definitions,
-                                  task_queue=task_queue, principal=principal, era=era, timeouts=timeouts)
+        self._mcp = AgentMcpTools(
+            server,
+            key=key,
+            tools=tools,
+            tool_definitions=tool_definitions,
+            task_queue=task_queue,
+            principal=principal,
+            era=era,
+            timeouts=timeouts,
+        )
         self.other_outcomes: OtherOutcomes = other_outcomes
         #: With ``other_outcomes="raise"``: the calls that ended other than ``completed``/``tool_error``, in order.
         self.failures: list[McpTaskError] = []
@@ -202,15 +220,21 @@ class McpTasksClientSession(ClientSession):
     async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def list_tools(self, cursor: str | None = None, *,
-                         params: mcp_types.PaginatedRequestParams | None = None) -> mcp_types.ListToolsResult:
+    async def list_tools(
+        self, cursor: str | None = None, *, params: mcp_types.PaginatedRequestParams | None = None
+    ) -> mcp_types.ListToolsResult:
         """The server's tools (one ``list_tools`` activity for this session; none with ``tool_definitions``)."""
         in_workflow_only("McpTasksClientSession")
         return mcp_types.ListToolsResult(tools=[_declarable(t, self.name) for t in await self._mcp.list_tools()])
 
-    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None,
-                        read_timeout_seconds: float | timedelta | None = None, progress_callback: Any = None,
-                        **_: Any) -> mcp_types.CallToolResult:
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        read_timeout_seconds: float | timedelta | None = None,
+        progress_callback: Any = None,
+        **_: Any,
+    ) -> mcp_types.CallToolResult:
         """Call ``name`` as one child ``McpTaskWorkflow`` (or re-attach to this session's identical earlier call of a
         tool that is not idempotent). ``read_timeout_seconds``/``progress_callback`` do not apply: the child's
         ``timeouts`` bound it, and its progress is in its ``status`` query."""
@@ -223,8 +247,9 @@ class McpTasksClientSession(ClientSession):
         if self.other_outcomes == "raise":
             self.failures.append(McpTaskError(outcome))
             raise McpTaskError(outcome)
-        return _CallToolResult(content=[mcp_types.TextContent(type="text", text=outcome_message(outcome))],
-                               is_error=True)
+        return _CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=outcome_message(outcome))], is_error=True
+        )
 
     def raise_for_failures(self) -> None:
         """Raise :class:`~mcp_temporal_tasks.McpTaskError` for the first call that ended other than ``completed`` /
@@ -233,5 +258,7 @@ class McpTasksClientSession(ClientSession):
             raise McpTaskError(self.failures[0].outcome)
 
     async def send_request(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"McpTasksClientSession {self.name!r} offers list_tools and call_tool only, each "
-                                  "run by a Temporal activity or child workflow; it sends no MCP request itself")
+        raise NotImplementedError(
+            f"McpTasksClientSession {self.name!r} offers list_tools and call_tool only, each "
+            "run by a Temporal activity or child workflow; it sends no MCP request itself"
+        )

@@ -54,7 +54,8 @@ try:
 except ImportError as _missing:  # pragma: no cover - exercised by tests/test_agents_packaging.py
     raise ImportError(
         "mcp_temporal_tasks.openai_agents needs the OpenAI Agents SDK on Temporal: "
-        "pip install 'mcp-temporal-tasks[openai-agents]' (temporalio-openai-agents[mcp]==1.1.0)") from _missing
+        "pip install 'mcp-temporal-tasks[openai-agents]' (temporalio-openai-agents[mcp]==1.1.0)"
+    ) from _missing
 
 with workflow.unsafe.imports_passed_through():
     import mcp_types
@@ -117,12 +118,15 @@ class McpTasksServerClient:
 
     async def list_tools(self) -> mcp_types.ListToolsResult:
         if not workflow.in_workflow():
-            raise RuntimeError("mcp_tasks_server() runs its MCP tool calls as child workflows: use it in an agent "
-                               "run inside a Temporal workflow (with McpTasksPlugin on the worker)")
+            raise RuntimeError(
+                "mcp_tasks_server() runs its MCP tool calls as child workflows: use it in an agent "
+                "run inside a Temporal workflow (with McpTasksPlugin on the worker)"
+            )
         return mcp_types.ListToolsResult(tools=await self._mcp.list_tools())
 
-    async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None,
-                        meta: Any = None) -> mcp_types.CallToolResult:
+    async def call_tool(
+        self, tool_name: str, arguments: dict[str, Any] | None, meta: Any = None
+    ) -> mcp_types.CallToolResult:
         try:
             outcome = await self._mcp.run(tool_name, arguments)
         except ArgumentsRejected as err:
@@ -176,11 +180,22 @@ def mcp_tasks_server(
     """
     if other_outcomes not in ("raise", "tell_model"):
         raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
-    mcp = AgentMcpTools(server, key=key, tools=tools, tool_definitions=tool_definitions, task_queue=task_queue,
-                        principal=principal, era=era, timeouts=timeouts)
+    mcp = AgentMcpTools(
+        server,
+        key=key,
+        tools=tools,
+        tool_definitions=tool_definitions,
+        task_queue=task_queue,
+        principal=principal,
+        era=era,
+        timeouts=timeouts,
+    )
     client = McpTasksServerClient(mcp, other_outcomes=other_outcomes)
     # The framework's own workflow-side server class: Runner.run in a workflow accepts no other MCPServer type
     # ("Unknown mcp_server type ... may not work durably"); it takes any client of TemporalMCPClient's shape.
-    return _TemporalMCPServer(client,  # type: ignore[arg-type]
-                              failure_error_function=_letting_task_errors_through(failure_error_function),
-                              use_structured_content=use_structured_content, **server_kwargs)
+    return _TemporalMCPServer(
+        client,  # type: ignore[arg-type]
+        failure_error_function=_letting_task_errors_through(failure_error_function),
+        use_structured_content=use_structured_content,
+        **server_kwargs,
+    )

@@ -52,7 +52,8 @@ try:
 except ImportError as _missing:  # pragma: no cover - exercised by tests/test_agents_packaging.py
     raise ImportError(
         "mcp_temporal_tasks.pydantic_ai needs Pydantic AI with Temporal support: "
-        "pip install 'mcp-temporal-tasks[pydantic-ai]' (pydantic-ai-slim[temporal]==2.68.0)") from _missing
+        "pip install 'mcp-temporal-tasks[pydantic-ai]' (pydantic-ai-slim[temporal]==2.68.0)"
+    ) from _missing
 
 with workflow.unsafe.imports_passed_through():
     import mcp_types
@@ -106,8 +107,16 @@ class McpTasksToolset(AbstractToolset[AgentDepsT]):
         if tool_error_behavior not in ("retry", "failed"):
             raise ValueError(f"tool_error_behavior must be 'retry' or 'failed', not {tool_error_behavior!r}")
         self._id = id
-        self._mcp = AgentMcpTools(server, key=id, tools=tools, tool_definitions=tool_definitions,
-                                  task_queue=task_queue, principal=principal, era=era, timeouts=timeouts)
+        self._mcp = AgentMcpTools(
+            server,
+            key=id,
+            tools=tools,
+            tool_definitions=tool_definitions,
+            task_queue=task_queue,
+            principal=principal,
+            era=era,
+            timeouts=timeouts,
+        )
         self.other_outcomes: OtherOutcomes = other_outcomes
         self.tool_error_behavior = tool_error_behavior
         self.max_retries = max_retries
@@ -129,12 +138,16 @@ class McpTasksToolset(AbstractToolset[AgentDepsT]):
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         in_workflow_only("McpTasksToolset")
         retries = self.max_retries if self.max_retries is not None else ctx.max_retries
-        return {tool.name: ToolsetTool[AgentDepsT](
-            toolset=self, tool_def=_definition(tool), max_retries=retries, args_validator=_ANY_OBJECT)
-            for tool in await self._mcp.list_tools()}
+        return {
+            tool.name: ToolsetTool[AgentDepsT](
+                toolset=self, tool_def=_definition(tool), max_retries=retries, args_validator=_ANY_OBJECT
+            )
+            for tool in await self._mcp.list_tools()
+        }
 
-    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT],
-                        tool: ToolsetTool[AgentDepsT]) -> Any:
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+    ) -> Any:
         try:
             outcome = await self._mcp.run(name, tool_args)
         except ArgumentsRejected as err:
@@ -152,9 +165,13 @@ def _definition(tool: mcp_types.Tool) -> ToolDefinition:
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-    return ToolDefinition(name=tool.name, description=tool.description, parameters_json_schema=schema,
-                          metadata={"mcp_tasks": True, "annotations": annotations},
-                          return_schema=dict(tool.output_schema) if isinstance(tool.output_schema, dict) else None)
+    return ToolDefinition(
+        name=tool.name,
+        description=tool.description,
+        parameters_json_schema=schema,
+        metadata={"mcp_tasks": True, "annotations": annotations},
+        return_schema=dict(tool.output_schema) if isinstance(tool.output_schema, dict) else None,
+    )
 
 
 def _block(part: Any) -> Any:

@@ -91,7 +91,7 @@ class MemoryDevServer(DevServer):
     def command(self) -> list[str]:
         cmd = super().command()
         i = cmd.index("--db-filename")
-        return cmd[:i] + cmd[i + 2:]
+        return cmd[:i] + cmd[i + 2 :]
 
 
 class Env:
@@ -100,8 +100,13 @@ class Env:
         self.tmp = Path(tempfile.mkdtemp(prefix="mcp-bench-"))
         self.metrics_port = free_port()
         cls = MemoryDevServer if args.db == "memory" else DevServer
-        self.dev = cls(db=self.tmp / "temporal.db", port=free_port(), ui_port=None, log_level="error",
-                       extra_args=["--metrics-port", str(self.metrics_port)])
+        self.dev = cls(
+            db=self.tmp / "temporal.db",
+            port=free_port(),
+            ui_port=None,
+            log_level="error",
+            extra_args=["--metrics-port", str(self.metrics_port)],
+        )
         self.servers: dict[str, tuple[Child, str]] = {}
         self.workers: list[Child] = []
         #: One long-lived worker per design (throughput and history phases); the in-flight phase starts its own.
@@ -115,9 +120,11 @@ class Env:
         t = time.monotonic()
         await self.dev.start_async()
         self.client = await connect(self.dev.address, "default")
-        log(f"dev server on {self.dev.address} "
+        log(
+            f"dev server on {self.dev.address} "
             f"({self.args.db}{': ' + str(self.dev.db) if self.args.db == 'sqlite' else ''}) in "
-            f"{time.monotonic() - t:.1f}s")
+            f"{time.monotonic() - t:.1f}s"
+        )
 
     def server(self, poll_ms: int, *, name: str = "", ttl_s: int = 0) -> tuple[Child, str]:
         """The bench MCP server advertising ``poll_ms`` (started on first use); ``name`` gives a phase a server of
@@ -149,16 +156,31 @@ class Env:
         return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(self.tmp / "pycache")}
 
     def worker(self, design: str, task_queue: str, *, cache: int = 0, metrics_port: int = 0) -> Child:
-        argv = [sys.executable, "-m", "bench.worker_proc", "--design", design, "--address", self.dev.address,
-                "--task-queue", task_queue]
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.worker_proc",
+            "--design",
+            design,
+            "--address",
+            self.dev.address,
+            "--task-queue",
+            task_queue,
+        ]
         if metrics_port:
             argv += ["--metrics-port", str(metrics_port)]
         if design == "ours" and self.args.experiment:
             argv += ["--experiment", self.args.experiment]
         if cache:
             argv += ["--max-cached-workflows", str(cache)]
-        child = Child(argv, ready_prefix="READY", stream="stdout", timeout_s=90, env=self.child_env(),
-                      log=self.tmp / f"worker-{task_queue}.log")
+        child = Child(
+            argv,
+            ready_prefix="READY",
+            stream="stdout",
+            timeout_s=90,
+            env=self.child_env(),
+            log=self.tmp / f"worker-{task_queue}.log",
+        )
         self.workers.append(child)
         self.worker_ports[child.pid] = metrics_port
         return child
@@ -191,7 +213,7 @@ class Env:
     def metrics(self) -> Counter[str]:
         """Frontend RPCs served by the Temporal server so far, by operation."""
         out: Counter[str] = Counter()
-        for m in re.finditer(r'^service_requests\{([^}]*)\} (\S+)$', scrape(self.metrics_port), re.M):
+        for m in re.finditer(r"^service_requests\{([^}]*)\} (\S+)$", scrape(self.metrics_port), re.M):
             labels = m.group(1)
             if 'service_name="frontend"' in labels and 'namespace="default"' in labels:
                 op = re.search(r'operation="([^"]+)"', labels)
@@ -217,9 +239,19 @@ def durations(n: int, duration: float, poll_ms: int) -> list[float]:
     return [round(duration + (poll_ms / 1000.0) * ((i * golden) % 1.0), 4) for i in range(n)]
 
 
-async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, concurrency: int,
-                       args: dict[str, Any] | list[dict[str, Any]], poll_ms: int, prefix: str,
-                       poll_floor_s: float = 0.1) -> tuple[list[TaskRecord], float, float]:
+async def run_temporal(
+    env: Env,
+    design: str,
+    tq: str,
+    url: str,
+    *,
+    n: int,
+    concurrency: int,
+    args: dict[str, Any] | list[dict[str, Any]],
+    poll_ms: int,
+    prefix: str,
+    poll_floor_s: float = 0.1,
+) -> tuple[list[TaskRecord], float, float]:
     """Closed loop of ``n`` workflows, at most ``concurrency`` at once; delivery = ``handle.result()`` returned."""
     assert env.client is not None
     client = env.client
@@ -232,8 +264,12 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
             rec.submitted = time.time()
             try:
                 if design == "ours":
-                    handle = await start_mcp_task(client, ours_request(url, args, rec.key, poll_floor_s=poll_floor_s),
-                                                  workflow_id=rec.key, task_queue=tq)
+                    handle = await start_mcp_task(
+                        client,
+                        ours_request(url, args, rec.key, poll_floor_s=poll_floor_s),
+                        workflow_id=rec.key,
+                        task_queue=tq,
+                    )
                     rec.extra["start_rpc_s"] = time.time() - rec.submitted
                     out = await outcome_of(handle)
                     rec.delivered = time.time()
@@ -244,7 +280,9 @@ async def run_temporal(env: Env, design: str, tq: str, url: str, *, n: int, conc
                     handle = await client.start_workflow(
                         MinimalWorkflow.run if design == "minimal" else NaivePollWorkflow.run,
                         NaiveRequest(url=url, tool=TOOL, arguments=args, default_poll_ms=poll_ms),
-                        id=rec.key, task_queue=tq)
+                        id=rec.key,
+                        task_queue=tq,
+                    )
                     rec.extra["start_rpc_s"] = time.time() - rec.submitted
                     out = await handle.result()
                     rec.delivered = time.time()
@@ -279,18 +317,25 @@ async def history_stats(client: Client, workflow_ids: list[str], *, limit: int =
         for k, v in time_split(events).items():
             spans.setdefault(k, []).append(v)
         kinds = Counter(EventType.Name(e.event_type) for e in events)
-        attempts = sum(e.activity_task_started_event_attributes.attempt for e in events
-                       if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
-        per.append({
-            "events": len(events),
-            "activity_tasks": kinds["EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"],
-            "activity_attempts": attempts,
-            "local_activities": kinds["EVENT_TYPE_MARKER_RECORDED"],
-            "workflow_tasks": kinds["EVENT_TYPE_WORKFLOW_TASK_COMPLETED"],
-            "timers": kinds["EVENT_TYPE_TIMER_STARTED"],
-            "upserts": (kinds["EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"]
-                        + kinds["EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"]),
-        })
+        attempts = sum(
+            e.activity_task_started_event_attributes.attempt
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        )
+        per.append(
+            {
+                "events": len(events),
+                "activity_tasks": kinds["EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"],
+                "activity_attempts": attempts,
+                "local_activities": kinds["EVENT_TYPE_MARKER_RECORDED"],
+                "workflow_tasks": kinds["EVENT_TYPE_WORKFLOW_TASK_COMPLETED"],
+                "timers": kinds["EVENT_TYPE_TIMER_STARTED"],
+                "upserts": (
+                    kinds["EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"]
+                    + kinds["EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"]
+                ),
+            }
+        )
     if not per:
         return {}
     out: dict[str, Any] = {"sampled": len(per)}
@@ -319,8 +364,15 @@ def time_split(events: list[Any]) -> dict[str, float]:
         elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and wft_sched is not None:
             out["wft_queued"] += ts - wft_sched
             wft_start = ts
-        elif et in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-                    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) and wft_start is not None:
+        elif (
+            et
+            in (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+            )
+            and wft_start is not None
+        ):
             out["wft_running"] += ts - wft_start
             wft_start = None
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -349,8 +401,16 @@ def _short(activity_type: str) -> str:
     )
 
 
-def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, state: dict[str, Any],
-              cpu: dict[str, float], rpcs: Counter[str] | None, concurrency: int) -> dict[str, Any]:
+def summarize(
+    design: str,
+    records: list[TaskRecord],
+    t0: float,
+    t1: float,
+    state: dict[str, Any],
+    cpu: dict[str, float],
+    rpcs: Counter[str] | None,
+    concurrency: int,
+) -> dict[str, Any]:
     terminal, observed = state.get("terminal", {}), state.get("observed", {})
     ok = [r for r in records if r.ok and r.delivered is not None]
     lat = [(r.delivered - terminal[r.task_id]) * 1000 for r in ok if r.task_id in terminal]
@@ -374,12 +434,20 @@ def summarize(design: str, records: list[TaskRecord], t0: float, t1: float, stat
         "errors": sorted({r.error or "?" for r in records if not r.ok})[:5],
         "wall_s": round(last - t0, 3),
         "throughput_per_s": round(len(ok) / (last - t0), 3) if ok else 0.0,
-        "latency_ms": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)),
-                       "max": _r(max(lat) if lat else None), "min": _r(min(lat) if lat else None), "n": len(lat)},
+        "latency_ms": {
+            "p50": _r(percentile(lat, 50)),
+            "p95": _r(percentile(lat, 95)),
+            "max": _r(max(lat) if lat else None),
+            "min": _r(min(lat) if lat else None),
+            "n": len(lat),
+        },
         "latency_split_ms": {
-            "poll_wait_p50": _r(percentile(wait, 50)), "poll_wait_p95": _r(percentile(wait, 95)),
-            "after_poll_p50": _r(percentile(after, 50)), "after_poll_p95": _r(percentile(after, 95)),
-            "_": "poll_wait = first tasks/get reply showing terminal - terminal; after_poll = delivered - that reply"},
+            "poll_wait_p50": _r(percentile(wait, 50)),
+            "poll_wait_p95": _r(percentile(wait, 95)),
+            "after_poll_p50": _r(percentile(after, 50)),
+            "after_poll_p95": _r(percentile(after, 95)),
+            "_": "poll_wait = first tasks/get reply showing terminal - terminal; after_poll = delivered - that reply",
+        },
         "end_to_end_s": {"p50": _r(percentile(e2e, 50), 3), "p95": _r(percentile(e2e, 95), 3)},
         "submit_to_terminal_s": {"p50": _r(percentile(start, 50), 3), "p95": _r(percentile(start, 95), 3)},
         "start_workflow_rpc_s": {"p50": _r(percentile(start_rpc, 50), 3), "p95": _r(percentile(start_rpc, 95), 3)},
@@ -397,8 +465,9 @@ def _r(v: float | None, nd: int = 1) -> float | None:
     return None if v is None else round(v, nd)
 
 
-async def phase_design(env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int,
-                       label: str = "") -> dict[str, Any]:
+async def phase_design(
+    env: Env, design: str, *, n: int, concurrency: int, duration: float, poll_ms: int, label: str = ""
+) -> dict[str, Any]:
     """One design, ``n`` tasks, closed loop at ``concurrency``. ``label`` keeps workflow ids of repeated runs apart."""
     prefix = f"{design}{label}"
     child, url = env.server(poll_ms)
@@ -415,8 +484,17 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         worker, tq, sdk_port = env.design_worker(design)
         pids["worker"] = worker.pid
         # Warm-up: a handful of tasks so imports and connections are not billed to the measured run.
-        await run_temporal(env, design, tq, url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, poll_ms=poll_ms,
-                           prefix=f"warm-{prefix}")
+        await run_temporal(
+            env,
+            design,
+            tq,
+            url,
+            n=min(4, n),
+            concurrency=4,
+            args={"seconds": 0.2},
+            poll_ms=poll_ms,
+            prefix=f"warm-{prefix}",
+        )
         http_json(base_url(url) + "/bench/reset", method="POST")
     else:
         await run_floor(url, n=min(4, n), concurrency=4, args={"seconds": 0.2}, prefix="warm-floor")
@@ -432,8 +510,9 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
     if design == "floor":
         records, t0, t1 = await run_floor(url, n=n, concurrency=concurrency, args=args, prefix=prefix)
     else:
-        records, t0, t1 = await run_temporal(env, design, tq, url, n=n, concurrency=concurrency, args=args,
-                                             poll_ms=poll_ms, prefix=prefix)
+        records, t0, t1 = await run_temporal(
+            env, design, tq, url, n=n, concurrency=concurrency, args=args, poll_ms=poll_ms, prefix=prefix
+        )
     cpu = meter.done()
     if worker is not None and spy is not None:
         stop_profiler(spy)
@@ -450,8 +529,10 @@ async def phase_design(env: Env, design: str, *, n: int, concurrency: int, durat
         out["worker_rss_mb_after"] = round(rss_mb(worker.pid)[0], 1)
         assert env.client is not None
         out["history"] = await history_stats(env.client, [r.key for r in records if r.ok])
-    log(f"{design}: {out['completed']}/{n} completed in {out['wall_s']}s, {out['throughput_per_s']}/s, "
-        f"latency p50 {out['latency_ms']['p50']} ms, cpu {cpu}")
+    log(
+        f"{design}: {out['completed']}/{n} completed in {out['wall_s']}s, {out['throughput_per_s']}/s, "
+        f"latency p50 {out['latency_ms']['p50']} ms, cpu {cpu}"
+    )
     return out
 
 
@@ -468,8 +549,11 @@ def start_perf(pid: int, out: Path) -> Any:
         log("perf not installed: no Temporal server profile")
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([exe, "record", "-F", "199", "-g", "-p", str(pid), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [exe, "record", "-F", "199", "-g", "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 # --- history: 5 s vs 1 h -------------------------------------------------------------------------------
@@ -490,11 +574,18 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
     _, url = env.server(poll_ms)
     _, fast_url = env.server(1)
     long_polls = max(2, int(round(long_s * 1000 / poll_ms)))
-    out: dict[str, Any] = {"short_s": short_s, "long_s": long_s, "poll_ms": poll_ms, "long_polls": long_polls,
-                           "method": (f"short: a real {short_s:g}s task at pollInterval {poll_ms} ms. long: a task "
-                                      f"that completes on its {long_polls}th tasks/get (= {long_s:g}s / {poll_ms} ms), "
-                                      "served with pollIntervalMs=1 so it runs in seconds. naive long: linear fit of "
-                                      "two measured runs, extrapolated (not run)")}
+    out: dict[str, Any] = {
+        "short_s": short_s,
+        "long_s": long_s,
+        "poll_ms": poll_ms,
+        "long_polls": long_polls,
+        "method": (
+            f"short: a real {short_s:g}s task at pollInterval {poll_ms} ms. long: a task "
+            f"that completes on its {long_polls}th tasks/get (= {long_s:g}s / {poll_ms} ms), "
+            "served with pollIntervalMs=1 so it runs in seconds. naive long: linear fit of "
+            "two measured runs, extrapolated (not run)"
+        ),
+    }
 
     async def one(design: str, target: str, args: dict[str, Any], prefix: str, **kw: Any) -> tuple[TaskRecord, dict]:
         _, tq, _ = env.design_worker(design)
@@ -520,12 +611,20 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
         return a, b
 
     (short, hs), (long, hl, long_wall), ((nshort, nhs), (nmid, nhm)) = await asyncio.gather(
-        one("ours", url, {"seconds": short_s}, "hist-ours-short", poll_ms=poll_ms), ours_long(), naive_pair())
+        one("ours", url, {"seconds": short_s}, "hist-ours-short", poll_ms=poll_ms), ours_long(), naive_pair()
+    )
     out["ours"] = {
-        "short": {"events": hs["events"]["max"], "activity_tasks": hs["activity_tasks"]["max"],
-                  "tasks_get_observed": short.extra["gets"]},
-        "long": {"events": hl["events"]["max"], "activity_tasks": hl["activity_tasks"]["max"],
-                 "tasks_get_observed": long.extra["gets"], "wall_s": round(long_wall, 1)},
+        "short": {
+            "events": hs["events"]["max"],
+            "activity_tasks": hs["activity_tasks"]["max"],
+            "tasks_get_observed": short.extra["gets"],
+        },
+        "long": {
+            "events": hl["events"]["max"],
+            "activity_tasks": hl["activity_tasks"]["max"],
+            "tasks_get_observed": long.extra["gets"],
+            "wall_s": round(long_wall, 1),
+        },
     }
     out["ours"]["delta"] = out["ours"]["long"]["events"] - out["ours"]["short"]["events"]
     log(f"history ours: short {out['ours']['short']} long {out['ours']['long']}")
@@ -546,10 +645,15 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
         "events_per_poll": round(slope, 2),
         "measured_poll_period_s": round(period_s, 3) if period_s else None,
         "measured_timer_s": round(timer_s, 3) if timer_s else None,
-        "long": {"events": long_events, "polls": naive_polls, "activity_tasks": 1 + naive_polls, "extrapolated": True,
-                 "exceeds_history_hard_limit_51200": long_events > 51_200,
-                 "continue_as_new_suggested_at_4096": long_events > 4096,
-                 "at_advertised_interval": {"polls": long_polls, "events": long_events_nominal}},
+        "long": {
+            "events": long_events,
+            "polls": naive_polls,
+            "activity_tasks": 1 + naive_polls,
+            "extrapolated": True,
+            "exceeds_history_hard_limit_51200": long_events > 51_200,
+            "continue_as_new_suggested_at_4096": long_events > 4096,
+            "at_advertised_interval": {"polls": long_polls, "events": long_events_nominal},
+        },
     }
     out["naive"]["delta"] = long_events - e1
     log(f"history naive: {out['naive']}")
@@ -558,9 +662,12 @@ async def phase_history(env: Env, *, short_s: float, long_s: float, poll_ms: int
 
 def naive_periods(events: list[Any]) -> tuple[float | None, float | None]:
     """(seconds between consecutive polls, seconds a poll timer really lasted) from a naive workflow's history."""
-    polls = [e.event_time.ToMilliseconds() / 1000 for e in events
-             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-             and e.activity_task_scheduled_event_attributes.activity_type.name.endswith("get.v1")]
+    polls = [
+        e.event_time.ToMilliseconds() / 1000
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name.endswith("get.v1")
+    ]
     started: dict[int, float] = {}
     timers: list[float] = []
     for e in events:
@@ -585,8 +692,11 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
     tq = f"bench-inflight-{env.run_id}"
     metrics_port = free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=metrics_port)
-    out: dict[str, Any] = {"inflight": inflight, "poll_ms": poll_ms,
-                           "max_cached_workflows": cache or f"default ({WorkerSettings().max_cached_workflows})"}
+    out: dict[str, Any] = {
+        "inflight": inflight,
+        "poll_ms": poll_ms,
+        "max_cached_workflows": cache or f"default ({WorkerSettings().max_cached_workflows})",
+    }
     try:
         _, warm_url = env.server(env.args.poll_ms)
         await run_temporal(
@@ -606,8 +716,14 @@ async def phase_inflight(env: Env, *, inflight: int, poll_ms: int, cache: int, t
         out["rss_idle_mb"] = round(rss_mb(w.pid)[0], 1)
         gate = f"g-{env.run_id}"
         sampler = RssSampler(w.pid)
-        meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
-                          "mcp_server": child.pid, "bench_client": os.getpid()})
+        meter = CpuMeter(
+            {
+                "worker": w.pid,
+                "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
+                "mcp_server": child.pid,
+                "bench_client": os.getpid(),
+            }
+        )
         rpc0 = env.metrics()
         sem = asyncio.Semaphore(200)
         keys = [f"inflight-{env.run_id}-{i}" for i in range(inflight)]
@@ -710,34 +826,63 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": "throughput ≥ 2× naive", "value": f"{r:.2f}×{ceiling}", "met": r >= 2.0})
     if ours and floor and ours["latency_ms"]["p50"] is not None and floor["latency_ms"]["p50"] is not None:
         diff = ours["latency_ms"]["p50"] - floor["latency_ms"]["p50"]
-        ceiling = (f"; minimal: +{minimal['latency_ms']['p50'] - floor['latency_ms']['p50']:.0f} ms"
-                   if minimal and minimal["latency_ms"]["p50"] is not None else "")
-        out.append({"target": f"latency p50 ≤ floor + 150 ms (at concurrency {ours['concurrency']})",
-                    "value": f"+{diff:.0f} ms{ceiling}", "met": diff <= 150})
+        ceiling = (
+            f"; minimal: +{minimal['latency_ms']['p50'] - floor['latency_ms']['p50']:.0f} ms"
+            if minimal and minimal["latency_ms"]["p50"] is not None
+            else ""
+        )
+        out.append(
+            {
+                "target": f"latency p50 ≤ floor + 150 ms (at concurrency {ours['concurrency']})",
+                "value": f"+{diff:.0f} ms{ceiling}",
+                "met": diff <= 150,
+            }
+        )
     light = res.get("light") or {}
     lo, lf = light.get("ours"), light.get("floor")
     if lo and lf and lo["latency_ms"]["p50"] is not None and lf["latency_ms"]["p50"] is not None:
         diff = lo["latency_ms"]["p50"] - lf["latency_ms"]["p50"]
-        out.append({"target": f"latency p50 ≤ floor + 150 ms (light load: {lo['tasks']} tasks, concurrency "
-                              f"{res['config']['light_concurrency']})", "value": f"+{diff:.0f} ms", "met": diff <= 150})
+        out.append(
+            {
+                "target": f"latency p50 ≤ floor + 150 ms (light load: {lo['tasks']} tasks, concurrency "
+                f"{res['config']['light_concurrency']})",
+                "value": f"+{diff:.0f} ms",
+                "met": diff <= 150,
+            }
+        )
     h = res.get("history")
     if h and "ours" in h:
         delta = h["ours"]["delta"]
-        out.append({"target": f"history events {h['short_s']:g}s vs {h['long_s']:g}s within ±2",
-                    "value": f"{h['ours']['short']['events']} vs {h['ours']['long']['events']} (Δ {delta:+d})",
-                    "met": abs(delta) <= 2})
+        out.append(
+            {
+                "target": f"history events {h['short_s']:g}s vs {h['long_s']:g}s within ±2",
+                "value": f"{h['ours']['short']['events']} vs {h['ours']['long']['events']} (Δ {delta:+d})",
+                "met": abs(delta) <= 2,
+            }
+        )
     m = res.get("inflight")
     if m and "rss_inflight_mb" in m:
         ok = m["rss_peak_mb"] < 500 and m["completed"] == m["inflight"]
-        value = (f"{m['rss_inflight_mb']:.0f} MB in flight, peak {m['rss_peak_mb']:.0f} MB, "
-                 f"{m['completed']}/{m['inflight']} completed")
+        value = (
+            f"{m['rss_inflight_mb']:.0f} MB in flight, peak {m['rss_peak_mb']:.0f} MB, "
+            f"{m['completed']}/{m['inflight']} completed"
+        )
         if m["inflight"] < 2000:  # the default run holds 1,000 to stay under 5 minutes
-            out.append({"target": "2,000 in flight on one worker, RSS < 500 MB, all complete",
-                        "value": f"not run: this run held {m['inflight']} ({value}); `--inflight 2000` runs the target",
-                        "met": None})
+            out.append(
+                {
+                    "target": "2,000 in flight on one worker, RSS < 500 MB, all complete",
+                    "value": f"not run: this run held {m['inflight']} ({value}); `--inflight 2000` runs the target",
+                    "met": None,
+                }
+            )
         else:
-            out.append({"target": f"{m['inflight']} in flight on one worker, RSS < 500 MB, all complete",
-                        "value": value, "met": ok})
+            out.append(
+                {
+                    "target": f"{m['inflight']} in flight on one worker, RSS < 500 MB, all complete",
+                    "value": value,
+                    "met": ok,
+                }
+            )
     return out
 
 
@@ -757,16 +902,21 @@ def noise(res: dict[str, Any], threshold: float = 0.10) -> list[str]:
 
 def render(res: dict[str, Any]) -> str:
     cfg = res["config"]
-    lines = [f"## MCP task delivery benchmark — {cfg['tasks']} tasks × {cfg['duration_s']:g}s, concurrency "
-             f"{cfg['concurrency']}, pollInterval {cfg['poll_ms']} ms",
-             "",
-             f"Temporal dev server `{cfg['temporal_cli']}` ({cfg['db']}), fastmcp {cfg['fastmcp']} tasks extension on "
-             f"127.0.0.1, {cfg['cpus']} CPUs, Python {cfg['python']}. Latency = caller has the outcome − server "
-             "marked the task terminal (same clock).",
-             ""]
+    lines = [
+        f"## MCP task delivery benchmark — {cfg['tasks']} tasks × {cfg['duration_s']:g}s, concurrency "
+        f"{cfg['concurrency']}, pollInterval {cfg['poll_ms']} ms",
+        "",
+        f"Temporal dev server `{cfg['temporal_cli']}` ({cfg['db']}), fastmcp {cfg['fastmcp']} tasks extension on "
+        f"127.0.0.1, {cfg['cpus']} CPUs, Python {cfg['python']}. Latency = caller has the outcome − server "
+        "marked the task terminal (same clock).",
+        "",
+    ]
     if cfg.get("ours_heartbeat_s"):
-        lines += [f"**`--heartbeat-s {cfg['ours_heartbeat_s']:g}`: ours' requests set a heartbeat timeout of "
-                  f"{cfg['ours_heartbeat_s']:g} s (default 30 s).**", ""]
+        lines += [
+            f"**`--heartbeat-s {cfg['ours_heartbeat_s']:g}`: ours' requests set a heartbeat timeout of "
+            f"{cfg['ours_heartbeat_s']:g} s (default 30 s).**",
+            "",
+        ]
     if cfg.get("experiment"):
         lines += [f"**EXPERIMENT — `ours` is NOT the shipped worker here: patched with `{cfg['experiment']}`.**", ""]
     d = res.get("designs", {})
@@ -779,9 +929,14 @@ def render(res: dict[str, Any]) -> str:
         ]
         rows = [(n, d.get(n)) for n in ("ours", "naive", "floor")]
         rows += [("minimal durable (lower bound, unsafe: bench/minimal.py)", d.get("minimal"))]
-        rows += [(f"{n} (light load: {r['tasks']} tasks of {cfg['light_duration_s']:g} s, concurrency "
-                  f"{r['concurrency']})", r)
-                 for n, r in (res.get("light") or {}).items()]
+        rows += [
+            (
+                f"{n} (light load: {r['tasks']} tasks of {cfg['light_duration_s']:g} s, concurrency "
+                f"{r['concurrency']})",
+                r,
+            )
+            for n, r in (res.get("light") or {}).items()
+        ]
         for name, r in rows:
             if not r:
                 continue
@@ -797,9 +952,12 @@ def render(res: dict[str, Any]) -> str:
                 f"{_fmt(cpu.get('worker'))} / {_fmt(cpu.get('temporal_server'))} / {_fmt(cpu.get('mcp_server'))} / "
                 f"{_fmt(cpu.get('bench_client'))} |"
             )
-        lines += ["", "_latency = poll wait (server marked terminal → first tasks/get reply showing it) + after poll "
-                      "(→ caller has the outcome). Temporal RPCs = frontend requests counted by the dev server's "
-                      "metrics (incl. heartbeats, polls, result long-polls). CPU s = process CPU over the phase._"]
+        lines += [
+            "",
+            "_latency = poll wait (server marked terminal → first tasks/get reply showing it) + after poll "
+            "(→ caller has the outcome). Temporal RPCs = frontend requests counted by the dev server's "
+            "metrics (incl. heartbeats, polls, result long-polls). CPU s = process CPU over the phase._",
+        ]
         ratios = res.get("ratios", {})
         lines += ["", "| ratio | value |", "|---|---|"]
         for k, v in ratios.items():
@@ -824,34 +982,44 @@ def render(res: dict[str, Any]) -> str:
         nv = h.get("naive")
         if nv:
             adv = nv["long"]["at_advertised_interval"]
-            lines.append(f"| naive | {nv['short']['events']} | {nv['short']['activity_tasks']} | "
-                         f"{nv['long']['events']} | {nv['long']['activity_tasks']} | {nv['delta']:+d} | short measured "
-                         f"({nv['short']['polls']} polls); {nv['mid_measured']['polls']}-poll run measured "
-                         f"({nv['mid_measured']['events']} events) → {nv['events_per_poll']} events/poll; long "
-                         f"extrapolated at naive's measured poll period {nv['measured_poll_period_s']} s "
-                         f"({nv['long']['polls']} polls; its {h['poll_ms']} ms timers fire after "
-                         f"{nv['measured_timer_s']} s); at the advertised interval it would be {adv['events']} "
-                         f"events{' — over the 51,200-event hard limit' if adv['events'] > 51_200 else ''} |")
+            lines.append(
+                f"| naive | {nv['short']['events']} | {nv['short']['activity_tasks']} | "
+                f"{nv['long']['events']} | {nv['long']['activity_tasks']} | {nv['delta']:+d} | short measured "
+                f"({nv['short']['polls']} polls); {nv['mid_measured']['polls']}-poll run measured "
+                f"({nv['mid_measured']['events']} events) → {nv['events_per_poll']} events/poll; long "
+                f"extrapolated at naive's measured poll period {nv['measured_poll_period_s']} s "
+                f"({nv['long']['polls']} polls; its {h['poll_ms']} ms timers fire after "
+                f"{nv['measured_timer_s']} s); at the advertised interval it would be {adv['events']} "
+                f"events{' — over the 51,200-event hard limit' if adv['events'] > 51_200 else ''} |"
+            )
         lines += ["", f"_{h['method']}._"]
     m = res.get("inflight")
     if m and "rss_inflight_mb" in m:
         sdk = m.get("worker_sdk_metrics") or {}
         cpu = m.get("cpu_s") or {}
         n = m["inflight"]
-        lines += ["", f"### {m['inflight']} tasks in flight on one worker process (pollInterval {m['poll_ms']} ms)", "",
-                  "| completed | RSS idle MB | RSS all in flight MB | RSS peak MB | "
-                  "MB per 1,000 in flight (abs / Δ idle) | start s | all polling s | drain s | Temporal RPCs/task | "
-                  "CPU ms/task (worker / temporal) | sticky-cache forced evictions | max_cached_workflows |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|",
-                  f"| {m['completed']}/{n} | {m['rss_idle_mb']} | {m['rss_inflight_mb']} | {m['rss_peak_mb']} | "
-                  f"{m['rss_per_1000_inflight_mb']} / {m['rss_delta_per_1000_inflight_mb']} | {m['start_s']} | "
-                  f"{m['all_polling_s']} | {m['drain_s']} | {m['temporal_rpcs_per_task']} | "
-                  f"{1000 * cpu.get('worker', 0) / n:.0f} / {1000 * cpu.get('temporal_server', 0) / n:.0f} | "
-                  f"{sdk.get('temporal_sticky_cache_total_forced_eviction', 0):.0f} | {m['max_cached_workflows']} |"]
+        lines += [
+            "",
+            f"### {m['inflight']} tasks in flight on one worker process (pollInterval {m['poll_ms']} ms)",
+            "",
+            "| completed | RSS idle MB | RSS all in flight MB | RSS peak MB | "
+            "MB per 1,000 in flight (abs / Δ idle) | start s | all polling s | drain s | Temporal RPCs/task | "
+            "CPU ms/task (worker / temporal) | sticky-cache forced evictions | max_cached_workflows |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            f"| {m['completed']}/{n} | {m['rss_idle_mb']} | {m['rss_inflight_mb']} | {m['rss_peak_mb']} | "
+            f"{m['rss_per_1000_inflight_mb']} / {m['rss_delta_per_1000_inflight_mb']} | {m['start_s']} | "
+            f"{m['all_polling_s']} | {m['drain_s']} | {m['temporal_rpcs_per_task']} | "
+            f"{1000 * cpu.get('worker', 0) / n:.0f} / {1000 * cpu.get('temporal_server', 0) / n:.0f} | "
+            f"{sdk.get('temporal_sticky_cache_total_forced_eviction', 0):.0f} | {m['max_cached_workflows']} |",
+        ]
     noisy = noise(res)
     if noisy:
-        lines += ["", "**Noisy machine:** other processes used " + ", ".join(noisy)
-                  + " of the CPU capacity during these phases; their timings are pessimistic (CPU s per task are not)."]
+        lines += [
+            "",
+            "**Noisy machine:** other processes used "
+            + ", ".join(noisy)
+            + " of the CPU capacity during these phases; their timings are pessimistic (CPU s per task are not).",
+        ]
     t = res.get("earlier_targets") or []
     if t:
         lines += ["", "### Earlier targets (issues before 14)", "", "| target | value | met |", "|---|---|---|"]
@@ -869,8 +1037,21 @@ def render(res: dict[str, Any]) -> str:
 # --- main -----------------------------------------------------------------------------------------------
 
 
-PHASES = ("floor", "ours", "naive", "minimal", "light", "history", "inflight", "aged", "naive-wait", "inflight-aged",
-          "idle-waits", "push", "push-inflight")
+PHASES = (
+    "floor",
+    "ours",
+    "naive",
+    "minimal",
+    "light",
+    "history",
+    "inflight",
+    "aged",
+    "naive-wait",
+    "inflight-aged",
+    "idle-waits",
+    "push",
+    "push-inflight",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -891,10 +1072,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="pollIntervalMs during the in-flight phase (default 20000: 2,000 tasks then cost 100 polls/s)",
     )
-    p.add_argument("--inflight-rate", type=float, default=0,
-                   help="in-flight phase: start workflows at this many per second (default 0: all at once)")
-    p.add_argument("--inflight-cache", type=int, default=0,
-                   help="max_cached_workflows for the in-flight worker (default: WorkerSettings')")
+    p.add_argument(
+        "--inflight-rate",
+        type=float,
+        default=0,
+        help="in-flight phase: start workflows at this many per second (default 0: all at once)",
+    )
+    p.add_argument(
+        "--inflight-cache",
+        type=int,
+        default=0,
+        help="max_cached_workflows for the in-flight worker (default: WorkerSettings')",
+    )
     p.add_argument(
         "--long-s", type=float, default=None, help="the long task of the history phase, s (default 3600; quick 600)"
     )
@@ -913,12 +1102,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--light-tasks", type=int, default=None, help="light-load latency probe: tasks (default 10; 0 = off)"
     )
     p.add_argument("--light-concurrency", type=int, default=10, help="light-load latency probe: concurrency")
-    p.add_argument("--light-duration", type=float, default=None,
-                   help="light-load latency probe: task duration s (default: --duration)")
+    p.add_argument(
+        "--light-duration",
+        type=float,
+        default=None,
+        help="light-load latency probe: task duration s (default: --duration)",
+    )
     for name in PHASES:
         p.add_argument(f"--skip-{name}", action="store_true")
-    p.add_argument("--only", default="", help=f"comma-separated phases to run, all others skipped: {', '.join(PHASES)}"
-                                              " (e.g. `--only inflight-aged --inflight-aged 2000`)")
+    p.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated phases to run, all others skipped: {', '.join(PHASES)}"
+        " (e.g. `--only inflight-aged --inflight-aged 2000`)",
+    )
     g = p.add_argument_group("cost of waiting")
     g.add_argument(
         "--aged-tiles",
@@ -939,8 +1136,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="aged phase: oldest probe's age at completion, s (default 2600: past the long-wait hand-over at "
         "2400 s; quick 400)",
     )
-    g.add_argument("--aged-window", type=float, default=None,
-                   help="aged phase: minimum window, s; it runs behind every other phase (default 180; quick 45)")
+    g.add_argument(
+        "--aged-window",
+        type=float,
+        default=None,
+        help="aged phase: minimum window, s; it runs behind every other phase (default 180; quick 45)",
+    )
     g.add_argument("--aged-minimal", type=int, default=2, help="aged phase: minimal tasks held open (T3)")
     g.add_argument(
         "--aged-old",
@@ -951,11 +1152,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     g.add_argument("--naive-wait-s", type=float, default=None, help="naive-wait window, s (default 20; quick 8)")
     g.add_argument("--naive-wait-tasks", type=int, default=4, help="naive tasks held open in the naive-wait window")
-    g.add_argument("--inflight-aged", type=int, default=None,
-                   help="T2: ours tasks aged 10 min…1 h held on one worker (the target: 2000, ~4 min alone: "
-                        "`--only inflight-aged`; default 0 = not run; quick 150, its figures scaled to 2,000)")
-    g.add_argument("--inflight-aged-window", type=float, default=None,
-                   help="T2: the sustained window, s (default 120; quick 10)")
+    g.add_argument(
+        "--inflight-aged",
+        type=int,
+        default=None,
+        help="T2: ours tasks aged 10 min…1 h held on one worker (the target: 2000, ~4 min alone: "
+        "`--only inflight-aged`; default 0 = not run; quick 150, its figures scaled to 2,000)",
+    )
+    g.add_argument(
+        "--inflight-aged-window", type=float, default=None, help="T2: the sustained window, s (default 120; quick 10)"
+    )
     g.add_argument(
         "--heartbeat-s",
         type=float,
@@ -963,8 +1169,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="heartbeat timeout of ours' activities (McpTaskRequest.timeouts.heartbeat_s; default 30): the "
         "SDK lets one heartbeat per 0.8 × this reach Temporal. A caller's setting, reported in the config",
     )
-    g.add_argument("--inflight-aged-poll-ms", type=int, default=None,
-                   help="T2: the server's pollIntervalMs (default: --poll-ms)")
+    g.add_argument(
+        "--inflight-aged-poll-ms", type=int, default=None, help="T2: the server's pollIntervalMs (default: --poll-ms)"
+    )
     g = p.add_argument_group(
         "waiting at the limit (bench/idle.py; `--only idle-waits`, ~20 min; not in the default run)"
     )
@@ -974,83 +1181,158 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--idle-old", type=int, default=None, help="tasks aged 2 … 5 h per design (default 40; quick 4)")
     g.add_argument("--idle-probes", type=int, default=None, help="delivery probes per design (default 8; quick 2)")
     g.add_argument("--idle-window", type=float, default=None, help="the cost window, s (default 300; quick 30)")
-    g.add_argument("--idle-old-window", type=float, default=None,
-                   help="the old tasks' window, s: they stay open behind the other phases (default 1500; quick 40)")
-    g.add_argument("--idle-inflight", type=int, default=None,
-                   help="idle tasks aged 10 min … 1 h on one worker (default 10000; quick 100)")
-    g.add_argument("--idle-inflight-before", type=int, default=None,
-                   help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)")
+    g.add_argument(
+        "--idle-old-window",
+        type=float,
+        default=None,
+        help="the old tasks' window, s: they stay open behind the other phases (default 1500; quick 40)",
+    )
+    g.add_argument(
+        "--idle-inflight",
+        type=int,
+        default=None,
+        help="idle tasks aged 10 min … 1 h on one worker (default 10000; quick 100)",
+    )
+    g.add_argument(
+        "--idle-inflight-before",
+        type=int,
+        default=None,
+        help="heartbeating tasks aged 10 min … 1 h on one worker, for comparison (default 2000; quick 50)",
+    )
     g.add_argument(
         "--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)"
     )
     g = p.add_argument_group("told, not polled (bench/push.py; `--only push`; not in the default run)")
-    g.add_argument("--push-ages", default="60,300,900,1800,3600",
-                   help="age buckets, s, comma-separated (default 1 min, 5 min, 15 min, 30 min, 1 h)")
+    g.add_argument(
+        "--push-ages",
+        default="60,300,900,1800,3600",
+        help="age buckets, s, comma-separated (default 1 min, 5 min, 15 min, 30 min, 1 h)",
+    )
     g.add_argument(
         "--push-tiles",
         type=int,
         default=None,
         help="held tasks per design and age bucket, each bucket on a worker of its own (default 20; quick 6)",
     )
-    g.add_argument("--push-probes", type=int, default=None,
-                   help="delivery probes per design and age bucket, ending at the bucket's age (default 6; quick 3)")
-    g.add_argument("--push-window", type=float, default=None,
-                   help="the cost window, s (default: one stretched gap of the oldest bucket, 832 s at 1 h)")
-    g.add_argument("--push-flood", type=int, default=None,
-                   help="notifications for unknown task ids sent after the window (default 10000, also quick; 0: none)")
+    g.add_argument(
+        "--push-probes",
+        type=int,
+        default=None,
+        help="delivery probes per design and age bucket, ending at the bucket's age (default 6; quick 3)",
+    )
+    g.add_argument(
+        "--push-window",
+        type=float,
+        default=None,
+        help="the cost window, s (default: one stretched gap of the oldest bucket, 832 s at 1 h)",
+    )
+    g.add_argument(
+        "--push-flood",
+        type=int,
+        default=None,
+        help="notifications for unknown task ids sent after the window (default 10000, also quick; 0: none)",
+    )
     g.add_argument(
         "--push-old", type=int, default=None, help="held tasks aged 2 … 5 h per design (default 40; quick 0)"
     )
-    g.add_argument("--push-old-window", type=float, default=None,
-                   help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400)")
-    g.add_argument("--push-inflight", type=int, default=None,
-                   help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; "
-                        "quick 0); with --only push-inflight, on each server of --push-inflight-servers (default "
-                        "10000; quick 300)")
-    g.add_argument("--push-inflight-servers", default="notifying,listing,silent",
-                   help="--only push-inflight: the kinds of server, one run each (notifying, listing, silent)")
-    g.add_argument("--push-inflight-ages", default="600,3600",
-                   help="the in-flight tasks' ages, s: LOW,HIGH (default 600,3600). k times younger gives k times "
-                        "shorter gaps: N/k tasks then make the reads and attempts of N, in steady state in minutes")
-    g.add_argument("--push-inflight-settle", type=float, default=0.0,
-                   help="seconds between every task's first idle attempt and the window (default 0: the window sees "
-                        "the start's wave); one net gap of the oldest (8 × 5 %% of its age) for the steady state")
-    g.add_argument("--push-inflight-steady", action="store_true",
-                   help="start the in-flight tasks over ~0.64 × HIGH s, each at its own phase of the schedule, so "
-                        "that the window sees them aged LOW … HIGH, each past two net gaps, in steady state "
-                        "(--push-inflight-settle is then not used)")
+    g.add_argument(
+        "--push-old-window",
+        type=float,
+        default=None,
+        help="the old tasks' window, s: their stretched gaps are 24–40 min (default 5400)",
+    )
+    g.add_argument(
+        "--push-inflight",
+        type=int,
+        default=None,
+        help="idle tasks aged 10 min … 1 h on one worker with the notifying server (default 10000; "
+        "quick 0); with --only push-inflight, on each server of --push-inflight-servers (default "
+        "10000; quick 300)",
+    )
+    g.add_argument(
+        "--push-inflight-servers",
+        default="notifying,listing,silent",
+        help="--only push-inflight: the kinds of server, one run each (notifying, listing, silent)",
+    )
+    g.add_argument(
+        "--push-inflight-ages",
+        default="600,3600",
+        help="the in-flight tasks' ages, s: LOW,HIGH (default 600,3600). k times younger gives k times "
+        "shorter gaps: N/k tasks then make the reads and attempts of N, in steady state in minutes",
+    )
+    g.add_argument(
+        "--push-inflight-settle",
+        type=float,
+        default=0.0,
+        help="seconds between every task's first idle attempt and the window (default 0: the window sees "
+        "the start's wave); one net gap of the oldest (8 × 5 %% of its age) for the steady state",
+    )
+    g.add_argument(
+        "--push-inflight-steady",
+        action="store_true",
+        help="start the in-flight tasks over ~0.64 × HIGH s, each at its own phase of the schedule, so "
+        "that the window sees them aged LOW … HIGH, each past two net gaps, in steady state "
+        "(--push-inflight-settle is then not used)",
+    )
     p.add_argument(
         "--no-bytecode",
         action="store_true",
         help="run children with PYTHONDONTWRITEBYTECODE=1 and no .pyc (recompiles sandboxed workflow modules)",
     )
-    p.add_argument("--experiment", default="",
-                   help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
-                        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S "
-                        "(sticky_queue_schedule_to_start_timeout, s), wft-threads=N "
-                        "(WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), "
-                        "unsandboxed (UnsandboxedWorkflowRunner), passthrough-wf (workflows.* passed through the "
-                        "sandbox), uvloop (uvloop's event loop; `pip install uvloop` first); reported in the config")
-    p.add_argument("--profile-dir", default="", help="py-spy each design's worker and perf the Temporal server during "
-                                                     "its run (read them with python -m bench.profile_summary)")
+    p.add_argument(
+        "--experiment",
+        default="",
+        help="NOT ours as shipped: comma-separated patches to our worker, to price one cost: no-upserts, "
+        "wft-slots=N (max_concurrent_workflow_tasks instead of 200), sticky=S "
+        "(sticky_queue_schedule_to_start_timeout, s), wft-threads=N "
+        "(WorkerSettings.workflow_threads), sdk-threads (the SDK default: a thread per slot), "
+        "unsandboxed (UnsandboxedWorkflowRunner), passthrough-wf (workflows.* passed through the "
+        "sandbox), uvloop (uvloop's event loop; `pip install uvloop` first); reported in the config",
+    )
+    p.add_argument(
+        "--profile-dir",
+        default="",
+        help="py-spy each design's worker and perf the Temporal server during "
+        "its run (read them with python -m bench.profile_summary)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (< 60 s)")
     p.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the JSON results")
     args = p.parse_args(argv)
     q = args.quick
-    defaults = {"light_tasks": 4 if q else 10, "tasks": 12 if q else 200, "concurrency": 12 if q else 200,
-                "duration": 2.0 if q else 5.0, "poll_ms": 500, "inflight": 100 if q else 1000,
-                "inflight_poll_ms": 500 if q else 20000, "long_s": 300.0 if q else 3600.0, "short_s": 2.0 if q else 5.0,
-                "aged_tiles": 16 if q else 40, "aged_probes": 6 if q else 12,
-                "aged_probe_max_age": 400.0 if q else 2600.0, "aged_window": 45.0 if q else 180.0,
-                "aged_old": 2 if q else 4,
-                "naive_wait_s": 8.0 if q else 20.0, "inflight_aged": 150 if q else 0,
-                "inflight_aged_window": 10.0 if q else 120.0,
-                "idle_tiles": 8 if q else 60, "idle_old": 4 if q else 40, "idle_probes": 2 if q else 8,
-                "idle_window": 30.0 if q else 300.0, "idle_old_window": 40.0 if q else 1500.0,
-                "idle_inflight": 100 if q else 10000,
-                "idle_inflight_before": 50 if q else 2000, "idle_cancels": 3 if q else 20,
-                "push_tiles": 6 if q else 20, "push_old": 0 if q else 40, "push_probes": 3 if q else 6,
-                "push_window": 0.0, "push_old_window": 5400.0, "push_flood": 10000, "push_inflight": 0 if q else 10000}
+    defaults = {
+        "light_tasks": 4 if q else 10,
+        "tasks": 12 if q else 200,
+        "concurrency": 12 if q else 200,
+        "duration": 2.0 if q else 5.0,
+        "poll_ms": 500,
+        "inflight": 100 if q else 1000,
+        "inflight_poll_ms": 500 if q else 20000,
+        "long_s": 300.0 if q else 3600.0,
+        "short_s": 2.0 if q else 5.0,
+        "aged_tiles": 16 if q else 40,
+        "aged_probes": 6 if q else 12,
+        "aged_probe_max_age": 400.0 if q else 2600.0,
+        "aged_window": 45.0 if q else 180.0,
+        "aged_old": 2 if q else 4,
+        "naive_wait_s": 8.0 if q else 20.0,
+        "inflight_aged": 150 if q else 0,
+        "inflight_aged_window": 10.0 if q else 120.0,
+        "idle_tiles": 8 if q else 60,
+        "idle_old": 4 if q else 40,
+        "idle_probes": 2 if q else 8,
+        "idle_window": 30.0 if q else 300.0,
+        "idle_old_window": 40.0 if q else 1500.0,
+        "idle_inflight": 100 if q else 10000,
+        "idle_inflight_before": 50 if q else 2000,
+        "idle_cancels": 3 if q else 20,
+        "push_tiles": 6 if q else 20,
+        "push_old": 0 if q else 40,
+        "push_probes": 3 if q else 6,
+        "push_window": 0.0,
+        "push_old_window": 5400.0,
+        "push_flood": 10000,
+        "push_inflight": 0 if q else 10000,
+    }
     inflight_given = args.push_inflight is not None
     for k, v in defaults.items():
         if getattr(args, k) is None:
@@ -1108,24 +1390,48 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
     cli = subprocess.run([temporal_binary(), "--version"], capture_output=True, text=True).stdout.strip()
     res: dict[str, Any] = {
-        "config": {"tasks": args.tasks, "concurrency": args.concurrency, "duration_s": args.duration,
-                   "poll_ms": args.poll_ms, "inflight": args.inflight, "light_tasks": args.light_tasks,
-                   "light_concurrency": args.light_concurrency, "light_duration_s": args.light_duration,
-                   "inflight_poll_ms": args.inflight_poll_ms,
-                   "db": "SQLite temp file" if args.db == "sqlite" else "in-memory", "quick": args.quick,
-                   "bytecode": not args.no_bytecode, "experiment": args.experiment or None,
-                   "temporal_cli": cli.replace("temporal version ", ""), "fastmcp": fastmcp.__version__,
-                   "cpus": os.cpu_count(), "python": platform.python_version(),
-                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "poll_schedule": schedule_under_test(),
-                   "ours_heartbeat_s": args.heartbeat_s or None,
-                   "aged": None if args.skip_aged else {
-                       "tiles": args.aged_tiles, "probes": args.aged_probes, "probe_max_age_s": args.aged_probe_max_age,
-                       "min_window_s": args.aged_window, "minimal_tasks": args.aged_minimal,
-                       "old_tasks": args.aged_old},
-                   "naive_wait": None if args.skip_naive_wait else {"tasks": args.naive_wait_tasks,
-                                                                    "window_s": args.naive_wait_s},
-                   "inflight_aged": {"tasks": args.inflight_aged, "window_s": args.inflight_aged_window,
-                                     "poll_ms": args.inflight_aged_poll_ms} if args.inflight_aged else None},
+        "config": {
+            "tasks": args.tasks,
+            "concurrency": args.concurrency,
+            "duration_s": args.duration,
+            "poll_ms": args.poll_ms,
+            "inflight": args.inflight,
+            "light_tasks": args.light_tasks,
+            "light_concurrency": args.light_concurrency,
+            "light_duration_s": args.light_duration,
+            "inflight_poll_ms": args.inflight_poll_ms,
+            "db": "SQLite temp file" if args.db == "sqlite" else "in-memory",
+            "quick": args.quick,
+            "bytecode": not args.no_bytecode,
+            "experiment": args.experiment or None,
+            "temporal_cli": cli.replace("temporal version ", ""),
+            "fastmcp": fastmcp.__version__,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "poll_schedule": schedule_under_test(),
+            "ours_heartbeat_s": args.heartbeat_s or None,
+            "aged": None
+            if args.skip_aged
+            else {
+                "tiles": args.aged_tiles,
+                "probes": args.aged_probes,
+                "probe_max_age_s": args.aged_probe_max_age,
+                "min_window_s": args.aged_window,
+                "minimal_tasks": args.aged_minimal,
+                "old_tasks": args.aged_old,
+            },
+            "naive_wait": None
+            if args.skip_naive_wait
+            else {"tasks": args.naive_wait_tasks, "window_s": args.naive_wait_s},
+            "inflight_aged": {
+                "tasks": args.inflight_aged,
+                "window_s": args.inflight_aged_window,
+                "poll_ms": args.inflight_aged_poll_ms,
+            }
+            if args.inflight_aged
+            else None,
+        },
         "designs": {},
     }
     aged: AgedBackground | None = None
@@ -1136,22 +1442,31 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if not args.skip_aged:
             # The cost of waiting, T1 and T3: aged tasks wait in the background of every other phase (their own worker
             # and server; a few polls a minute), so the long window they need costs no wall time of its own.
-            aged = AgedBackground(env, poll_ms=args.poll_ms, tiles=args.aged_tiles, probes=args.aged_probes,
-                                  probe_max_age_s=args.aged_probe_max_age, minimal_tasks=args.aged_minimal,
-                                  min_window_s=args.aged_window, old=args.aged_old)
+            aged = AgedBackground(
+                env,
+                poll_ms=args.poll_ms,
+                tiles=args.aged_tiles,
+                probes=args.aged_probes,
+                probe_max_age_s=args.aged_probe_max_age,
+                minimal_tasks=args.aged_minimal,
+                min_window_s=args.aged_window,
+                old=args.aged_old,
+            )
             await aged.start()
         for design in ("floor", "ours", "naive", "minimal"):
             if getattr(args, f"skip_{design}"):
                 continue
-            res["designs"][design] = await phase_design(env, design, n=args.tasks, concurrency=args.concurrency,
-                                                        duration=args.duration, poll_ms=args.poll_ms)
+            res["designs"][design] = await phase_design(
+                env, design, n=args.tasks, concurrency=args.concurrency, duration=args.duration, poll_ms=args.poll_ms
+            )
         d = res["designs"]
         ratios: dict[str, float | None] = {}
         if "ours" in d and "naive" in d and d["naive"]["throughput_per_s"]:
             ratios["throughput ours/naive"] = round(d["ours"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2)
         if "minimal" in d and "naive" in d and d["naive"]["throughput_per_s"]:
             ratios["throughput minimal/naive (best any durable design reaches here)"] = round(
-                d["minimal"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2)
+                d["minimal"]["throughput_per_s"] / d["naive"]["throughput_per_s"], 2
+            )
         if "ours" in d and "floor" in d:
             of, ff = d["ours"]["latency_ms"], d["floor"]["latency_ms"]
             for p in ("p50", "p95"):
@@ -1169,28 +1484,39 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for design in ("floor", "ours"):
                 if getattr(args, f"skip_{design}"):
                     continue
-                res["light"][design] = await phase_design(env, design, n=args.light_tasks,
-                                                          concurrency=args.light_concurrency,
-                                                          duration=args.light_duration, poll_ms=args.poll_ms,
-                                                          label="-light")
+                res["light"][design] = await phase_design(
+                    env,
+                    design,
+                    n=args.light_tasks,
+                    concurrency=args.light_concurrency,
+                    duration=args.light_duration,
+                    poll_ms=args.poll_ms,
+                    label="-light",
+                )
             lo, lf = res["light"].get("ours"), res["light"].get("floor")
             if lo and lf and lo["latency_ms"]["p50"] is not None and lf["latency_ms"]["p50"] is not None:
                 ratios["light: latency p50 ours−floor ms"] = round(lo["latency_ms"]["p50"] - lf["latency_ms"]["p50"], 1)
                 ratios["light: latency p95 ours−floor ms"] = round(lo["latency_ms"]["p95"] - lf["latency_ms"]["p95"], 1)
         if not args.skip_history:
-            res["history"] = await phase_history(env, short_s=args.short_s, long_s=args.long_s, poll_ms=args.poll_ms,
-                                                 naive_points=args.naive_fit_polls)
+            res["history"] = await phase_history(
+                env, short_s=args.short_s, long_s=args.long_s, poll_ms=args.poll_ms, naive_points=args.naive_fit_polls
+            )
         if not args.skip_naive_wait:
-            res["naive_wait"] = await phase_naive_wait(env, poll_ms=args.poll_ms, tasks=args.naive_wait_tasks,
-                                                       window_s=args.naive_wait_s)
+            res["naive_wait"] = await phase_naive_wait(
+                env, poll_ms=args.poll_ms, tasks=args.naive_wait_tasks, window_s=args.naive_wait_s
+            )
         if not args.skip_inflight:
-            res["inflight"] = await phase_inflight(env, inflight=args.inflight, poll_ms=args.inflight_poll_ms,
-                                                   cache=args.inflight_cache, timeout_s=300)
+            res["inflight"] = await phase_inflight(
+                env, inflight=args.inflight, poll_ms=args.inflight_poll_ms, cache=args.inflight_cache, timeout_s=300
+            )
         if args.inflight_aged:
-            res["inflight_aged"] = await phase_inflight_aged(env, n=args.inflight_aged,
-                                                             poll_ms=args.inflight_aged_poll_ms,
-                                                             window_s=args.inflight_aged_window,
-                                                             cache=args.inflight_cache)
+            res["inflight_aged"] = await phase_inflight_aged(
+                env,
+                n=args.inflight_aged,
+                poll_ms=args.inflight_aged_poll_ms,
+                window_s=args.inflight_aged_window,
+                cache=args.inflight_cache,
+            )
         if aged is not None:
             res["aged"] = await aged.finish()
         if not args.skip_idle_waits:

@@ -37,16 +37,25 @@ T = TypeVar("T")
 @activity.defn(name="bench.idle_attempt")
 async def idle_attempt(gap_s: float) -> None:
     ATTEMPTS[0] += 1
-    raise ApplicationError("working", {"status": "working"}, type="TaskStillWorking",
-                           next_retry_delay=timedelta(seconds=gap_s), category=ApplicationErrorCategory.BENIGN)
+    raise ApplicationError(
+        "working",
+        {"status": "working"},
+        type="TaskStillWorking",
+        next_retry_delay=timedelta(seconds=gap_s),
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 @workflow.defn(name="bench.HoldIdle", sandboxed=False)
 class HoldIdle:
     @workflow.run
     async def run(self, gap_s: float) -> None:
-        await workflow.execute_activity(idle_attempt, gap_s, start_to_close_timeout=timedelta(seconds=30),
-                                        retry_policy=RetryPolicy(maximum_attempts=0))
+        await workflow.execute_activity(
+            idle_attempt,
+            gap_s,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=0),
+        )
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -58,8 +67,8 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
                 stat = f.read()
         except OSError:  # a thread that ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        name = "main" if tid == str(pid) else stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = "main" if tid == str(pid) else stat[stat.index("(") + 1 : stat.rindex(")")]
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
 
@@ -69,11 +78,17 @@ async def measure(tasks: int, gap_s: float, window_s: float) -> dict[str, float]
         dev_server_existing_path=temporal_binary(), dev_server_log_level="error"
     )
     async with env:
-        async with Worker(env.client, task_queue="attempt-floor", workflows=[HoldIdle], activities=[idle_attempt],
-                          max_concurrent_activities=2000):
+        async with Worker(
+            env.client,
+            task_queue="attempt-floor",
+            workflows=[HoldIdle],
+            activities=[idle_attempt],
+            max_concurrent_activities=2000,
+        ):
             for i in range(tasks):
-                await env.client.start_workflow(HoldIdle.run, gap_s * random.uniform(0.8, 1.2), id=f"hold-{i}",
-                                                task_queue="attempt-floor")
+                await env.client.start_workflow(
+                    HoldIdle.run, gap_s * random.uniform(0.8, 1.2), id=f"hold-{i}", task_queue="attempt-floor"
+                )
             await asyncio.sleep(3 * gap_s)  # every workflow past its first attempt: only retries from here
             a0, c0, t0 = ATTEMPTS[0], thread_cpu_s(os.getpid()), time.monotonic()
             await asyncio.sleep(window_s)
@@ -81,10 +96,13 @@ async def measure(tasks: int, gap_s: float, window_s: float) -> dict[str, float]
     wall, attempts = t1 - t0, max(1, a1 - a0)
     used = {k: v - c0.get(k, 0.0) for k, v in c1.items()}
     total = sum(used.values())
-    return {"attempts_per_s": round(attempts / wall, 1), "cpu_pct_of_core": round(100 * total / wall, 1),
-            "ms_per_attempt": round(1000 * total / attempts, 2),
-            "main_thread_ms": round(1000 * used.get("main", 0.0) / attempts, 2),
-            "other_threads_ms": round(1000 * (total - used.get("main", 0.0)) / attempts, 2)}
+    return {
+        "attempts_per_s": round(attempts / wall, 1),
+        "cpu_pct_of_core": round(100 * total / wall, 1),
+        "ms_per_attempt": round(1000 * total / attempts, 2),
+        "main_thread_ms": round(1000 * used.get("main", 0.0) / attempts, 2),
+        "other_threads_ms": round(1000 * (total - used.get("main", 0.0)) / attempts, 2),
+    }
 
 
 async def _stoppable(coro: Coroutine[Any, Any, T]) -> T:
@@ -107,9 +125,12 @@ def main() -> None:
     except asyncio.CancelledError:  # SIGINT/SIGTERM: the worker and the dev server were stopped on the way out
         print("attempt_floor: stopped", file=sys.stderr)
         raise SystemExit(130) from None
-    print(f"{args.tasks} idle workflows, one attempt per {args.gap_s:g} s: {out['attempts_per_s']} attempts/s, worker "
-          f"{out['cpu_pct_of_core']} % of a core = {out['ms_per_attempt']} ms per attempt (Python main thread "
-          f"{out['main_thread_ms']} ms, Temporal core threads {out['other_threads_ms']} ms)", flush=True)
+    print(
+        f"{args.tasks} idle workflows, one attempt per {args.gap_s:g} s: {out['attempts_per_s']} attempts/s, worker "
+        f"{out['cpu_pct_of_core']} % of a core = {out['ms_per_attempt']} ms per attempt (Python main thread "
+        f"{out['main_thread_ms']} ms, Temporal core threads {out['other_threads_ms']} ms)",
+        flush=True,
+    )
     # The core's threads can still call into Python while the interpreter finalizes (a fatal PyGILState_Release
     # at exit); everything is measured and printed, so leave without finalizing.
     os._exit(0)

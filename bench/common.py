@@ -41,15 +41,34 @@ class TaskRecord:
 class Child:
     """A child process that announces readiness with one line on stderr (or stdout)."""
 
-    def __init__(self, argv: list[str], *, ready_prefix: str, env: dict[str, str] | None = None,
-                 stream: str = "stderr", timeout_s: float = 60.0, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        ready_prefix: str,
+        env: dict[str, str] | None = None,
+        stream: str = "stderr",
+        timeout_s: float = 60.0,
+        log: Path | None = None,
+    ) -> None:
         self.argv = argv
-        full_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                    **(env or {})}
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            **(env or {}),
+        }
         # Its own session (a Ctrl-C reaches the bench, which stops its children in order), and dead with the bench
         # if the bench is killed: a worker or server left behind would load the next run's machine.
-        self.proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         pipe = self.proc.stderr if stream == "stderr" else self.proc.stdout
         other = self.proc.stdout if stream == "stderr" else self.proc.stderr
         assert pipe is not None and other is not None
@@ -213,18 +232,22 @@ class RssSampler:
         return max((s for _, s in self.samples), default=0.0)
 
 
-
 #: ``Timeouts`` fields every ours request of this run sets (``--heartbeat-s``: a caller's own setting, not a patch).
 OURS_TIMEOUTS: dict[str, Any] = {}
 
 
-def ours_request(url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1,
-                 timeouts: dict[str, Any] | None = None) -> McpTaskRequest:
+def ours_request(
+    url: str, args: dict[str, Any], key: str, *, poll_floor_s: float = 0.1, timeouts: dict[str, Any] | None = None
+) -> McpTaskRequest:
     """``timeouts``: fields of :class:`Timeouts` over the run's (``idle_gap_s=0``: the heartbeating wait alone)."""
-    return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2026-07-28",
-                          idempotency_key=key, timeouts=Timeouts(poll_floor_s=poll_floor_s,
-                                                                 **{**OURS_TIMEOUTS, **(timeouts or {})}))
-
+    return McpTaskRequest(
+        server=Endpoint(url=url),
+        tool=TOOL,
+        arguments=args,
+        era="2026-07-28",
+        idempotency_key=key,
+        timeouts=Timeouts(poll_floor_s=poll_floor_s, **{**OURS_TIMEOUTS, **(timeouts or {})}),
+    )
 
 
 def scrape(port: int) -> str:
@@ -238,12 +261,17 @@ def scrape(port: int) -> str:
 
 def worker_metrics(port: int) -> dict[str, float]:
     """A few counters of the worker's SDK Prometheus endpoint (sticky cache, workflow task replays, polls)."""
-    wanted = ("temporal_sticky_cache_total_forced_eviction", "temporal_sticky_cache_size",
-              "temporal_workflow_task_replay_latency_count", "temporal_workflow_task_execution_latency_count",
-              "temporal_workflow_task_schedule_to_start_latency_sum",
-              "temporal_workflow_task_schedule_to_start_latency_count",
-              "temporal_activity_execution_latency_count", "temporal_request_failure",
-              "temporal_workflow_task_execution_failed")
+    wanted = (
+        "temporal_sticky_cache_total_forced_eviction",
+        "temporal_sticky_cache_size",
+        "temporal_workflow_task_replay_latency_count",
+        "temporal_workflow_task_execution_latency_count",
+        "temporal_workflow_task_schedule_to_start_latency_sum",
+        "temporal_workflow_task_schedule_to_start_latency_count",
+        "temporal_activity_execution_latency_count",
+        "temporal_request_failure",
+        "temporal_workflow_task_execution_failed",
+    )
     out: dict[str, float] = {}
     for line in scrape(port).splitlines():
         if line.startswith("#") or not line.strip():
@@ -263,7 +291,7 @@ def sdk_requests(port: int) -> Counter[str]:
     endpoint. ``RecordActivityTaskHeartbeat`` counts the heartbeats that reached the server, after the SDK's
     throttling."""
     out: Counter[str] = Counter()
-    for m in re.finditer(r'^temporal_request(?:_failure)?\{([^}]*)\} (\S+)$', scrape(port), re.M):
+    for m in re.finditer(r"^temporal_request(?:_failure)?\{([^}]*)\} (\S+)$", scrape(port), re.M):
         op = re.search(r'operation="([^"]+)"', m.group(1))
         try:
             out[op.group(1) if op else "?"] += int(float(m.group(2)))  # counters: whole numbers
@@ -282,8 +310,11 @@ def start_py_spy(pid: int, out: Path) -> Any:
         log("py-spy not installed: no profile")
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--threads",
-                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--threads", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stop_profiler(proc: Any) -> None:

@@ -35,8 +35,9 @@ async def _one(client: WireSession, rec: TaskRecord, args: dict, poll_s: float |
         rec.error = f"{type(exc).__name__}: {exc}"
 
 
-async def run_floor(url: str, *, n: int, concurrency: int, args: dict | list[dict], poll_s: float | None = None,
-                    prefix: str = "floor") -> tuple[list[TaskRecord], float, float]:
+async def run_floor(
+    url: str, *, n: int, concurrency: int, args: dict | list[dict], poll_s: float | None = None, prefix: str = "floor"
+) -> tuple[list[TaskRecord], float, float]:
     """Closed loop: at most ``concurrency`` tasks in flight until ``n`` are done. Returns (records, t0, t1)."""
     client = await WireSession.connect(Endpoint(url=url), era="2026-07-28")
     sem = asyncio.Semaphore(concurrency)

@@ -51,8 +51,9 @@ class _Direct:
             params["_meta"] = sdk_compat.extension_meta()
             headers = sdk_compat.extension_headers("tasks/get", task_id)
         body = {"jsonrpc": "2.0", "id": "bench", "method": "tasks/get", "params": params}
-        request = self.transport._client.build_request("POST", self.transport.url, json=body,
-                                                        headers=self.transport._base_headers(headers))
+        request = self.transport._client.build_request(
+            "POST", self.transport.url, json=body, headers=self.transport._base_headers(headers)
+        )
         response = await self.layer.handle_async_request(request)
         try:
             await response.aread()
@@ -91,8 +92,18 @@ async def cpu_per_read(url: str, reads: int, *, way: str) -> float:
 
 def start_server(sse: bool) -> tuple[subprocess.Popen[bytes], str]:
     """The demo's fastmcp server on a free port (``--json-response`` unless ``sse``), in our process group."""
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", "100", *([] if sse else ["--json-response"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mcp_temporal_tasks.demo.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--poll-interval-ms",
+        "100",
+        *([] if sse else ["--json-response"]),
+    ]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     lines: queue.Queue[str] = queue.Queue()
 

@@ -56,8 +56,12 @@ def _actions(sdk0: Counter[str], sdk1: Counter[str], events: Counter[str]) -> di
     attempts = sum(sdk1[k] - sdk0[k] for k in ATTEMPT_ENDS)
     heartbeats = sdk1[HEARTBEAT] - sdk0[HEARTBEAT]
     workflow = sum(events[k] for k in WORKFLOW_ACTIONS)
-    return {"attempts": attempts, "heartbeats": heartbeats, "workflow": workflow,
-            "total": attempts + heartbeats + workflow}
+    return {
+        "attempts": attempts,
+        "heartbeats": heartbeats,
+        "workflow": workflow,
+        "total": attempts + heartbeats + workflow,
+    }
 
 
 class _Group:
@@ -80,9 +84,14 @@ class _Group:
 
         async def one(key: str, age: float) -> None:
             async with sem:
-                await start_mcp_task(self.env.client, ours_request(
-                    self.url, {"gate": self.gate, "age_s": round(age, 1)}, key, timeouts=DESIGNS[self.design]),
-                    workflow_id=key, task_queue=self.tq)
+                await start_mcp_task(
+                    self.env.client,
+                    ours_request(
+                        self.url, {"gate": self.gate, "age_s": round(age, 1)}, key, timeouts=DESIGNS[self.design]
+                    ),
+                    workflow_id=key,
+                    task_queue=self.tq,
+                )
 
         await asyncio.gather(*(one(k, a) for k, a in zip(self.ids, self.ages, strict=True)))
 
@@ -98,18 +107,25 @@ class CostPhase:
         self.env, self.window_s, self.poll_ms, self.probes = env, window_s, poll_ms, probes
         self.tile_ages = [FIRST_MINUTE_S + (HOUR_S - FIRST_MINUTE_S) * i / tiles for i in range(tiles)]
         self.old_ages = [7200.0 + 3 * HOUR_S * ((i * PHI) % 1.0) for i in range(old)]
-        self.out: dict[str, Any] = {"window_s": window_s, "tiles": tiles, "old": old, "poll_ms": poll_ms,
-                                    **{d: {} for d in DESIGNS}}
+        self.out: dict[str, Any] = {
+            "window_s": window_s,
+            "tiles": tiles,
+            "old": old,
+            "poll_ms": poll_ms,
+            **{d: {} for d in DESIGNS},
+        }
         self.servers: dict[str, str] = {}
         self.groups: list[_Group] = []
         for design in DESIGNS:
             _, url = env.server(poll_ms, name=f"idle-cost-{design}", ttl_s=8 * 3600)
             self.servers[design] = url
             gate = f"idle-{design}-{env.run_id}"
-            self.groups += [_Group(env, design, "first-hour", self.tile_ages, url, gate),
-                            _Group(env, design, "old", self.old_ages, url, gate),
-                            # The probes' starts, submits and payload reads must not count as the held tasks' cost.
-                            _Group(env, design, "probes", [], url, gate)]
+            self.groups += [
+                _Group(env, design, "first-hour", self.tile_ages, url, gate),
+                _Group(env, design, "old", self.old_ages, url, gate),
+                # The probes' starts, submits and payload reads must not count as the held tasks' cost.
+                _Group(env, design, "probes", [], url, gate),
+            ]
         self.old_w0 = 0.0
 
     async def start(self) -> None:
@@ -118,8 +134,11 @@ class CostPhase:
         await asyncio.gather(*(g.start_tasks() for g in self.groups))
         want = len(self.tile_ages) + len(self.old_ages)
         while time.monotonic() - t0 < 600:
-            if all(len(http_json(base_url(u) + "/bench/state")["aged"]) >= want and
-                   http_json(base_url(u) + "/bench/counts")["polled"] >= want for u in self.servers.values()):
+            if all(
+                len(http_json(base_url(u) + "/bench/state")["aged"]) >= want
+                and http_json(base_url(u) + "/bench/counts")["polled"] >= want
+                for u in self.servers.values()
+            ):
                 break
             await asyncio.sleep(1)
         # Settle: every wait that hands over (to poll_task, or to the long-wait heartbeat) has done so.
@@ -157,17 +176,23 @@ class CostPhase:
 
         async def probe(g: _Group, j: int, p: dict[str, Any]) -> dict[str, Any]:
             key = f"idle-probe-{g.design}-{env.run_id}-{j}"
-            h = await start_mcp_task(env.client, ours_request(g.url, {"seconds": p["seconds"], "age_s": p["age_s"]},
-                                                              key, timeouts=DESIGNS[g.design]),
-                                     workflow_id=key, task_queue=g.tq)
+            h = await start_mcp_task(
+                env.client,
+                ours_request(g.url, {"seconds": p["seconds"], "age_s": p["age_s"]}, key, timeouts=DESIGNS[g.design]),
+                workflow_id=key,
+                task_queue=g.tq,
+            )
             o = await outcome_of(h)
             return {**p, "task_id": o.task_id, "ok": o.outcome.value == "completed"}
 
         tiles = [g for g in self.groups if g.name == "first-hour"]
         w0 = time.time()
         sdk0 = {g.tq: sdk_requests(g.port) for g in tiles}
-        futs = {g.design: [asyncio.ensure_future(probe(g, j, p)) for j, p in enumerate(probe_specs)]
-                for g in self.groups if g.name == "probes"}
+        futs = {
+            g.design: [asyncio.ensure_future(probe(g, j, p)) for j, p in enumerate(probe_specs)]
+            for g in self.groups
+            if g.name == "probes"
+        }
         await asyncio.sleep(self.window_s)
         w1 = time.time()
         for g in tiles:
@@ -189,8 +214,15 @@ class CostPhase:
                 age_end = st["terminal"][tid] - a["created"]
                 wait = st["observed"][tid] - st["terminal"][tid]
                 bound = max(poll_ms / 1000, AGE_FRACTION * age_end)
-                rows.append({"ok": True, "age_at_end_s": round(age_end), "poll_wait_s": round(wait, 2),
-                             "bound_s": round(bound, 1), "within": wait <= bound + DELIVERY_SLACK_S})
+                rows.append(
+                    {
+                        "ok": True,
+                        "age_at_end_s": round(age_end),
+                        "poll_wait_s": round(wait, 2),
+                        "bound_s": round(bound, 1),
+                        "within": wait <= bound + DELIVERY_SLACK_S,
+                    }
+                )
             self.out[design]["probes"] = rows
         log(f"idle cost, first hour: { {d: self.out[d].get('first-hour') for d in DESIGNS} }")
 
@@ -203,8 +235,14 @@ class CostPhase:
                 await self._measure(g, self.old_w0, w1, sdk_requests(g.port))
         for g in self.groups:
             http_json(base_url(g.url) + f"/bench/open?gate={g.gate}", method="POST")
-        await asyncio.gather(*(env.client.get_workflow_handle(w).terminate(reason="bench: idle cost phase over")
-                               for g in self.groups for w in g.ids), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                env.client.get_workflow_handle(w).terminate(reason="bench: idle cost phase over")
+                for g in self.groups
+                for w in g.ids
+            ),
+            return_exceptions=True,
+        )
         await asyncio.gather(*(asyncio.to_thread(env.stop_worker, g.worker) for g in self.groups))
         for design in DESIGNS:
             env.stop_server(self.poll_ms, name=f"idle-cost-{design}")
@@ -228,8 +266,9 @@ def _schedule_check(aged: dict[str, Any], poll_s: float, w0: float, w1: float) -
     return {"gaps": gaps, "late": late, "worst_gap_over_schedule": round(worst, 3)}
 
 
-async def phase_inflight(env: Any, *, n: int, design: str, poll_ms: int, window_s: float, cancels: int = 0
-                         ) -> dict[str, Any]:
+async def phase_inflight(
+    env: Any, *, n: int, design: str, poll_ms: int, window_s: float, cancels: int = 0
+) -> dict[str, Any]:
     """Phase 2 (and 3 for the idle design): ``n`` tasks of ``design`` aged 10 min … 1 h on one worker."""
     hooks: dict[str, Any] = {}
 
@@ -247,16 +286,29 @@ async def phase_inflight(env: Any, *, n: int, design: str, poll_ms: int, window_
     def check(url: str, w0: float, w1: float) -> None:
         hooks["schedule"] = _schedule_check(http_json(base_url(url) + "/bench/state")["aged"], poll_ms / 1000, w0, w1)
 
-    out = await phase_inflight_aged(env, n=n, poll_ms=poll_ms, window_s=window_s, cache=0,
-                                    timeouts=DESIGNS[design], name=f"inflight-{design}", after_window=check,
-                                    before_release=cancel_some if cancels else None, handover=design == "heartbeating",
-                                    settle_polls=2 if design == "idle" else 1, timeout_s=1200)
+    out = await phase_inflight_aged(
+        env,
+        n=n,
+        poll_ms=poll_ms,
+        window_s=window_s,
+        cache=0,
+        timeouts=DESIGNS[design],
+        name=f"inflight-{design}",
+        after_window=check,
+        before_release=cancel_some if cancels else None,
+        handover=design == "heartbeating",
+        settle_polls=2 if design == "idle" else 1,
+        timeout_s=1200,
+    )
     out.update(hooks)
     out["design"] = design
     if "cancels" in out:
         secs = [c["seconds"] for c in out["cancels"]]
-        out["cancel_s"] = {"p50": percentile(secs, 50), "max": max(secs) if secs else None,
-                           "all_cancelled": all(c["outcome"] == "cancelled" for c in out["cancels"])}
+        out["cancel_s"] = {
+            "p50": percentile(secs, 50),
+            "max": max(secs) if secs else None,
+            "all_cancelled": all(c["outcome"] == "cancelled" for c in out["cancels"]),
+        }
     return out
 
 
@@ -273,17 +325,25 @@ def idle_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": new["old"]["actions_per_task_hour"] <= 12,
             }
         )
-        rows.append({"target": "billable actions per task-hour, a task's first hour (ages 60 s … 1 h): ≤ 90",
-                     "value": f"{new['first-hour']['actions_per_task_hour']:g} "
-                              f"(before: {old['first-hour']['actions_per_task_hour']:g})",
-                     "met": new["first-hour"]["actions_per_task_hour"] <= 90})
+        rows.append(
+            {
+                "target": "billable actions per task-hour, a task's first hour (ages 60 s … 1 h): ≤ 90",
+                "value": f"{new['first-hour']['actions_per_task_hour']:g} "
+                f"(before: {old['first-hour']['actions_per_task_hour']:g})",
+                "met": new["first-hour"]["actions_per_task_hour"] <= 90,
+            }
+        )
         hist = new["first-hour"]["history_events"] + new["old"]["history_events"]
         added = new["old"]["history_events_added_per_task"]
-        rows.append({"target": "history per task constant in its age",
-                     "value": f"{added:g} events added per task aged 2 h+ over {new['old']['window_s']} s; every "
-                              f"history {min(hist)}–{max(hist)} events at ages 1 min … 5 h (13 before the hand-over "
-                              "to idle polls, 21 after)",
-                     "met": added == 0 and max(hist) <= 29})
+        rows.append(
+            {
+                "target": "history per task constant in its age",
+                "value": f"{added:g} events added per task aged 2 h+ over {new['old']['window_s']} s; every "
+                f"history {min(hist)}–{max(hist)} events at ages 1 min … 5 h (13 before the hand-over "
+                "to idle polls, 21 after)",
+                "met": added == 0 and max(hist) <= 29,
+            }
+        )
         probes = new.get("probes") or []
         within = sum(1 for p in probes if p.get("within"))
         rows.append(
@@ -297,10 +357,14 @@ def idle_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     if inf:
-        rows.append({"target": f"{inf['tasks']:,} tasks aged 10 min–1 h on one worker: CPU ≤ 30 % of a core",
-                     "value": f"{inf['worker_cpu_pct_of_core']:g} % (before, {before.get('tasks', 0):,} tasks: "
-                              f"{before.get('worker_cpu_pct_of_core', '–')} %)",
-                     "met": inf["worker_cpu_pct_of_core"] <= 30})
+        rows.append(
+            {
+                "target": f"{inf['tasks']:,} tasks aged 10 min–1 h on one worker: CPU ≤ 30 % of a core",
+                "value": f"{inf['worker_cpu_pct_of_core']:g} % (before, {before.get('tasks', 0):,} tasks: "
+                f"{before.get('worker_cpu_pct_of_core', '–')} %)",
+                "met": inf["worker_cpu_pct_of_core"] <= 30,
+            }
+        )
         rows.append(
             {
                 "target": "… RSS < 500 MB",
@@ -319,10 +383,14 @@ def idle_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         )
         c = inf.get("cancel_s") or {}
         if c:
-            rows.append({"target": "a cancel reaches a waiting old task within max(5 s, its poll gap)",
-                         "value": f"cancel → outcome p50 {c['p50']} s, max {c['max']} s over {len(inf['cancels'])} "
-                                  "tasks between polls 30 s … 3 min apart",
-                         "met": c["all_cancelled"] and (c["max"] or 99) <= 5})
+            rows.append(
+                {
+                    "target": "a cancel reaches a waiting old task within max(5 s, its poll gap)",
+                    "value": f"cancel → outcome p50 {c['p50']} s, max {c['max']} s over {len(inf['cancels'])} "
+                    "tasks between polls 30 s … 3 min apart",
+                    "met": c["all_cancelled"] and (c["max"] or 99) <= 5,
+                }
+            )
     return rows
 
 
@@ -348,9 +416,11 @@ def render_idle(res: dict[str, Any]) -> list[str]:
         for design in DESIGNS:
             for name in ("first-hour", "old"):
                 r = cost[design][name]
-                lines.append(f"| {design} | {r['ages_s']} s | {r['window_s']} | **{r['actions_per_task_hour']:g}** | "
-                             f"{r['attempts_per_task_hour']:g} | {r['heartbeats_per_task_hour']:g} | "
-                             f"{r['workflow_actions_per_task_hour']:g} | {r['history_events']} |")
+                lines.append(
+                    f"| {design} | {r['ages_s']} s | {r['window_s']} | **{r['actions_per_task_hour']:g}** | "
+                    f"{r['attempts_per_task_hour']:g} | {r['heartbeats_per_task_hour']:g} | "
+                    f"{r['workflow_actions_per_task_hour']:g} | {r['history_events']} |"
+                )
     rows = [r for r in (idle.get("inflight"), idle.get("inflight_before")) if r]
     if rows:
         lines += [
@@ -377,16 +447,33 @@ def render_idle(res: dict[str, Any]) -> list[str]:
 
 async def phase_idle_waits(env: Any, args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    cost = CostPhase(env, tiles=args.idle_tiles, old=args.idle_old, probes=args.idle_probes,
-                     window_s=args.idle_window, poll_ms=args.poll_ms)
+    cost = CostPhase(
+        env,
+        tiles=args.idle_tiles,
+        old=args.idle_old,
+        probes=args.idle_probes,
+        window_s=args.idle_window,
+        poll_ms=args.poll_ms,
+    )
     await cost.start()
     await cost.first_hour()
     if args.idle_inflight:
-        out["inflight"] = await phase_inflight(env, n=args.idle_inflight, design="idle", poll_ms=args.poll_ms,
-                                               window_s=args.inflight_aged_window, cancels=args.idle_cancels)
+        out["inflight"] = await phase_inflight(
+            env,
+            n=args.idle_inflight,
+            design="idle",
+            poll_ms=args.poll_ms,
+            window_s=args.inflight_aged_window,
+            cancels=args.idle_cancels,
+        )
     if args.idle_inflight_before:
-        out["inflight_before"] = await phase_inflight(env, n=args.idle_inflight_before, design="heartbeating",
-                                                      poll_ms=args.poll_ms, window_s=args.inflight_aged_window)
+        out["inflight_before"] = await phase_inflight(
+            env,
+            n=args.idle_inflight_before,
+            design="heartbeating",
+            poll_ms=args.poll_ms,
+            window_s=args.inflight_aged_window,
+        )
     # The old tasks need a window of at least two of their 6–10 minute gaps.
     while time.time() - cost.old_w0 < args.idle_old_window:
         await asyncio.sleep(5)

@@ -43,8 +43,13 @@ class MinimalActivities(NaiveActivities):
             task = await client.get(task.task_id)
             polls += 1
             activity.heartbeat(task.task_id)
-        return NaiveOutcome(task_id=task.task_id, status=task.status, polls=polls, result=task.result,
-                            error=task.error.model_dump() if task.error else None)
+        return NaiveOutcome(
+            task_id=task.task_id,
+            status=task.status,
+            polls=polls,
+            result=task.result,
+            error=task.error.model_dump() if task.error else None,
+        )
 
     def all(self) -> list[Any]:
         return [self.call_and_wait]
@@ -55,5 +60,10 @@ class MinimalWorkflow:
     @workflow.run
     async def run(self, req: NaiveRequest) -> NaiveOutcome:
         return await workflow.execute_activity(
-            CALL_AND_WAIT, req, result_type=NaiveOutcome, start_to_close_timeout=timedelta(hours=2),
-            heartbeat_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=1))
+            CALL_AND_WAIT,
+            req,
+            result_type=NaiveOutcome,
+            start_to_close_timeout=timedelta(hours=2),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )

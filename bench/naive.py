@@ -84,8 +84,13 @@ class NaiveActivities:
 
     @staticmethod
     def _state(task: Any) -> NaiveState:
-        return NaiveState(task_id=task.task_id, status=task.status, poll_interval_ms=task.poll_interval_ms,
-                          result=task.result, error=task.error.model_dump() if task.error else None)
+        return NaiveState(
+            task_id=task.task_id,
+            status=task.status,
+            poll_interval_ms=task.poll_interval_ms,
+            result=task.result,
+            error=task.error.model_dump() if task.error else None,
+        )
 
     @activity.defn(name=START)
     async def start(self, req: NaiveRequest) -> NaiveState:
@@ -116,16 +121,24 @@ class NaivePollWorkflow:
     @workflow.run
     async def run(self, req: NaiveRequest) -> NaiveOutcome:
         state = await workflow.execute_activity(
-            START, req, result_type=NaiveState, start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=1))  # tools/call is not idempotent
+            START,
+            req,
+            result_type=NaiveState,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )  # tools/call is not idempotent
         polls = 0
         while state.status not in TERMINAL_STATUSES:
             await workflow.sleep(timedelta(milliseconds=state.poll_interval_ms or req.default_poll_ms))
             assert state.task_id is not None
             state = await workflow.execute_activity(
-                GET, NaiveGet(url=req.url, task_id=state.task_id), result_type=NaiveState,
+                GET,
+                NaiveGet(url=req.url, task_id=state.task_id),
+                result_type=NaiveState,
                 start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)))
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)),
+            )
             polls += 1
-        return NaiveOutcome(task_id=state.task_id, status=state.status, polls=polls, result=state.result,
-                            error=state.error)
+        return NaiveOutcome(
+            task_id=state.task_id, status=state.status, polls=polls, result=state.result, error=state.error
+        )

@@ -21,21 +21,45 @@ from pathlib import Path
 from typing import Any
 
 GC = "Go runtime: GC + allocation"
-GC_PREFIXES = ("runtime.gc", "runtime.mallocgc", "runtime.scanobject", "runtime.greyobject", "runtime.markroot",
-               "runtime.(*mspan)", "runtime.(*mheap)", "runtime.(*mcache)", "runtime.memclr", "runtime.heapBits",
-               "runtime.findObject", "runtime.wbBuf", "runtime.bgsweep", "runtime.sweepone", "runtime.(*gcWork)")
+GC_PREFIXES = (
+    "runtime.gc",
+    "runtime.mallocgc",
+    "runtime.scanobject",
+    "runtime.greyobject",
+    "runtime.markroot",
+    "runtime.(*mspan)",
+    "runtime.(*mheap)",
+    "runtime.(*mcache)",
+    "runtime.memclr",
+    "runtime.heapBits",
+    "runtime.findObject",
+    "runtime.wbBuf",
+    "runtime.bgsweep",
+    "runtime.sweepone",
+    "runtime.(*gcWork)",
+)
 #: Inclusive buckets, first match wins (checked leaf → root so the innermost subsystem is billed).
 SUBSYSTEMS: list[tuple[str, tuple[str, ...]]] = [
     ("SQLite engine (modernc.org/sqlite, pure Go)", ("modernc.org/",)),
     ("persistence layer (SQL plugins, serialization)", ("go.temporal.io/server/common/persistence",)),
-    ("gRPC + protobuf (wire, encode/decode)", ("google.golang.org/grpc", "google.golang.org/protobuf",
-                                               "github.com/gogo/protobuf", "golang.org/x/net/http2")),
+    (
+        "gRPC + protobuf (wire, encode/decode)",
+        ("google.golang.org/grpc", "google.golang.org/protobuf", "github.com/gogo/protobuf", "golang.org/x/net/http2"),
+    ),
     ("history service (mutable state, events, tasks)", ("go.temporal.io/server/service/history",)),
     ("matching service (task queues, polls)", ("go.temporal.io/server/service/matching",)),
     ("frontend service (API handlers)", ("go.temporal.io/server/service/frontend",)),
     ("visibility (search attributes)", ("go.temporal.io/server/common/persistence/visibility",)),
-    ("metrics + logging", ("go.temporal.io/server/common/metrics", "go.temporal.io/server/common/log",
-                           "github.com/prometheus", "go.opentelemetry.io", "go.uber.org/zap")),
+    (
+        "metrics + logging",
+        (
+            "go.temporal.io/server/common/metrics",
+            "go.temporal.io/server/common/log",
+            "github.com/prometheus",
+            "go.opentelemetry.io",
+            "go.uber.org/zap",
+        ),
+    ),
     ("other Temporal common code", ("go.temporal.io/server/common",)),
     (GC, GC_PREFIXES),
     ("Go runtime: scheduler + syscalls", ("runtime.", "syscall.", "internal/poll", "internal/runtime")),
@@ -71,7 +95,7 @@ class GoSymbols:
     def _exec_segment_bias(data: bytes) -> int:
         """vaddr − file offset of the executable PT_LOAD: ``perf script`` prints a DSO's addresses as file
         offsets, so this turns them back into the addresses the symbol table uses."""
-        phoff, = struct.unpack_from("<Q", data, 0x20)
+        (phoff,) = struct.unpack_from("<Q", data, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
         for i in range(phnum):
             p_type, p_flags, p_offset, p_vaddr = struct.unpack_from("<IIQQ", data, phoff + i * phentsize)
@@ -81,16 +105,18 @@ class GoSymbols:
 
     @staticmethod
     def _section(data: bytes, wanted: bytes, *, address: bool = False) -> Any:
-        shoff, = struct.unpack_from("<Q", data, 0x28)
+        (shoff,) = struct.unpack_from("<Q", data, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
         def header(i: int) -> tuple[int, int, int]:
             name, _t, _f, addr, off, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
             return name, off, size, addr
+
         _, str_off, _, _ = header(shstrndx)
         for i in range(shnum):
             name, off, size, addr = header(i)
-            if data[str_off + name:].split(b"\0", 1)[0] == wanted:
-                return addr if address else data[off:off + size]
+            if data[str_off + name :].split(b"\0", 1)[0] == wanted:
+                return addr if address else data[off : off + size]
         raise ValueError(f"no {wanted.decode()} section")
 
     def name(self, offset: int) -> str:
@@ -102,8 +128,9 @@ class GoSymbols:
 
 def stacks(perf_file: str) -> list[list[int]]:
     """Each sample's call chain (leaf first) as addresses, from ``perf script``."""
-    out = subprocess.run(["perf", "script", "-i", perf_file, "-F", "ip"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["perf", "script", "-i", perf_file, "-F", "ip"], capture_output=True, text=True, check=True
+    ).stdout
     samples: list[list[int]] = []
     cur: list[int] = []
     for line in out.splitlines():
@@ -154,13 +181,19 @@ def summarize(perf_file: str, binary: str, top: int = 25) -> str:
 
 #: Worker buckets, first match over the whole stack wins (so an HTTP call made by an activity is "MCP polling").
 PY_BUCKETS: list[tuple[str, tuple[str, ...]]] = [
-    ("MCP calls over HTTP (our wire client, httpx, anyio)", ("activities/wire/", "httpx", "httpcore", "anyio/",
-                                                              "h11/")),
-    ("workflow activations (SDK workflow worker, sandbox, our workflow code)",
-     ("temporalio/worker/_workflow", "temporalio/worker/workflow_sandbox", "workflows/")),
+    (
+        "MCP calls over HTTP (our wire client, httpx, anyio)",
+        ("activities/wire/", "httpx", "httpcore", "anyio/", "h11/"),
+    ),
+    (
+        "workflow activations (SDK workflow worker, sandbox, our workflow code)",
+        ("temporalio/worker/_workflow", "temporalio/worker/workflow_sandbox", "workflows/"),
+    ),
     ("payload conversion (pydantic, JSON)", ("temporalio/converter", "pydantic/", "json/")),
-    ("activity machinery (SDK activity worker, heartbeats)", ("temporalio/worker/_activity", "temporalio/activity",
-                                                               "activities/")),
+    (
+        "activity machinery (SDK activity worker, heartbeats)",
+        ("temporalio/worker/_activity", "temporalio/activity", "activities/"),
+    ),
     ("Temporal core bridge (Rust, gRPC to the server)", ("temporalio/bridge",)),
     ("asyncio event loop", ("asyncio/",)),
 ]

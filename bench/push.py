@@ -103,19 +103,26 @@ def compressed_timeouts(ages: tuple[float, float]) -> dict[str, Any] | None:
 
 
 def push_request(url: str, args: dict[str, Any], key: str, *, timeouts: dict[str, Any] | None = None) -> McpTaskRequest:
-    return McpTaskRequest(server=Endpoint(url=url), tool=TOOL, arguments=args, era="2025-11-25", idempotency_key=key,
-                          timeouts=Timeouts(poll_floor_s=0.1, **{**OURS_TIMEOUTS, **(timeouts or {})}))
+    return McpTaskRequest(
+        server=Endpoint(url=url),
+        tool=TOOL,
+        arguments=args,
+        era="2025-11-25",
+        idempotency_key=key,
+        timeouts=Timeouts(poll_floor_s=0.1, **{**OURS_TIMEOUTS, **(timeouts or {})}),
+    )
 
 
 def push_server(env: Any, poll_ms: int, *, silent: bool, name: str, listing: bool = False) -> tuple[Child, str]:
     if not PY1_PYTHON.exists():
-        raise RuntimeError(f"{PY1_PYTHON} is missing: the push phase runs mcp 1.30 in the py1 peer's venv "
-                           "(python3 -m venv tests/peers/py1/.venv && tests/peers/py1/.venv/bin/pip install -r "
-                           "tests/peers/py1/requirements.txt; scripts/test.sh does it)")
+        raise RuntimeError(
+            f"{PY1_PYTHON} is missing: the push phase runs mcp 1.30 in the py1 peer's venv "
+            "(python3 -m venv tests/peers/py1/.venv && tests/peers/py1/.venv/bin/pip install -r "
+            "tests/peers/py1/requirements.txt; scripts/test.sh does it)"
+        )
     argv = [str(PY1_PYTHON), "-m", "bench.push_server", "--port", "0", "--poll-interval-ms", str(poll_ms)]
     argv += ([] if listing else ["--no-list"]) + (["--silent"] if silent else [])
-    child = Child(argv, ready_prefix="LISTENING", env=env.child_env(),
-                  log=env.tmp / f"push-server-{name}.log")
+    child = Child(argv, ready_prefix="LISTENING", env=env.child_env(), log=env.tmp / f"push-server-{name}.log")
     url = child.ready_line.split()[1]
     env.servers[f"push-{name}"] = (child, url)  # stopped with the bench whatever happens
     return child, url
@@ -124,7 +131,7 @@ def push_server(env: Any, poll_ms: int, *, silent: bool, name: str, listing: boo
 def hub_counts(port: int) -> Counter[str]:
     """The worker's ``mcp_tasks_notifications`` counter by ``result`` (what its push hub made of each notice)."""
     out: Counter[str] = Counter()
-    for m in re.finditer(r'^mcp_tasks_notifications(?:_total)?\{([^}]*)\} (\S+)$', scrape(port), re.M):
+    for m in re.finditer(r"^mcp_tasks_notifications(?:_total)?\{([^}]*)\} (\S+)$", scrape(port), re.M):
         result = re.search(r'result="([^"]+)"', m.group(1))
         try:
             out[result.group(1) if result else "?"] += int(float(m.group(2)))
@@ -153,8 +160,11 @@ class _Group:
     async def prime(self) -> None:
         """One task that ends after 3 s: long enough for the worker's listener to be up when the server notifies."""
         key = f"push-prime-{self.design}-{self.name}-{self.env.run_id}"
-        out = await outcome_of(await start_mcp_task(self.env.client, push_request(self.url, {"seconds": 3.0}, key),
-                                                    workflow_id=key, task_queue=self.tq))
+        out = await outcome_of(
+            await start_mcp_task(
+                self.env.client, push_request(self.url, {"seconds": 3.0}, key), workflow_id=key, task_queue=self.tq
+            )
+        )
         self.primed_by = out.delivered_by
 
     async def hold(self, gate: str) -> None:
@@ -188,10 +198,17 @@ async def _probe(env: Any, g: _Group, j: int, end_age: float, seconds: float, bu
     out = await outcome_of(handle)
     closed = (await handle.describe()).close_time
     events = list((await handle.fetch_history()).events)
-    return {"key": key, "bucket_s": bucket, "end_age_s": round(end_age), "task_id": out.task_id,
-            "ok": out.outcome.value == "completed", "delivered_by": out.delivered_by,
-            "closed": closed.timestamp() if closed else None, "kinds": events_in_window([events], 0.0, 1e12),
-            "events": len(events)}
+    return {
+        "key": key,
+        "bucket_s": bucket,
+        "end_age_s": round(end_age),
+        "task_id": out.task_id,
+        "ok": out.outcome.value == "completed",
+        "delivered_by": out.delivered_by,
+        "closed": closed.timestamp() if closed else None,
+        "kinds": events_in_window([events], 0.0, 1e12),
+        "events": len(events),
+    }
 
 
 def _delays(rows: list[dict[str, Any]], state: dict[str, Any], poll_s: float) -> dict[str, Any]:
@@ -207,10 +224,17 @@ def _delays(rows: list[dict[str, Any]], state: dict[str, Any], poll_s: float) ->
         within_list += d <= max(poll_s, 5.0)
         delays.append(d)
         by[r["delivered_by"]] += 1
-    return {"n": len(delays), "of": len(rows), "p50_s": _r(percentile(delays, 50)), "p95_s": _r(percentile(delays, 95)),
-            "max_s": _r(max(delays) if delays else None), "within_todays_bound": within,
-            "within_list_bound": within_list, "delivered_by": dict(by),
-            "rows": [{k: r.get(k) for k in ("end_age_s", "delay_s", "bound_s", "delivered_by")} for r in rows]}
+    return {
+        "n": len(delays),
+        "of": len(rows),
+        "p50_s": _r(percentile(delays, 50)),
+        "p95_s": _r(percentile(delays, 95)),
+        "max_s": _r(max(delays) if delays else None),
+        "within_todays_bound": within,
+        "within_list_bound": within_list,
+        "delivered_by": dict(by),
+        "rows": [{k: r.get(k) for k in ("end_age_s", "delay_s", "bound_s", "delivered_by")} for r in rows],
+    }
 
 
 def _r(v: float | None) -> float | None:
@@ -234,8 +258,9 @@ async def _flood(env: Any, n: int, server: Child, url: str, g: _Group, idle: _Gr
     hub0, rpc0 = hub_counts(g.port), env.metrics()
     f0 = time.time()
     meter = CpuMeter({"worker": g.worker.pid, "idle_worker": idle.worker.pid, "mcp_server": server.pid})
-    reply = await asyncio.to_thread(http_json, base_url(url) + f"/bench/flood?n={n}&task={task_id}", method="POST",
-                                    timeout=180.0)
+    reply = await asyncio.to_thread(
+        http_json, base_url(url) + f"/bench/flood?n={n}&task={task_id}", method="POST", timeout=180.0
+    )
     await asyncio.sleep(FLOOD_TAIL_S)
     cpu = meter.done()
     f1 = time.time()
@@ -243,28 +268,45 @@ async def _flood(env: Any, n: int, server: Child, url: str, g: _Group, idle: _Gr
     hist = events_in_window(await fetch_histories(env.client, g.ids), f0, f1)
     # Each notice read is counted once by what became of it; ``not_ours`` is the later answer to a ``lookups`` one.
     heard = sum(v for k, v in hub.items() if k != "not_ours")
-    return {"sent": reply.get("sent"), "server_seconds": reply.get("seconds"), "error": reply.get("error"),
-            "heard_by_worker": heard, "hub": dict(hub),
-            "signals_sent": int(rpc.get("SignalWorkflowExecution", 0) - rpc0.get("SignalWorkflowExecution", 0)),
-            "signals_in_histories": hist["signals"],
-            "visibility_lookups": int(rpc.get("ListWorkflowExecutions", 0) - rpc0.get("ListWorkflowExecutions", 0)),
-            "worker_cpu_s": cpu["worker"], "idle_worker_cpu_s": cpu["idle_worker"],
-            "worker_cpu_above_idle_s": round(cpu["worker"] - cpu["idle_worker"], 2), "wall_s": cpu["wall_s"],
-            "mcp_server_cpu_s": cpu["mcp_server"],
-            "machine_other_pct": round(100 * cpu["other_processes"] / max(cpu["capacity"], 1e-9), 1)}
+    return {
+        "sent": reply.get("sent"),
+        "server_seconds": reply.get("seconds"),
+        "error": reply.get("error"),
+        "heard_by_worker": heard,
+        "hub": dict(hub),
+        "signals_sent": int(rpc.get("SignalWorkflowExecution", 0) - rpc0.get("SignalWorkflowExecution", 0)),
+        "signals_in_histories": hist["signals"],
+        "visibility_lookups": int(rpc.get("ListWorkflowExecutions", 0) - rpc0.get("ListWorkflowExecutions", 0)),
+        "worker_cpu_s": cpu["worker"],
+        "idle_worker_cpu_s": cpu["idle_worker"],
+        "worker_cpu_above_idle_s": round(cpu["worker"] - cpu["idle_worker"], 2),
+        "wall_s": cpu["wall_s"],
+        "mcp_server_cpu_s": cpu["mcp_server"],
+        "machine_other_pct": round(100 * cpu["other_processes"] / max(cpu["capacity"], 1e-9), 1),
+    }
 
 
 async def phase_push(env: Any, args: Any) -> dict[str, Any]:
     ages = [float(a) for a in args.push_ages]
     window = args.push_window or default_window(ages)
-    out: dict[str, Any] = {"poll_ms": args.poll_ms, "stretch": STRETCH, "ages_s": ages, "tiles": args.push_tiles,
-                           "probes": args.push_probes, "window_s": window, "old": args.push_old,
-                           **{d: {"buckets": {}} for d in DESIGNS}}
+    out: dict[str, Any] = {
+        "poll_ms": args.poll_ms,
+        "stretch": STRETCH,
+        "ages_s": ages,
+        "tiles": args.push_tiles,
+        "probes": args.push_probes,
+        "window_s": window,
+        "old": args.push_old,
+        **{d: {"buckets": {}} for d in DESIGNS},
+    }
     poll_s = args.poll_ms / 1000
-    servers = {d: push_server(env, args.poll_ms, silent=d != "notifying", listing=d == "listing",
-                              name=f"{d}-{env.run_id}") for d in DESIGNS}
-    cost = {d: {a: _Group(env, d, f"age{a:g}", servers[d][1], _spread(a, args.push_tiles)) for a in ages}
-            for d in DESIGNS}
+    servers = {
+        d: push_server(env, args.poll_ms, silent=d != "notifying", listing=d == "listing", name=f"{d}-{env.run_id}")
+        for d in DESIGNS
+    }
+    cost = {
+        d: {a: _Group(env, d, f"age{a:g}", servers[d][1], _spread(a, args.push_tiles)) for a in ages} for d in DESIGNS
+    }
     probers = {d: _Group(env, d, "probes", servers[d][1]) for d in DESIGNS}
     old = (
         {
@@ -291,8 +333,10 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
         await asyncio.gather(*(start(g) for g in everyone))
         await asyncio.gather(*(g.prime() for g in everyone if g is not idle))
         out["primes_delivered_by"] = {d: dict(Counter(g.primed_by for g in everyone if g.design == d)) for d in DESIGNS}
-        log(f"push: {len(everyone)} workers up and primed in {time.monotonic() - t0:.0f}s "
-            f"({out['primes_delivered_by']})")
+        log(
+            f"push: {len(everyone)} workers up and primed in {time.monotonic() - t0:.0f}s "
+            f"({out['primes_delivered_by']})"
+        )
         for d in DESIGNS:
             http_json(base_url(servers[d][1]) + "/bench/reset", method="POST")
         t0 = time.monotonic()
@@ -344,10 +388,12 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
                 used = cpu[f"{d}:{g.name}"]
                 row["worker_cpu_pct_of_core"] = round(100 * used / cpu["wall_s"], 2)
                 row["worker_cpu_ms_per_task_hour_above_idle"] = round(
-                    1000 * (used - cpu["idle"]) / (len(g.ids) * cpu["wall_s"] / HOUR_S), 1)
+                    1000 * (used - cpu["idle"]) / (len(g.ids) * cpu["wall_s"] / HOUR_S), 1
+                )
                 out[d]["buckets"][bucket_label(a)] = row
-            out[d]["worker_cpu_pct_of_core"] = round(sum(out[d]["buckets"][bucket_label(a)]["worker_cpu_pct_of_core"]
-                                                         for a in ages), 2)
+            out[d]["worker_cpu_pct_of_core"] = round(
+                sum(out[d]["buckets"][bucket_label(a)]["worker_cpu_pct_of_core"] for a in ages), 2
+            )
         for d in DESIGNS:
             rows = [r for r in await asyncio.gather(*probes[d], return_exceptions=True) if isinstance(r, dict)]
             state = http_json(base_url(servers[d][1]) + "/bench/state")
@@ -359,11 +405,17 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
             if kinds:
                 total = sum(kinds, Counter())
                 # A probe's whole history (start, submit, waits, end): notifying minus silent is what a wake adds.
-                out[d]["per_task_history"] = {k: round(total[k] / len(kinds), 2) for k in
-                                              ("signals", "markers", "upserts", "activity_starts", "events")}
-            log(f"push delivery {d}: " + ", ".join(
-                f"{b}: {r['delivery']['p50_s']}/{r['delivery']['p95_s']}/{r['delivery']['max_s']} s"
-                for b, r in out[d]["buckets"].items()))
+                out[d]["per_task_history"] = {
+                    k: round(total[k] / len(kinds), 2)
+                    for k in ("signals", "markers", "upserts", "activity_starts", "events")
+                }
+            log(
+                f"push delivery {d}: "
+                + ", ".join(
+                    f"{b}: {r['delivery']['p50_s']}/{r['delivery']['p95_s']}/{r['delivery']['max_s']} s"
+                    for b, r in out[d]["buckets"].items()
+                )
+            )
         if args.push_flood:
             out["flood"] = await _flood(env, args.push_flood, *servers["notifying"], cost["notifying"][max(ages)], idle)
             log(f"push flood: {out['flood']}")
@@ -379,8 +431,14 @@ async def phase_push(env: Any, args: Any) -> dict[str, Any]:
                 out[d]["old"] = await _measure(env, old[d], old_w0, ow1)
         for _, u in servers.values():
             http_json(base_url(u) + f"/bench/open?gate={gate}", method="POST")
-        await asyncio.gather(*(env.client.get_workflow_handle(w).terminate(reason="bench: push phase over")
-                               for g in held for w in g.ids), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                env.client.get_workflow_handle(w).terminate(reason="bench: push phase over")
+                for g in held
+                for w in g.ids
+            ),
+            return_exceptions=True,
+        )
         await asyncio.gather(*(asyncio.to_thread(env.stop_worker, g.worker) for g in everyone))
     finally:
         for d in DESIGNS:
@@ -401,18 +459,35 @@ async def inflight_on(env: Any, args: Any, design: str) -> dict[str, Any]:
     def check(url: str, a: float, b: float) -> None:
         # The hub reads a notifying server's idle waits once per net gap (PushHub._poll_factor), the others' at
         # today's gap; every kind is checked against the stretched schedule at least.
-        seen["schedule"] = _schedule(http_json(base_url(url) + "/bench/state")["aged"], poll_s, a, b,
-                                     DEFAULT_NET_STRETCH if design == "notifying" else STRETCH)
+        seen["schedule"] = _schedule(
+            http_json(base_url(url) + "/bench/state")["aged"],
+            poll_s,
+            a,
+            b,
+            DEFAULT_NET_STRETCH if design == "notifying" else STRETCH,
+        )
         seen["lists"] = http_json(base_url(url) + "/bench/counts").get("lists", 0)
 
     res = await phase_inflight_aged(
-        env, n=args.push_inflight, poll_ms=args.poll_ms, window_s=args.inflight_aged_window, cache=0,
-        name=f"push-inflight-{design}", handover=False, settle_polls=1, timeout_s=1800, after_window=check,
-        server=lambda: push_server(env, args.poll_ms, silent=design != "notifying", listing=design == "listing",
-                                   name=name),
-        request=push_request, ages=args.push_inflight_ages, settle_s=args.push_inflight_settle,
+        env,
+        n=args.push_inflight,
+        poll_ms=args.poll_ms,
+        window_s=args.inflight_aged_window,
+        cache=0,
+        name=f"push-inflight-{design}",
+        handover=False,
+        settle_polls=1,
+        timeout_s=1800,
+        after_window=check,
+        server=lambda: push_server(
+            env, args.poll_ms, silent=design != "notifying", listing=design == "listing", name=name
+        ),
+        request=push_request,
+        ages=args.push_inflight_ages,
+        settle_s=args.push_inflight_settle,
         steady=args.push_inflight_steady,
-        timeouts=compressed_timeouts(args.push_inflight_ages))
+        timeouts=compressed_timeouts(args.push_inflight_ages),
+    )
     res["server"] = design
     res.update(seen)
     env.servers.pop(f"push-{name}", None)  # the phase stopped it
@@ -441,13 +516,17 @@ async def _measure(env: Any, g: _Group, w0: float, w1: float) -> dict[str, Any]:
     events = events_in_window(hist, w0, w1)
     acts = _actions(g.sdk0, sdk_requests(g.port), events)
     task_hours = len(g.ids) * (w1 - w0) / HOUR_S
-    return {"tasks": len(g.ids), "window_s": round(w1 - w0),
-            "ages_s": f"{min(g.ages):.0f}…{max(g.ages) + (w1 - w0):.0f}",
-            "actions_per_task_hour": round(acts["total"] / task_hours, 2),
-            "attempts_per_task_hour": round(acts["attempts"] / task_hours, 2),
-            "heartbeats_per_task_hour": round(acts["heartbeats"] / task_hours, 2),
-            "workflow_actions_per_task_hour": round(acts["workflow"] / task_hours, 2),
-            "signals_in_window": events["signals"], "history_events": sorted({len(h) for h in hist})}
+    return {
+        "tasks": len(g.ids),
+        "window_s": round(w1 - w0),
+        "ages_s": f"{min(g.ages):.0f}…{max(g.ages) + (w1 - w0):.0f}",
+        "actions_per_task_hour": round(acts["total"] / task_hours, 2),
+        "attempts_per_task_hour": round(acts["attempts"] / task_hours, 2),
+        "heartbeats_per_task_hour": round(acts["heartbeats"] / task_hours, 2),
+        "workflow_actions_per_task_hour": round(acts["workflow"] / task_hours, 2),
+        "signals_in_window": events["signals"],
+        "history_events": sorted({len(h) for h in hist}),
+    }
 
 
 def _schedule(aged: dict[str, Any], poll_s: float, w0: float, w1: float, stretch: float) -> dict[str, Any]:
@@ -486,12 +565,16 @@ def inflight_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for design, inf in (res.get("push_inflight") or {}).items():
         bound = INFLIGHT_CPU_TARGET[design]
-        rows.append({"target": f"{inf['tasks']:,} idle tasks on one worker, {design} server: ≤ {bound:g} % of a core, "
-                               "RSS < 500 MB",
-                     "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB, "
-                              f"{inf.get('mcp_requests_per_s')} MCP requests/s (other processes "
-                              f"{inf.get('machine_other_pct')} % of the machine)",
-                     "met": inf["worker_cpu_pct_of_core"] <= bound and inf["rss_peak_mb"] < 500})
+        rows.append(
+            {
+                "target": f"{inf['tasks']:,} idle tasks on one worker, {design} server: ≤ {bound:g} % of a core, "
+                "RSS < 500 MB",
+                "value": f"{inf['worker_cpu_pct_of_core']:g} % of a core, RSS peak {inf['rss_peak_mb']:g} MB, "
+                f"{inf.get('mcp_requests_per_s')} MCP requests/s (other processes "
+                f"{inf.get('machine_other_pct')} % of the machine)",
+                "met": inf["worker_cpu_pct_of_core"] <= bound and inf["rss_peak_mb"] < 500,
+            }
+        )
     return rows
 
 
@@ -503,12 +586,15 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     dn, ds = n.get("delivery") or {}, s.get("delivery") or {}
     if dn.get("n"):
-        rows.append({"target": "notifying server: delivery ≤ 1 s p50 and ≤ 3 s max after the server's end, "
-                               "at every age",
-                     "value": f"p50 {dn['p50_s']} s, p95 {dn['p95_s']} s, max {dn['max_s']} s over {dn['n']} tasks "
-                              f"ending at ages {bucket_label(min(p['ages_s']))} … {bucket_label(max(p['ages_s']))} "
-                              f"(silent: p50 {ds.get('p50_s')} s, max {ds.get('max_s')} s)",
-                     "met": (dn["p50_s"] or 99) <= 1.0 and (dn["max_s"] or 99) <= 3.0 and dn["n"] == dn["of"]})
+        rows.append(
+            {
+                "target": "notifying server: delivery ≤ 1 s p50 and ≤ 3 s max after the server's end, at every age",
+                "value": f"p50 {dn['p50_s']} s, p95 {dn['p95_s']} s, max {dn['max_s']} s over {dn['n']} tasks "
+                f"ending at ages {bucket_label(min(p['ages_s']))} … {bucket_label(max(p['ages_s']))} "
+                f"(silent: p50 {ds.get('p50_s')} s, max {ds.get('max_s')} s)",
+                "met": (dn["p50_s"] or 99) <= 1.0 and (dn["max_s"] or 99) <= 3.0 and dn["n"] == dn["of"],
+            }
+        )
     if ds.get("n"):
         rows.append(
             {
@@ -521,11 +607,15 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     dl = li.get("delivery") or {}
     if dl.get("n"):
         bound = max(p["poll_ms"] / 1000, 5.0)
-        rows.append({"target": f"silent server with tasks/list: delivery ≤ max(pollInterval, 5 s) = {bound:g} s p95 at "
-                               "every age",
-                     "value": f"p50 {dl['p50_s']} s, p95 {dl['p95_s']} s, max {dl['max_s']} s over {dl['n']} tasks "
-                              f"({dl['within_list_bound']} within; delivered by {dl.get('delivered_by')})",
-                     "met": dl["n"] == dl["of"] and (dl["p95_s"] if dl["p95_s"] is not None else 99) <= bound})
+        rows.append(
+            {
+                "target": f"silent server with tasks/list: delivery ≤ max(pollInterval, 5 s) = {bound:g} s p95 at "
+                "every age",
+                "value": f"p50 {dl['p50_s']} s, p95 {dl['p95_s']} s, max {dl['max_s']} s over {dl['n']} tasks "
+                f"({dl['within_list_bound']} within; delivered by {dl.get('delivered_by')})",
+                "met": dl["n"] == dl["of"] and (dl["p95_s"] if dl["p95_s"] is not None else 99) <= bound,
+            }
+        )
     hour = (li.get("buckets") or {}).get(bucket_label(HOUR_S)) or {}
     if hour.get("actions_per_task_hour") is not None:
         rows.append(
@@ -538,45 +628,67 @@ def push_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         )
     fn, fs = _first_hour(n, p["ages_s"]), _first_hour(s, p["ages_s"])
     if fn is not None and fs is not None:
-        rows.append({"target": f"billable actions per task-hour, a task's first hour, notifying: ≤ half of today's "
-                               f"{BEFORE_FIRST_HOUR:g}",
-                     "value": f"{fn:g} (silent: {fs:g}; the buckets' figures averaged over the ages they span)",
-                     "met": fn <= BEFORE_FIRST_HOUR / 2})
+        rows.append(
+            {
+                "target": f"billable actions per task-hour, a task's first hour, notifying: ≤ half of today's "
+                f"{BEFORE_FIRST_HOUR:g}",
+                "value": f"{fn:g} (silent: {fs:g}; the buckets' figures averaged over the ages they span)",
+                "met": fn <= BEFORE_FIRST_HOUR / 2,
+            }
+        )
     if "old" in n and "old" in s:
-        rows.append({"target": f"billable actions per task-hour, tasks aged 2 … 5 h, notifying: ≤ half of today's "
-                               f"{BEFORE_AGED:g}",
-                     "value": f"{n['old']['actions_per_task_hour']:g} (silent: {s['old']['actions_per_task_hour']:g}; "
-                              f"window {n['old']['window_s']} s)",
-                     "met": n["old"]["actions_per_task_hour"] <= BEFORE_AGED / 2})
+        rows.append(
+            {
+                "target": f"billable actions per task-hour, tasks aged 2 … 5 h, notifying: ≤ half of today's "
+                f"{BEFORE_AGED:g}",
+                "value": f"{n['old']['actions_per_task_hour']:g} (silent: {s['old']['actions_per_task_hour']:g}; "
+                f"window {n['old']['window_s']} s)",
+                "met": n["old"]["actions_per_task_hour"] <= BEFORE_AGED / 2,
+            }
+        )
     f = p.get("flood")
     if f and f.get("sent"):
-        rows.append({"target": f"a flood of {f['sent']:,} notifications for unknown task ids: no signal, CPU bounded",
-                     "value": f"{f['signals_sent']} signals; worker {f['worker_cpu_above_idle_s']:g} CPU s above an "
-                              f"idle worker's over {f['wall_s']:g} s; read {f['heard_by_worker']:,}, "
-                              f"{f['visibility_lookups']} lookups",
-                     "met": f["signals_sent"] == 0 and f["signals_in_histories"] == 0})
+        rows.append(
+            {
+                "target": f"a flood of {f['sent']:,} notifications for unknown task ids: no signal, CPU bounded",
+                "value": f"{f['signals_sent']} signals; worker {f['worker_cpu_above_idle_s']:g} CPU s above an "
+                f"idle worker's over {f['wall_s']:g} s; read {f['heard_by_worker']:,}, "
+                f"{f['visibility_lookups']} lookups",
+                "met": f["signals_sent"] == 0 and f["signals_in_histories"] == 0,
+            }
+        )
     full = {d: r for d, r in [("notifying", p.get("inflight")), *(p.get("inflight_more") or {}).items()] if r}
-    return rows + inflight_targets({"push_inflight": {r.get("server", d): r for d, r in full.items()}}) + \
-        inflight_targets(res)
+    return (
+        rows
+        + inflight_targets({"push_inflight": {r.get("server", d): r for d, r in full.items()}})
+        + inflight_targets(res)
+    )
 
 
 def render_push_inflight(res: dict[str, Any], *, with_targets: bool = True) -> list[str]:
     runs = res.get("push_inflight") or {}
     if not runs:
         return []
-    lines = ["", "### Idle tasks in flight on one worker, per kind of server (`--only push-inflight`)", "",
-             "| server | tasks | worker CPU % of a core | RSS peak MB | MCP requests/s | tasks/list requests | "
-             "poll gaps late / all (worst ÷ schedule) | other processes % of the machine |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "### Idle tasks in flight on one worker, per kind of server (`--only push-inflight`)",
+        "",
+        "| server | tasks | worker CPU % of a core | RSS peak MB | MCP requests/s | tasks/list requests | "
+        "poll gaps late / all (worst ÷ schedule) | other processes % of the machine |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for design, r in runs.items():
         sch = r.get("schedule") or {}
-        lines.append(f"| {design} | {r['tasks']:,} | **{r['worker_cpu_pct_of_core']:g}** | {r['rss_peak_mb']:g} | "
-                     f"{r.get('mcp_requests_per_s')} | {r.get('lists', '–')} | {sch.get('late')} / {sch.get('gaps')} "
-                     f"({sch.get('worst_gap_over_schedule')}) | {r.get('machine_other_pct')} |")
+        lines.append(
+            f"| {design} | {r['tasks']:,} | **{r['worker_cpu_pct_of_core']:g}** | {r['rss_peak_mb']:g} | "
+            f"{r.get('mcp_requests_per_s')} | {r.get('lists', '–')} | {sch.get('late')} / {sch.get('gaps')} "
+            f"({sch.get('worst_gap_over_schedule')}) | {r.get('machine_other_pct')} |"
+        )
     if with_targets:
         lines += ["", "| target | value | met |", "|---|---|---|"]
-        lines += [f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'NOT MET'} |"
-                  for t in inflight_targets(res)]
+        lines += [
+            f"| {t['target']} | {t['value']} | {'met' if t['met'] else 'NOT MET'} |" for t in inflight_targets(res)
+        ]
     return lines
 
 
@@ -584,28 +696,38 @@ def render_push(res: dict[str, Any]) -> list[str]:
     p = res.get("push")
     if not p:
         return render_push_inflight(res)
-    lines = ["", "### Told, not polled: a notifying server, a silent one, a silent one with tasks/list (mcp 1.30, "
-                 f"pollInterval {p['poll_ms']} ms, stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} "
-                 f"held tasks and {p['probes']} "
-                 f"delivery probes per design and age)", "",
-             "| age (held tasks' ages over the window, s) | server | delivery p50 / p95 / max s | delivered by | "
-             "actions/task-hour (attempts + heartbeats + workflow) | polls/task-hour | signals in window | worker CPU "
-             "% of a core | worker CPU ms/task-hour above "
-             "idle |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "### Told, not polled: a notifying server, a silent one, a silent one with tasks/list (mcp 1.30, "
+        f"pollInterval {p['poll_ms']} ms, stretch {p['stretch']:g}, window {p['window_s']:g} s, {p['tiles']} "
+        f"held tasks and {p['probes']} "
+        f"delivery probes per design and age)",
+        "",
+        "| age (held tasks' ages over the window, s) | server | delivery p50 / p95 / max s | delivered by | "
+        "actions/task-hour (attempts + heartbeats + workflow) | polls/task-hour | signals in window | worker CPU "
+        "% of a core | worker CPU ms/task-hour above "
+        "idle |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for a in p["ages_s"]:
         b = bucket_label(a)
         for d in DESIGNS:
             r = p[d]["buckets"].get(b) or {}
             dv = r.get("delivery") or {}
-            lines.append(f"| {b} ({r.get('ages_s')}) | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} "
-                         f"| {dv.get('delivered_by')} | **{r.get('actions_per_task_hour')}** "
-                         f"({r.get('attempts_per_task_hour')} + {r.get('heartbeats_per_task_hour')} + "
-                         f"{r.get('workflow_actions_per_task_hour')}) | {r.get('polls_per_task_hour')} | "
-                         f"{r.get('signals_in_window')} | {r.get('worker_cpu_pct_of_core')} | "
-                         f"{r.get('worker_cpu_ms_per_task_hour_above_idle')} |")
-    lines += ["", f"Idle worker (no task): {p.get('idle_worker_cpu_pct_of_core')} % of a core over the window; other "
-                  f"processes {p.get('machine_other_pct')} % of the machine. Primes delivered by: "
-                  f"{p.get('primes_delivered_by')}."]
+            lines.append(
+                f"| {b} ({r.get('ages_s')}) | {d} | {dv.get('p50_s')} / {dv.get('p95_s')} / {dv.get('max_s')} "
+                f"| {dv.get('delivered_by')} | **{r.get('actions_per_task_hour')}** "
+                f"({r.get('attempts_per_task_hour')} + {r.get('heartbeats_per_task_hour')} + "
+                f"{r.get('workflow_actions_per_task_hour')}) | {r.get('polls_per_task_hour')} | "
+                f"{r.get('signals_in_window')} | {r.get('worker_cpu_pct_of_core')} | "
+                f"{r.get('worker_cpu_ms_per_task_hour_above_idle')} |"
+            )
+    lines += [
+        "",
+        f"Idle worker (no task): {p.get('idle_worker_cpu_pct_of_core')} % of a core over the window; other "
+        f"processes {p.get('machine_other_pct')} % of the machine. Primes delivered by: "
+        f"{p.get('primes_delivered_by')}.",
+    ]
     for d in DESIGNS:
         dv = p[d].get("delivery") or {}
         lines.append(
@@ -616,25 +738,32 @@ def render_push(res: dict[str, Any]) -> list[str]:
         )
     hn, hs = p["notifying"].get("per_task_history"), p["silent"].get("per_task_history")
     if hn and hs:
+
         def billable(h: dict[str, Any]) -> float:
             return round(sum(h.get(k, 0) for k in ("signals", "markers", "upserts", "activity_starts")), 2)
 
-        lines += ["", f"Per delivery probe's whole history (once per task, start to end): notifying {hn}, silent {hs}: "
-                      f"billable {billable(hn):g} vs {billable(hs):g} (signals + markers + upserts + activities "
-                      f"scheduled), {hn.get('events', 0) - hs.get('events', 0):g} events more where a notification "
-                      f"ended the wait."]
+        lines += [
+            "",
+            f"Per delivery probe's whole history (once per task, start to end): notifying {hn}, silent {hs}: "
+            f"billable {billable(hn):g} vs {billable(hs):g} (signals + markers + upserts + activities "
+            f"scheduled), {hn.get('events', 0) - hs.get('events', 0):g} events more where a notification "
+            f"ended the wait.",
+        ]
     hl = (p.get("listing") or {}).get("per_task_history")
     if hl:
         lines.append(f"Per delivery probe's whole history, listing: {hl}.")
     f = p.get("flood")
     if f:
-        lines += ["", f"**Flood**: {f.get('sent')} `notifications/tasks/status` for unknown task ids sent in "
-                      f"{f.get('server_seconds')} s on a held session; the worker's hub read "
-                      f"{f.get('heard_by_worker')} (by result: {f.get('hub')}; the listener sheds a stream past 500 "
-                      f"useless messages in a second), **{f.get('signals_sent')} signals** sent (dev server; "
-                      f"{f.get('signals_in_histories')} in the held tasks' histories), {f.get('visibility_lookups')} "
-                      f"visibility lookups; worker **{f.get('worker_cpu_s')} CPU s** over {f.get('wall_s')} s (idle "
-                      f"worker {f.get('idle_worker_cpu_s')} s: {f.get('worker_cpu_above_idle_s')} s above it)."]
+        lines += [
+            "",
+            f"**Flood**: {f.get('sent')} `notifications/tasks/status` for unknown task ids sent in "
+            f"{f.get('server_seconds')} s on a held session; the worker's hub read "
+            f"{f.get('heard_by_worker')} (by result: {f.get('hub')}; the listener sheds a stream past 500 "
+            f"useless messages in a second), **{f.get('signals_sent')} signals** sent (dev server; "
+            f"{f.get('signals_in_histories')} in the held tasks' histories), {f.get('visibility_lookups')} "
+            f"visibility lookups; worker **{f.get('worker_cpu_s')} CPU s** over {f.get('wall_s')} s (idle "
+            f"worker {f.get('idle_worker_cpu_s')} s: {f.get('worker_cpu_above_idle_s')} s above it).",
+        ]
     targets = push_targets(res)
     if targets:
         lines += ["", "| target | value | met |", "|---|---|---|"]

@@ -118,11 +118,15 @@ def build_server(store: BenchStore, *, silent: bool, listing: bool = True) -> Se
     if not listing:
         # The capability follows the handler (ServerExperimental.update_capabilities): both go.
         server.request_handlers.pop(types.ListTasksRequest, None)
-    tool = types.Tool(name=TOOL, description="Completes after `seconds`, or when its gate opens.",
-                      inputSchema={"type": "object", "properties": {"seconds": {"type": "number"},
-                                                                    "gate": {"type": "string"},
-                                                                    "age_s": {"type": "number"}}},
-                      execution=types.ToolExecution(taskSupport="optional"))
+    tool = types.Tool(
+        name=TOOL,
+        description="Completes after `seconds`, or when its gate opens.",
+        inputSchema={
+            "type": "object",
+            "properties": {"seconds": {"type": "number"}, "gate": {"type": "string"}, "age_s": {"type": "number"}},
+        },
+        execution=types.ToolExecution(taskSupport="optional"),
+    )
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -145,8 +149,9 @@ def build_server(store: BenchStore, *, silent: bool, listing: bool = True) -> Se
                 await REC.gate(gate).wait()
             else:
                 await anyio.sleep(seconds)
-            result = types.CallToolResult(content=[types.TextContent(type="text", text="ok")],
-                                          structuredContent={"ok": True})
+            result = types.CallToolResult(
+                content=[types.TextContent(type="text", text="ok")], structuredContent={"ok": True}
+            )
             # The SDK sends notifications/tasks/status here unless told not to: the silent server is told not to.
             await task.complete(result, notify=not silent)
             return result
@@ -218,9 +223,14 @@ async def flood(task_id: str, n: int, poll_ms: int) -> dict[str, Any]:
     sent, t0 = 0, time.monotonic()
     with anyio.move_on_after(120):
         for i in range(n):
-            params = types.TaskStatusNotificationParams(taskId=f"flood-{i}-{uuid.uuid4().hex[:12]}", status="completed",
-                                                        createdAt=now, lastUpdatedAt=now, ttl=60_000,
-                                                        pollInterval=poll_ms)
+            params = types.TaskStatusNotificationParams(
+                taskId=f"flood-{i}-{uuid.uuid4().hex[:12]}",
+                status="completed",
+                createdAt=now,
+                lastUpdatedAt=now,
+                ttl=60_000,
+                pollInterval=poll_ms,
+            )
             await session.send_notification(types.ServerNotification(types.TaskStatusNotification(params=params)))
             sent += 1
     return {"sent": sent, "seconds": round(time.monotonic() - t0, 3)}
@@ -228,8 +238,9 @@ async def flood(task_id: str, n: int, poll_ms: int) -> dict[str, Any]:
 
 async def serve(port: int, poll_ms: int, silent: bool, listing: bool = True) -> None:
     store = BenchStore(poll_ms)
-    manager = StreamableHTTPSessionManager(app=build_server(store, silent=silent, listing=listing), stateless=False,
-                                           session_idle_timeout=None)
+    manager = StreamableHTTPSessionManager(
+        app=build_server(store, silent=silent, listing=listing), stateless=False, session_idle_timeout=None
+    )
     mcp_app = instrument(manager.handle_request)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -239,19 +250,36 @@ async def serve(port: int, poll_ms: int, silent: bool, listing: bool = True) -> 
         if path == "/mcp":
             return await mcp_app(scope, receive, send)
         if path == "/bench/state":
-            return await json_reply(send, {"terminal": REC.terminal, "observed": REC.observed, "gets": REC.gets,
-                                           "aged": REC.aged, "streams": REC.streams, "lists": REC.lists})
+            return await json_reply(
+                send,
+                {
+                    "terminal": REC.terminal,
+                    "observed": REC.observed,
+                    "gets": REC.gets,
+                    "aged": REC.aged,
+                    "streams": REC.streams,
+                    "lists": REC.lists,
+                },
+            )
         if path == "/bench/counts":
-            return await json_reply(send, {"polled": len(REC.gets), "requests": REC.requests,
-                                           "gets": sum(REC.gets.values()), "streams": REC.streams,
-                                           "lists": REC.lists})
+            return await json_reply(
+                send,
+                {
+                    "polled": len(REC.gets),
+                    "requests": REC.requests,
+                    "gets": sum(REC.gets.values()),
+                    "streams": REC.streams,
+                    "lists": REC.lists,
+                },
+            )
         if path == "/bench/reset":
             REC.reset()
             return await json_reply(send, {"ok": True})
         if path == "/bench/flood":
             query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
-            return await json_reply(send, await flood(query.get("task", ""), min(int(query.get("n", "0")), 100_000),
-                                                      poll_ms))
+            return await json_reply(
+                send, await flood(query.get("task", ""), min(int(query.get("n", "0")), 100_000), poll_ms)
+            )
         if path == "/bench/open":
             query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
             REC.gate(query.get("gate", "")).set()
@@ -261,8 +289,9 @@ async def serve(port: int, poll_ms: int, silent: bool, listing: bool = True) -> 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
-    http = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                         backlog=4096, timeout_keep_alive=600))
+    http = uvicorn.Server(
+        uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, backlog=4096, timeout_keep_alive=600)
+    )
     async with manager.run(), anyio.create_task_group() as tg:
         tg.start_soon(http.serve, [sock])
         while not http.started:

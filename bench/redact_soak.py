@@ -98,14 +98,20 @@ def soak(design: str, seconds: float, rate: float) -> dict[str, Any]:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / max(1e-9, sum((x - mx) ** 2 for x in xs))
     tenth = max(1, len(samples) // 10)
-    return {"design": design, "tokens": n, "seconds": round(seconds, 1),
-            "rss_mb_first": round(samples[0][1], 1), "rss_mb_last": round(samples[-1][1], 1),
-            "rss_slope_mb_per_s": round(slope, 4),
-            # 1 s here is 30 min of an hourly token: MB per hour of the compressed worker's time
-            "rss_slope_mb_per_compressed_hour": round(slope * 2, 4),
-            "scrub_us_first_tenth": round(sum(s[2] for s in samples[:tenth]) / tenth, 1),
-            "scrub_us_last_tenth": round(sum(s[2] for s in samples[-tenth:]) / tenth, 1),
-            "registry_last": samples[-1][3], "cpu_s": round(time.process_time(), 1)}
+    return {
+        "design": design,
+        "tokens": n,
+        "seconds": round(seconds, 1),
+        "rss_mb_first": round(samples[0][1], 1),
+        "rss_mb_last": round(samples[-1][1], 1),
+        "rss_slope_mb_per_s": round(slope, 4),
+        # 1 s here is 30 min of an hourly token: MB per hour of the compressed worker's time
+        "rss_slope_mb_per_compressed_hour": round(slope * 2, 4),
+        "scrub_us_first_tenth": round(sum(s[2] for s in samples[:tenth]) / tenth, 1),
+        "scrub_us_last_tenth": round(sum(s[2] for s in samples[-tenth:]) / tenth, 1),
+        "registry_last": samples[-1][3],
+        "cpu_s": round(time.process_time(), 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +125,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for design in ("before", "after"):
-        out = subprocess.run([sys.executable, "-m", "bench.redact_soak", "--design", design, "--seconds",
-                              str(args.seconds), "--rate", str(args.rate)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.redact_soak",
+                "--design",
+                design,
+                "--seconds",
+                str(args.seconds),
+                "--rate",
+                str(args.rate),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))

@@ -153,13 +153,21 @@ class _BenchTasksExtension(TasksExtension):
 def build_server(poll_interval_ms: int, concurrency: int = 10_000, task_ttl_s: int = 3600) -> FastMCP:
     _install_terminal_hook()
     mcp = FastMCP("mcp-temporal-tasks-bench")
-    mcp.add_extension(_BenchTasksExtension(url=f"memory://bench-{uuid.uuid4().hex}", concurrency=concurrency,
-                                           task_ttl_s=task_ttl_s,
-                                           minimum_check_interval=timedelta(milliseconds=10)))
+    mcp.add_extension(
+        _BenchTasksExtension(
+            url=f"memory://bench-{uuid.uuid4().hex}",
+            concurrency=concurrency,
+            task_ttl_s=task_ttl_s,
+            minimum_check_interval=timedelta(milliseconds=10),
+        )
+    )
     task = TaskConfig(mode="optional", poll_interval=timedelta(milliseconds=max(1, poll_interval_ms)))
 
-    @mcp.tool(name=TOOL, task=task, output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}},
-                                                   "required": ["ok"]})
+    @mcp.tool(
+        name=TOOL,
+        task=task,
+        output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    )
     async def bench_task(seconds: float = 5.0, polls: int = 0, gate: str = "", age_s: float = 0.0) -> ToolResult:
         """Completes after `seconds` (or right after its `polls`-th tasks/get when polls > 0, or when `gate` opens).
         `age_s` back-dates the task's createdAt in every reply (see the module docstring)."""
@@ -180,14 +188,30 @@ def build_server(poll_interval_ms: int, concurrency: int = 10_000, task_ttl_s: i
 
     @mcp.custom_route("/bench/state", methods=["GET"])
     async def state(_request: Request) -> Response:
-        return JSONResponse({"terminal": REC.terminal, "observed": REC.observed, "gets": REC.gets, "calls": REC.calls,
-                             "requests": REC.requests, "aged": REC.aged, "now": time.time()})
+        return JSONResponse(
+            {
+                "terminal": REC.terminal,
+                "observed": REC.observed,
+                "gets": REC.gets,
+                "calls": REC.calls,
+                "requests": REC.requests,
+                "aged": REC.aged,
+                "now": time.time(),
+            }
+        )
 
     @mcp.custom_route("/bench/counts", methods=["GET"])
     async def counts(_request: Request) -> Response:
         """The cheap part of the state (no per-task maps): for sampling request rates during a run."""
-        return JSONResponse({"calls": REC.calls, "requests": REC.requests, "polled": len(REC.gets),
-                             "gets": sum(REC.gets.values()), "now": time.time()})
+        return JSONResponse(
+            {
+                "calls": REC.calls,
+                "requests": REC.requests,
+                "polled": len(REC.gets),
+                "gets": sum(REC.gets.values()),
+                "now": time.time(),
+            }
+        )
 
     @mcp.custom_route("/bench/open", methods=["POST"])
     async def open_gate(request: Request) -> Response:
@@ -352,9 +376,17 @@ async def serve(host: str, port: int, poll_interval_ms: int, concurrency: int, t
     sock.bind((host, port))
     sock.listen(2048)
     sock.setblocking(False)
-    config = uvicorn.Config(app, log_level="critical", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=1, ws="none", backlog=2048,
-                            limit_concurrency=None, timeout_keep_alive=30)
+    config = uvicorn.Config(
+        app,
+        log_level="critical",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+        ws="none",
+        backlog=2048,
+        limit_concurrency=None,
+        timeout_keep_alive=30,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -372,8 +404,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--poll-interval-ms", type=int, default=500)
     p.add_argument("--concurrency", type=int, default=10_000, help="Docket worker concurrency (fastmcp default 10)")
-    p.add_argument("--task-ttl-s", type=int, default=3600,
-                   help="task TTL (ttlMs); longer than any simulated age_s, so createdAt + ttl stays in the future")
+    p.add_argument(
+        "--task-ttl-s",
+        type=int,
+        default=3600,
+        help="task TTL (ttlMs); longer than any simulated age_s, so createdAt + ttl stays in the future",
+    )
     args = p.parse_args(argv)
     for name in ("fastmcp", "fastmcp_tasks", "docket", "mcp", "uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -193,8 +193,13 @@ class HeartbeatLedger:
                 self.sdk += v - (self._s0.get(pid) or 0.0)
 
     def report(self) -> dict[str, Any]:
-        return {"dev_server": self.dev, "workers_sdk": round(self.sdk, 1), "workers": len(self.pids),
-                "workers_without_metrics": len(self.without_metrics), "seconds": round(self.seconds, 1)}
+        return {
+            "dev_server": self.dev,
+            "workers_sdk": round(self.sdk, 1),
+            "workers": len(self.pids),
+            "workers_without_metrics": len(self.without_metrics),
+            "seconds": round(self.seconds, 1),
+        }
 
 
 # --- history counting ----------------------------------------------------------------------------------------
@@ -225,8 +230,10 @@ def events_in_window(histories: list[list[Any]], w0: float, w1: float) -> Counte
             kind = _KINDS.get(e.event_type)
             if kind:
                 out[kind] += 1
-            if (e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-                    and e.activity_task_started_event_attributes.attempt > 1):
+            if (
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                and e.activity_task_started_event_attributes.attempt > 1
+            ):
                 out["activity_retries"] += 1
     return out
 
@@ -241,8 +248,9 @@ async def fetch_histories(client: Client, workflow_ids: list[str]) -> list[list[
     return list(await asyncio.gather(*(one(w) for w in workflow_ids)))
 
 
-def per_task_hour(counts: Counter[str], heartbeats: float, task_hours: float,
-                  heartbeat_task_hours: float | None = None) -> dict[str, Any]:
+def per_task_hour(
+    counts: Counter[str], heartbeats: float, task_hours: float, heartbeat_task_hours: float | None = None
+) -> dict[str, Any]:
     """Billable actions per task-hour of waiting: activity starts (and retries), heartbeats that reached the server,
     timers, signals, search-attribute upserts, markers (local activities / side effects), child workflows.
     ``heartbeat_task_hours``: the task-hours the heartbeats were counted over, when not ``task_hours``."""
@@ -260,15 +268,18 @@ def per_task_hour(counts: Counter[str], heartbeats: float, task_hours: float,
     }
     out["billable_actions"] = sum(out[k] for k in _ACTIONS)
     return {k: round(v, 1) for k, v in out.items()} | {
-        "task_hours_observed": round(task_hours, 4), "heartbeats_reached_server": heartbeats,
-        "event_types_in_window": {k[5:]: v for k, v in counts.items() if k.startswith("type:")}}
+        "task_hours_observed": round(task_hours, 4),
+        "heartbeats_reached_server": heartbeats,
+        "event_types_in_window": {k[5:]: v for k, v in counts.items() if k.startswith("type:")},
+    }
 
 
 # --- T1: polls by age ----------------------------------------------------------------------------------------
 
 
-def poll_density(intervals: list[tuple[float, float]], lo: float = FIRST_MINUTE_S,
-                 hi: float = HOUR_S) -> dict[str, Any]:
+def poll_density(
+    intervals: list[tuple[float, float]], lo: float = FIRST_MINUTE_S, hi: float = HOUR_S
+) -> dict[str, Any]:
     """Polls a task makes between ages ``lo`` and ``hi``, from measured gaps.
 
     Each ``(a0, a1)`` is one measured gap: two consecutive polls of one task at ages ``a0`` and ``a1``, i.e. one
@@ -307,10 +318,15 @@ def gap_by_age(intervals: list[tuple[float, float]]) -> list[dict[str, Any]]:
         gaps = [(a1 - a0, a0) for a0, a1 in intervals if b0 <= a0 < b1]
         if not gaps:
             continue
-        out.append({"age_s": f"{b0:g}–{b1:g}" if b1 < 1e9 else f"≥{b0:g}", "gaps": len(gaps),
-                    "gap_s_p50": round(percentile([g for g, _ in gaps], 50) or 0, 2),
-                    "gap_over_age_p50": round(percentile([g / a for g, a in gaps], 50) or 0, 4),
-                    "gap_over_age_max": round(max(g / a for g, a in gaps), 4)})
+        out.append(
+            {
+                "age_s": f"{b0:g}–{b1:g}" if b1 < 1e9 else f"≥{b0:g}",
+                "gaps": len(gaps),
+                "gap_s_p50": round(percentile([g for g, _ in gaps], 50) or 0, 2),
+                "gap_over_age_p50": round(percentile([g / a for g, a in gaps], 50) or 0, 4),
+                "gap_over_age_max": round(max(g / a for g, a in gaps), 4),
+            }
+        )
     return out
 
 
@@ -320,8 +336,18 @@ def gap_by_age(intervals: list[tuple[float, float]]) -> list[dict[str, Any]]:
 class AgedBackground:
     """T1 and T3 (ours, minimal): aged ours tasks and held minimal tasks, over (about) the whole run."""
 
-    def __init__(self, env: Any, *, poll_ms: int, tiles: int, probes: int, probe_max_age_s: float,
-                 minimal_tasks: int, min_window_s: float, old: int = 0) -> None:
+    def __init__(
+        self,
+        env: Any,
+        *,
+        poll_ms: int,
+        tiles: int,
+        probes: int,
+        probe_max_age_s: float,
+        minimal_tasks: int,
+        min_window_s: float,
+        old: int = 0,
+    ) -> None:
         self.env = env
         self.poll_ms, self.poll_s = poll_ms, poll_ms / 1000.0
         self.tile_ages = [FIRST_MINUTE_S + (HOUR_S - FIRST_MINUTE_S) * i / tiles for i in range(tiles)]
@@ -334,11 +360,15 @@ class AgedBackground:
         for j in range(probes):
             end_age = 90.0 * (probe_max_age_s / 90.0) ** (j / max(1, probes - 1))
             seconds = round(5.0 + 20.0 * ((j * PHI) % 1.0), 2)
-            self.probes.append({"end_age_s": round(end_age, 1), "seconds": seconds,
-                                "age_s": round(max(0.0, end_age - seconds), 2)})
+            self.probes.append(
+                {"end_age_s": round(end_age, 1), "seconds": seconds, "age_s": round(max(0.0, end_age - seconds), 2)}
+            )
         self.minimal_tasks = minimal_tasks
-        self.min_window_s = max(min_window_s, max((p["seconds"] + max(self.poll_s, AGE_FRACTION * p["end_age_s"])
-                                                   for p in self.probes), default=0.0) + 15.0)
+        self.min_window_s = max(
+            min_window_s,
+            max((p["seconds"] + max(self.poll_s, AGE_FRACTION * p["end_age_s"]) for p in self.probes), default=0.0)
+            + 15.0,
+        )
         self.bg: BgLoop | None = None
         self.client: Client | None = None
         self.probe_futures: list[concurrent.futures.Future[Any]] = []
@@ -374,17 +404,20 @@ class AgedBackground:
         while time.monotonic() < deadline:
             st = http_json(base_url(self.url) + "/bench/state")
             aged = st["aged"]
-            settled = all(len(a["polls"]) >= (2 if self.handover and a["age_s"] >= self.handover[0] else 1)
-                          for a in aged.values())
+            settled = all(
+                len(a["polls"]) >= (2 if self.handover and a["age_s"] >= self.handover[0] else 1) for a in aged.values()
+            )
             if len(st["gets"]) >= want and settled:
                 break
             await asyncio.sleep(0.25)
         self.w0 = time.time()
         self.sdk0 = self._sdk()
         env.hb_ledger = HeartbeatLedger(env)
-        log(f"aged: {len(self.tile_ages)} tiles (ages 60–3600 s), {len(self.old_ages)} old, {len(self.probes)} probes, "
+        log(
+            f"aged: {len(self.tile_ages)} tiles (ages 60–3600 s), {len(self.old_ages)} old, {len(self.probes)} probes, "
             f"{self.minimal_tasks} minimal waits in the background ({time.monotonic() - t:.1f}s to start); "
-            f"window ≥ {self.min_window_s:.0f}s")
+            f"window ≥ {self.min_window_s:.0f}s"
+        )
 
     def _sdk(self) -> dict[str, Counter[str]]:
         out = {"ours": sdk_requests(self.ours_port)}
@@ -402,30 +435,44 @@ class AgedBackground:
         async def tile(i: int, age: float) -> None:
             key = f"aged-tile-{env.run_id}-{i}"
             async with sem:
-                await start_mcp_task(client, ours_request(self.url, {"gate": self.gate, "age_s": round(age, 1)}, key),
-                                     workflow_id=key, task_queue=self.tq)
+                await start_mcp_task(
+                    client,
+                    ours_request(self.url, {"gate": self.gate, "age_s": round(age, 1)}, key),
+                    workflow_id=key,
+                    task_queue=self.tq,
+                )
             self.tile_ids.append(key)
 
         async def minimal(i: int) -> None:
             key = f"minwait-{env.run_id}-{i}"
             async with sem:
                 h = await client.start_workflow(
-                    MinimalWorkflow.run, NaiveRequest(url=self.url, tool=TOOL, arguments={"gate": self.gate_min},
-                                                      default_poll_ms=self.poll_ms),
-                    id=key, task_queue=self.tq_min)
+                    MinimalWorkflow.run,
+                    NaiveRequest(
+                        url=self.url, tool=TOOL, arguments={"gate": self.gate_min}, default_poll_ms=self.poll_ms
+                    ),
+                    id=key,
+                    task_queue=self.tq_min,
+                )
             self.minimal_ids.append(key)
             self.minimal_handles.append(h)
 
         async def old(i: int, age: float) -> None:
             key = f"aged-old-{env.run_id}-{i}"
             async with sem:
-                await start_mcp_task(client, ours_request(self.url, {"gate": self.gate, "age_s": age}, key),
-                                     workflow_id=key, task_queue=self.tq_old)
+                await start_mcp_task(
+                    client,
+                    ours_request(self.url, {"gate": self.gate, "age_s": age}, key),
+                    workflow_id=key,
+                    task_queue=self.tq_old,
+                )
             self.old_ids.append(key)
 
-        await asyncio.gather(*(tile(i, a) for i, a in enumerate(self.tile_ages)),
-                             *(old(i, a) for i, a in enumerate(self.old_ages)),
-                             *(minimal(i) for i in range(self.minimal_tasks)))
+        await asyncio.gather(
+            *(tile(i, a) for i, a in enumerate(self.tile_ages)),
+            *(old(i, a) for i, a in enumerate(self.old_ages)),
+            *(minimal(i) for i in range(self.minimal_tasks)),
+        )
         for j, p in enumerate(self.probes):
             self.probe_futures.append(asyncio.ensure_future(self._probe(j, p)))  # type: ignore[arg-type]
 
@@ -434,8 +481,12 @@ class AgedBackground:
         key = f"aged-probe-{self.env.run_id}-{j}"
         rec = dict(p, key=key, submitted=time.time())
         try:
-            h = await start_mcp_task(self.client, ours_request(self.url, {"seconds": p["seconds"], "age_s": p["age_s"]},
-                                                               key), workflow_id=key, task_queue=self.tq)
+            h = await start_mcp_task(
+                self.client,
+                ours_request(self.url, {"seconds": p["seconds"], "age_s": p["age_s"]}, key),
+                workflow_id=key,
+                task_queue=self.tq,
+            )
             out = await outcome_of(h)
             rec["delivered"] = time.time()
             rec["task_id"] = out.task_id
@@ -478,31 +529,50 @@ class AgedBackground:
 
         async def release() -> None:
             assert self.client is not None
-            await asyncio.gather(*(self.client.get_workflow_handle(w).terminate(reason="bench: aged phase over")
-                                   for w in self.tile_ids + self.old_ids), return_exceptions=True)
-            await asyncio.wait_for(asyncio.gather(*(h.result() for h in self.minimal_handles),
-                                                  return_exceptions=True), 30)
+            await asyncio.gather(
+                *(
+                    self.client.get_workflow_handle(w).terminate(reason="bench: aged phase over")
+                    for w in self.tile_ids + self.old_ids
+                ),
+                return_exceptions=True,
+            )
+            await asyncio.wait_for(
+                asyncio.gather(*(h.result() for h in self.minimal_handles), return_exceptions=True), 30
+            )
 
         try:
             await bg.run(release())
         except Exception as exc:  # noqa: BLE001
             log(f"aged: release: {type(exc).__name__}: {exc}")
-        await asyncio.gather(*(asyncio.to_thread(env.stop_worker, w) for w in (self.ours_w, self.min_w, self.old_w)
-                               if w is not None))
+        await asyncio.gather(
+            *(asyncio.to_thread(env.stop_worker, w) for w in (self.ours_w, self.min_w, self.old_w) if w is not None)
+        )
         bg.stop()
         env.stop_server(self.poll_ms, name="aged")
         out = self.report(state, probes, tile_h, old_h, min_h, w1, sdk1, cross)
-        done: list[dict[str, Any]] = [{"age_at_end_s": p["end_age_s"], "events": len(h)}
-                                      for p, h in zip([p for p in probes if p.get("ok")], probe_h)]
+        done: list[dict[str, Any]] = [
+            {"age_at_end_s": p["end_age_s"], "events": len(h)}
+            for p, h in zip([p for p in probes if p.get("ok")], probe_h)
+        ]
         out["t3"]["history_events_per_task"]["completed_probes"] = sorted(done, key=lambda x: x["age_at_end_s"])
-        log(f"aged: window {out['window_s']}s, polls/task-hour after the first minute "
+        log(
+            f"aged: window {out['window_s']}s, polls/task-hour after the first minute "
             f"{out['t1']['polls_per_task_hour']} (coverage {out['t1']['coverage']}), "
-            f"T3 ours {out['t3']['ours']}, minimal {out['t3'].get('minimal')}, heartbeats cross-check {cross}")
+            f"T3 ours {out['t3']['ours']}, minimal {out['t3'].get('minimal')}, heartbeats cross-check {cross}"
+        )
         return out
 
-    def report(self, state: dict[str, Any], probes: list[dict[str, Any]], tile_h: list[list[Any]],
-               old_h: list[list[Any]], min_h: list[list[Any]], w1: float, sdk1: dict[str, Counter[str]],
-               cross: dict[str, Any]) -> dict[str, Any]:
+    def report(
+        self,
+        state: dict[str, Any],
+        probes: list[dict[str, Any]],
+        tile_h: list[list[Any]],
+        old_h: list[list[Any]],
+        min_h: list[list[Any]],
+        w1: float,
+        sdk1: dict[str, Counter[str]],
+        cross: dict[str, Any],
+    ) -> dict[str, Any]:
         w0, window = self.w0, w1 - self.w0
         aged, terminal, observed = state.get("aged", {}), state.get("terminal", {}), state.get("observed", {})
         old_ages = set(self.old_ages)
@@ -540,35 +610,44 @@ class AgedBackground:
                 }
             )
         deliveries.sort(key=lambda d: d["age_at_end_s"])
-        t1 = {"polls_per_task_hour": None if per_hour is None else round(per_hour, 1),
-              "polls_60s_to_1h": None if dens["polls"] is None else round(dens["polls"], 1),
-              "coverage": round(dens["coverage"], 3), "covered_up_to_age_s": dens["covered_up_to_age_s"],
-              "gaps_measured": len(intervals), "tiles": len(tiles),
-              "raw_polls_per_task_hour_in_window": None if raw_per_hour is None else round(raw_per_hour, 1),
-              "at_poll_interval_per_task_hour": round(reference, 1),
-              "reduction": round(reference / per_hour, 1) if per_hour else None,
-              "gap_by_age": gap_by_age(intervals), "deliveries": deliveries,
-              "probe_errors": sorted({p.get("error") or "" for p in probes if not p.get("ok")} - {""})[:5],
-              "method": ("tiles back-dated to ages 60…3600 s; every gap between two consecutive real polls of one tile "
-                         "is a measured gap at a known age; polls/task-hour = ∫ 1/gap over ages 60…3600 s × 3600/3540 "
-                         "(ages no measured gap covers: interpolated between neighbours)")}
+        t1 = {
+            "polls_per_task_hour": None if per_hour is None else round(per_hour, 1),
+            "polls_60s_to_1h": None if dens["polls"] is None else round(dens["polls"], 1),
+            "coverage": round(dens["coverage"], 3),
+            "covered_up_to_age_s": dens["covered_up_to_age_s"],
+            "gaps_measured": len(intervals),
+            "tiles": len(tiles),
+            "raw_polls_per_task_hour_in_window": None if raw_per_hour is None else round(raw_per_hour, 1),
+            "at_poll_interval_per_task_hour": round(reference, 1),
+            "reduction": round(reference / per_hour, 1) if per_hour else None,
+            "gap_by_age": gap_by_age(intervals),
+            "deliveries": deliveries,
+            "probe_errors": sorted({p.get("error") or "" for p in probes if not p.get("ok")} - {""})[:5],
+            "method": (
+                "tiles back-dated to ages 60…3600 s; every gap between two consecutive real polls of one tile "
+                "is a measured gap at a known age; polls/task-hour = ∫ 1/gap over ages 60…3600 s × 3600/3540 "
+                "(ages no measured gap covers: interpolated between neighbours)"
+            ),
+        }
         # T3: ours (events: the tiles; heartbeats: tiles and probes while they waited) and minimal, per task-hour.
         ours_hb = sdk1["ours"][HEARTBEAT] - self.sdk0["ours"][HEARTBEAT]
         waiting_s = len(self.tile_ids) * window
         for tid, a in aged.items():
             if tid in terminal and a["polls"]:
                 waiting_s += max(0.0, min(w1, observed.get(tid, w1)) - max(w0, a["polls"][0]))
-        t3: dict[str, Any] = {"window_s": round(window, 1),
-                              "handover": None if not self.handover else {"after_s": self.handover[0],
-                                                                          "heartbeat_s": self.handover[1]}}
+        t3: dict[str, Any] = {
+            "window_s": round(window, 1),
+            "handover": None if not self.handover else {"after_s": self.handover[0], "heartbeat_s": self.handover[1]},
+        }
         tile_counts = events_in_window(tile_h, w0, w1)
         # A wait idle between polls retries one poll_task attempt per poll: no history event, so counted from the
         # worker's RespondActivityTaskFailed RPCs, over the same waiting task-hours as the heartbeats.
         failed = sdk1["ours"]["RespondActivityTaskFailed"] - self.sdk0["ours"]["RespondActivityTaskFailed"]
         if waiting_s > 0:
             tile_counts["activity_retries"] += round(failed * len(self.tile_ids) * window / waiting_s)
-        ours = per_task_hour(tile_counts, ours_hb, len(self.tile_ids) * window / HOUR_S,
-                             heartbeat_task_hours=waiting_s / HOUR_S)
+        ours = per_task_hour(
+            tile_counts, ours_hb, len(self.tile_ids) * window / HOUR_S, heartbeat_task_hours=waiting_s / HOUR_S
+        )
         ours["tasks"] = len(self.tile_ids)
         ours["how"] = (
             f"{len(self.tile_ids)} tasks aged 60…3600 s held {window:.0f}s = a task's first hour "
@@ -583,13 +662,17 @@ class AgedBackground:
             )
             o = per_task_hour(old_counts, old_hb, len(self.old_ids) * window / HOUR_S)
             o["tasks"] = len(self.old_ids)
-            o["how"] = (f"{len(self.old_ids)} tasks aged {min(self.old_ages) / 3600:g}…"
-                        f"{(max(self.old_ages) + window) / 3600:.2f} h held {window:.0f}s")
+            o["how"] = (
+                f"{len(self.old_ids)} tasks aged {min(self.old_ages) / 3600:g}…"
+                f"{(max(self.old_ages) + window) / 3600:.2f} h held {window:.0f}s"
+            )
             t3["ours_old"] = o
         # History per task, whatever its age: every held task's whole history, against a 5 s task's.
         t3["history_events_per_task"] = {
-            "held_first_hour": sorted({len(h) for h in tile_h}), "held_old": sorted({len(h) for h in old_h}),
-            "held_max_age_s": round(max(self.old_ages or self.tile_ages) + window)}
+            "held_first_hour": sorted({len(h) for h in tile_h}),
+            "held_old": sorted({len(h) for h in old_h}),
+            "held_max_age_s": round(max(self.old_ages or self.tile_ages) + window),
+        }
         if self.min_w is not None:
             min_hb = sdk1["minimal"][HEARTBEAT] - self.sdk0["minimal"][HEARTBEAT]
             m = per_task_hour(events_in_window(min_h, w0, w1), min_hb, len(self.minimal_ids) * window / HOUR_S)
@@ -619,9 +702,15 @@ async def phase_naive_wait(env: Any, *, poll_ms: int, tasks: int, window_s: floa
     gate = f"naivewait-{env.run_id}"
     before = set(http_json(base_url(url) + "/bench/state")["gets"])
     ids = [f"naivewait-{env.run_id}-{i}" for i in range(tasks)]
-    handles = [await client.start_workflow(
-        NaivePollWorkflow.run, NaiveRequest(url=url, tool=TOOL, arguments={"gate": gate}, default_poll_ms=poll_ms),
-        id=key, task_queue=tq) for key in ids]
+    handles = [
+        await client.start_workflow(
+            NaivePollWorkflow.run,
+            NaiveRequest(url=url, tool=TOOL, arguments={"gate": gate}, default_poll_ms=poll_ms),
+            id=key,
+            task_queue=tq,
+        )
+        for key in ids
+    ]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         gets = http_json(base_url(url) + "/bench/state")["gets"]
@@ -648,11 +737,13 @@ async def phase_naive_wait(env: Any, *, poll_ms: int, tasks: int, window_s: floa
 
 #: The worker's counters of reads for idle waits (``docs/operating.md``): the waits' own reads, the attempts that took
 #: the worker's recent read instead, and the push hub's reads by result.
-READ_COUNTERS = {"wait_reads": ("mcp_tasks_polls", ""),
-                 "attempts_from_worker_reads": ("mcp_tasks_polls_from_worker", ""),
-                 "worker_reads": ("mcp_tasks_worker_reads", 'result="read"'),
-                 "worker_reads_failed": ("mcp_tasks_worker_reads", 'result="failed"'),
-                 "worker_reads_gone": ("mcp_tasks_worker_reads", 'result="gone"')}
+READ_COUNTERS = {
+    "wait_reads": ("mcp_tasks_polls", ""),
+    "attempts_from_worker_reads": ("mcp_tasks_polls_from_worker", ""),
+    "worker_reads": ("mcp_tasks_worker_reads", 'result="read"'),
+    "worker_reads_failed": ("mcp_tasks_worker_reads", 'result="failed"'),
+    "worker_reads_gone": ("mcp_tasks_worker_reads", 'result="gone"'),
+}
 
 
 def _read_counts(port: int) -> dict[str, float]:
@@ -660,8 +751,9 @@ def _read_counts(port: int) -> dict[str, float]:
     text = scrape(port)
     out = {}
     for key, (name, label) in READ_COUNTERS.items():
-        found = [v for labels, v in re.findall(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", text, re.M)
-                 if label in labels]
+        found = [
+            v for labels, v in re.findall(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", text, re.M) if label in labels
+        ]
         out[key] = sum(float(x) for x in found)
     return out
 
@@ -692,14 +784,26 @@ def _net_ratio() -> float:
     return 1.0 + DEFAULT_NET_STRETCH * PollSchedule().age_fraction
 
 
-async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float, cache: int,
-                              timeout_s: float = 600, timeouts: dict[str, Any] | None = None,
-                              name: str = "inflight-aged", handover: bool = True,
-                              after_window: Callable[[str, float, float], None] | None = None,
-                              before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
-                              settle_polls: int = 1, server: Callable[[], tuple[Any, str]] | None = None,
-                              request: Callable[..., Any] = ours_request, ages: tuple[float, float] = (600.0, 3600.0),
-                              settle_s: float = 0.0, steady: bool = False) -> dict[str, Any]:
+async def phase_inflight_aged(
+    env: Any,
+    *,
+    n: int,
+    poll_ms: int,
+    window_s: float,
+    cache: int,
+    timeout_s: float = 600,
+    timeouts: dict[str, Any] | None = None,
+    name: str = "inflight-aged",
+    handover: bool = True,
+    after_window: Callable[[str, float, float], None] | None = None,
+    before_release: Callable[[Client, str, list[str]], Awaitable[None]] | None = None,
+    settle_polls: int = 1,
+    server: Callable[[], tuple[Any, str]] | None = None,
+    request: Callable[..., Any] = ours_request,
+    ages: tuple[float, float] = (600.0, 3600.0),
+    settle_s: float = 0.0,
+    steady: bool = False,
+) -> dict[str, Any]:
     """``n`` ours tasks back-dated uniformly over ``ages`` (10 min … 1 h), gated, on one worker: the sustained cost.
 
     ``steady``: the tasks are aged ``ages`` when the window opens, not when they start, each in its own phase of the
@@ -725,18 +829,30 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
     after_s = PollSchedule().after_s
     if steady and starts and min(starts) < after_s:
         # Younger than that, a wait reads at the server's pollInterval: its start would be a burst in the window.
-        raise ValueError(f"--push-inflight-steady: tasks aged {ages[0]:g} s at the window would start younger than "
-                         f"the schedule's after_s ({after_s:g} s); the youngest age must be at least "
-                         f"{after_s * _net_ratio() ** 3:.0f} s")
+        raise ValueError(
+            f"--push-inflight-steady: tasks aged {ages[0]:g} s at the window would start younger than "
+            f"the schedule's after_s ({after_s:g} s); the youngest age must be at least "
+            f"{after_s * _net_ratio() ** 3:.0f} s"
+        )
     child, url = server() if server is not None else env.server(poll_ms, name=name, ttl_s=6 * 3600)
     tq, port = f"bench-{name}-{env.run_id}", free_port()
     w = env.worker("ours", tq, cache=cache, metrics_port=port)
-    out: dict[str, Any] = {"tasks": n, "poll_ms": poll_ms,
-                           "ages_s": f"{ages[0]:g}…{ages[1]:g}, uniform (age_s back-dates createdAt)"}
+    out: dict[str, Any] = {
+        "tasks": n,
+        "poll_ms": poll_ms,
+        "ages_s": f"{ages[0]:g}…{ages[1]:g}, uniform (age_s back-dates createdAt)",
+    }
     gate = f"inflight-aged-{env.run_id}"
     try:
-        warm = [await start_mcp_task(client, request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
-                                     workflow_id=f"warm-{name}-{env.run_id}-{i}", task_queue=tq) for i in range(8)]
+        warm = [
+            await start_mcp_task(
+                client,
+                request(url, {"seconds": 0.2}, f"warm-{name}-{env.run_id}-{i}"),
+                workflow_id=f"warm-{name}-{env.run_id}-{i}",
+                task_queue=tq,
+            )
+            for i in range(8)
+        ]
         await asyncio.gather(*(outcome_of(h) for h in warm))
         http_json(base_url(url) + "/bench/reset", method="POST")
         await asyncio.sleep(0.5)
@@ -756,9 +872,12 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             async with sem:
                 if steady:
                     age -= window_at - time.monotonic()
-                return await start_mcp_task(client, request(url, {"gate": gate, "age_s": round(age, 1)}, key,
-                                                            timeouts=timeouts),
-                                            workflow_id=key, task_queue=tq)
+                return await start_mcp_task(
+                    client,
+                    request(url, {"gate": gate, "age_s": round(age, 1)}, key, timeouts=timeouts),
+                    workflow_id=key,
+                    task_queue=tq,
+                )
 
         await asyncio.gather(*(start(i, k) for i, k in enumerate(keys)))
         out["start_s"] = round(time.monotonic() - t0, 1)
@@ -782,8 +901,10 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
             await asyncio.sleep(1)
         if steady:
             late = time.monotonic() - window_at
-            out["steady"] = {"window_ages_s": f"{ages[0]:g}…{ages[1]:g}",
-                             "window_opened_late_s": round(max(0.0, late), 1)}
+            out["steady"] = {
+                "window_ages_s": f"{ages[0]:g}…{ages[1]:g}",
+                "window_opened_late_s": round(max(0.0, late), 1),
+            }
             log(f"inflight-aged: every task started; the window opens when they are aged {ages[0]:g}…{ages[1]:g}s")
             await asyncio.sleep(max(0.0, -late))
         elif settle_s > 0:
@@ -799,10 +920,14 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         c0 = http_json(base_url(url) + "/bench/counts")
         sdk0, rpc0, w0 = sdk_requests(port), env.metrics(), time.time()
         own0 = _read_counts(port)
-        meter = CpuMeter({"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0,
-                          "mcp_server": child.pid})
-        spy = (start_py_spy(w.pid, Path(env.args.profile_dir) / "inflight-aged-worker.txt")
-               if getattr(env.args, "profile_dir", "") else None)
+        meter = CpuMeter(
+            {"worker": w.pid, "temporal_server": env.dev.proc.pid if env.dev.proc else 0, "mcp_server": child.pid}
+        )
+        spy = (
+            start_py_spy(w.pid, Path(env.args.profile_dir) / "inflight-aged-worker.txt")
+            if getattr(env.args, "profile_dir", "")
+            else None
+        )
         slices: list[float] = []
         rss_window: list[float] = []
         end = time.monotonic() + window_s
@@ -827,7 +952,7 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         out["worker_cpu_pct_of_core"] = round(100 * cpu["worker"] / wall, 1)
         out["worker_cpu_pct_10s_slices_max"] = round(max(slices), 1) if slices else None
         out["worker_cpu_pct_10s_slices"] = [round(x, 1) for x in slices]
-        half = slices[len(slices) // 2:]
+        half = slices[len(slices) // 2 :]
         out["worker_cpu_pct_second_half"] = round(sum(half) / len(half), 1) if half else None
         out["temporal_cpu_pct_of_core"] = round(100 * cpu["temporal_server"] / wall, 1)
         out["mcp_server_cpu_pct_of_core"] = round(100 * cpu["mcp_server"] / wall, 1)
@@ -856,11 +981,16 @@ async def phase_inflight_aged(env: Any, *, n: int, poll_ms: int, window_s: float
         out["release_s"] = round(time.monotonic() - t1, 1)
         out["rss_peak_mb"] = round(sampler.stop(), 1)
         scale = 2000 / n
-        out["scaled_to_2000"] = None if n >= 2000 else {
-            "factor": round(scale, 2),
-            "worker_cpu_pct_of_core": round(out["worker_cpu_pct_of_core"] * scale, 1),
-            "mcp_requests_per_s": round(out["mcp_requests_per_s"] * scale, 1),
-            "rss_peak_mb": round(out["rss_idle_mb"] + (out["rss_peak_mb"] - out["rss_idle_mb"]) * scale, 1)}
+        out["scaled_to_2000"] = (
+            None
+            if n >= 2000
+            else {
+                "factor": round(scale, 2),
+                "worker_cpu_pct_of_core": round(out["worker_cpu_pct_of_core"] * scale, 1),
+                "mcp_requests_per_s": round(out["mcp_requests_per_s"] * scale, 1),
+                "rss_peak_mb": round(out["rss_idle_mb"] + (out["rss_peak_mb"] - out["rss_idle_mb"]) * scale, 1),
+            }
+        )
     finally:
         env.stop_worker(w)
         if server is not None:
@@ -881,24 +1011,36 @@ def _cpu_ms(r: dict[str, Any]) -> float:
 
 def _t1(res: dict[str, Any]) -> dict[str, Any]:
     t1 = (res.get("aged") or {}).get("t1")
-    target = ("polls per task-hour after the first minute ≤ 1/20 of polling at pollInterval; delivery ≤ "
-              "max(pollInterval, 5 % of the task's age)")
+    target = (
+        "polls per task-hour after the first minute ≤ 1/20 of polling at pollInterval; delivery ≤ "
+        "max(pollInterval, 5 % of the task's age)"
+    )
     threshold = "≥ 20× fewer; every poll wait ≤ bound + 0.1 s"
     if not t1 or t1.get("polls_per_task_hour") is None:
-        return {"id": "T1", "target": target, "value": "not run (--skip-aged)", "threshold": threshold, "ratio": None,
-                "met": None}
+        return {
+            "id": "T1",
+            "target": target,
+            "value": "not run (--skip-aged)",
+            "threshold": threshold,
+            "ratio": None,
+            "met": None,
+        }
     deliveries = list(t1["deliveries"]) + list(
         ((res.get("light") or {}).get("ours") or {}).get("poll_wait_checks") or []
     )
     within = sum(1 for d in deliveries if d["within"])
     red = t1["reduction"]
-    value = (f"{t1['polls_per_task_hour']:g} polls/task-hour vs {t1['at_poll_interval_per_task_hour']:g} at "
-             f"pollInterval = 1/{red:g} (ages covered by measured gaps: {100 * t1['coverage']:.0f} %)")
+    value = (
+        f"{t1['polls_per_task_hour']:g} polls/task-hour vs {t1['at_poll_interval_per_task_hour']:g} at "
+        f"pollInterval = 1/{red:g} (ages covered by measured gaps: {100 * t1['coverage']:.0f} %)"
+    )
     if deliveries:
         worst = max(deliveries, key=lambda d: (d["poll_wait_s"] or 0) / d["bound_s"])
-        value += (f"; poll wait within the bound for {within}/{len(deliveries)} tasks ending at ages "
-                  f"{min(d['age_at_end_s'] for d in deliveries):g}–{max(d['age_at_end_s'] for d in deliveries):g} s "
-                  f"(closest: {worst['poll_wait_s']} s of {worst['bound_s']:g} s at age {worst['age_at_end_s']:g} s)")
+        value += (
+            f"; poll wait within the bound for {within}/{len(deliveries)} tasks ending at ages "
+            f"{min(d['age_at_end_s'] for d in deliveries):g}–{max(d['age_at_end_s'] for d in deliveries):g} s "
+            f"(closest: {worst['poll_wait_s']} s of {worst['bound_s']:g} s at age {worst['age_at_end_s']:g} s)"
+        )
     if t1["probe_errors"]:
         value += f"; probe errors: {'; '.join(t1['probe_errors'])}"
     met = red is not None and red >= 20 and bool(deliveries) and within == len(deliveries) and not t1["probe_errors"]
@@ -912,22 +1054,39 @@ def _t2(res: dict[str, Any]) -> dict[str, Any]:
     )
     threshold = "≤ 15 %, ≤ 100/s, < 500 MB"
     if not m or m.get("worker_cpu_pct_of_core") is None:
-        return {"id": "T2", "target": target, "value": "not run: `--only inflight-aged` runs it (2,000 tasks, ~5 min)",
-                "threshold": threshold, "ratio": None, "met": None}
+        return {
+            "id": "T2",
+            "target": target,
+            "value": "not run: `--only inflight-aged` runs it (2,000 tasks, ~5 min)",
+            "threshold": threshold,
+            "ratio": None,
+            "met": None,
+        }
     s = m.get("scaled_to_2000")
     fig = s or m
     cpu, rps, rss = fig["worker_cpu_pct_of_core"], fig["mcp_requests_per_s"], fig["rss_peak_mb"]
     met = cpu <= 15 and rps <= 100 and rss < 500 and m["polled"] >= m["tasks"]
     value = f"worker CPU {cpu} % of a core, {rps} MCP requests/s, RSS peak {rss} MB"
     if s:
-        value += (f" — SCALED ×{s['factor']:g} from {m['tasks']} tasks ({m['worker_cpu_pct_of_core']} %, "
-                  f"{m['mcp_requests_per_s']} req/s, {m['rss_peak_mb']} MB over {m['window_s']:.0f} s); "
-                  "`--only inflight-aged` measures 2,000")
+        value += (
+            f" — SCALED ×{s['factor']:g} from {m['tasks']} tasks ({m['worker_cpu_pct_of_core']} %, "
+            f"{m['mcp_requests_per_s']} req/s, {m['rss_peak_mb']} MB over {m['window_s']:.0f} s); "
+            "`--only inflight-aged` measures 2,000"
+        )
     else:
-        value += (f" ({m['tasks']} tasks, {m['window_s']:.0f} s window after all were polled; its second half: "
-                  f"{m.get('worker_cpu_pct_second_half')} %)")
-    return {"id": "T2", "target": target, "value": value, "threshold": threshold, "ratio": None, "met": met,
-            "scaled": bool(s)}
+        value += (
+            f" ({m['tasks']} tasks, {m['window_s']:.0f} s window after all were polled; its second half: "
+            f"{m.get('worker_cpu_pct_second_half')} %)"
+        )
+    return {
+        "id": "T2",
+        "target": target,
+        "value": value,
+        "threshold": threshold,
+        "ratio": None,
+        "met": met,
+        "scaled": bool(s),
+    }
 
 
 #: Events one hand-over of a wait to the long-wait activity adds to a history (activity started + completed, a
@@ -940,21 +1099,38 @@ def _t3(res: dict[str, Any]) -> dict[str, Any]:
     naive, ours, mini, old = res.get("naive_wait"), t3.get("ours"), t3.get("minimal"), t3.get("ours_old")
     default_rate = HOUR_S / heartbeat_throttle_s()
     ho = t3.get("handover")
-    target = ("Temporal cost per task-hour of waiting: history constant; billable actions (activity starts, heartbeats "
-              f"that reach the server, timers, signals) cheap and explicit: the SDK lets one heartbeat per "
-              f"min(0.8 × timeout, {SDK_MAX_THROTTLE_S:g} s) through = {default_rate:g}/h at {heartbeat_s():g} s"
-              + (f", {HOUR_S / heartbeat_throttle_s(ho['heartbeat_s']):g}/h at {ho['heartbeat_s']:g} s after the "
-                 f"hand-over at age {ho['after_s']:g} s" if ho else ""))
-    threshold = (f"history per task varies by ≤ {HANDOVER_EVENTS} events (one hand-over) across ages; first-hour "
-                 f"actions ≤ {1.1 * default_rate:g}/task-hour (one heartbeat per {heartbeat_throttle_s():g} s, + 10 %)")
+    target = (
+        "Temporal cost per task-hour of waiting: history constant; billable actions (activity starts, heartbeats "
+        f"that reach the server, timers, signals) cheap and explicit: the SDK lets one heartbeat per "
+        f"min(0.8 × timeout, {SDK_MAX_THROTTLE_S:g} s) through = {default_rate:g}/h at {heartbeat_s():g} s"
+        + (
+            f", {HOUR_S / heartbeat_throttle_s(ho['heartbeat_s']):g}/h at {ho['heartbeat_s']:g} s after the "
+            f"hand-over at age {ho['after_s']:g} s"
+            if ho
+            else ""
+        )
+    )
+    threshold = (
+        f"history per task varies by ≤ {HANDOVER_EVENTS} events (one hand-over) across ages; first-hour "
+        f"actions ≤ {1.1 * default_rate:g}/task-hour (one heartbeat per {heartbeat_throttle_s():g} s, + 10 %)"
+    )
     if not ours:
-        return {"id": "T3", "target": target, "value": "not run (--skip-aged)", "threshold": threshold,
-                "ratio": None, "met": None}
+        return {
+            "id": "T3",
+            "target": target,
+            "value": "not run (--skip-aged)",
+            "threshold": threshold,
+            "ratio": None,
+            "met": None,
+        }
 
     def actions(name: str, r: dict[str, Any]) -> str:
         extra = [f"{r[k]:g} {k.replace('_', ' ')}" for k in ("activity_starts", "timers", "signals", "markers") if r[k]]
-        return (f"{name} {r['billable_actions']:g} ({r['heartbeats']:g} heartbeats" + "".join(f", {x}" for x in extra)
-                + f"; {r['history_events']:g} history events)")
+        return (
+            f"{name} {r['billable_actions']:g} ({r['heartbeats']:g} heartbeats"
+            + "".join(f", {x}" for x in extra)
+            + f"; {r['history_events']:g} history events)"
+        )
 
     parts = [actions("ours, first hour", ours)]
     if old:
@@ -962,12 +1138,14 @@ def _t3(res: dict[str, Any]) -> dict[str, Any]:
     ratios: dict[str, float | None] = {}
     if mini:
         parts.append(actions("minimal", mini))
-        ratios["ours/minimal"] = round(ours["billable_actions"] / mini["billable_actions"], 2) \
-            if mini["billable_actions"] else None
+        ratios["ours/minimal"] = (
+            round(ours["billable_actions"] / mini["billable_actions"], 2) if mini["billable_actions"] else None
+        )
     if naive:
         parts.append(actions("naive", naive))
-        ratios["ours/naive"] = round(ours["billable_actions"] / naive["billable_actions"], 3) \
-            if naive["billable_actions"] else None
+        ratios["ours/naive"] = (
+            round(ours["billable_actions"] / naive["billable_actions"], 3) if naive["billable_actions"] else None
+        )
     d = res.get("designs", {})
     short = (d.get("ours", {}).get("history") or {}).get("events", {}).get("max")
     if short is None:
@@ -978,11 +1156,15 @@ def _t3(res: dict[str, Any]) -> dict[str, Any]:
     ev_s = f"history events per task: ours {short if short is not None else '?'} at 5 s"
     if done:
         last = done[-1]
-        ev_s += f", {min(x['events'] for x in done)}–{max(x['events'] for x in done)} for tasks ending at ages " \
-                f"{done[0]['age_at_end_s']:g}–{last['age_at_end_s']:g} s"
+        ev_s += (
+            f", {min(x['events'] for x in done)}–{max(x['events'] for x in done)} for tasks ending at ages "
+            f"{done[0]['age_at_end_s']:g}–{last['age_at_end_s']:g} s"
+        )
     if held:
-        ev_s += (f", {min(held)}–{max(held)} so far for tasks still waiting at ages up to "
-                 f"{hist.get('held_max_age_s', 0) / 3600:.1f} h")
+        ev_s += (
+            f", {min(held)}–{max(held)} so far for tasks still waiting at ages up to "
+            f"{hist.get('held_max_age_s', 0) / 3600:.1f} h"
+        )
     others = {k: (d.get(k, {}).get("history") or {}).get("events", {}).get("mean") for k in ("minimal", "naive")}
     ev_s += "".join(f"; {k} {v:g} at 5 s" for k, v in others.items() if v is not None)
     if naive:
@@ -992,11 +1174,20 @@ def _t3(res: dict[str, Any]) -> dict[str, Any]:
         parts.append("ratios " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
     # Constant: no history grows with the wait beyond one hand-over, whether the task has ended or still waits.
     ends = [x["events"] for x in done] + ([short] if short is not None else [])
-    hist_ok = (bool(held) and max(held) - min(held) <= HANDOVER_EVENTS
-               and (not ends or max(ends) - min(ends) <= HANDOVER_EVENTS))
+    hist_ok = (
+        bool(held)
+        and max(held) - min(held) <= HANDOVER_EVENTS
+        and (not ends or max(ends) - min(ends) <= HANDOVER_EVENTS)
+    )
     met = hist_ok and ours["billable_actions"] <= 1.1 * default_rate
-    return {"id": "T3", "target": target, "value": "; ".join(parts), "threshold": threshold, "ratio": ratios,
-            "met": met}
+    return {
+        "id": "T3",
+        "target": target,
+        "value": "; ".join(parts),
+        "threshold": threshold,
+        "ratio": ratios,
+        "met": met,
+    }
 
 
 def _t4(res: dict[str, Any]) -> dict[str, Any]:
@@ -1005,15 +1196,31 @@ def _t4(res: dict[str, Any]) -> dict[str, Any]:
     target = f"CPU per short task stays ≤ today's: ours/minimal ≤ {BASELINE_OURS_MS:g}/{BASELINE_MINIMAL_MS:g} ms"
     threshold = f"ours/minimal ≤ {base:.2f} (+{100 * NOISE:.0f} % run-to-run noise: {base * (1 + NOISE):.2f})"
     if "ours" not in d or "minimal" not in d:
-        return {"id": "T4", "target": target, "value": "not run (--skip-ours / --skip-minimal)", "threshold": threshold,
-                "ratio": None, "met": None}
+        return {
+            "id": "T4",
+            "target": target,
+            "value": "not run (--skip-ours / --skip-minimal)",
+            "threshold": threshold,
+            "ratio": None,
+            "met": None,
+        }
     o, mi = _cpu_ms(d["ours"]), _cpu_ms(d["minimal"])
     r = o / mi
-    value = (f"ours {o:.0f} ms vs minimal {mi:.0f} ms per {res.get('config', {}).get('duration_s', 5):g} s task "
-             f"(worker + Temporal + MCP server) = {r:.2f}×; ours {o - BASELINE_OURS_MS:+.0f} ms vs the 92 ms baseline "
-             "(absolute ms move with the machine's load)")
-    return {"id": "T4", "target": target, "value": value, "threshold": threshold, "ratio": round(r, 3),
-            "ours_ms": round(o, 1), "minimal_ms": round(mi, 1), "met": r <= base * (1 + NOISE)}
+    value = (
+        f"ours {o:.0f} ms vs minimal {mi:.0f} ms per {res.get('config', {}).get('duration_s', 5):g} s task "
+        f"(worker + Temporal + MCP server) = {r:.2f}×; ours {o - BASELINE_OURS_MS:+.0f} ms vs the 92 ms baseline "
+        "(absolute ms move with the machine's load)"
+    )
+    return {
+        "id": "T4",
+        "target": target,
+        "value": value,
+        "threshold": threshold,
+        "ratio": round(r, 3),
+        "ours_ms": round(o, 1),
+        "minimal_ms": round(mi, 1),
+        "met": r <= base * (1 + NOISE),
+    }
 
 
 def waiting_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1032,9 +1239,15 @@ def poll_wait_checks(records: list[Any], state: dict[str, Any], poll_s: float) -
         age = terminal[tid] - r.submitted
         wait = observed[tid] - terminal[tid]
         bound = max(poll_s, AGE_FRACTION * age)
-        out.append({"age_at_end_s": round(age, 1), "poll_wait_s": round(wait, 3), "bound_s": round(bound, 3),
-                    "delivery_s": round(r.delivered - terminal[tid], 3) if r.delivered else None,
-                    "within": wait <= bound + DELIVERY_SLACK_S})
+        out.append(
+            {
+                "age_at_end_s": round(age, 1),
+                "poll_wait_s": round(wait, 3),
+                "bound_s": round(bound, 3),
+                "delivery_s": round(r.delivered - terminal[tid], 3) if r.delivered else None,
+                "within": wait <= bound + DELIVERY_SLACK_S,
+            }
+        )
     return out
 
 
@@ -1045,26 +1258,39 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     aged = res.get("aged")
     sched = res.get("config", {}).get("poll_schedule")
-    sched_s = (f"after {sched['after_s']:g} s, gap = max(pollInterval, {sched['age_fraction']:g} × age) ≤ "
-               f"{sched['max_interval_s']:g} s" if sched else "none in this checkout: ours polls at pollInterval")
+    sched_s = (
+        f"after {sched['after_s']:g} s, gap = max(pollInterval, {sched['age_fraction']:g} × age) ≤ "
+        f"{sched['max_interval_s']:g} s"
+        if sched
+        else "none in this checkout: ours polls at pollInterval"
+    )
     if aged or res.get("naive_wait") or res.get("inflight_aged"):
         lines += ["", f"### Cost of waiting — the worker's poll schedule: {sched_s}"]
     if aged:
         t1 = aged["t1"]
-        lines += ["", f"**Polls by age** (T1): {t1['tiles']} tasks back-dated to ages 60…3600 s, held "
-                      f"{aged['window_s']:.0f} s (pollInterval {aged['poll_ms']} ms); {t1['gaps_measured']} measured "
-                      f"gaps cover {100 * t1['coverage']:.0f} % of ages 60…3600 s. Polls per task-hour after the first "
-                      f"minute: **{t1['polls_per_task_hour']}** (raw count over the window: "
-                      f"{t1['raw_polls_per_task_hour_in_window']}) vs {t1['at_poll_interval_per_task_hour']:g} at "
-                      "pollInterval.", "",
-                  "| age s | gaps | gap p50 s | gap/age p50 | gap/age max |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"**Polls by age** (T1): {t1['tiles']} tasks back-dated to ages 60…3600 s, held "
+            f"{aged['window_s']:.0f} s (pollInterval {aged['poll_ms']} ms); {t1['gaps_measured']} measured "
+            f"gaps cover {100 * t1['coverage']:.0f} % of ages 60…3600 s. Polls per task-hour after the first "
+            f"minute: **{t1['polls_per_task_hour']}** (raw count over the window: "
+            f"{t1['raw_polls_per_task_hour_in_window']}) vs {t1['at_poll_interval_per_task_hour']:g} at "
+            "pollInterval.",
+            "",
+            "| age s | gaps | gap p50 s | gap/age p50 | gap/age max |",
+            "|---|---|---|---|---|",
+        ]
         for g in t1["gap_by_age"]:
-            lines.append(f"| {g['age_s']} | {g['gaps']} | {g['gap_s_p50']} | {g['gap_over_age_p50']} | "
-                         f"{g['gap_over_age_max']} |")
+            lines.append(
+                f"| {g['age_s']} | {g['gaps']} | {g['gap_s_p50']} | {g['gap_over_age_p50']} | {g['gap_over_age_max']} |"
+            )
         dl = t1["deliveries"] + (((res.get("light") or {}).get("ours") or {}).get("poll_wait_checks") or [])
         if dl:
-            lines += ["", "| task ends at age s | poll wait s | bound s | delivered after s | within |",
-                      "|---|---|---|---|---|"]
+            lines += [
+                "",
+                "| task ends at age s | poll wait s | bound s | delivered after s | within |",
+                "|---|---|---|---|---|",
+            ]
             for d in sorted(dl, key=lambda x: x["age_at_end_s"]):
                 lines.append(
                     f"| {d['age_at_end_s']:g} | {d['poll_wait_s']} | {d['bound_s']} | "
@@ -1077,13 +1303,22 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
                 "of the result (rows under 60 s: the light-load phase's tasks)._",
             ]
     t3 = (aged or {}).get("t3") or {}
-    rows = [("ours: a task's first hour", t3.get("ours")), ("ours: aged 2 h+", t3.get("ours_old")),
-            ("minimal", t3.get("minimal")), ("naive", res.get("naive_wait"))]
+    rows = [
+        ("ours: a task's first hour", t3.get("ours")),
+        ("ours: aged 2 h+", t3.get("ours_old")),
+        ("minimal", t3.get("minimal")),
+        ("naive", res.get("naive_wait")),
+    ]
     if any(r for _, r in rows):
-        lines += ["", "**Temporal cost per task-hour of waiting** (T3; heartbeats = `RecordActivityTaskHeartbeat` RPCs "
-                      "the worker's SDK sent, i.e. after its throttling; the rest from the histories)", "",
-                  "| design | activity starts | heartbeats | timers | signals | upserts + markers | billable actions | "
-                  "history events | how |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "**Temporal cost per task-hour of waiting** (T3; heartbeats = `RecordActivityTaskHeartbeat` RPCs "
+            "the worker's SDK sent, i.e. after its throttling; the rest from the histories)",
+            "",
+            "| design | activity starts | heartbeats | timers | signals | upserts + markers | billable actions | "
+            "history events | how |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in rows:
             if r:
                 lines.append(
@@ -1093,31 +1328,36 @@ def render_waiting(res: dict[str, Any]) -> list[str]:
                 )
         q = t3.get("heartbeat_cross_check")
         if q:
-            lines += ["", f"_Heartbeat cross-check over {q['seconds']:g} s of the aged window: the dev server "
-                          f"counted {q['dev_server']:g} `RecordActivityTaskHeartbeat`; the {q['workers']} workers' "
-                          f"SDKs say they sent {q['workers_sdk']:g}"
-                          + (f" ({q['workers_without_metrics']} without metrics)"
-                             if q["workers_without_metrics"] else "")
-                          + "._"]
+            lines += [
+                "",
+                f"_Heartbeat cross-check over {q['seconds']:g} s of the aged window: the dev server "
+                f"counted {q['dev_server']:g} `RecordActivityTaskHeartbeat`; the {q['workers']} workers' "
+                f"SDKs say they sent {q['workers_sdk']:g}"
+                + (f" ({q['workers_without_metrics']} without metrics)" if q["workers_without_metrics"] else "")
+                + "._",
+            ]
     m = res.get("inflight_aged")
     if m and m.get("worker_cpu_pct_of_core") is not None:
-        lines += ["", f"**{m['tasks']} tasks in flight aged 10 min…1 h** (T2; pollInterval {m['poll_ms']} ms, one ours "
-                      f"worker, a {m['window_s']:.0f} s window once all {m['polled']} had been polled)", "",
-                  "| worker CPU % of a core (2nd half of the window; max 10 s) | MCP requests/s | tasks/get/s | "
-                  "heartbeats/s | worker's Temporal RPCs/s | Temporal CPU % | MCP server CPU % | RSS idle / in window "
-                  "/ peak MB | start s | all polling s |",
-                  "|---|---|---|---|---|---|---|---|---|---|",
-                  f"| {m['worker_cpu_pct_of_core']} ({m.get('worker_cpu_pct_second_half')}; "
-                  f"{m['worker_cpu_pct_10s_slices_max']}) | {m['mcp_requests_per_s']} | {m['tasks_get_per_s']} | "
-                  f"{m['heartbeats_per_s']} | {m['worker_temporal_rpcs_per_s']} | {m['temporal_cpu_pct_of_core']} | "
-                  f"{m['mcp_server_cpu_pct_of_core']} | {m['rss_idle_mb']} / {m['rss_in_window_mb']} / "
-                  f"{m['rss_peak_mb']} | {m['start_s']} | {m['all_polling_s']} |"]
+        lines += [
+            "",
+            f"**{m['tasks']} tasks in flight aged 10 min…1 h** (T2; pollInterval {m['poll_ms']} ms, one ours "
+            f"worker, a {m['window_s']:.0f} s window once all {m['polled']} had been polled)",
+            "",
+            "| worker CPU % of a core (2nd half of the window; max 10 s) | MCP requests/s | tasks/get/s | "
+            "heartbeats/s | worker's Temporal RPCs/s | Temporal CPU % | MCP server CPU % | RSS idle / in window "
+            "/ peak MB | start s | all polling s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| {m['worker_cpu_pct_of_core']} ({m.get('worker_cpu_pct_second_half')}; "
+            f"{m['worker_cpu_pct_10s_slices_max']}) | {m['mcp_requests_per_s']} | {m['tasks_get_per_s']} | "
+            f"{m['heartbeats_per_s']} | {m['worker_temporal_rpcs_per_s']} | {m['temporal_cpu_pct_of_core']} | "
+            f"{m['mcp_server_cpu_pct_of_core']} | {m['rss_idle_mb']} / {m['rss_in_window_mb']} / "
+            f"{m['rss_peak_mb']} | {m['start_s']} | {m['all_polling_s']} |",
+        ]
     return lines
 
 
 def render_targets(targets: list[dict[str, Any]]) -> list[str]:
-    lines = ["", "### Targets — the cost of waiting", "", "| target | figure | threshold | met |",
-             "|---|---|---|---|"]
+    lines = ["", "### Targets — the cost of waiting", "", "| target | figure | threshold | met |", "|---|---|---|---|"]
     for t in targets:
         met = "–" if t["met"] is None else "met" if t["met"] else "**not met**"
         lines.append(f"| {t['id']}: {t['target']} | {t['value']} | {t['threshold']} | {met} |")

@@ -53,8 +53,13 @@ async def main_async(args: argparse.Namespace) -> None:
         from mcp_temporal_tasks.activities import mcp_activities
 
         age_from_send_time = mcp_activities.task_age_s
-        mcp_activities.task_age_s = lambda created_at, submitted_at, now: age_from_send_time(  # type: ignore[assignment]
-            created_at, None, now) if created_at else age_from_send_time(created_at, submitted_at, now)
+        mcp_activities.task_age_s = lambda created_at, submitted_at, now: (
+            age_from_send_time(  # type: ignore[assignment]
+                created_at, None, now
+            )
+            if created_at
+            else age_from_send_time(created_at, submitted_at, now)
+        )
         # The benchmark's requests name their server inline (a trusted caller): allowed explicitly.
         acts = make_activities(WorkerConfig(worker=WorkerSettings(allow_inline_endpoints=True)))
         settings = WorkerSettings(max_concurrent_activities=args.max_activities)
@@ -77,21 +82,34 @@ async def main_async(args: argparse.Namespace) -> None:
             from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
             overrides["workflow_runner"] = SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("mcp_temporal_tasks"))
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("mcp_temporal_tasks")
+            )
         workers = build_workers(client, args.task_queue, acts, settings, **overrides)
         closers.append(acts.pool.aclose)
     else:  # the comparison designs: one Worker, same limits as ours
         from bench.minimal import MinimalActivities, MinimalWorkflow
         from bench.naive import NaiveActivities, NaivePollWorkflow
 
-        acts_c, wf = (MinimalActivities(), MinimalWorkflow) if args.design == "minimal" else \
-            (NaiveActivities(), NaivePollWorkflow)
+        acts_c, wf = (
+            (MinimalActivities(), MinimalWorkflow)
+            if args.design == "minimal"
+            else (NaiveActivities(), NaivePollWorkflow)
+        )
         kw: dict[str, Any] = {}
         if args.max_cached_workflows:
             kw["max_cached_workflows"] = args.max_cached_workflows
-        workers = [Worker(client, task_queue=args.task_queue, workflows=[wf], activities=acts_c.all(),
-                          max_concurrent_workflow_tasks=200, max_concurrent_activities=args.max_activities,
-                          graceful_shutdown_timeout=timedelta(seconds=5), **kw)]
+        workers = [
+            Worker(
+                client,
+                task_queue=args.task_queue,
+                workflows=[wf],
+                activities=acts_c.all(),
+                max_concurrent_workflow_tasks=200,
+                max_concurrent_activities=args.max_activities,
+                graceful_shutdown_timeout=timedelta(seconds=5),
+                **kw,
+            )
+        ]
         closers.append(acts_c.aclose)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -127,12 +145,15 @@ def main() -> None:
     p.add_argument("--max-activities", type=int, default=4000)
     p.add_argument("--max-cached-workflows", type=int, default=0)
     p.add_argument("--metrics-port", type=int, default=0, help="serve the SDK's Prometheus metrics here")
-    p.add_argument("--experiment", default="",
-                   help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
-                        "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
-                        "sdk-threads (the SDK's pool: a thread per slot), gc=S (gc.collect() every S s), unsandboxed, "
-                        "passthrough-wf (workflow modules passed through the sandbox), uvloop (the worker on uvloop's "
-                        "event loop; `pip install uvloop` first). Not ours as shipped")
+    p.add_argument(
+        "--experiment",
+        default="",
+        help="comma-separated: no-upserts, wft-slots=N (max_concurrent_workflow_tasks), sticky=S "
+        "(sticky_queue_schedule_to_start_timeout), wft-threads=N (WorkerSettings.workflow_threads), "
+        "sdk-threads (the SDK's pool: a thread per slot), gc=S (gc.collect() every S s), unsandboxed, "
+        "passthrough-wf (workflow modules passed through the sandbox), uvloop (the worker on uvloop's "
+        "event loop; `pip install uvloop` first). Not ours as shipped",
+    )
     p.add_argument("--profile", default="", help="write a cProfile of the whole process here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -378,8 +378,10 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
     @mcp.tool(task=False)
     async def get_export_status(jobId: str) -> ToolResult:
         # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
+        # fmt: off
         ("Status of an export job: "
          '{"jobId", "state" (running|succeeded|failed|cancelled), "progress" (0..1), "message", "error"}.')
+        # fmt: on
         job = jobs.get(jobId)
         if job is None:
             return _no_such_job(jobId)
@@ -411,8 +413,10 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
     @mcp.tool(task=False)
     async def slow_progress(ctx: Context, seconds: float = 60, every: float = 5) -> ToolResult:
         # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
+        # fmt: off
         ("Plain synchronous tool that answers after `seconds`, sending a progress notification ('step i/n') "
          "every `every` seconds.")
+        # fmt: on
         total = max(0.0, float(seconds))
         step = float(every) if every and every > 0 else total
         n = max(1, math.ceil(total / step - 1e-9)) if step > 0 else 1

@@ -32,6 +32,8 @@ def protocol_label(era: str | None, protocol_version: str | None) -> str | None:
     if protocol_version == "2025-11-25":
         return f"{protocol_version} (initialize handshake)"
     return f"{protocol_version} (initialize handshake, no tasks in this version)"
+
+
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
@@ -45,7 +47,6 @@ class StrictModel(BaseModel):
     """Every model of this project: unknown fields are refused, so a typo is an error, not silence."""
 
     model_config = ConfigDict(extra="forbid")
-
 
 
 class OAuthClient(StrictModel):
@@ -72,7 +73,7 @@ class OAuthClient(StrictModel):
         if self.type == "client_credentials" and not self.client_secret_env:
             raise ValueError("auth type 'client_credentials' needs client_secret = { env = \"VAR\" }")
         if self.type == "private_key_jwt" and (self.private_key_env is None) == (self.private_key_file is None):
-            raise ValueError("auth type 'private_key_jwt' needs private_key = { env = \"VAR\" } or { file = \"PATH\" }")
+            raise ValueError('auth type \'private_key_jwt\' needs private_key = { env = "VAR" } or { file = "PATH" }')
         if self.issuer is not None and not self.issuer.startswith(("http://", "https://")):
             raise ValueError(f"auth issuer must be an http(s) URL, got {self.issuer!r}")
 

@@ -154,8 +154,9 @@ class RateLimited(TransportError):
 
     kind = "RateLimited"
 
-    def __init__(self, message: str, *, retry_after_s: float | None, retry_after_note: str | None = None,
-                 **kw: Any) -> None:
+    def __init__(
+        self, message: str, *, retry_after_s: float | None, retry_after_note: str | None = None, **kw: Any
+    ) -> None:
         if retry_after_note:
             retry_after_note = cap_text(retry_after_note, 256)
             message = f"{message} ({retry_after_note})"
@@ -285,10 +286,27 @@ class UnknownProtocolVersion(CapabilityUnavailable):
 ERROR_TYPES: dict[str, type[McpWireError]] = {
     cls.kind: cls
     for cls in (
-        McpWireError, JsonRpcError, TaskNotFound, InvalidParams, MethodNotFound, MissingCapability,
-        HeaderMismatch, UnsupportedProtocolVersion, TransportError, RateLimited, AuthorizationRequired,
-        ProtocolViolation, TaskUnreachable, SessionGone, ProcessGone, ResultDecodeError, CapabilityUnavailable,
-        HttpRefusal, PayloadUnusable, RequestRefused, StreamLost,
+        McpWireError,
+        JsonRpcError,
+        TaskNotFound,
+        InvalidParams,
+        MethodNotFound,
+        MissingCapability,
+        HeaderMismatch,
+        UnsupportedProtocolVersion,
+        TransportError,
+        RateLimited,
+        AuthorizationRequired,
+        ProtocolViolation,
+        TaskUnreachable,
+        SessionGone,
+        ProcessGone,
+        ResultDecodeError,
+        CapabilityUnavailable,
+        HttpRefusal,
+        PayloadUnusable,
+        RequestRefused,
+        StreamLost,
     )
 }
 
@@ -345,33 +363,67 @@ _LEGACY_ERA = "2025-11-25"  # protocol.tasks.LEGACY (not imported: this module n
 #: (``-32603`` "temporarily unavailable", ``-32000`` from a gateway, an unknown code, a 3 MiB message, even
 #: ``-32601`` from a replica being rolled out) says nothing about the task, only about this one answer.
 READ_ERROR_RULES: tuple[ReadErrorRule, ...] = (
-    ReadErrorRule("tasks/result", _LEGACY_ERA, "failed", METHOD_NOT_FOUND, ReadMeaning.FAULT,
-                  "the server offers no tasks/result: not a stored error"),
-    ReadErrorRule("tasks/result", _LEGACY_ERA, "failed", None, ReadMeaning.PAYLOAD,
-                  "the failed request's stored JSON-RPC error (for -32602 only if tasks/get still knows the task; "
-                  "else gone)"),
-    ReadErrorRule("tasks/result", _LEGACY_ERA, "cancelled", INTERNAL_ERROR, ReadMeaning.EMPTY,
-                  "the TS SDK's answer for a cancelled task: no payload"),
+    ReadErrorRule(
+        "tasks/result",
+        _LEGACY_ERA,
+        "failed",
+        METHOD_NOT_FOUND,
+        ReadMeaning.FAULT,
+        "the server offers no tasks/result: not a stored error",
+    ),
+    ReadErrorRule(
+        "tasks/result",
+        _LEGACY_ERA,
+        "failed",
+        None,
+        ReadMeaning.PAYLOAD,
+        "the failed request's stored JSON-RPC error (for -32602 only if tasks/get still knows the task; else gone)",
+    ),
+    ReadErrorRule(
+        "tasks/result",
+        _LEGACY_ERA,
+        "cancelled",
+        INTERNAL_ERROR,
+        ReadMeaning.EMPTY,
+        "the TS SDK's answer for a cancelled task: no payload",
+    ),
     ReadErrorRule("tasks/get", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
     ReadErrorRule("tasks/result", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
     ReadErrorRule("tasks/update", None, None, INVALID_PARAMS, ReadMeaning.GONE, "unknown, expired or purged task id"),
-    ReadErrorRule("tasks/cancel", None, None, INVALID_PARAMS, ReadMeaning.GONE,
-                  "unknown task id; on 2025-11-25 also an already terminal task (tasks/get then tells which)"),
-    ReadErrorRule(None, None, None, None, ReadMeaning.FAULT,
-                  "any other code on any read, job tools' -32602 included (no spec gives them a 'gone' code)"),
+    ReadErrorRule(
+        "tasks/cancel",
+        None,
+        None,
+        INVALID_PARAMS,
+        ReadMeaning.GONE,
+        "unknown task id; on 2025-11-25 also an already terminal task (tasks/get then tells which)",
+    ),
+    ReadErrorRule(
+        None,
+        None,
+        None,
+        None,
+        ReadMeaning.FAULT,
+        "any other code on any read, job tools' -32602 included (no spec gives them a 'gone' code)",
+    ),
 )
 
 
-def read_error_meaning(method: str, code: int | None, *, era: str | None = None,
-                       status: str | None = None) -> ReadMeaning:
+def read_error_meaning(
+    method: str, code: int | None, *, era: str | None = None, status: str | None = None
+) -> ReadMeaning:
     """What a JSON-RPC error with ``code`` means as the answer to a read ``method`` (see :data:`READ_ERROR_RULES`).
 
     ``era`` and ``status`` (the task's last known status) narrow the legacy ``tasks/result`` rows; without them
     those rows do not match.
     """
     for rule in READ_ERROR_RULES:
-        if ((rule.method is None or rule.method == method) and (rule.era is None or rule.era == era)
-                and (rule.status is None or rule.status == status) and (rule.code is None or rule.code == code)):
+        if (
+            (rule.method is None or rule.method == method)
+            and (rule.era is None or rule.era == era)
+            and (rule.status is None or rule.status == status)
+            and (rule.code is None or rule.code == code)
+        ):
             return rule.meaning
     raise AssertionError("READ_ERROR_RULES ends with a catch-all row")
 
@@ -380,8 +432,10 @@ def read_error_table() -> str:
     """:data:`READ_ERROR_RULES` as the markdown table the README shows (a test keeps the two equal)."""
     rows = ["| read | era | task status | code | meaning | why |", "|---|---|---|---|---|---|"]
     for r in READ_ERROR_RULES:
-        rows.append(f"| {f'`{r.method}`' if r.method else 'any read'} | {r.era or 'both'} | {r.status or 'any'} "
-                    f"| {r.code if r.code is not None else 'any other'} | **{r.meaning.value}** | {r.why} |")
+        rows.append(
+            f"| {f'`{r.method}`' if r.method else 'any read'} | {r.era or 'both'} | {r.status or 'any'} "
+            f"| {r.code if r.code is not None else 'any other'} | **{r.meaning.value}** | {r.why} |"
+        )
     return "\n".join(rows)
 
 

@@ -38,6 +38,9 @@ site_packages="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path
 # The gate: lint and types fail the run before any test does. It needs only the project's venv, so it runs while the
 # peers still install.
 .venv/bin/ruff check api protocol activities workflows worker demo tests bench scripts examples
+# One layout for every file (`ruff format` with the settings of [tool.ruff]): a diff shows what changed, not how a
+# person wrapped it.
+.venv/bin/ruff format --check api protocol activities workflows worker demo tests bench scripts examples
 .venv/bin/python scripts/typecheck.py
 # The documentation site builds with no dead link or anchor (mkdocs.yml: strict, links and anchors validated), into a
 # throwaway folder so a checkout's site/ is never touched. NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner.

@@ -52,8 +52,9 @@ class AgentWorkerProcess(ProcessUnderTest):
     """``python -m MODULE``: an agent application's worker (both plugins on its client), in its own process.
     ``own_url``: the MCP server of the framework's own MCP integration in that application (``AGENT_APP_OWN_URL``)."""
 
-    def __init__(self, module: str, address: str, queue: str, servers_: dict[str, Any],
-                 own_url: str | None = None) -> None:
+    def __init__(
+        self, module: str, address: str, queue: str, servers_: dict[str, Any], own_url: str | None = None
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TEMPORAL_ADDRESS=address, AGENT_APP_QUEUE=queue, AGENT_APP_SERVERS=json.dumps(servers_))
         if own_url is not None:
@@ -62,8 +63,9 @@ class AgentWorkerProcess(ProcessUnderTest):
 
 
 @contextlib.contextmanager
-def agent_worker(module: str, address: str, queue: str, servers_: dict[str, Any],
-                 own_url: str | None = None) -> Iterator[AgentWorkerProcess]:
+def agent_worker(
+    module: str, address: str, queue: str, servers_: dict[str, Any], own_url: str | None = None
+) -> Iterator[AgentWorkerProcess]:
     proc = AgentWorkerProcess(module, address, queue, servers_, own_url)
     try:
         proc.wait_ready(60)
@@ -76,8 +78,17 @@ def agent_worker(module: str, address: str, queue: str, servers_: dict[str, Any]
 KILL_TOOL_S = 20
 
 
-async def killed_mid_call(client: Client, module: str, run: Any, address: str, servers_: dict[str, Any],
-                          ts: Peer, fm: Peer, *, own: tuple[str, Peer] | None = None) -> dict[str, Any]:
+async def killed_mid_call(
+    client: Client,
+    module: str,
+    run: Any,
+    address: str,
+    servers_: dict[str, Any],
+    ts: Peer,
+    fm: Peer,
+    *,
+    own: tuple[str, Peer] | None = None,
+) -> dict[str, Any]:
     """Three agent runs on one worker *process* of ``module``: a 20 s task tool on each era and a 20 s synchronous
     tool; the process is SIGKILLed once each call is under way, then replaced. Returns what each run ended with
     (``("ok", output)`` or ``("failed", WorkflowFailureError)``), the calls each server counted, and the time to the
@@ -115,13 +126,14 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
     sent = [("ts", "slow_sync")] + ([("own", "slow_echo"), ("own", "slow_sync")] if own is not None else [])
     own_url = own[1].url if own is not None else None
     with agent_worker(module, address, queue, servers_, own_url) as first:
-        handles = {name: await client.start_workflow(run, prompt, id=wids[name], task_queue=queue)
-                   for name, prompt in runs.items()}
+        handles = {
+            name: await client.start_workflow(run, prompt, id=wids[name], task_queue=queue)
+            for name, prompt in runs.items()
+        }
         for cid in children.values():
             await child_view(client, cid, lambda v: v.task_id, timeout_s=60)
         deadline = time.monotonic() + 30
-        while (not all(tool_calls(peers[p], marks[p], tool) for p, tool in sent)
-               and time.monotonic() < deadline):
+        while not all(tool_calls(peers[p], marks[p], tool) for p, tool in sent) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         for p, tool in sent:
             assert tool_calls(peers[p], marks[p], tool), f"the tools/call of {tool} never reached {p}"
@@ -145,21 +157,28 @@ async def killed_mid_call(client: Client, module: str, run: Any, address: str, s
     print(f"{module}: every run ended {elapsed:.1f}s after the replacement worker started", flush=True)
     for wid in wids.values():  # both workers are gone: nothing of these runs can send a request any more
         await closed_with_nothing_running(client, wid, workers_stopped=True)
-    counts = {"ts/slow_echo": len(tool_calls(ts, marks["ts"], "slow_echo")),
-              "fm/slow_echo": len(tool_calls(fm, marks["fm"], "slow_echo")),
-              "ts/slow_sync": len(tool_calls(ts, marks["ts"], "slow_sync"))}
+    counts = {
+        "ts/slow_echo": len(tool_calls(ts, marks["ts"], "slow_echo")),
+        "fm/slow_echo": len(tool_calls(fm, marks["fm"], "slow_echo")),
+        "ts/slow_sync": len(tool_calls(ts, marks["ts"], "slow_sync")),
+    }
     got: dict[str, Any] = {"ended": ended, "counts": counts, "elapsed": elapsed, "texts": texts, "wids": wids}
     if own is not None:
-        got["own_counts"] = {f"own/{tool}": len(tool_calls(own[1], marks["own"], tool))
-                             for tool in ("slow_echo", "slow_sync")}
+        got["own_counts"] = {
+            f"own/{tool}": len(tool_calls(own[1], marks["own"], tool)) for tool in ("slow_echo", "slow_sync")
+        }
         got["own_elapsed"] = max(took["own"], took["own_sync"])
-        print(f"{module}: its framework's own MCP integration counted {got['own_counts']}, ended "
-              f"{got['own_elapsed']:.1f}s after the replacement worker started", flush=True)
+        print(
+            f"{module}: its framework's own MCP integration counted {got['own_counts']}, ended "
+            f"{got['own_elapsed']:.1f}s after the replacement worker started",
+            flush=True,
+        )
     return got
 
 
-async def parked_until_approved(client: Client, run: Any, address: str, queue: str, prompt_of: Any,
-                                fm: Peer, proxy: Any) -> dict[str, Any]:
+async def parked_until_approved(
+    client: Client, run: Any, address: str, queue: str, prompt_of: Any, fm: Peer, proxy: Any
+) -> dict[str, Any]:
     """An agent calls a ``with_approval`` tool whose ``tools/call`` reply is lost (reset after the server got it):
     the agent waits while the child is AWAITING_APPROVAL; ``mcp-tasks approve CHILD`` lets it replay and finish."""
     from mcp_temporal_tasks.workflows.records import Phase
@@ -170,13 +189,17 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
     text = unique("approved")
     args = {"seconds": 0.3, "text": text}
     wid = unique("approval")
-    handle = await client.start_workflow(run, prompt_of(script("lossy", [("slow_echo", args)])), id=wid,
-                                         task_queue=queue)
+    handle = await client.start_workflow(
+        run, prompt_of(script("lossy", [("slow_echo", args)])), id=wid, task_queue=queue
+    )
     cid = child_id(wid, "lossy", "slow_echo", args)
     view = await child_view(client, cid, lambda v: v.phase == Phase.AWAITING_APPROVAL, timeout_s=60)
     await asyncio.sleep(2)  # parked: nothing else happens while nobody approves
-    parked = {"agent_running": (await handle.describe()).status.name, "calls_while_parked": len(
-        tool_calls(fm, mark, "slow_echo")), "attempts": [a.reason for a in view.operation_attempts]}
+    parked = {
+        "agent_running": (await handle.describe()).status.name,
+        "calls_while_parked": len(tool_calls(fm, mark, "slow_echo")),
+        "attempts": [a.reason for a in view.operation_attempts],
+    }
     # the operator's view while the agent waits: the child's live status
     _, out, err = await cli("status", cid, "--address", address, "--json")
     parked["status_phase"] = json.loads(out).get("phase") if out.strip() else err
@@ -185,8 +208,14 @@ async def parked_until_approved(client: Client, run: Any, address: str, queue: s
     output = await asyncio.wait_for(handle.result(), 60)
     await closed_with_nothing_running(client, wid)  # the run and its child: no late tools/call can come
     child = await client.get_workflow_handle_for(McpTaskWorkflow.run, cid).query(McpTaskWorkflow.status)
-    return {"parked": parked, "output": output, "text": text, "calls": len(tool_calls(fm, mark, "slow_echo")),
-            "attempts": [a.reason for a in child.operation_attempts], "proxy_calls": proxy.forwarded("tools/call")}
+    return {
+        "parked": parked,
+        "output": output,
+        "text": text,
+        "calls": len(tool_calls(fm, mark, "slow_echo")),
+        "attempts": [a.reason for a in child.operation_attempts],
+        "proxy_calls": proxy.forwarded("tools/call"),
+    }
 
 
 async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> dict[str, Any]:
@@ -201,16 +230,24 @@ async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> di
     mark = fm.log_mark()
     args = {"seconds": 0.3, "text": unique("reset")}
     wid = unique("agent-reset")
-    first = await asyncio.wait_for(client.execute_workflow(run, script("fm", [("slow_echo", args)]), id=wid,
-                                                           task_queue=queue), 90)
+    first = await asyncio.wait_for(
+        client.execute_workflow(run, script("fm", [("slow_echo", args)]), id=wid, task_queue=queue), 90
+    )
     _, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the agent")
     again = client.get_workflow_handle(wid, run_id=new_run)
     second = await asyncio.wait_for(again.result(), 90)
     new_events = [e async for e in again.fetch_history_events()]
-    refused = [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in new_events
-               if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED]
-    fetched = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-               and e.activity_task_scheduled_event_attributes.activity_type.name == FETCH_OUTCOME]
+    refused = [
+        e.start_child_workflow_execution_failed_event_attributes.workflow_id
+        for e in new_events
+        if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED
+    ]
+    fetched = [
+        e
+        for e in new_events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == FETCH_OUTCOME
+    ]
     return {
         "same": first == second,
         "refused": refused,

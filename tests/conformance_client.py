@@ -36,8 +36,11 @@ CLI = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli"]
 ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 2, "b": 3}}
 #: The tool each scenario's server has (known: no ``mcp-tasks tools`` step, which CI time pays for); other
 #: scenarios list the tools first and call the first one.
-TOOL_OF = {"tools_call": "add_numbers", "sse-retry": "test_reconnection",
-           "elicitation-sep1034-client-defaults": "test_client_elicitation_defaults"}
+TOOL_OF = {
+    "tools_call": "add_numbers",
+    "sse-retry": "test_reconnection",
+    "elicitation-sep1034-client-defaults": "test_client_elicitation_defaults",
+}
 #: Credentials of our own for auth scenarios whose context gives none (not a secret: the suite's mock accepts any).
 DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET = "mcp-tasks-conformance", "conformance-secret"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
@@ -63,14 +66,20 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
     if isinstance(context.get("client_id"), str):
         if isinstance(context.get("private_key_pem"), str):
             env["CONFORMANCE_PRIVATE_KEY"] = context["private_key_pem"]
-            auth = {"type": "private_key_jwt", "client_id": context["client_id"],
-                    "private_key": {"env": "CONFORMANCE_PRIVATE_KEY"}}
+            auth = {
+                "type": "private_key_jwt",
+                "client_id": context["client_id"],
+                "private_key": {"env": "CONFORMANCE_PRIVATE_KEY"},
+            }
             if isinstance(context.get("signing_algorithm"), str):
                 auth["signing_alg"] = context["signing_algorithm"]
         elif isinstance(context.get("client_secret"), str):
             env["CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
-            auth = {"type": "client_credentials", "client_id": context["client_id"],
-                    "client_secret": {"env": "CONFORMANCE_CLIENT_SECRET"}}
+            auth = {
+                "type": "client_credentials",
+                "client_id": context["client_id"],
+                "client_secret": {"env": "CONFORMANCE_CLIENT_SECRET"},
+            }
     if auth:
         lines.append("[servers.s.auth]")
         lines.extend(f"{k} = {toml_value(v)}" for k, v in auth.items())
@@ -80,8 +89,9 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
 
 
 def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [*CLI, *args], env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, stdin=subprocess.DEVNULL
+    )
     sys.stderr.write(f"$ mcp-tasks {' '.join(args[:2])} ... -> exit {proc.returncode}\n{proc.stderr[-3000:]}")
     sys.stdout.write(proc.stdout[-3000:])
     return proc
@@ -89,13 +99,16 @@ def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 def answered(args: list[str], env: dict[str, str], wid: str, address: str, answer: dict[str, Any]) -> int:
     """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit."""
-    run = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           stdin=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + STEP_TIMEOUT_S
     try:
         while time.monotonic() < deadline and run.poll() is None:
-            if step(["answer", wid, "--address", address, "--json", "--response", json.dumps(answer)],
-                    env).returncode == 0:
+            if (
+                step(["answer", wid, "--address", address, "--json", "--response", json.dumps(answer)], env).returncode
+                == 0
+            ):
                 break
             time.sleep(0.5)
         out, err = run.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -141,8 +154,18 @@ def main(argv: list[str]) -> int:
         # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
         # would (rightly) show the first one's stored outcome instead of calling the tool.
         wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
-        args = ["run", tool, *target, "--args", json.dumps(ARGUMENTS.get(tool, {})), "--id", wid, "--json",
-                "--address", address]
+        args = [
+            "run",
+            tool,
+            *target,
+            "--args",
+            json.dumps(ARGUMENTS.get(tool, {})),
+            "--id",
+            wid,
+            "--json",
+            "--address",
+            address,
+        ]
         if scenario in ANSWERS:
             return answered(args, env, wid, address, ANSWERS[scenario])
         return step(args, env).returncode

@@ -91,6 +91,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.stash.get(_UNGROUPED, False):
-        pytest.fail("--dist loadgroup ignored this test's xdist_group mark: it may run beside tests it must not "
-                    "(the pytest / pytest-xdist pair of pyproject.toml no longer groups; see its pytest pin)",
-                    pytrace=False)
+        pytest.fail(
+            "--dist loadgroup ignored this test's xdist_group mark: it may run beside tests it must not "
+            "(the pytest / pytest-xdist pair of pyproject.toml no longer groups; see its pytest pin)",
+            pytrace=False,
+        )

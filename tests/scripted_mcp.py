@@ -23,8 +23,15 @@ Answer = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 def task(task_id: str = "t-1", status: str = "working", **extra: Any) -> dict[str, Any]:
-    return {"taskId": task_id, "status": status, "createdAt": "2026-12-02T00:00:00Z",
-            "lastUpdatedAt": "2026-12-02T00:00:00Z", "ttl": None, "pollInterval": 200, **extra}
+    return {
+        "taskId": task_id,
+        "status": status,
+        "createdAt": "2026-12-02T00:00:00Z",
+        "lastUpdatedAt": "2026-12-02T00:00:00Z",
+        "ttl": None,
+        "pollInterval": 200,
+        **extra,
+    }
 
 
 TOOLS = [{"name": "charge", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}}]
@@ -97,8 +104,14 @@ class _Handler(BaseHTTPRequestHandler):
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         if self.server.challenge and not (self.headers.get("authorization") or "").startswith("Bearer "):
             port = self.server.server_address[1]
-            return self._send(401, {"error": "invalid_token"}, {"www-authenticate": f'Bearer resource_metadata='
-                              f'"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"'})
+            return self._send(
+                401,
+                {"error": "invalid_token"},
+                {
+                    "www-authenticate": f"Bearer resource_metadata="
+                    f'"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"'
+                },
+            )
         method, sid, rid = msg.get("method"), self.headers.get("mcp-session-id"), msg.get("id")
         srv = self.server
         with srv._lock:
@@ -114,9 +127,19 @@ class _Handler(BaseHTTPRequestHandler):
             with srv._lock:
                 srv.live.add(sid)
                 srv.sessions_made += 1
-            return self._send(200, {"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": srv.initialize_version, "capabilities": srv.capabilities,
-                "serverInfo": {"name": "scripted", "version": "0"}}}, {"mcp-session-id": sid})
+            return self._send(
+                200,
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "result": {
+                        "protocolVersion": srv.initialize_version,
+                        "capabilities": srv.capabilities,
+                        "serverInfo": {"name": "scripted", "version": "0"},
+                    },
+                },
+                {"mcp-session-id": sid},
+            )
         if sid not in srv.live:
             return self._send(
                 404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}}

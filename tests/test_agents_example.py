@@ -21,8 +21,9 @@ def test_agent_example_runs_as_written(temporal_env: Any, fastmcp_server: Peer) 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TEMPORAL_ADDRESS=address_of(temporal_env), MCP_URL=fastmcp_server.url or "")
     mark = fastmcp_server.log_mark()
-    proc = subprocess.run([sys.executable, str(EXAMPLE)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=180, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     lines = proc.stdout.splitlines()
     for name in ("PydanticAIDemo", "OpenAIAgentsDemo", "GoogleAdkDemo", "GeminiDemo"):

@@ -85,8 +85,7 @@ def framework(request: pytest.FixtureRequest) -> Framework:
 
 
 async def connect(temporal_env: Any, plugins_: list[Any]) -> Client:
-    return await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                plugins=plugins_)
+    return await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace, plugins=plugins_)
 
 
 class App:
@@ -98,8 +97,10 @@ class App:
     async def run(self, prompt: str, *, wid: str | None = None) -> tuple[str, str]:
         wid = wid or unique(self.framework.name)
         self.wids.append(wid)
-        out = await asyncio.wait_for(self.client.execute_workflow(
-            self.framework.workflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S)
+        out = await asyncio.wait_for(
+            self.client.execute_workflow(self.framework.workflow.run, prompt, id=wid, task_queue=self.queue),
+            AGENT_TIMEOUT_S,
+        )
         return wid, out
 
     async def settled(self, peer: Peer, mark: int, tool: str) -> int:
@@ -112,8 +113,9 @@ async def started(framework: Framework, temporal_env: Any, servers_: dict[str, A
 
 
 @pytest.fixture
-async def app(framework: Framework, temporal_env: Any, ts_http_stateful: Peer,
-              fastmcp_server: Peer) -> AsyncIterator[App]:
+async def app(
+    framework: Framework, temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> AsyncIterator[App]:
     """The framework's plugin first, then ours, on one client; a plain Worker inherits both."""
     client, queue = await started(framework, temporal_env, servers(ts_http_stateful, fastmcp_server))
     async with Worker(client, task_queue=queue, workflows=[framework.workflow]):
@@ -126,8 +128,7 @@ def echoed(text: str) -> list[dict[str, Any]]:
     return [{"tool": "slow_echo", "kind": "return", "content": {"echo": text}}]
 
 
-async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer,
-                                                        ts_http_stateful: Peer) -> None:
+async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer, ts_http_stateful: Peer) -> None:
     fm_mark, ts_mark = fastmcp_server.log_mark(), ts_http_stateful.log_mark()
     text = unique("echo")
     wid, out = await app.run(script("fm", [("slow_echo", {"seconds": 0.3, "text": text})], [("rate_limited", {})]))
@@ -135,10 +136,14 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     # completed: the CallToolResult (ADK: as a dict, as its McpTool gives it; genai: {"result": CallToolResult})
     assert [echo] == echoed(text), echo
     # tool_error: the isError result, with the server's text (genai: {"error": CallToolResult})
-    assert error == {"tool": "rate_limited", "kind": "tool_error",
-                     "content": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"}, error
+    assert error == {
+        "tool": "rate_limited",
+        "kind": "tool_error",
+        "content": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30",
+    }, error
     desc = await app.client.get_workflow_handle(
-        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
+        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})
+    ).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
     assert await app.settled(fastmcp_server, fm_mark, "slow_echo") == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
@@ -152,8 +157,14 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     text = unique("once")
     same = {"seconds": 0.5, "text": text}
     idem = {"text": unique("twice")}
-    wid, out = await app.run(script("fm", [("slow_echo", same), ("slow_echo", same)], [("slow_echo", same)],
-                                    [("quick_sync", idem), ("quick_sync", idem)]))
+    wid, out = await app.run(
+        script(
+            "fm",
+            [("slow_echo", same), ("slow_echo", same)],
+            [("slow_echo", same)],
+            [("quick_sync", idem), ("quick_sync", idem)],
+        )
+    )
     results = seen(out)
     assert [r for r in results if r["tool"] == "slow_echo"] == echoed(text) * 3, results
     quick = [r for r in results if r["tool"] == "quick_sync"]
@@ -203,8 +214,9 @@ async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> N
     assert await app.settled(fastmcp_server, mark, "slow_echo") == 0
 
 
-async def test_plugins_compose_in_either_order(framework: Framework, temporal_env: Any, ts_http_stateful: Peer,
-                                               fastmcp_server: Peer) -> None:
+async def test_plugins_compose_in_either_order(
+    framework: Framework, temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """Both orders on ``Client.connect``: each of the two framework plugins sets a pydantic converter only over the
     default one, as ours does, and keeps one already there. Ours given to a worker of a client without one is
     refused with one message."""
@@ -222,23 +234,37 @@ async def test_plugins_compose_in_either_order(framework: Framework, temporal_en
         assert seen(out) == echoed(text), order
     plain = await connect(temporal_env, [])
     with pytest.raises(ConfigError) as refused:
-        Worker(plain, task_queue=unique(f"{framework.name}-refused"), workflows=[framework.workflow],
-               plugins=framework.plugins(servers(ts_http_stateful, fastmcp_server)))
+        Worker(
+            plain,
+            task_queue=unique(f"{framework.name}-refused"),
+            workflows=[framework.workflow],
+            plugins=framework.plugins(servers(ts_http_stateful, fastmcp_server)),
+        )
     assert "McpTasksPlugin" in str(refused.value) and "pydantic payload converter" in str(refused.value)
 
 
-async def test_worker_killed_mid_call_one_tools_call(framework: Framework, temporal_env: Any, peer_logs: Path,
-                                                     ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
+async def test_worker_killed_mid_call_one_tools_call(
+    framework: Framework, temporal_env: Any, peer_logs: Path, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """kill -9 of the worker process (agent, model activity and child tasks all on it) mid-call, then a new one; in
     the same process and kill, the framework's own MCP integration calls the same tools on a server of its own."""
     client = await connect(temporal_env, framework.plugins(servers(ts_http_stateful, fastmcp_server)))
     with ts_http_peer(peer_logs, name=f"own-{framework.name}") as own_peer:
-        got = await killed_mid_call(client, framework.module, framework.workflow.run, address_of(temporal_env),
-                                    servers(ts_http_stateful, fastmcp_server), ts_http_stateful, fastmcp_server,
-                                    own=(framework.own, own_peer))
+        got = await killed_mid_call(
+            client,
+            framework.module,
+            framework.workflow.run,
+            address_of(temporal_env),
+            servers(ts_http_stateful, fastmcp_server),
+            ts_http_stateful,
+            fastmcp_server,
+            own=(framework.own, own_peer),
+        )
     ended, texts = got["ended"], got["texts"]
-    print(f"{framework.name}: tools/call counted by the servers, ours {got['counts']}, its own MCP integration "
-          f"{got['own_counts']}; sync tool: {ended['sync'][0]}; {got['elapsed']:.1f} s")
+    print(
+        f"{framework.name}: tools/call counted by the servers, ours {got['counts']}, its own MCP integration "
+        f"{got['own_counts']}; sync tool: {ended['sync'][0]}; {got['elapsed']:.1f} s"
+    )
     for era in ("ts", "fm"):
         kind, out = ended[era]
         assert kind == "ok", (era, out)
@@ -255,18 +281,23 @@ async def test_worker_killed_mid_call_one_tools_call(framework: Framework, tempo
     assert ended["own_sync"][0] == "ok", ended["own_sync"]
 
 
-async def test_with_approval_tool_parks_the_agent_until_approved(framework: Framework, temporal_env: Any,
-                                                                 ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
+async def test_with_approval_tool_parks_the_agent_until_approved(
+    framework: Framework, temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend(), times=1)
         lossy = {"url": proxy.url, "tools": {"slow_echo": {"replay": "with_approval"}}}
-        client, queue = await started(framework, temporal_env,
-                                      servers(ts_http_stateful, fastmcp_server, lossy=lossy))
+        client, queue = await started(framework, temporal_env, servers(ts_http_stateful, fastmcp_server, lossy=lossy))
         async with Worker(client, task_queue=queue, workflows=[framework.workflow]):
-            got = await parked_until_approved(client, framework.workflow.run, address_of(temporal_env), queue,
-                                              lambda p: p, fastmcp_server, proxy)
-    assert got["parked"] == {"agent_running": "RUNNING", "calls_while_parked": 1, "attempts": ["initial"],
-                             "status_phase": "AWAITING_APPROVAL"}, got
+            got = await parked_until_approved(
+                client, framework.workflow.run, address_of(temporal_env), queue, lambda p: p, fastmcp_server, proxy
+            )
+    assert got["parked"] == {
+        "agent_running": "RUNNING",
+        "calls_while_parked": 1,
+        "attempts": ["initial"],
+        "status_phase": "AWAITING_APPROVAL",
+    }, got
     assert seen(got["output"]) == echoed(got["text"])
     # the lost call reached the server; the approved replay is the second and last
     assert got["calls"] == 2 and got["attempts"] == ["initial", "replay_unknown_outcome"], got

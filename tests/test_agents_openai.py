@@ -37,8 +37,7 @@ AGENT_TIMEOUT_S = 90
 
 
 async def connect(temporal_env: Any, plugins_: list[Any]) -> Client:
-    return await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                plugins=plugins_)
+    return await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace, plugins=plugins_)
 
 
 class App:
@@ -47,8 +46,9 @@ class App:
 
     async def run(self, prompt: str, *, wid: str | None = None) -> tuple[str, str]:
         wid = wid or unique("oai")
-        out = await asyncio.wait_for(self.client.execute_workflow(
-            OaiAgentWorkflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S)
+        out = await asyncio.wait_for(
+            self.client.execute_workflow(OaiAgentWorkflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S
+        )
         return wid, out
 
 
@@ -61,8 +61,7 @@ async def app(temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer) -
         yield App(client, queue)
 
 
-async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer,
-                                                        ts_http_stateful: Peer) -> None:
+async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer, ts_http_stateful: Peer) -> None:
     fm_mark, ts_mark = fastmcp_server.log_mark(), ts_http_stateful.log_mark()
     text = unique("oai-echo")
     wid, out = await app.run(script("fm", [("slow_echo", {"seconds": 0.3, "text": text})], [("rate_limited", {})]))
@@ -70,10 +69,14 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     # completed: the tool's content, as the SDK hands an MCP result to the model
     assert echo == {"tool": "slow_echo", "kind": "return", "content": text}, echo
     # tool_error: the isError result's text is the tool's output, as with any SDK MCP server
-    assert error == {"tool": "rate_limited", "kind": "return",
-                     "content": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"}, error
+    assert error == {
+        "tool": "rate_limited",
+        "kind": "return",
+        "content": "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30",
+    }, error
     desc = await app.client.get_workflow_handle(
-        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
+        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})
+    ).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
     assert await settled_calls(fastmcp_server, fm_mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
@@ -87,8 +90,14 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     text = unique("once")
     same = {"seconds": 0.5, "text": text}
     idem = {"text": unique("twice")}
-    wid, out = await app.run(script("fm", [("slow_echo", same), ("slow_echo", same)], [("slow_echo", same)],
-                                    [("quick_sync", idem), ("quick_sync", idem)]))
+    wid, out = await app.run(
+        script(
+            "fm",
+            [("slow_echo", same), ("slow_echo", same)],
+            [("slow_echo", same)],
+            [("quick_sync", idem), ("quick_sync", idem)],
+        )
+    )
     results = seen(out)
     assert [r["content"] for r in results if r["tool"] == "slow_echo"] == [text] * 3, results
     assert len([r for r in results if r["tool"] == "quick_sync"]) == 2, results
@@ -126,8 +135,7 @@ async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> N
     assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=wids) == 0
 
 
-async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer,
-                                               fastmcp_server: Peer) -> None:
+async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
     for order in ("openai-first", "ours-first"):
         oai = OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedModel()))
         ours = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
@@ -143,12 +151,20 @@ async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_statef
         assert await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[wid]) == 1
 
 
-async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, ts_http_stateful: Peer,
-                                                     fastmcp_server: Peer) -> None:
+async def test_worker_killed_mid_call_one_tools_call(
+    temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """kill -9 of the worker process (agent, model activity and child tasks all on it) mid-call, then a new one."""
     client = await connect(temporal_env, plugins(servers(ts_http_stateful, fastmcp_server)))
-    got = await killed_mid_call(client, "tests.fixtures.oai_app", OaiAgentWorkflow.run, address_of(temporal_env),
-                                servers(ts_http_stateful, fastmcp_server), ts_http_stateful, fastmcp_server)
+    got = await killed_mid_call(
+        client,
+        "tests.fixtures.oai_app",
+        OaiAgentWorkflow.run,
+        address_of(temporal_env),
+        servers(ts_http_stateful, fastmcp_server),
+        ts_http_stateful,
+        fastmcp_server,
+    )
     ended, texts = got["ended"], got["texts"]
     for era in ("ts", "fm"):
         kind, out = ended[era]
@@ -162,25 +178,30 @@ async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, ts_http_
     assert got["elapsed"] < 90, got["elapsed"]
 
 
-async def test_with_approval_tool_parks_the_agent_until_approved(temporal_env: Any, ts_http_stateful: Peer,
-                                                                 fastmcp_server: Peer) -> None:
+async def test_with_approval_tool_parks_the_agent_until_approved(
+    temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend(), times=1)
         lossy = {"url": proxy.url, "tools": {"slow_echo": {"replay": "with_approval"}}}
         client = await connect(temporal_env, plugins(servers(ts_http_stateful, fastmcp_server, lossy=lossy)))
         queue = unique("oai-approve")
         async with Worker(client, task_queue=queue, workflows=[OaiAgentWorkflow]):
-            got = await parked_until_approved(client, OaiAgentWorkflow.run, address_of(temporal_env), queue,
-                                              lambda p: p, fastmcp_server, proxy)
-    assert got["parked"] == {"agent_running": "RUNNING", "calls_while_parked": 1, "attempts": ["initial"],
-                             "status_phase": "AWAITING_APPROVAL"}, got
+            got = await parked_until_approved(
+                client, OaiAgentWorkflow.run, address_of(temporal_env), queue, lambda p: p, fastmcp_server, proxy
+            )
+    assert got["parked"] == {
+        "agent_running": "RUNNING",
+        "calls_while_parked": 1,
+        "attempts": ["initial"],
+        "status_phase": "AWAITING_APPROVAL",
+    }, got
     assert seen(got["output"]) == [{"tool": "slow_echo", "kind": "return", "content": got["text"]}]
     assert got["calls"] == 2 and got["attempts"] == ["initial", "replay_unknown_outcome"], got
 
 
 async def test_reset_agent_reattaches_to_its_child(app: App, fastmcp_server: Peer) -> None:
     got = await reset_reattaches(app.client, OaiAgentWorkflow.run, app.queue, fastmcp_server)
-    assert got["same"] and seen(got["output"]) == [{"tool": "slow_echo", "kind": "return",
-                                                     "content": got["text"]}], got
+    assert got["same"] and seen(got["output"]) == [{"tool": "slow_echo", "kind": "return", "content": got["text"]}], got
     assert got["refused"] == [got["expected_child"]] and got["fetched"] == 1, got
     assert got["calls"] == 1, got

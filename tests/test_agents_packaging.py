@@ -28,27 +28,40 @@ sys.meta_path.insert(0, _Missing())
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_plain_use_imports_neither_framework() -> None:
-    proc = python("import sys, mcp_temporal_tasks as m\n"
-                  "m.McpTasksPlugin, m.McpTasksClient, m.McpTaskError, m.start_mcp_task\n"
-                  "import mcp_temporal_tasks.worker.cli\n"
-                  "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents', 'google.adk',\n"
-                  "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai') if n in sys.modules))")
+    proc = python(
+        "import sys, mcp_temporal_tasks as m\n"
+        "m.McpTasksPlugin, m.McpTasksClient, m.McpTaskError, m.start_mcp_task\n"
+        "import mcp_temporal_tasks.worker.cli\n"
+        "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents', 'google.adk',\n"
+        "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai') if n in sys.modules))"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
 
 
-@pytest.mark.parametrize(("module", "blocked", "extra"), [
-    ("mcp_temporal_tasks.pydantic_ai", ["pydantic_ai"], "mcp-temporal-tasks[pydantic-ai]"),
-    ("mcp_temporal_tasks.openai_agents", ["agents", "temporalio.openai_agents"], "mcp-temporal-tasks[openai-agents]"),
-    ("mcp_temporal_tasks.google_adk", ["google.adk"], "mcp-temporal-tasks[google-adk]"),
-    ("mcp_temporal_tasks.google_genai", ["google.genai", "temporalio.google_genai"],
-     "mcp-temporal-tasks[google-genai]"),
-])
+@pytest.mark.parametrize(
+    ("module", "blocked", "extra"),
+    [
+        ("mcp_temporal_tasks.pydantic_ai", ["pydantic_ai"], "mcp-temporal-tasks[pydantic-ai]"),
+        (
+            "mcp_temporal_tasks.openai_agents",
+            ["agents", "temporalio.openai_agents"],
+            "mcp-temporal-tasks[openai-agents]",
+        ),
+        ("mcp_temporal_tasks.google_adk", ["google.adk"], "mcp-temporal-tasks[google-adk]"),
+        (
+            "mcp_temporal_tasks.google_genai",
+            ["google.genai", "temporalio.google_genai"],
+            "mcp-temporal-tasks[google-genai]",
+        ),
+    ],
+)
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
     proc = python(BLOCK.format(blocked=set(blocked)) + f"import {module}\n")
     assert proc.returncode != 0
@@ -63,20 +76,38 @@ def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str
 #: the attribute or key to take away). One child interpreter per adapter takes them away one at a time.
 HOOKS = {
     "mcp_temporal_tasks.google_adk": [
-        ("google.adk.tools.base_toolset.BaseToolset.process_llm_request",
-         "google.adk.tools.base_toolset:BaseToolset", "process_llm_request"),
-        ("google.adk.agents.readonly_context.ReadonlyContext.invocation_id",
-         "google.adk.agents.readonly_context:ReadonlyContext", "invocation_id"),
-        ("google.adk.tools.base_tool.BaseTool._get_declaration",
-         "google.adk.tools.base_tool:BaseTool", "_get_declaration"),
-        ("google.genai.types.FunctionDeclaration.parameters_json_schema",
-         "google.genai.types:FunctionDeclaration.__pydantic_fields__", "parameters_json_schema"),
+        (
+            "google.adk.tools.base_toolset.BaseToolset.process_llm_request",
+            "google.adk.tools.base_toolset:BaseToolset",
+            "process_llm_request",
+        ),
+        (
+            "google.adk.agents.readonly_context.ReadonlyContext.invocation_id",
+            "google.adk.agents.readonly_context:ReadonlyContext",
+            "invocation_id",
+        ),
+        (
+            "google.adk.tools.base_tool.BaseTool._get_declaration",
+            "google.adk.tools.base_tool:BaseTool",
+            "_get_declaration",
+        ),
+        (
+            "google.genai.types.FunctionDeclaration.parameters_json_schema",
+            "google.genai.types:FunctionDeclaration.__pydantic_fields__",
+            "parameters_json_schema",
+        ),
     ],
     "mcp_temporal_tasks.google_genai": [
-        ("google.genai._extra_utils.parse_config_for_mcp_sessions", "google.genai._extra_utils:",
-         "parse_config_for_mcp_sessions"),
-        ("google.genai._adapters.McpToGenAiToolAdapter.call_tool", "google.genai._adapters:McpToGenAiToolAdapter",
-         "call_tool"),
+        (
+            "google.genai._extra_utils.parse_config_for_mcp_sessions",
+            "google.genai._extra_utils:",
+            "parse_config_for_mcp_sessions",
+        ),
+        (
+            "google.genai._adapters.McpToGenAiToolAdapter.call_tool",
+            "google.genai._adapters:McpToGenAiToolAdapter",
+            "call_tool",
+        ),
         ("google.genai._mcp_utils.mcp_to_gemini_tool", "google.genai._mcp_utils:", "mcp_to_gemini_tool"),
     ],
 }
@@ -132,10 +163,13 @@ def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
     assert extras["google-adk"] == ["google-adk==2.13.0", "temporalio-google-adk==0.0.1"]
     assert extras["google-genai"] == ["google-genai==2.34.0", "temporalio-google-genai==0.1.0"]
     # no framework is a dependency of a plain install
-    assert not any(d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google"))
-                   for d in project["dependencies"])
+    assert not any(
+        d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google"))
+        for d in project["dependencies"]
+    )
     script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
     installed = re.search(r"pip install --quiet (?:--no-compile )?-e '\.\[([^\]]*)\]'", script)
     assert installed is not None, "scripts/test.sh no longer installs the project with extras"
     assert {"test", "demo", "pydantic-ai", "openai-agents", "google-adk", "google-genai"} <= set(
-        installed.group(1).split(",")), installed.group(0)
+        installed.group(1).split(",")
+    ), installed.group(0)

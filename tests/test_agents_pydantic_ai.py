@@ -36,8 +36,9 @@ AGENT_TIMEOUT_S = 90
 
 
 async def connect(temporal_env: Any, *plugins: Any) -> Client:
-    return await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                plugins=list(plugins))
+    return await Client.connect(
+        address_of(temporal_env), namespace=temporal_env.client.namespace, plugins=list(plugins)
+    )
 
 
 class App:
@@ -46,23 +47,24 @@ class App:
 
     async def run(self, prompt: str, *, wid: str | None = None) -> tuple[str, str]:
         wid = wid or unique("pai")
-        out = await asyncio.wait_for(self.client.execute_workflow(
-            PaiAgentWorkflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S)
+        out = await asyncio.wait_for(
+            self.client.execute_workflow(PaiAgentWorkflow.run, prompt, id=wid, task_queue=self.queue), AGENT_TIMEOUT_S
+        )
         return wid, out
 
 
 @pytest.fixture
 async def app(temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer) -> AsyncIterator[App]:
     """The framework's plugin first, then ours, on one client; a plain Worker inherits both."""
-    client = await connect(temporal_env, PydanticAIPlugin(),
-                           McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server)))
+    client = await connect(
+        temporal_env, PydanticAIPlugin(), McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
+    )
     queue = unique("pai-q")
     async with Worker(client, task_queue=queue, workflows=[PaiAgentWorkflow]):
         yield App(client, queue)
 
 
-async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer,
-                                                        ts_http_stateful: Peer) -> None:
+async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server: Peer, ts_http_stateful: Peer) -> None:
     fm_mark, ts_mark = fastmcp_server.log_mark(), ts_http_stateful.log_mark()
     text = unique("pai-echo")
     wid, out = await app.run(script("fm", [("slow_echo", {"seconds": 0.3, "text": text})], [("rate_limited", {})]))
@@ -74,7 +76,8 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     assert "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30" in error["content"], error
     # each call is one child McpTaskWorkflow with a deterministic id under the agent's workflow
     desc = await app.client.get_workflow_handle(
-        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})).describe()
+        child_id(wid, "fm", "slow_echo", {"seconds": 0.3, "text": text})
+    ).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
     assert await settled_calls(fastmcp_server, fm_mark, "slow_echo", client=app.client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, fm_mark, "rate_limited")) == 1
@@ -89,8 +92,14 @@ async def test_repeated_non_idempotent_call_reattaches(app: App, fastmcp_server:
     text = unique("once")
     same = {"seconds": 0.5, "text": text}
     idem = {"text": unique("twice")}
-    wid, out = await app.run(script("fm", [("slow_echo", same), ("slow_echo", same)], [("slow_echo", same)],
-                                    [("quick_sync", idem), ("quick_sync", idem)]))
+    wid, out = await app.run(
+        script(
+            "fm",
+            [("slow_echo", same), ("slow_echo", same)],
+            [("slow_echo", same)],
+            [("quick_sync", idem), ("quick_sync", idem)],
+        )
+    )
     results = seen(out)
     echoes = [r for r in results if r["tool"] == "slow_echo"]
     assert echoes == [{"tool": "slow_echo", "kind": "return", "content": {"echo": text}}] * 3, results
@@ -141,8 +150,7 @@ async def test_bad_input_is_one_clear_error(app: App, fastmcp_server: Peer) -> N
     assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=wids) == 0
 
 
-async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer,
-                                               fastmcp_server: Peer) -> None:
+async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
     for order in ("pai-first", "ours-first"):
         ours = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
         plugins = [PydanticAIPlugin(), ours] if order == "pai-first" else [ours, PydanticAIPlugin()]
@@ -157,11 +165,19 @@ async def test_plugins_compose_in_either_order(temporal_env: Any, ts_http_statef
         assert await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[wid]) == 1
 
 
-async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, client: Client, ts_http_stateful: Peer,
-                                                     fastmcp_server: Peer) -> None:
+async def test_worker_killed_mid_call_one_tools_call(
+    temporal_env: Any, client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """kill -9 of the worker process (agent, model activity and child tasks all on it) mid-call, then a new one."""
-    got = await killed_mid_call(client, "tests.fixtures.pai_app", PaiAgentWorkflow.run, address_of(temporal_env),
-                                servers(ts_http_stateful, fastmcp_server), ts_http_stateful, fastmcp_server)
+    got = await killed_mid_call(
+        client,
+        "tests.fixtures.pai_app",
+        PaiAgentWorkflow.run,
+        address_of(temporal_env),
+        servers(ts_http_stateful, fastmcp_server),
+        ts_http_stateful,
+        fastmcp_server,
+    )
     ended, texts = got["ended"], got["texts"]
     for era in ("ts", "fm"):
         kind, out = ended[era]
@@ -175,19 +191,28 @@ async def test_worker_killed_mid_call_one_tools_call(temporal_env: Any, client: 
     assert got["elapsed"] < 90, got["elapsed"]
 
 
-async def test_with_approval_tool_parks_the_agent_until_approved(temporal_env: Any, ts_http_stateful: Peer,
-                                                                 fastmcp_server: Peer) -> None:
+async def test_with_approval_tool_parks_the_agent_until_approved(
+    temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend(), times=1)
         lossy = {"url": proxy.url, "tools": {"slow_echo": {"replay": "with_approval"}}}
-        client = await connect(temporal_env, PydanticAIPlugin(), McpTasksPlugin(
-            servers=servers(ts_http_stateful, fastmcp_server, lossy=lossy)))
+        client = await connect(
+            temporal_env,
+            PydanticAIPlugin(),
+            McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server, lossy=lossy)),
+        )
         queue = unique("pai-approve")
         async with Worker(client, task_queue=queue, workflows=[PaiAgentWorkflow]):
-            got = await parked_until_approved(client, PaiAgentWorkflow.run, address_of(temporal_env), queue,
-                                              lambda p: p, fastmcp_server, proxy)
-    assert got["parked"] == {"agent_running": "RUNNING", "calls_while_parked": 1, "attempts": ["initial"],
-                             "status_phase": "AWAITING_APPROVAL"}, got
+            got = await parked_until_approved(
+                client, PaiAgentWorkflow.run, address_of(temporal_env), queue, lambda p: p, fastmcp_server, proxy
+            )
+    assert got["parked"] == {
+        "agent_running": "RUNNING",
+        "calls_while_parked": 1,
+        "attempts": ["initial"],
+        "status_phase": "AWAITING_APPROVAL",
+    }, got
     assert seen(got["output"]) == [{"tool": "slow_echo", "kind": "return", "content": {"echo": got["text"]}}]
     # the lost call reached the server; the approved replay is the second and last
     assert got["calls"] == 2 and got["attempts"] == ["initial", "replay_unknown_outcome"], got
@@ -195,8 +220,9 @@ async def test_with_approval_tool_parks_the_agent_until_approved(temporal_env: A
 
 async def test_reset_agent_reattaches_to_its_child(app: App, fastmcp_server: Peer) -> None:
     got = await reset_reattaches(app.client, PaiAgentWorkflow.run, app.queue, fastmcp_server)
-    assert got["same"] and seen(got["output"]) == [{"tool": "slow_echo", "kind": "return",
-                                                     "content": {"echo": got["text"]}}], got
+    assert got["same"] and seen(got["output"]) == [
+        {"tool": "slow_echo", "kind": "return", "content": {"echo": got["text"]}}
+    ], got
     assert got["refused"] == [got["expected_child"]] and got["fetched"] == 1, got
     assert got["calls"] == 1, got
 
@@ -207,6 +233,7 @@ async def test_deprecated_temporal_agent_runs_the_toolset_in_the_workflow(app: A
     wid, out = await app.run(script("legacy", [("slow_echo", {"seconds": 0.2, "text": text})]))
     assert seen(out) == [{"tool": "slow_echo", "kind": "return", "content": {"echo": text}}]
     desc = await app.client.get_workflow_handle(
-        child_id(wid, "legacy", "slow_echo", {"seconds": 0.2, "text": text})).describe()
+        child_id(wid, "legacy", "slow_echo", {"seconds": 0.2, "text": text})
+    ).describe()
     assert desc.workflow_type == "McpTaskWorkflow" and desc.parent_id == wid
     assert await settled_calls(fastmcp_server, mark, "slow_echo", client=app.client, workflows=[wid]) == 1

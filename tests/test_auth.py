@@ -53,8 +53,9 @@ pytestmark = pytest.mark.xdist_group("test_auth")
 
 def _rsa_key() -> tuple[str, dict[str, Any]]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     return pem, {**jwk, "alg": "RS256", "use": "sig", "kid": "k1"}
 
@@ -101,14 +102,16 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
 
 @pytest.fixture(scope="module")
 def protected(oauth: Peer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    with ts_http_peer(tmp_path_factory.mktemp("protected"), name="ts-protected",
-                      auth={"issuer": oauth.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET}) as peer:
+    with ts_http_peer(
+        tmp_path_factory.mktemp("protected"),
+        name="ts-protected",
+        auth={"issuer": oauth.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET},
+    ) as peer:
         yield peer
 
 
 def secret_auth(oauth: Peer, var: str = SECRET_VAR) -> dict[str, Any]:
-    return {"type": "client_credentials", "client_id": "svc-secret", "client_secret": {"env": var},
-            "issuer": oauth.url}
+    return {"type": "client_credentials", "client_id": "svc-secret", "client_secret": {"env": var}, "issuer": oauth.url}
 
 
 def jwt_auth(oauth: Peer) -> dict[str, Any]:
@@ -142,14 +145,23 @@ def texts() -> list[str]:
     return []
 
 
-async def run_task(client: Client, servers: dict[str, Any], *, tool: str = "slow_echo",
-                   arguments: dict[str, Any] | None = None, timeout_s: float = 60) -> tuple[Any, Any]:
+async def run_task(
+    client: Client,
+    servers: dict[str, Any],
+    *,
+    tool: str = "slow_echo",
+    arguments: dict[str, Any] | None = None,
+    timeout_s: float = 60,
+) -> tuple[Any, Any]:
     queue = unique("auth")
     parsed = {name: server_config(name, cfg) for name, cfg in servers.items()}
     async with in_process_worker(client, task_queue=queue, servers=parsed, settings=WorkerSettings()):
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=next(iter(servers)), tool=tool, arguments=arguments or {}, timeouts=FAST),
-            workflow_id=unique("auth"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(server=next(iter(servers)), tool=tool, arguments=arguments or {}, timeouts=FAST),
+            workflow_id=unique("auth"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), timeout_s)
     return handle, out
 
@@ -172,11 +184,15 @@ def denied(peer: Peer, mark: int) -> list[dict[str, Any]]:
 
 
 async def test_client_credentials_task_outlives_its_tokens_with_one_call(
-        client: Client, oauth: Peer, protected: Peer, issued: list[str], logs: list[str], texts: list[str]) -> None:
+    client: Client, oauth: Peer, protected: Peer, issued: list[str], logs: list[str], texts: list[str]
+) -> None:
     mark, issued_before = protected.log_mark(), len(oauth.log(client="svc-secret"))
     started = time.monotonic()
-    handle, out = await run_task(client, {"p": {"url": protected.url, "auth": secret_auth(oauth)}},
-                                 arguments={"seconds": 2 * TOKEN_TTL_S, "text": "through expiry"})
+    handle, out = await run_task(
+        client,
+        {"p": {"url": protected.url, "auth": secret_auth(oauth)}},
+        arguments={"seconds": 2 * TOKEN_TTL_S, "text": "through expiry"},
+    )
     await keep(texts, handle, out)
     assert out.outcome == Outcome.COMPLETED, out
     assert time.monotonic() - started >= 2 * TOKEN_TTL_S
@@ -189,11 +205,13 @@ async def test_client_credentials_task_outlives_its_tokens_with_one_call(
     assert len(denied(protected, mark)) == 1, denied(protected, mark)
 
 
-async def test_private_key_jwt_task_completes(client: Client, oauth: Peer, protected: Peer, issued: list[str],
-                                              logs: list[str], texts: list[str]) -> None:
+async def test_private_key_jwt_task_completes(
+    client: Client, oauth: Peer, protected: Peer, issued: list[str], logs: list[str], texts: list[str]
+) -> None:
     mark, issued_before = protected.log_mark(), len(oauth.log(client="svc-jwt"))
-    handle, out = await run_task(client, {"p": {"url": protected.url, "auth": jwt_auth(oauth)}},
-                                 arguments={"seconds": 1, "text": "signed"})
+    handle, out = await run_task(
+        client, {"p": {"url": protected.url, "auth": jwt_auth(oauth)}}, arguments={"seconds": 1, "text": "signed"}
+    )
     await keep(texts, handle, out)
     assert out.outcome == Outcome.COMPLETED, out
     assert len(tool_calls(protected, mark, "slow_echo")) == 1
@@ -201,12 +219,14 @@ async def test_private_key_jwt_task_completes(client: Client, oauth: Peer, prote
 
 
 async def test_discovery_is_reused_for_a_tokens_lifetime_and_run_again_after_a_refusal(
-        oauth: Peer, protected: Peer) -> None:
+    oauth: Peer, protected: Peer
+) -> None:
     """Discovery (from the server's 401: protected resource metadata, then the authorization server's) once; a
     token replaced before its expiry costs only the token request; a token the server refused sends the next fetch
     through discovery again."""
-    spec = OAuthClient(type="client_credentials", client_id="svc-secret", client_secret_env=SECRET_VAR,
-                       issuer=oauth.url)
+    spec = OAuthClient(
+        type="client_credentials", client_id="svc-secret", client_secret_env=SECRET_VAR, issuer=oauth.url
+    )
     issued_before = len(oauth.log(client="svc-secret"))
     auth._sources.pop(asyncio.get_running_loop(), None)  # a source of its own, not the earlier tests'
     client = await WireSession.connect(Endpoint(url=protected.url, auth=spec))
@@ -231,7 +251,8 @@ async def test_discovery_is_reused_for_a_tokens_lifetime_and_run_again_after_a_r
 
 
 async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new_token(
-        oauth: Peer, protected: Peer, issued: list[str]) -> None:
+    oauth: Peer, protected: Peer, issued: list[str]
+) -> None:
     spec = server_config("p", {"url": protected.url, "auth": secret_auth(oauth)}).auth
     assert isinstance(spec, OAuthClient)
     client = await WireSession.connect(Endpoint(url=protected.url, auth=spec))
@@ -242,8 +263,9 @@ async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new
         assert stale is not None
         # Revoked at the authorization server: the worker still holds it as valid; the MCP server refuses it.
         async with httpx2.AsyncClient() as http:
-            revoked = await http.post(f"{oauth.url}/token/revocation", data={"token": stale},
-                                      auth=("svc-secret", SECRET))
+            revoked = await http.post(
+                f"{oauth.url}/token/revocation", data={"token": stale}, auth=("svc-secret", SECRET)
+            )
         assert revoked.status_code == 200, revoked.text
         mark = protected.log_mark()
         start = await client.start("slow_echo", {"seconds": 0, "text": "after a 401"})
@@ -261,8 +283,9 @@ async def test_tools_call_refused_for_a_revoked_token_is_resent_once_after_a_new
 # --- refusals: rejected before tools/call, named, with no secret ---------------------------------------------
 
 
-async def test_wrong_secret_is_rejected_with_no_call(client: Client, oauth: Peer, protected: Peer,
-                                                     issued: list[str], logs: list[str], texts: list[str]) -> None:
+async def test_wrong_secret_is_rejected_with_no_call(
+    client: Client, oauth: Peer, protected: Peer, issued: list[str], logs: list[str], texts: list[str]
+) -> None:
     mark = protected.log_mark()
     handle, out = await run_task(client, {"p": {"url": protected.url, "auth": secret_auth(oauth, WRONG_VAR)}})
     await keep(texts, handle, out)
@@ -274,17 +297,22 @@ async def test_wrong_secret_is_rejected_with_no_call(client: Client, oauth: Peer
 
 
 async def test_authorization_server_down_is_rejected_within_the_bound(
-        client: Client, tmp_path: Path, issued: list[str], texts: list[str]) -> None:
+    client: Client, tmp_path: Path, issued: list[str], texts: list[str]
+) -> None:
     with oauth_server(tmp_path, clients=CLIENTS, name="oauth-down") as down:
-        with ts_http_peer(tmp_path, name="ts-protected-down", auth={
-                "issuer": down.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET}) as peer:
+        with ts_http_peer(
+            tmp_path,
+            name="ts-protected-down",
+            auth={"issuer": down.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET},
+        ) as peer:
             assert down.proc is not None
             down.proc.kill()
             down.proc.wait(10)
             mark = peer.log_mark()
             started = time.monotonic()
-            handle, out = await run_task(client, {"p": {"url": peer.url, "auth": secret_auth(down)}},
-                                         timeout_s=DOWN_BOUND_S + 30)
+            handle, out = await run_task(
+                client, {"p": {"url": peer.url, "auth": secret_auth(down)}}, timeout_s=DOWN_BOUND_S + 30
+            )
             took = time.monotonic() - started
             await keep(texts, handle, out)
     assert out.outcome == Outcome.REJECTED, out
@@ -294,22 +322,35 @@ async def test_authorization_server_down_is_rejected_within_the_bound(
 
 
 async def test_authorization_server_lost_while_polling_spends_the_poll_budget_never_replays(
-        client: Client, tmp_path: Path, issued: list[str], texts: list[str]) -> None:
+    client: Client, tmp_path: Path, issued: list[str], texts: list[str]
+) -> None:
     """With the authorization server gone, polls fail (the MCP server cannot check tokens; once ours expires, no new
     one can be had). That is a read fault, the task is not known to be gone: retried for ``unreachable_s``, then
     ``lost`` with the server's last answer, one ``tools/call``, no replay whatever the policy."""
     unreachable_s = 6.0
     with oauth_server(tmp_path, clients=CLIENTS, name="oauth-lost") as lost:
-        with ts_http_peer(tmp_path, name="ts-protected-lost", auth={
-                "issuer": lost.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET}) as peer:
+        with ts_http_peer(
+            tmp_path,
+            name="ts-protected-lost",
+            auth={"issuer": lost.url or "", "client_id": "mcp-peer", "client_secret": RS_SECRET},
+        ) as peer:
             mark = peer.log_mark()
             queue = unique("auth")
             servers = {"p": server_config("p", {"url": peer.url, "auth": secret_auth(lost)})}
             async with in_process_worker(client, task_queue=queue, servers=servers, settings=WorkerSettings()):
-                handle = await start_mcp_task(client, McpTaskRequest(
-                    server="p", tool="slow_echo", arguments={"seconds": 60, "text": "orphaned"},
-                    timeouts=FAST.model_copy(update={"unreachable_s": unreachable_s}), replay="always",
-                    idempotent=True), workflow_id=unique("auth"), task_queue=queue)
+                handle = await start_mcp_task(
+                    client,
+                    McpTaskRequest(
+                        server="p",
+                        tool="slow_echo",
+                        arguments={"seconds": 60, "text": "orphaned"},
+                        timeouts=FAST.model_copy(update={"unreachable_s": unreachable_s}),
+                        replay="always",
+                        idempotent=True,
+                    ),
+                    workflow_id=unique("auth"),
+                    task_queue=queue,
+                )
                 await until(lambda: tool_calls(peer, mark, method="tasks/get"), 20, "the first poll")
                 assert lost.proc is not None
                 lost.proc.kill()
@@ -332,8 +373,8 @@ async def test_authorization_server_lost_while_polling_spends_the_poll_budget_ne
 
 
 async def test_secret_and_tokens_appear_in_no_history_log_or_cli_output(
-        temporal_env: Any, oauth: Peer, protected: Peer, issued: list[str], logs: list[str],
-        texts: list[str]) -> None:
+    temporal_env: Any, oauth: Peer, protected: Peer, issued: list[str], logs: list[str], texts: list[str]
+) -> None:
     assert len(issued) >= 4 and len(texts) >= 6, (len(issued), len(texts))  # the tests above ran and fetched
     for wid in WORKFLOW_IDS:
         _, out, err = await cli("status", wid, "--json", "--address", address_of(temporal_env))
@@ -349,17 +390,29 @@ async def test_secret_and_tokens_appear_in_no_history_log_or_cli_output(
 # --- bad input at start ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("auth_toml, message", [
-    ('type = "password"\nclient_id = "a"', "servers.p.auth.type: must be one of client_credentials, private_key_jwt"),
-    ('type = "client_credentials"\nclient_secret = { env = "HOME" }', "servers.p.auth.client_id: missing"),
-    ('type = "client_credentials"\nclient_id = "a"\nclient_secret = { env = "MCP_TEST_UNSET_VAR" }',
-     "servers.p.auth.client_secret: environment variable MCP_TEST_UNSET_VAR is not set"),
-    ('type = "client_credentials"\nclient_id = "a"\nclient_secret = "literal"', "servers.p.auth.client_secret"),
-    ('type = "private_key_jwt"\nclient_id = "a"\nprivate_key = { file = "/nonexistent/key.pem" }',
-     "servers.p.auth.private_key: file /nonexistent/key.pem does not exist"),
-    ('type = "client_credentials"\nclient_id = "a"\nclient_secret = { env = "HOME" }\nscopes = "x"',
-     "servers.p.auth.scopes: unknown key"),
-])
+@pytest.mark.parametrize(
+    "auth_toml, message",
+    [
+        (
+            'type = "password"\nclient_id = "a"',
+            "servers.p.auth.type: must be one of client_credentials, private_key_jwt",
+        ),
+        ('type = "client_credentials"\nclient_secret = { env = "HOME" }', "servers.p.auth.client_id: missing"),
+        (
+            'type = "client_credentials"\nclient_id = "a"\nclient_secret = { env = "MCP_TEST_UNSET_VAR" }',
+            "servers.p.auth.client_secret: environment variable MCP_TEST_UNSET_VAR is not set",
+        ),
+        ('type = "client_credentials"\nclient_id = "a"\nclient_secret = "literal"', "servers.p.auth.client_secret"),
+        (
+            'type = "private_key_jwt"\nclient_id = "a"\nprivate_key = { file = "/nonexistent/key.pem" }',
+            "servers.p.auth.private_key: file /nonexistent/key.pem does not exist",
+        ),
+        (
+            'type = "client_credentials"\nclient_id = "a"\nclient_secret = { env = "HOME" }\nscopes = "x"',
+            "servers.p.auth.scopes: unknown key",
+        ),
+    ],
+)
 async def test_bad_auth_config_exits_2_naming_the_key(tmp_path: Path, auth_toml: str, message: str) -> None:
     path = tmp_path / "w.toml"
     path.write_text(f'[servers.p]\nurl = "http://127.0.0.1:9/mcp"\n[servers.p.auth]\n{auth_toml}\n')

@@ -49,8 +49,12 @@ class FakeHttp:
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                request = {"method": self.command, "path": self.path, "headers": dict(self.headers),
-                           "body": body.decode("utf-8", "replace")}
+                request = {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": body.decode("utf-8", "replace"),
+                }
                 outer.requests.append(request)
                 route = outer.routes.get(self.path.split("?")[0], (404, {}, b"not found"))
                 status, headers, content = route(request) if callable(route) else route
@@ -111,13 +115,20 @@ def hostile() -> Iterator[FakeHttp]:
 
 
 def challenge(server: FakeHttp) -> None:
-    server.routes["/mcp"] = (401, {"www-authenticate": f'Bearer resource_metadata="{server.url}/prm"',
-                                   "content-type": "application/json"}, b'{"error":"invalid_token"}')
+    server.routes["/mcp"] = (
+        401,
+        {"www-authenticate": f'Bearer resource_metadata="{server.url}/prm"', "content-type": "application/json"},
+        b'{"error":"invalid_token"}',
+    )
 
 
 def as_metadata(issuer: str, token_endpoint: str) -> dict[str, Any]:
-    return {"issuer": issuer, "authorization_endpoint": f"{issuer}/authorize", "token_endpoint": token_endpoint,
-            "token_endpoint_auth_methods_supported": ["client_secret_post"]}
+    return {
+        "issuer": issuer,
+        "authorization_endpoint": f"{issuer}/authorize",
+        "token_endpoint": token_endpoint,
+        "token_endpoint_auth_methods_supported": ["client_secret_post"],
+    }
 
 
 async def refused(server: FakeHttp, issuer: str | None) -> tuple[str, float]:
@@ -182,19 +193,23 @@ def _other_resource(h: FakeHttp, real: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("setup, message", [
-    (_names_its_own_as, "not the configured issuer"),
-    (_claims_the_real_issuer, "(RFC 8414 §3.3)"),
-    (_names_none, "publishes no protected resource metadata"),
-    (_does_not_parse, "protected resource metadata at http://127.0.0.1"),
-    (_as_down, "cannot reach"),
-    (_as_garbage, "authorization server metadata at"),
-    (_as_error, "answered HTTP 500"),
-    (_not_https, "is not https"),
-    (_other_resource, "is for resource https://evil.example.com/mcp"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (_names_its_own_as, "not the configured issuer"),
+        (_claims_the_real_issuer, "(RFC 8414 §3.3)"),
+        (_names_none, "publishes no protected resource metadata"),
+        (_does_not_parse, "protected resource metadata at http://127.0.0.1"),
+        (_as_down, "cannot reach"),
+        (_as_garbage, "authorization server metadata at"),
+        (_as_error, "answered HTTP 500"),
+        (_not_https, "is not https"),
+        (_other_resource, "is for resource https://evil.example.com/mcp"),
+    ],
+)
 async def test_hostile_or_broken_discovery_sends_the_secret_nowhere(
-        hostile: FakeHttp, real_as: Peer, setup: Any, message: str) -> None:
+    hostile: FakeHttp, real_as: Peer, setup: Any, message: str
+) -> None:
     challenge(hostile)
     issuer = setup(hostile, real_as.url or "")
     issued_before = len(real_as.log(client=CLIENT_ID))
@@ -227,15 +242,19 @@ async def test_the_real_authorization_server_alone_gets_the_secret(hostile: Fake
     """The positive control: metadata naming the pinned, real authorization server gets a token from it, with the
     resource (RFC 8707); the hostile server receives that token, never the secret; its second 401 is the error."""
     challenge(hostile)
-    hostile.json("/prm", {"resource": f"{hostile.url}/mcp", "authorization_servers": [real_as.url],
-                          "scopes_supported": []})
+    hostile.json(
+        "/prm", {"resource": f"{hostile.url}/mcp", "authorization_servers": [real_as.url], "scopes_supported": []}
+    )
     issued_before = len(real_as.log(client=CLIENT_ID))
     text, _ = await refused(hostile, real_as.url)
     assert "401" in text, text
     assert len(real_as.log(client=CLIENT_ID)) == issued_before + 1
     assert carrying_the_secret(hostile.requests) == []
-    bearer = [r for r in hostile.requests if r["headers"].get("authorization", r["headers"].get("Authorization", ""))
-              .startswith("Bearer ")]
+    bearer = [
+        r
+        for r in hostile.requests
+        if r["headers"].get("authorization", r["headers"].get("Authorization", "")).startswith("Bearer ")
+    ]
     assert len(bearer) == 1 and bearer[0]["path"] == "/mcp"
 
 
@@ -251,15 +270,21 @@ async def test_insufficient_scope_gets_one_step_up_then_a_clear_error(hostile: F
         def mcp(request: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
             if not any(k.lower() == "authorization" for k in request["headers"]):
                 return 401, {"www-authenticate": f'Bearer scope="a", resource_metadata="{prm}"'}, b""
-            return 403, {"www-authenticate": f'Bearer error="insufficient_scope", scope="a b", '
-                                             f'resource_metadata="{prm}"'}, b""
+            return (
+                403,
+                {"www-authenticate": f'Bearer error="insufficient_scope", scope="a b", resource_metadata="{prm}"'},
+                b"",
+            )
 
         hostile.routes["/mcp"] = mcp
         hostile.json("/prm", {"resource": f"{hostile.url}/mcp", "authorization_servers": [as_.url]})
         text, _ = await refused(hostile, None)
         assert "still refuses for insufficient scope after one step-up to scope 'a b'" in text, text
-        scopes = [dict(p.split("=", 1) for p in r["body"].split("&")).get("scope") for r in as_.requests
-                  if r["path"] == "/token"]
+        scopes = [
+            dict(p.split("=", 1) for p in r["body"].split("&")).get("scope")
+            for r in as_.requests
+            if r["path"] == "/token"
+        ]
         assert scopes == ["a", "a+b"], scopes
         resource = f"resource={quote(hostile.url + '/mcp', safe='')}"
         assert all(resource in r["body"] for r in as_.requests if r["path"] == "/token")  # RFC 8707, every time

@@ -24,9 +24,33 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
     both servers is there and says what it must (notified vs polled, no signal from the flood), not how fast."""
     out = tmp_path / "push.json"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "push", "--quick", "--push-ages", "60,300",
-                           "--push-window", "40", "--push-tiles", "2", "--push-probes", "1", "--push-flood", "2000",
-                           "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only",
+            "push",
+            "--quick",
+            "--push-ages",
+            "60,300",
+            "--push-window",
+            "40",
+            "--push-tiles",
+            "2",
+            "--push-probes",
+            "1",
+            "--push-flood",
+            "2000",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     table = proc.stdout
     for needle in ("### Told, not polled", "**Flood**: 2000 ", "a flood of 2,000 notifications"):
@@ -46,8 +70,13 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
             assert d["n"] == d["of"] == 1 and d["delivered_by"] == {by: 1}, (design, bucket, d)
             assert d["max_s"] is not None and d["max_s"] >= 0, (design, bucket, d)
             assert row["tasks"] == 2 and row["window_s"] >= 40, row
-            for key in ("actions_per_task_hour", "attempts_per_task_hour", "heartbeats_per_task_hour",
-                        "polls_per_task_hour", "worker_cpu_pct_of_core"):
+            for key in (
+                "actions_per_task_hour",
+                "attempts_per_task_hour",
+                "heartbeats_per_task_hour",
+                "polls_per_task_hour",
+                "worker_cpu_pct_of_core",
+            ):
                 assert row[key] is not None and row[key] >= 0, (design, bucket, key, row)
             assert row["signals_in_window"] == 0, row  # held tasks never end: nothing wakes them
     # The silent server with tasks/list: its probes are woken by the list reader (or, young, seen at a poll first).

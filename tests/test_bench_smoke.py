@@ -25,20 +25,59 @@ def test_bench_quick(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # Smaller than --quick where a size only scales a figure (tasks, in-flight counts, windows): every phase still
     # runs and prints every figure, for about two thirds of --quick's CPU, which the other test workers share.
-    smaller = ["--tasks", "6", "--concurrency", "6", "--light-tasks", "2", "--inflight", "30", "--inflight-aged", "30",
-               "--inflight-aged-window", "5", "--aged-tiles", "8", "--aged-probes", "3", "--aged-window", "30",
-               "--naive-wait-s", "5"]
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", *smaller, "--json", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=480)
+    smaller = [
+        "--tasks",
+        "6",
+        "--concurrency",
+        "6",
+        "--light-tasks",
+        "2",
+        "--inflight",
+        "30",
+        "--inflight-aged",
+        "30",
+        "--inflight-aged-window",
+        "5",
+        "--aged-tiles",
+        "8",
+        "--aged-probes",
+        "3",
+        "--aged-window",
+        "30",
+        "--naive-wait-s",
+        "5",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", *smaller, "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     table = proc.stdout
 
     # The markdown table: every design row, the ratios, history, in-flight memory, the cost of waiting, targets.
-    for needle in ("| design |", "| ours |", "| naive |", "| floor |", "| minimal durable", "throughput ours/naive",
-                   "latency p50 ours/floor", "latency p50 ours−floor ms", "### History events per task",
-                   "tasks in flight on one worker process", "### Earlier targets", "### Cost of waiting",
-                   "**Polls by age**", "**Temporal cost per task-hour of waiting**", "tasks in flight aged 10 min…1 h",
-                   "### Targets — the cost of waiting", "Total wall time"):
+    for needle in (
+        "| design |",
+        "| ours |",
+        "| naive |",
+        "| floor |",
+        "| minimal durable",
+        "throughput ours/naive",
+        "latency p50 ours/floor",
+        "latency p50 ours−floor ms",
+        "### History events per task",
+        "tasks in flight on one worker process",
+        "### Earlier targets",
+        "### Cost of waiting",
+        "**Polls by age**",
+        "**Temporal cost per task-hour of waiting**",
+        "tasks in flight aged 10 min…1 h",
+        "### Targets — the cost of waiting",
+        "Total wall time",
+    ):
         assert needle in table, f"{needle!r} missing from the table:\n{table}"
 
     res = json.loads(out.read_text())
@@ -60,8 +99,13 @@ def test_bench_quick(tmp_path: Path) -> None:
     assert designs["minimal"]["history"]["activity_tasks"]["mean"] == 1  # the lower bound: one activity
     assert designs["minimal"]["history"]["events"]["mean"] < designs["ours"]["history"]["events"]["mean"]
     ratios = res["ratios"]
-    for key in ("throughput ours/naive", "latency p50 ours/floor", "latency p50 ours−floor ms",
-                "latency p95 ours/floor", "latency p95 ours−floor ms"):
+    for key in (
+        "throughput ours/naive",
+        "latency p50 ours/floor",
+        "latency p50 ours−floor ms",
+        "latency p95 ours/floor",
+        "latency p95 ours−floor ms",
+    ):
         assert ratios.get(key) is not None, key
 
     hist = res["history"]
@@ -72,12 +116,13 @@ def test_bench_quick(tmp_path: Path) -> None:
 
     mem = res["inflight"]
     assert mem["completed"] == mem["inflight"] > 0, mem.get("errors")
-    for key in ("rss_idle_mb", "rss_inflight_mb", "rss_peak_mb", "rss_per_1000_inflight_mb",
-                "temporal_rpcs_per_task"):
+    for key in ("rss_idle_mb", "rss_inflight_mb", "rss_peak_mb", "rss_per_1000_inflight_mb", "temporal_rpcs_per_task"):
         assert mem[key] is not None and mem[key] > 0, key
 
     assert {t["target"].split(" (")[0] for t in res["earlier_targets"]} >= {
-        "throughput ≥ 2× naive", "latency p50 ≤ floor + 150 ms"}
+        "throughput ≥ 2× naive",
+        "latency p50 ≤ floor + 150 ms",
+    }
 
     # The figures behind the four targets were measured...
     t1 = res["aged"]["t1"]

@@ -17,10 +17,31 @@ from mcp_temporal_tasks.workflows.states import Outcome
 pytestmark = pytest.mark.fast
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
-HOSTILE: list[Any] = [10**15, 10**400, -1, -(10**400), math.nan, math.inf, -math.inf, 1e308, "600000", True, [], {},
-                      0.5]
-TIMES: list[Any] = ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-05:00", "not a date",
-                    "2026-13-45T00:00:00Z", 12345, None, "x" * 10_000]
+HOSTILE: list[Any] = [
+    10**15,
+    10**400,
+    -1,
+    -(10**400),
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e308,
+    "600000",
+    True,
+    [],
+    {},
+    0.5,
+]
+TIMES: list[Any] = [
+    "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59-05:00",
+    "not a date",
+    "2026-13-45T00:00:00Z",
+    12345,
+    None,
+    "x" * 10_000,
+]
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=repr)
@@ -83,15 +104,28 @@ def test_progress_notifications_pass_on_only_finite_numbers(progress: Any, total
     params: dict[str, Any] = {}
     listen = _progress_listener(params, lambda p, t, m: seen.append((p, t, m)))
     assert listen is not None
-    listen({"method": "notifications/progress",
-            "params": {"progressToken": params["_meta"]["progressToken"], "progress": progress, "total": total}})
+    listen(
+        {
+            "method": "notifications/progress",
+            "params": {"progressToken": params["_meta"]["progressToken"], "progress": progress, "total": total},
+        }
+    )
     for p, t, _ in seen:
         assert math.isfinite(p) and (t is None or (math.isfinite(t) and t >= 0))
 
 
 @pytest.mark.parametrize("value", [math.inf, math.nan, 1e300, 10**20])
-@pytest.mark.parametrize("where", ["ttl_s", "input_timeout_s", "timeouts.heartbeat_s", "timeouts.input_s",
-                                   "timeouts.idle_gap_s", "timeouts.unreachable_s"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "ttl_s",
+        "input_timeout_s",
+        "timeouts.heartbeat_s",
+        "timeouts.input_s",
+        "timeouts.idle_gap_s",
+        "timeouts.unreachable_s",
+    ],
+)
 def test_a_request_span_no_timer_can_hold_is_refused_when_validated(where: str, value: Any) -> None:
     """The request is input too: workflow code makes timers of these, so they are bounded (the task then ends
     ``rejected`` naming the field, never a workflow task failing forever)."""
@@ -106,6 +140,14 @@ def test_a_request_span_no_timer_can_hold_is_refused_when_validated(where: str, 
         raw[where] = value
     with pytest.raises(ValidationError):
         McpTaskRequest.model_validate(raw)
-    ok = McpTaskRequest.model_validate({**raw, **({"timeouts": {where.split(".")[1]: MAX_SPAN_S}}
-                                                  if where.startswith("timeouts.") else {where: MAX_SPAN_S})})
+    ok = McpTaskRequest.model_validate(
+        {
+            **raw,
+            **(
+                {"timeouts": {where.split(".")[1]: MAX_SPAN_S}}
+                if where.startswith("timeouts.")
+                else {where: MAX_SPAN_S}
+            ),
+        }
+    )
     assert ok is not None and timedelta(seconds=MAX_SPAN_S) > timedelta(0)

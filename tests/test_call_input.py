@@ -34,14 +34,16 @@ def text_of(out: Any) -> str:
     return str(out.result["content"][0]["text"])
 
 
-async def start(client: Client, peer: Peer, queue: str, tool: str, args: dict[str, Any] | None = None,
-                **kw: Any) -> Any:
+async def start(
+    client: Client, peer: Peer, queue: str, tool: str, args: dict[str, Any] | None = None, **kw: Any
+) -> Any:
     request = McpTaskRequest(server=peer.endpoint, tool=tool, arguments=args or {}, timeouts=FAST, **kw)
     return await start_mcp_task(client, request, workflow_id=unique(tool), task_queue=queue)
 
 
 async def test_a_question_on_a_plain_call_is_answered_through_the_cli_with_defaults(
-        resumable: Peer, client: Client, queue: str, worker: Any, temporal_env: WorkflowEnvironment) -> None:
+    resumable: Peer, client: Client, queue: str, worker: Any, temporal_env: WorkflowEnvironment
+) -> None:
     mark = resumable.log_mark()
     handle = await start(client, resumable, queue, "ask_plain")
     view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs)
@@ -49,8 +51,15 @@ async def test_a_question_on_a_plain_call_is_answered_through_the_cli_with_defau
     assert pending.method == "elicitation/create" and pending.message == "Approve the plain call?"
     assert pending.requested_schema["properties"]["name"]["default"] == "John Doe"
     # The operator's answer omits the fields that have defaults: SEP-1034 fills them on the way to the server.
-    code, out, err = await cli("answer", handle.id, "--address", address_of(temporal_env), "--json",
-                               "--response", json.dumps({"action": "accept", "content": {"ok": True}}))
+    code, out, err = await cli(
+        "answer",
+        handle.id,
+        "--address",
+        address_of(temporal_env),
+        "--json",
+        "--response",
+        json.dumps({"action": "accept", "content": {"ok": True}}),
+    )
     assert code == 0, err
     assert json.loads(out)["answered"] == [pending.key]
     outcome = await asyncio.wait_for(outcome_of(handle), 60)
@@ -60,8 +69,9 @@ async def test_a_question_on_a_plain_call_is_answered_through_the_cli_with_defau
     await keep_history(handle, "plain_call_input_answered")
 
 
-async def test_a_question_nobody_answers_is_declined_after_the_bound(resumable: Peer, client: Client, queue: str,
-                                                                     worker: Any) -> None:
+async def test_a_question_nobody_answers_is_declined_after_the_bound(
+    resumable: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = resumable.log_mark()
     handle = await start(client, resumable, queue, "ask_plain", input_timeout_s=2, on_input_timeout="decline")
     await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED)
@@ -72,8 +82,9 @@ async def test_a_question_nobody_answers_is_declined_after_the_bound(resumable: 
     await keep_history(handle, "plain_call_input_declined")
 
 
-async def test_a_malformed_form_is_refused_with_a_clear_error_not_asked(resumable: Peer, client: Client, queue: str,
-                                                                        worker: Any) -> None:
+async def test_a_malformed_form_is_refused_with_a_clear_error_not_asked(
+    resumable: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = resumable.log_mark()
     handle = await start(client, resumable, queue, "ask_plain", {"broken": True})
     outcome = await asyncio.wait_for(outcome_of(handle), 60)
@@ -83,8 +94,9 @@ async def test_a_malformed_form_is_refused_with_a_clear_error_not_asked(resumabl
     assert len(tool_calls(resumable, mark, "ask_plain")) == 1
 
 
-async def test_a_plain_call_whose_stream_the_server_cycles_is_resumed_once_sent(resumable: Peer, client: Client,
-                                                                                queue: str, worker: Any) -> None:
+async def test_a_plain_call_whose_stream_the_server_cycles_is_resumed_once_sent(
+    resumable: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = resumable.log_mark()
     gets = len(resumable.events(event="get_stream"))
     handle = await start(client, resumable, queue, "cycling_sync", {"seconds": 0.3, "closes": 2})

@@ -39,8 +39,12 @@ async def asked(env: WorkflowEnvironment, steer: Any, **request: Any) -> tuple[A
         inputs.append(inp)
         info = activity.info()
         wf = activity.client().get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
-        await wf.signal(INPUT_REQUESTED_SIGNAL, LegacyInputRequest(
-            key="q1", rpc_id=7, method="elicitation/create", params={"message": "ok?", "requestedSchema": SCHEMA}))
+        await wf.signal(
+            INPUT_REQUESTED_SIGNAL,
+            LegacyInputRequest(
+                key="q1", rpc_id=7, method="elicitation/create", params={"message": "ok?", "requestedSchema": SCHEMA}
+            ),
+        )
         while True:
             answer = ((await wf.query(RELAY_STATE_QUERY)).get("q1") or {}).get("answer")
             if answer is not None:
@@ -51,10 +55,19 @@ async def asked(env: WorkflowEnvironment, steer: Any, **request: Any) -> tuple[A
 
     queue = f"fast-{uuid.uuid4().hex[:8]}"
     acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.START_CALL]
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, start_call],
-                      workflow_runner=workflow_runner()):
-        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS, **request),
-                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=[*acts, start_call],
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await start_mcp_task(
+            env.client,
+            McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS, **request),
+            workflow_id=f"fast-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
         await steer(handle)
         out = await asyncio.wait_for(outcome_of(handle), 30)
     return out, inputs, handle

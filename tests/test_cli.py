@@ -26,8 +26,19 @@ from tests.temporal_harness import (
     wait_for_view,
 )
 
-COMMANDS = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
-            "demo-server"]
+COMMANDS = [
+    "run",
+    "status",
+    "result",
+    "cancel",
+    "approve",
+    "answer",
+    "list",
+    "worker",
+    "dev-server",
+    "demo",
+    "demo-server",
+]
 
 
 #: The workers' configuration `run --detach --url` is given: they take inline URLs (else it is refused up front).
@@ -45,8 +56,20 @@ async def start_detached(tool: str, peer: Peer, wid: str, queue: str, address: s
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        rc, _, err = await cli("run", tool, "--url", peer.url or "", "--id", wid, "--detach", "--task-queue", queue,
-                               "--address", address, env=trusted_env(Path(tmp)))
+        rc, _, err = await cli(
+            "run",
+            tool,
+            "--url",
+            peer.url or "",
+            "--id",
+            wid,
+            "--detach",
+            "--task-queue",
+            queue,
+            "--address",
+            address,
+            env=trusted_env(Path(tmp)),
+        )
     assert rc == 0, err
 
 
@@ -58,15 +81,20 @@ async def test_help_on_every_command() -> None:
         assert code == 0 and "usage: mcp-tasks" in out, command
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "{not json"], "--args is not valid JSON"),
-    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "[1]"], "--args must be a JSON object"),
-    (["run", "slow_echo", "--url", "ftp://x/mcp"], "must be http(s)"),
-    (["run", "slow_echo", "--server", "nope"], "unknown server 'nope'"),
-    (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", '{"api_key": "s3cr3t"}'],
-     "looks like a credential"),
-    (["run", "slow_echo"], "one of the arguments --server --url --command is required"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "{not json"], "--args is not valid JSON"),
+        (["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", "[1]"], "--args must be a JSON object"),
+        (["run", "slow_echo", "--url", "ftp://x/mcp"], "must be http(s)"),
+        (["run", "slow_echo", "--server", "nope"], "unknown server 'nope'"),
+        (
+            ["run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--args", '{"api_key": "s3cr3t"}'],
+            "looks like a credential",
+        ),
+        (["run", "slow_echo"], "one of the arguments --server --url --command is required"),
+    ],
+)
 async def test_bad_input_exits_2(args: list[str], message: str) -> None:
     code, out, err = await cli(*args)
     assert code == 2, err
@@ -74,8 +102,9 @@ async def test_bad_input_exits_2(args: list[str], message: str) -> None:
 
 
 async def test_mcp_server_unreachable_exits_3(temporal_env: Any) -> None:
-    code, _, err = await cli("run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--address",
-                             address_of(temporal_env))
+    code, _, err = await cli(
+        "run", "slow_echo", "--url", "http://127.0.0.1:9/mcp", "--address", address_of(temporal_env)
+    )
     assert code == 3 and "MCP server unreachable" in err
 
 
@@ -84,19 +113,40 @@ async def test_temporal_unreachable_exits_3(fastmcp_server: Peer) -> None:
     assert code == 3 and "Temporal is unreachable at 127.0.0.1:9" in err
 
 
-@pytest.mark.parametrize("peer_name, tool, args, expected, code", [
-    ("fastmcp_server", "slow_echo", {"seconds": 1, "text": "cli"}, "completed", 0),
-    ("fastmcp_server", "rate_limited", {}, "tool_error", 1),
-    ("ts_http_stateful", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
-    ("ts_http_stateful", "rpc_error", {}, "failed", 1),
-    ("ts_stdio", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
-])
-async def test_run_json_outcome(request: pytest.FixtureRequest, temporal_env: Any, queue: str, peer_name: str,
-                                tool: str, args: dict[str, Any], expected: str, code: int) -> None:
+@pytest.mark.parametrize(
+    "peer_name, tool, args, expected, code",
+    [
+        ("fastmcp_server", "slow_echo", {"seconds": 1, "text": "cli"}, "completed", 0),
+        ("fastmcp_server", "rate_limited", {}, "tool_error", 1),
+        ("ts_http_stateful", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
+        ("ts_http_stateful", "rpc_error", {}, "failed", 1),
+        ("ts_stdio", "slow_echo", {"seconds": 0.5, "text": "cli"}, "completed", 0),
+    ],
+)
+async def test_run_json_outcome(
+    request: pytest.FixtureRequest,
+    temporal_env: Any,
+    queue: str,
+    peer_name: str,
+    tool: str,
+    args: dict[str, Any],
+    expected: str,
+    code: int,
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     target = ["--url", peer.url] if peer.url else ["--command", " ".join(peer.endpoint.command or [])]
-    rc, out, err = await cli("run", tool, *target, "--args", json.dumps(args), "--json", "--task-queue", queue,
-                             "--address", address_of(temporal_env))
+    rc, out, err = await cli(
+        "run",
+        tool,
+        *target,
+        "--args",
+        json.dumps(args),
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address_of(temporal_env),
+    )
     assert rc == code, err[-2000:]
     outcome = McpTaskOutcome.model_validate(one_json(out))
     assert outcome.outcome.value == expected
@@ -106,13 +156,28 @@ async def test_run_json_outcome(request: pytest.FixtureRequest, temporal_env: An
     assert "following " in err and "/namespaces/default/workflows/" not in err
 
 
-async def test_detach_then_result_status_list(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                              queue: str, tmp_path: Path) -> None:
+async def test_detach_then_result_status_list(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
     wid = unique("detached")
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args",
-                             '{"seconds": 1, "text": "later"}', "--id", wid, "--detach", "--json",
-                             "--task-queue", queue, "--address", address, env=trusted_env(tmp_path))
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 1, "text": "later"}',
+        "--id",
+        wid,
+        "--detach",
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+        env=trusted_env(tmp_path),
+    )
     assert rc == 0, err
     assert one_json(out) == {"workflow_id": wid}
     rc, out, _ = await cli("result", wid, "--address", address, "--json")
@@ -124,8 +189,9 @@ async def test_detach_then_result_status_list(client: Client, temporal_env: Any,
         rc, out, _ = await cli("status", wid, "--json", "--address", address)
         assert rc == 0 and one_json(out)["outcome"] == "completed"
         for _ in range(50):
-            rc, out, _ = await cli("list", "--outcome", "completed", "--tool", "slow_echo", "--json",
-                                   "--address", address)
+            rc, out, _ = await cli(
+                "list", "--outcome", "completed", "--tool", "slow_echo", "--json", "--address", address
+            )
             rows = one_json(out)["workflows"]
             if any(r["workflow_id"] == wid for r in rows):
                 break
@@ -172,12 +238,18 @@ async def test_answer_and_list_waiting(client: Client, temporal_env: Any, fastmc
         await listed_under("input_required", wid, address)
         rc, out, err = await cli("status", wid, "--address", address)
         assert rc == 1 and "needs input" in out and f"mcp-tasks answer {wid}" in out
-        rc, _, err = await cli("answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}',
-                               "--address", address)
+        rc, _, err = await cli(
+            "answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}', "--address", address
+        )
         assert rc == 2 and "'nope' is not of type 'boolean'" in err  # bad input
-        rc, out, err = await cli("answer", wid, "--response",
-                                 '{"action": "accept", "content": {"account": "acct-9", "approve": true}}',
-                                 "--address", address)
+        rc, out, err = await cli(
+            "answer",
+            wid,
+            "--response",
+            '{"action": "accept", "content": {"account": "acct-9", "approve": true}}',
+            "--address",
+            address,
+        )
         assert rc == 0, err
         rc, out, _ = await cli("result", wid, "--wait", "--json", "--address", address)
         assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-9"
@@ -211,8 +283,9 @@ async def test_dev_server_keeps_state_across_restarts(tmp_path: Path) -> None:
         seen: list[str] = []
         deadline = time.monotonic() + 30
         while not any(f"127.0.0.1:{port}" in x for x in seen) and time.monotonic() < deadline and len(seen) < 50:
-            seen.append((await asyncio.wait_for(proc.stderr.readline(), max(0.1, deadline - time.monotonic())))
-                        .decode())
+            seen.append(
+                (await asyncio.wait_for(proc.stderr.readline(), max(0.1, deadline - time.monotonic()))).decode()
+            )
         line = next((x for x in seen if f"127.0.0.1:{port}" in x), "")
         assert str(db) in line, seen
         assert port_open("127.0.0.1", port)
@@ -240,8 +313,9 @@ async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: P
             "something already listens on localhost:7233; this test needs it free to check the embedded default"
         )
     env = {"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": ""}
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.2}',
-                             "--json", env=env)
+    rc, out, err = await cli(
+        "run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.2}', "--json", env=env
+    )
     assert rc == 0, err
     assert "started the embedded Temporal at localhost:7233" in err and (tmp_path / "temporal.db").exists()
     assert McpTaskOutcome.model_validate(one_json(out)).outcome.value == "completed"

@@ -71,29 +71,36 @@ def _protected_by_unreachable_as(tmp_path: Path) -> Iterator[tuple[ScriptedMcp, 
     with scripted_mcp() as server:
         server.challenge = issuer
         path = tmp_path / "oauth.toml"
-        path.write_text(f'[servers.pay]\nurl = "{server.url}"\n[servers.pay.auth]\ntype = "client_credentials"\n'
-                        f'client_id = "svc"\nclient_secret = {{ env = "MCP_TEST_PAY_SECRET" }}\n'
-                        f'issuer = "{issuer}"\n')
+        path.write_text(
+            f'[servers.pay]\nurl = "{server.url}"\n[servers.pay.auth]\ntype = "client_credentials"\n'
+            f'client_id = "svc"\nclient_secret = {{ env = "MCP_TEST_PAY_SECRET" }}\n'
+            f'issuer = "{issuer}"\n'
+        )
         yield server, path
 
 
 @pytest.mark.parametrize("case", ["initialize_404", "oauth_unreachable", "unknown_tool", "schema_mismatch"])
-async def test_a_call_refused_before_sending_counts_none_and_runs_again(temporal_env: Any, fastmcp_server: Peer,
-                                                                        tmp_path: Path, case: str) -> None:
+async def test_a_call_refused_before_sending_counts_none_and_runs_again(
+    temporal_env: Any, fastmcp_server: Peer, tmp_path: Path, case: str
+) -> None:
     with ExitStack() as stack:
         await _refused_before_sending(temporal_env, fastmcp_server, tmp_path, case, stack)
 
 
-async def _refused_before_sending(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path, case: str,
-                                  stack: ExitStack) -> None:
+async def _refused_before_sending(
+    temporal_env: Any, fastmcp_server: Peer, tmp_path: Path, case: str, stack: ExitStack
+) -> None:
     protected: ScriptedMcp | None = None
     address = address_of(temporal_env)
     url = fastmcp_server.url or ""
     tool, args, target = "slow_echo", '{"seconds": 0.1}', ["--url", url]
     env: dict[str, str] = {}
-    want = {"initialize_404": ("HttpRefusal", None), "oauth_unreachable": ("AuthorizationRequired",
-                                                                           "authorization_required"),
-            "unknown_tool": ("UnknownTool", "permanent"), "schema_mismatch": ("InvalidArguments", "input_correctable")}
+    want = {
+        "initialize_404": ("HttpRefusal", None),
+        "oauth_unreachable": ("AuthorizationRequired", "authorization_required"),
+        "unknown_tool": ("UnknownTool", "permanent"),
+        "schema_mismatch": ("InvalidArguments", "input_correctable"),
+    }
     if case == "initialize_404":
         target = ["--url", url.rsplit("/", 1)[0] + "/nope"]  # the server answers 404 to initialize
     elif case == "oauth_unreachable":
@@ -107,8 +114,9 @@ async def _refused_before_sending(temporal_env: Any, fastmcp_server: Peer, tmp_p
     wid = unique(f"presend-{case}")
     mark = fastmcp_server.log_mark()
     for attempt in (1, 2):
-        rc, out, err = await cli("run", tool, *target, "--args", args, "--id", wid, "--json", "--address", address,
-                                 env=env)
+        rc, out, err = await cli(
+            "run", tool, *target, "--args", args, "--id", wid, "--json", "--address", address, env=env
+        )
         _no_traceback(err)
         outcome = one_json(out)
         # What was typed (a tool not listed, arguments against its schema) is bad input: exit 2 (issue 43).
@@ -131,16 +139,26 @@ async def _refused_before_sending(temporal_env: Any, fastmcp_server: Peer, tmp_p
 
 
 async def test_args_from_an_empty_stdin_is_refused_not_taken_for_none(temporal_env: Any, fastmcp_server: Peer) -> None:
-    rc, _, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", "-", "--address",
-                           address_of(temporal_env), stdin=b"  \n")
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        "-",
+        "--address",
+        address_of(temporal_env),
+        stdin=b"  \n",
+    )
     one_line(err, code=2, rc=rc, message="--args -: standard input was empty")
 
 
 # --- no silent wait -------------------------------------------------------------------------------------------------
 
 
-async def test_run_whose_worker_cannot_start_ends_at_once_naming_why(temporal_env: Any, fastmcp_server: Peer,
-                                                                     tmp_path: Path) -> None:
+async def test_run_whose_worker_cannot_start_ends_at_once_naming_why(
+    temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     """`[worker] tracing = true` without the OpenTelemetry SDK (hidden from this process): the worker's own error,
     one line, exit 2, before anything connects; no task is left waiting for it."""
     hide = tmp_path / "hide" / "opentelemetry" / "sdk"
@@ -155,14 +173,36 @@ async def test_run_whose_worker_cannot_start_ends_at_once_naming_why(temporal_en
     await cli("--help", env=env)
     up_s = time.monotonic() - started
     started = time.monotonic()
-    rc, _, err = await cli("run", "slow_echo", "--server", "demo", "--config", str(config), "--args",
-                           '{"seconds": 2}', "--id", wid, "--address", address_of(temporal_env), env=env)
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--server",
+        "demo",
+        "--config",
+        str(config),
+        "--args",
+        '{"seconds": 2}',
+        "--id",
+        wid,
+        "--address",
+        address_of(temporal_env),
+        env=env,
+    )
     took = time.monotonic() - started
     assert took < up_s + 5, f"it took {took:.1f} s to say so (the command's imports: {up_s:.1f} s)"
     one_line(err, code=2, rc=rc, message="tracing needs OpenTelemetry")
     # At start, before connecting: with nothing at the address it says the same, not "unreachable".
-    rc, _, err = await cli("run", "slow_echo", "--server", "demo", "--config", str(config), "--address",
-                           f"127.0.0.1:{free_port()}", env=env)
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--server",
+        "demo",
+        "--config",
+        str(config),
+        "--address",
+        f"127.0.0.1:{free_port()}",
+        env=env,
+    )
     one_line(err, code=2, rc=rc, message="tracing needs OpenTelemetry")
     rc, _, err = await cli("status", wid, "--address", address_of(temporal_env))
     assert rc == 2 and "no such task" in err  # nothing was started
@@ -175,10 +215,15 @@ async def test_run_ends_when_its_own_worker_fails_to_start() -> None:
     from mcp_temporal_tasks.worker.cli.calling import _worker_started
     from mcp_temporal_tasks.worker.config import ConfigError
 
-    for error, code, text in ((RuntimeError("Failed validating workflow McpTaskWorkflow"), 3,
-                               "this command's worker stopped: Failed validating workflow"),
-                              (ConfigError("worker.metrics_port: port 9464 is already in use"), 2,
-                               "configuration: worker.metrics_port")):
+    for error, code, text in (
+        (
+            RuntimeError("Failed validating workflow McpTaskWorkflow"),
+            3,
+            "this command's worker stopped: Failed validating workflow",
+        ),
+        (ConfigError("worker.metrics_port: port 9464 is already in use"), 2, "configuration: worker.metrics_port"),
+    ):
+
         async def fail(exc: BaseException = error) -> None:
             await asyncio.sleep(0.05)
             raise exc
@@ -203,11 +248,24 @@ async def test_run_ends_when_its_own_worker_fails_to_start() -> None:
     assert "the poller failed; wid-1 has no worker now: resume it with the same command:" in str(raised.value)
 
 
-async def test_no_worker_run_says_within_10_s_that_nothing_polls_and_ctrl_c_says_so(temporal_env: Any,
-                                                                                    fastmcp_server: Peer) -> None:
+async def test_no_worker_run_says_within_10_s_that_nothing_polls_and_ctrl_c_says_so(
+    temporal_env: Any, fastmcp_server: Peer
+) -> None:
     queue = unique("nobody-here")
-    run = RunProcess("slow_echo", "--server", "demo", "--no-worker", "--task-queue", queue, "--args",
-                     '{"seconds": 2}', "--address", address_of(temporal_env), "--id", unique("nobody"))
+    run = RunProcess(
+        "slow_echo",
+        "--server",
+        "demo",
+        "--no-worker",
+        "--task-queue",
+        queue,
+        "--args",
+        '{"seconds": 2}',
+        "--address",
+        address_of(temporal_env),
+        "--id",
+        unique("nobody"),
+    )
     try:
         started = time.monotonic()
         await run.wait_for(f"no worker polls task queue '{queue}'", timeout_s=10)
@@ -224,15 +282,27 @@ async def test_no_worker_run_says_within_10_s_that_nothing_polls_and_ctrl_c_says
     _no_traceback(run.err)
 
 
-async def test_result_wait_and_cancel_without_a_worker_say_so(client: Client, temporal_env: Any,
-                                                              fastmcp_server: Peer) -> None:
+async def test_result_wait_and_cancel_without_a_worker_say_so(
+    client: Client, temporal_env: Any, fastmcp_server: Peer
+) -> None:
     address = address_of(temporal_env)
     queue, wid = unique("q-empty"), unique("waits")
-    await start_mcp_task(client, McpTaskRequest(server=fastmcp_server.endpoint, tool="slow_echo"), workflow_id=wid,
-                         task_queue=queue)
-    proc = await asyncio.create_subprocess_exec(*CLI, "result", wid, "--wait", "--address", address, cwd=REPO_ROOT,
-                                                env=ENV, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    await start_mcp_task(
+        client, McpTaskRequest(server=fastmcp_server.endpoint, tool="slow_echo"), workflow_id=wid, task_queue=queue
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "result",
+        wid,
+        "--wait",
+        "--address",
+        address,
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         assert proc.stderr is not None
         seen = ""
@@ -254,14 +324,25 @@ async def test_result_wait_and_cancel_without_a_worker_say_so(client: Client, te
 # --- the live view -------------------------------------------------------------------------------------------------
 
 
-async def test_a_synchronous_tools_progress_is_live_and_it_shows_calling(temporal_env: Any,
-                                                                         fastmcp_server: Peer) -> None:
+async def test_a_synchronous_tools_progress_is_live_and_it_shows_calling(
+    temporal_env: Any, fastmcp_server: Peer
+) -> None:
     """slow_progress is a plain synchronous tool sending 'step i/n' every 2 s: each step shows within a few seconds
     of when it was sent (no heartbeat throttle between), as CALLING; in a log a 'still' line follows a quiet
     stretch."""
-    rc, out, err = await cli("run", "slow_progress", "--url", fastmcp_server.url or "", "--args",
-                             '{"seconds": 6, "every": 2}', "--id", unique("progress"), "--address",
-                             address_of(temporal_env), timeout=60)
+    rc, out, err = await cli(
+        "run",
+        "slow_progress",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 6, "every": 2}',
+        "--id",
+        unique("progress"),
+        "--address",
+        address_of(temporal_env),
+        timeout=60,
+    )
     assert rc == 0, err[-2000:]
     lines = re.findall(r"\[\s*([\d.]+)s\] (\S+)(?: · “step (\d)/3”)?", err)
     steps = {int(n): float(t) for t, phase, n in lines if n}
@@ -270,16 +351,37 @@ async def test_a_synchronous_tools_progress_is_live_and_it_shows_calling(tempora
     assert calling and calling[0] < steps[1], err
     # Step n is sent n × 2 s after tools/call: each shows within 2 s of that (heartbeats would take up to 24 s).
     assert all(steps[n] - calling[0] < 2 * n + 2 for n in steps), err
-    rc, out, err = await cli("run", "slow_progress", "--url", fastmcp_server.url or "", "--args",
-                             '{"seconds": 14, "every": 20}', "--id", unique("quiet"), "--address",
-                             address_of(temporal_env), timeout=60)
+    rc, out, err = await cli(
+        "run",
+        "slow_progress",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 14, "every": 20}',
+        "--id",
+        unique("quiet"),
+        "--address",
+        address_of(temporal_env),
+        timeout=60,
+    )
     assert rc == 0 and re.search(r"\[\s*1\d\.\ds\] still CALLING", err), err
 
 
-async def test_on_a_terminal_the_last_line_is_redrawn_with_the_clock_moving(temporal_env: Any,
-                                                                            fastmcp_server: Peer) -> None:
-    term = Pty("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 6}', "--id",
-               unique("tty"), "--address", address_of(temporal_env))
+async def test_on_a_terminal_the_last_line_is_redrawn_with_the_clock_moving(
+    temporal_env: Any, fastmcp_server: Peer
+) -> None:
+    term = Pty(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 6}',
+        "--id",
+        unique("tty"),
+        "--address",
+        address_of(temporal_env),
+    )
     term.expect(r"WORKING · working · “sleeping 6s”", timeout_s=30)
     seen = term.expect(r"\r\x1b\[K  … \d+s · WORKING · “sleeping 6s” [1-9]s ago", timeout_s=10)
     code = term.wait(30)
@@ -291,17 +393,33 @@ async def test_on_a_terminal_the_last_line_is_redrawn_with_the_clock_moving(temp
 # --- one address rule ----------------------------------------------------------------------------------------------
 
 
-async def test_a_configs_temporal_address_is_used_by_run_result_and_list(client: Client, temporal_env: Any,
-                                                                         fastmcp_server: Peer, tmp_path: Path) -> None:
+async def test_a_configs_temporal_address_is_used_by_run_result_and_list(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     config = tmp_path / "worker.toml"
     config.write_text(
         f'[temporal]\naddress = "{address_of(temporal_env)}"\n[servers.demo]\nurl = "{fastmcp_server.url}"\n'
     )
-    env = {"TEMPORAL_ADDRESS": "", "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-temporal.toml"),
-           "MCP_TASKS_STATE_DIR": str(tmp_path)}
+    env = {
+        "TEMPORAL_ADDRESS": "",
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-temporal.toml"),
+        "MCP_TASKS_STATE_DIR": str(tmp_path),
+    }
     wid = unique("by-config")
-    rc, out, err = await cli("run", "slow_echo", "--server", "demo", "--config", str(config), "--args",
-                             '{"seconds": 0.1}', "--id", wid, "--json", env=env)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--server",
+        "demo",
+        "--config",
+        str(config),
+        "--args",
+        '{"seconds": 0.1}',
+        "--id",
+        wid,
+        "--json",
+        env=env,
+    )
     assert rc == 0 and one_json(out)["outcome"] == "completed", err[-2000:]
     assert "embedded" not in err and not (tmp_path / "temporal.db").exists(), err
     assert (await client.get_workflow_handle(wid).describe()).status is not None  # on the server the file names
@@ -354,19 +472,26 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(
     fastmcp_server: Peer, ts_http_stateful: Peer, tmp_path: Path
 ) -> None:
     config = tmp_path / "worker.toml"
-    config.write_text(f'[servers.demo]\nurl = "{fastmcp_server.url}"\n[servers.demo.tools.charge_card]\n'
-                      'replay = "with_approval"\nmax_replays = 2\n[servers.demo.jobs.export]\nsubmit = "start_export"\n'
-                      'status = "get_export_status"\nstates = { running = "working", succeeded = "completed" }\n'
-                      f'[servers.ts]\nurl = "{ts_http_stateful.url}"\n')
+    config.write_text(
+        f'[servers.demo]\nurl = "{fastmcp_server.url}"\n[servers.demo.tools.charge_card]\n'
+        'replay = "with_approval"\nmax_replays = 2\n[servers.demo.jobs.export]\nsubmit = "start_export"\n'
+        'status = "get_export_status"\nstates = { running = "working", succeeded = "completed" }\n'
+        f'[servers.ts]\nurl = "{ts_http_stateful.url}"\n'
+    )
     mark = fastmcp_server.log_mark()
     rc, out, err = await cli("tools", "--server", "demo", "--config", str(config), "--json")
     assert rc == 0, err
     listed = one_json(out)
     by_name = {t["name"]: t for t in listed["tools"]}
     assert listed["era"] == "2026-07-28" and listed["tasks"] is True and {"slow_echo", "charge_card"} <= set(by_name)
-    assert by_name["charge_card"]["policy"] == {"replay": "with_approval", "idempotent": False,
-                                                "idempotent_from": "default", "max_replays": 2,
-                                                "output_schema": "server's", "max_call_s": None}
+    assert by_name["charge_card"]["policy"] == {
+        "replay": "with_approval",
+        "idempotent": False,
+        "idempotent_from": "default",
+        "max_replays": 2,
+        "output_schema": "server's",
+        "max_call_s": None,
+    }
     assert listed["jobs"][0]["name"] == "export" and listed["jobs"][0]["missing"] == []
     # Each tool's arguments, from its inputSchema (issue 43).
     assert "seconds: number" in by_name["slow_echo"]["arguments"], by_name["slow_echo"]
@@ -377,18 +502,21 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(
     rc, _, err = await cli("tools", "--url", f"http://127.0.0.1:{free_port()}/mcp")
     one_line(err, code=3, rc=rc, message="MCP server unreachable")
     with _protected_by_unreachable_as(tmp_path) as (protected, config):
-        rc, _, err = await cli("tools", "--server", "pay", "--config", str(config),
-                               env={"MCP_TEST_PAY_SECRET": unique("secret")})
-    line = one_line(err, code=1, rc=rc, message=f"the handshake with MCP server at {protected.url} failed: no access "
-                                                 "token for")
+        rc, _, err = await cli(
+            "tools", "--server", "pay", "--config", str(config), env={"MCP_TEST_PAY_SECRET": unique("secret")}
+        )
+    line = one_line(
+        err, code=1, rc=rc, message=f"the handshake with MCP server at {protected.url} failed: no access token for"
+    )
     assert "refused" not in line, line
 
 
 # --- workers on one queue -------------------------------------------------------------------------------------------
 
 
-async def test_a_worker_warns_of_another_on_its_queue_with_other_servers(client: Client, temporal_env: Any,
-                                                                         fastmcp_server: Peer, tmp_path: Path) -> None:
+async def test_a_worker_warns_of_another_on_its_queue_with_other_servers(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
     queue = unique("q-mixed")
     first, second = tmp_path / "first.toml", tmp_path / "second.toml"
@@ -417,8 +545,11 @@ async def test_a_worker_warns_of_another_on_its_queue_with_other_servers(client:
 async def test_unknown_server_names_the_worker_and_its_queue(client: Client) -> None:
     queue = unique("q-lacks")
     async with in_process_worker(client, task_queue=queue):
-        out = await outcome_of(await start_mcp_task(client, McpTaskRequest(server="billing", tool="charge"),
-                                                    workflow_id=unique("lacks"), task_queue=queue))
+        out = await outcome_of(
+            await start_mcp_task(
+                client, McpTaskRequest(server="billing", tool="charge"), workflow_id=unique("lacks"), task_queue=queue
+            )
+        )
     assert out.outcome == Outcome.REJECTED and out.error is not None
     assert f"on task queue {queue!r}" in out.error.message and f"{os.getpid()}@" in out.error.message, out.error
     assert "mcp-tasks servers=" in out.error.message
@@ -430,11 +561,37 @@ async def test_unknown_server_names_the_worker_and_its_queue(client: Client) -> 
 async def test_a_closed_stdout_ends_quietly(client: Client, temporal_env: Any, fastmcp_server: Peer) -> None:
     address = address_of(temporal_env)
     wid = unique("piped")
-    rc, _, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.1}',
-                           "--id", wid, "--address", address)
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 0.1}',
+        "--id",
+        wid,
+        "--address",
+        address,
+    )
     assert rc == 0, err
-    proc = subprocess.run(["bash", "-c", '"$@" | head -c 10; exit "${PIPESTATUS[0]}"', "bash", *CLI, "result", wid,
-                           "--json", "--address", address], cwd=REPO_ROOT, env=ENV, capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '"$@" | head -c 10; exit "${PIPESTATUS[0]}"',
+            "bash",
+            *CLI,
+            "result",
+            wid,
+            "--json",
+            "--address",
+            address,
+        ],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.stdout == b'{"workflow', proc.stdout
     assert proc.stderr == b"", proc.stderr.decode()[-2000:]
     assert proc.returncode == 0  # the command's own exit code: the task completed
@@ -448,8 +605,14 @@ async def test_a_metrics_port_in_use_is_named(tmp_path: Path) -> None:
         config = tmp_path / "worker.toml"
         config.write_text(f"[worker]\nmetrics_port = {port}\n")
         started = time.monotonic()
-        rc, _, err = await cli("worker", "--config", str(config), "--address", f"127.0.0.1:{free_port()}",
-                               env={"MCP_TASKS_STATE_DIR": str(tmp_path)})
+        rc, _, err = await cli(
+            "worker",
+            "--config",
+            str(config),
+            "--address",
+            f"127.0.0.1:{free_port()}",
+            env={"MCP_TASKS_STATE_DIR": str(tmp_path)},
+        )
     line = one_line(err, code=2, rc=rc, message=f"worker.metrics_port: port {port} is already in use")
     assert "Prometheus metrics endpoint" in line and "unreachable" not in line and time.monotonic() - started < 10
 
@@ -459,8 +622,9 @@ async def test_the_dev_servers_ui_port_in_use_is_named(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ui = taken.getsockname()[1]
-        rc, _, err = await cli("dev-server", "--port", str(free_port()), "--ui-port", str(ui), "--db",
-                               str(tmp_path / "t.db"))
+        rc, _, err = await cli(
+            "dev-server", "--port", str(free_port()), "--ui-port", str(ui), "--db", str(tmp_path / "t.db")
+        )
     line = one_line(err, code=2, rc=rc, message=f"port {ui} is already in use")
     assert "for its UI" in line and "--ui-port" in line and "start-dev" not in line, line
 
@@ -488,8 +652,9 @@ out["host"] = setup_tracing({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"
 out["kept"] = trace.get_tracer_provider() is host
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert "OTEL_TRACES_EXPORTER='zipkin'" in out["zipkin"] and "otlp, console, none" in out["zipkin"]
@@ -507,8 +672,11 @@ async def test_the_readmes_run_against_the_demo_server_runs_as_written(temporal_
 
     def commands(text: str) -> dict[str, str]:
         block = section(text, "## Quick start").replace(" \\\n", " ")  # a line continued with a backslash
-        return {cmd.split()[1]: cmd for cmd in (line.split("#")[0].strip() for line in block.splitlines())
-                if cmd.startswith(".venv/bin/mcp-tasks ")}
+        return {
+            cmd.split()[1]: cmd
+            for cmd in (line.split("#")[0].strip() for line in block.splitlines())
+            if cmd.startswith(".venv/bin/mcp-tasks ")
+        }
 
     lines = commands(readme())
     assert {"demo-server", "tools", "run"} <= set(lines), lines

@@ -33,23 +33,38 @@ from tests.temporal_harness import (
 )
 
 
-async def test_the_worker_hint_of_a_detached_run_completes_the_task(temporal_env: Any, fastmcp_server: Peer,
-                                                                    tmp_path: Path) -> None:
+async def test_the_worker_hint_of_a_detached_run_completes_the_task(
+    temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     """`run … --server demo --config good.toml --detach`, then `status` with no worker: its hint names the
     configuration the task was started with; typed as printed, that worker completes the task."""
     address, queue, wid = address_of(temporal_env), unique("hints"), unique("hint")
     good = tmp_path / "good.toml"
     good.write_text(f'[temporal]\ntask_queue = "{queue}"\n[servers.demo]\nurl = "{fastmcp_server.url}"\n')
-    rc, _, err = await cli("run", "slow_echo", "--server", "demo", "--config", str(good), "--detach", "--id", wid,
-                           "--args", '{"seconds": 0.2, "text": "hint"}', "--address", address)
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--server",
+        "demo",
+        "--config",
+        str(good),
+        "--detach",
+        "--id",
+        wid,
+        "--args",
+        '{"seconds": 0.2, "text": "hint"}',
+        "--address",
+        address,
+    )
     assert rc == 0, err
     wanted = f"worker --task-queue {queue} --address {address} --config {good}"
     assert wanted in err, err
     rc, _, err = await cli("status", wid, "--address", address)  # another shell: no --config
     assert rc == 3 and wanted in err and "Traceback" not in err, err
     command = re.search(r"start one: (.+)$", err.strip()).group(1)  # type: ignore[union-attr]
-    worker = subprocess.Popen(shlex.split(command), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        shlex.split(command), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         rc, out, err = await cli("result", wid, "--wait", "--json", "--address", address, timeout=60)
         assert rc == 0 and one_json(out)["outcome"] == "completed", err[-2000:]
@@ -94,19 +109,26 @@ async def printed_hint(wid: str, address: str, pattern: str, timeout_s: float = 
 
 async def follow(command: str, *extra: str, env: dict[str, str]) -> tuple[int, str, str]:
     """Run a printed command as a person pastes it (plus ``extra`` words the hint leaves to the person)."""
-    proc = await asyncio.create_subprocess_exec(*shlex.split(command), *extra, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE, env=env,
-                                                stdin=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        *shlex.split(command),
+        *extra,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
-    print(f"hint: {command}{' ' + shlex.join(extra) if extra else ''}\n  -> exit {proc.returncode}: "
-          f"{(out.strip() or err.strip())[:300].decode(errors='replace')}")
+    print(
+        f"hint: {command}{' ' + shlex.join(extra) if extra else ''}\n  -> exit {proc.returncode}: "
+        f"{(out.strip() or err.strip())[:300].decode(errors='replace')}"
+    )
     assert "Traceback" not in err.decode(), err.decode()[-2000:]
     return proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode()
 
 
-async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client: Client, temporal_env: Any,
-                                                                          fastmcp_server: Peer, queue: str,
-                                                                          tmp_path: Path) -> None:
+async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
     trusted = tmp_path / "trusted.toml"
     trusted.write_text(TRUSTED_TOML)
@@ -117,8 +139,21 @@ async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client
         return client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
 
     async def detach(tool: str, url: str, wid: str, *more: str) -> None:
-        rc, _, err = await cli("run", tool, "--url", url, "--id", wid, "--detach", "--task-queue", queue,
-                               "--address", address, *more, env=env)
+        rc, _, err = await cli(
+            "run",
+            tool,
+            "--url",
+            url,
+            "--id",
+            wid,
+            "--detach",
+            "--task-queue",
+            queue,
+            "--address",
+            address,
+            *more,
+            env=env,
+        )
         assert rc == 0, err
 
     async def approve(url: str) -> None:
@@ -154,8 +189,12 @@ async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client
         found = await printed_hint(wid, address, r"answer with: (.+)$")
         rc, _, err = await follow(found.group(1), env=env)
         assert rc == 2 and "give the answer with --response" in err, err
-        rc, _, err = await follow(found.group(1), "--response",
-                                  '{"action": "accept", "content": {"account": "acct-43", "approve": true}}', env=env)
+        rc, _, err = await follow(
+            found.group(1),
+            "--response",
+            '{"action": "accept", "content": {"account": "acct-43", "approve": true}}',
+            env=env,
+        )
         assert rc == 0, err
         outcome = await asyncio.wait_for(outcome_of(task(wid)), 40)
         assert outcome.outcome == Outcome.COMPLETED and outcome.result is not None, outcome
@@ -164,9 +203,22 @@ async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client
     async def interrupted_twice(wid: str, seconds: int, *more: str) -> str:
         """A foreground `run` of a task of ``seconds``, left with two Ctrl-C once it is WORKING: what it said."""
         proc = await asyncio.create_subprocess_exec(
-            *CLI, "run", "cancellable", "--url", fastmcp_server.url or "", "--args", f'{{"seconds": {seconds}}}',
-            "--id", wid,
-            "--address", address, *more, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+            *CLI,
+            "run",
+            "cancellable",
+            "--url",
+            fastmcp_server.url or "",
+            "--args",
+            f'{{"seconds": {seconds}}}',
+            "--id",
+            wid,
+            "--address",
+            address,
+            *more,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
         assert proc.stderr is not None
         try:
             seen = ""
@@ -217,9 +269,18 @@ async def test_the_approve_cancel_answer_and_result_hints_work_as_printed(client
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend(), times=1)
         async with in_process_worker(client, task_queue=queue):
-            await asyncio.gather(*(timed(name, scenario) for name, scenario in (
-                ("approve", approve(proxy.url)), ("stop", stop()), ("answer", answer()), ("left", left()),
-                ("resume", resume()))))
+            await asyncio.gather(
+                *(
+                    timed(name, scenario)
+                    for name, scenario in (
+                        ("approve", approve(proxy.url)),
+                        ("stop", stop()),
+                        ("answer", answer()),
+                        ("left", left()),
+                        ("resume", resume()),
+                    )
+                )
+            )
     assert len(tool_calls(fastmcp_server, mark, "rate_limited")) == 1  # the stopped task was not replayed
     assert len(tool_calls(fastmcp_server, mark, "cancellable")) == 2  # left's and resume's: none sent again
 
@@ -233,9 +294,14 @@ def test_the_answer_hint_parses_a_key_that_begins_with_a_dash() -> None:
     from mcp_temporal_tasks.workflows.records import Ledger, PendingInput, Phase, TaskView
 
     key = "-IP-Ch0WE4ECKxOI7M2:f2362018"  # as a run of the test above printed it
-    view = TaskView(workflow_id="w-1", phase=Phase.INPUT_REQUIRED, tool="ask_user", server="s",
-                    pending_inputs=[PendingInput(key=key, method="elicitation/create", message="ok?")],
-                    ledger=Ledger(server="s", tool="ask_user", request_digest="x", created_at=datetime.now(UTC)))
+    view = TaskView(
+        workflow_id="w-1",
+        phase=Phase.INPUT_REQUIRED,
+        tool="ask_user",
+        server="s",
+        pending_inputs=[PendingInput(key=key, method="elicitation/create", message="ok?")],
+        ledger=Ledger(server="s", tool="ask_user", request_digest="x", created_at=datetime.now(UTC)),
+    )
     command = re.search(r"answer with: (.+)$", view_line(view, "w-1"), re.MULTILINE).group(1)  # type: ignore[union-attr]
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert (args.subcommand, args.id, args.key) == ("answer", "w-1", key), command

@@ -36,6 +36,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Counter[s
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             seen[name] += 1
             return fn(*args, **kwargs)
+
         return wrapper
 
     for module in [m for n, m in sys.modules.items() if n.startswith("mcp_temporal_tasks") and m is not None]:
@@ -61,8 +62,9 @@ def unreachable(argv: list[str], run: Callable[[Any], Any]) -> CliError:
     return caught.value
 
 
-def test_run_reads_its_configuration_and_finds_temporal_once(calls: Counter[str], tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_reads_its_configuration_and_finds_temporal_once(
+    calls: Counter[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = tmp_path / "worker.toml"
     cfg.write_text('[temporal]\nnamespace = "counted"\n[worker]\nallow_inline_endpoints = true\n')
 
@@ -73,13 +75,16 @@ def test_run_reads_its_configuration_and_finds_temporal_once(calls: Counter[str]
     address = f"127.0.0.1:{free_port()}"
     for extra in ([], ["--no-worker"]):  # its own worker, and the running workers'
         calls.clear()
-        unreachable(["run", "echo", "--url", "http://127.0.0.1:1/mcp", "--config", str(cfg), "--address", address,
-                     *extra], lambda args: asyncio.run(calling.cmd_run(args)))
+        unreachable(
+            ["run", "echo", "--url", "http://127.0.0.1:1/mcp", "--config", str(cfg), "--address", address, *extra],
+            lambda args: asyncio.run(calling.cmd_run(args)),
+        )
         assert calls == {"load_config": 1, "connect_options": 1}, (extra, calls)
 
 
 def test_answer_reads_its_configuration_and_finds_temporal_once(calls: Counter[str]) -> None:
     # The query fails (nothing listens): with the target built once, the update would reuse it too.
-    unreachable(["answer", "some-task", "--response", "{}", "--address", f"127.0.0.1:{free_port()}"],
-                operations.cmd_answer)
+    unreachable(
+        ["answer", "some-task", "--response", "{}", "--address", f"127.0.0.1:{free_port()}"], operations.cmd_answer
+    )
     assert calls == {"load_config": 1, "connect_options": 1}, calls

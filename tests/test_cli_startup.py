@@ -21,8 +21,9 @@ def run_cli(*args: str, code: str | None = None) -> tuple[int, str, str, set[str
     """(exit code, stdout, stderr without the import lines, top-level packages imported) of the CLI in a fresh
     interpreter."""
     prog = ["-c", code] if code else ["-m", "mcp_temporal_tasks.worker.cli"]
-    proc = subprocess.run([sys.executable, "-X", "importtime", *prog, *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *prog, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     imported, rest = set(), []
     for line in proc.stderr.splitlines():
         if line.startswith("import time:"):
@@ -61,8 +62,10 @@ def test_a_command_imports_what_it_runs() -> None:
 @pytest.mark.parametrize("command", ["demo", "demo-server"])
 def test_the_demo_without_its_extra_says_how_to_install_it(command: str) -> None:
     # fastmcp hidden as if not installed: importlib finds no spec for a module set to None in sys.modules.
-    code = ("import sys; sys.modules['fastmcp'] = None; from mcp_temporal_tasks.worker.cli import main; "
-            f"main([{command!r}])")
+    code = (
+        "import sys; sys.modules['fastmcp'] = None; from mcp_temporal_tasks.worker.cli import main; "
+        f"main([{command!r}])"
+    )
     rc, out, err, _ = run_cli(code=code)
     assert rc == 2, err
     assert "pip install 'mcp-temporal-tasks[demo]'" in err and len(err.strip().splitlines()) == 1, err

@@ -75,39 +75,65 @@ def trusted_env() -> dict[str, str]:
 
 
 async def detach(tool: str, url: str, wid: str, queue: str, address: str, args: str = "{}") -> None:
-    rc, _, err = await cli("run", tool, "--url", url, "--args", args, "--id", wid, "--detach", "--task-queue", queue,
-                           "--address", address, env=trusted_env())
+    rc, _, err = await cli(
+        "run",
+        tool,
+        "--url",
+        url,
+        "--args",
+        args,
+        "--id",
+        wid,
+        "--detach",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+        env=trusted_env(),
+    )
     assert rc == 0, err
 
 
 # --- bad input: one line, the right exit code, never a traceback ------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "slow_echo", "--url", "@URL", "--args", b'{"text": "\xff\xfe"}'], "--args: not valid UTF-8"),
-    (["run", "slow_echo", "--url", "@URL", "--id", b"id-\xff"], "--id: not valid UTF-8"),
-    (["status", b"id-\xc3"], "ID: not valid UTF-8"),
-    (["run", "slow_echo", "--url", "@URL", "--address", "localhost"], "--address 'localhost' is not HOST:PORT"),
-    (["run", "slow_echo", "--url", "@URL", "--address", "not an address"], "is not HOST:PORT"),
-    (["list", "--address", "localhost"], "--address 'localhost' is not HOST:PORT"),
-    (["run", "slow_echo", "--url", "@URL", "--id", "x" * 2000], "--id: a workflow id is at most 255 characters"),
-    (["status", "x" * 2000, "--address", "@ADDR"], "ID: a workflow id is at most 255 characters"),
-    (["list", "--outcome", "bogus", "--address", "@ADDR"], "--outcome 'bogus' is not one of: completed, tool_error"),
-    (["list", "--status", "bogus", "--address", "@ADDR"], "awaiting_approval"),
-    (["list", "--limit", "0", "--address", "@ADDR"], "argument --limit: 0 is not at least 1"),
-    (["run", "slow_echo", "--url", "@URL", "--args", "@/nonexistent/args.json", "--address", "@ADDR"],
-     "--args @/nonexistent/args.json: cannot read the file"),
-])
-async def test_bad_input_is_one_line_exit_2(temporal_env: Any, fastmcp_server: Peer,
-                                            argv: list[str | bytes], message: str) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "slow_echo", "--url", "@URL", "--args", b'{"text": "\xff\xfe"}'], "--args: not valid UTF-8"),
+        (["run", "slow_echo", "--url", "@URL", "--id", b"id-\xff"], "--id: not valid UTF-8"),
+        (["status", b"id-\xc3"], "ID: not valid UTF-8"),
+        (["run", "slow_echo", "--url", "@URL", "--address", "localhost"], "--address 'localhost' is not HOST:PORT"),
+        (["run", "slow_echo", "--url", "@URL", "--address", "not an address"], "is not HOST:PORT"),
+        (["list", "--address", "localhost"], "--address 'localhost' is not HOST:PORT"),
+        (["run", "slow_echo", "--url", "@URL", "--id", "x" * 2000], "--id: a workflow id is at most 255 characters"),
+        (["status", "x" * 2000, "--address", "@ADDR"], "ID: a workflow id is at most 255 characters"),
+        (
+            ["list", "--outcome", "bogus", "--address", "@ADDR"],
+            "--outcome 'bogus' is not one of: completed, tool_error",
+        ),
+        (["list", "--status", "bogus", "--address", "@ADDR"], "awaiting_approval"),
+        (["list", "--limit", "0", "--address", "@ADDR"], "argument --limit: 0 is not at least 1"),
+        (
+            ["run", "slow_echo", "--url", "@URL", "--args", "@/nonexistent/args.json", "--address", "@ADDR"],
+            "--args @/nonexistent/args.json: cannot read the file",
+        ),
+    ],
+)
+async def test_bad_input_is_one_line_exit_2(
+    temporal_env: Any, fastmcp_server: Peer, argv: list[str | bytes], message: str
+) -> None:
     swap = {"@URL": fastmcp_server.url or "", "@ADDR": address_of(temporal_env)}
     args = [swap.get(a, a) if isinstance(a, str) else a for a in argv]
     rc, out, err = await cli(*args)
     one_line(err, code=2, rc=rc, message=message)
     assert out == ""
     rc, out, err = await cli(*args, "--json")  # --json: the same error, as the one JSON object on stdout
-    assert rc == 2 and one_json(out)["error"]["kind"] in ("usage", "namespace") and message in one_json(out)["error"][
-        "message"], (out, err)
+    assert (
+        rc == 2
+        and one_json(out)["error"]["kind"] in ("usage", "namespace")
+        and message in one_json(out)["error"]["message"]
+    ), (out, err)
 
 
 async def test_unknown_namespace_is_named(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path) -> None:
@@ -123,16 +149,23 @@ async def test_unknown_namespace_is_named(temporal_env: Any, fastmcp_server: Pee
 async def test_no_such_task_is_exit_2(temporal_env: Any) -> None:
     address = address_of(temporal_env)
     wid = unique("nothing-here")
-    for argv in (["status", wid], ["result", wid], ["result", wid, "--wait"], ["cancel", wid], ["approve", wid],
-                 ["answer", wid, "--response", '{"action": "decline"}']):
+    for argv in (
+        ["status", wid],
+        ["result", wid],
+        ["result", wid, "--wait"],
+        ["cancel", wid],
+        ["approve", wid],
+        ["answer", wid, "--response", '{"action": "decline"}'],
+    ):
         rc, out, err = await cli(*argv, "--address", address)
         one_line(err, code=2, rc=rc, message=f"no such task: '{wid}'")
         rc, out, err = await cli(*argv, "--address", address, "--json")
         assert rc == 2 and one_json(out)["error"]["kind"] == "not_found", (argv, out, err)
 
 
-async def test_json_error_object_on_every_exit(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                               queue: str) -> None:
+async def test_json_error_object_on_every_exit(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
     rc, out, _ = await cli("run", "slow_echo", "--json")  # usage (argparse)
     assert rc == 2 and "one of the arguments --server --url --command is required" in one_json(out)["error"]["message"]
@@ -149,8 +182,9 @@ async def test_json_error_object_on_every_exit(client: Client, temporal_env: Any
     assert rc == 1 and "has already ended" in one_json(out)["error"]["message"] and "Traceback" not in err
 
 
-async def test_status_json_agrees_with_text(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                            queue: str) -> None:
+async def test_status_json_agrees_with_text(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
     wid = unique("status-view")
     async with in_process_worker(client, task_queue=queue):
@@ -176,8 +210,9 @@ async def test_args_from_file_and_stdin(temporal_env: Any, fastmcp_server: Peer,
     assert rc == 0, err
     assert one_json(out)["result"]["content"][0]["text"].startswith("from-file-")
     text = f"from-stdin-{unique('s')}"
-    rc, out, err = await cli("run", "slow_echo", "--args", "-", *common,
-                             stdin=json.dumps({"seconds": 0.1, "text": text}).encode())
+    rc, out, err = await cli(
+        "run", "slow_echo", "--args", "-", *common, stdin=json.dumps({"seconds": 0.1, "text": text}).encode()
+    )
     assert rc == 0, err
     assert one_json(out)["result"]["content"][0]["text"] == text
     # Over what the OS lets through argv (~128 KiB), and over the 512 KiB the task carries: refused before any
@@ -206,14 +241,26 @@ async def test_stdio_command_unreachable_at_start(temporal_env: Any, command: st
     assert one_json(out)["workflows"] == []  # nothing was started, so nothing can have been called
 
 
-async def test_activity_failures_stay_out_of_runs_stderr(temporal_env: Any, fastmcp_server: Peer, queue: str,
-                                                         tmp_path: Path) -> None:
+async def test_activity_failures_stay_out_of_runs_stderr(
+    temporal_env: Any, fastmcp_server: Peer, queue: str, tmp_path: Path
+) -> None:
     """tools/call answered with HTTP 500: the activity fails (one line in the log), the user gets the outcome."""
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", Status(500))
-        rc, out, err = await cli("run", "slow_echo", "--url", proxy.url, "--args", '{"seconds": 0.1}', "--json",
-                                 "--task-queue", queue, "--address", address_of(temporal_env),
-                                 env={"MCP_TASKS_STATE_DIR": str(tmp_path)})
+        rc, out, err = await cli(
+            "run",
+            "slow_echo",
+            "--url",
+            proxy.url,
+            "--args",
+            '{"seconds": 0.1}',
+            "--json",
+            "--task-queue",
+            queue,
+            "--address",
+            address_of(temporal_env),
+            env={"MCP_TASKS_STATE_DIR": str(tmp_path)},
+        )
     assert rc == 1 and one_json(out)["outcome"] == "unknown_outcome", err[-2000:]
     assert "Traceback" not in err and "activity" not in err.lower(), err[-3000:]
     log = (tmp_path / "run.log").read_text()
@@ -222,34 +269,59 @@ async def test_activity_failures_stay_out_of_runs_stderr(temporal_env: Any, fast
     assert "Completing activity as failed: " in log and "Traceback" not in log, log[-3000:]
 
 
-async def test_unset_credential_variable_is_a_configuration_error(temporal_env: Any, fastmcp_server: Peer,
-                                                                  tmp_path: Path) -> None:
+async def test_unset_credential_variable_is_a_configuration_error(
+    temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     var = "MCP_TASKS_TEST_SURELY_UNSET_TOKEN"
     env = {k: v for k, v in ENV.items() if k != var}
     config = tmp_path / "w.toml"
-    config.write_text(f'[servers.billing]\nurl = "{fastmcp_server.url}"\n'
-                      f'[servers.billing.headers]\nAuthorization = {{ env = "{var}" }}\n')
+    config.write_text(
+        f'[servers.billing]\nurl = "{fastmcp_server.url}"\n'
+        f'[servers.billing.headers]\nAuthorization = {{ env = "{var}" }}\n'
+    )
     address = address_of(temporal_env)
     for argv in (
         ["worker", "--config", str(config)],
         ["run", "slow_echo", "--server", "billing", "--config", str(config)],
     ):
         proc = await asyncio.create_subprocess_exec(
-            *CLI, *argv, "--address", address, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env={**env, "MCP_TASKS_STATE_DIR": str(tmp_path)})
+            *CLI,
+            *argv,
+            "--address",
+            address,
+            cwd=REPO_ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**env, "MCP_TASKS_STATE_DIR": str(tmp_path)},
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-        one_line(err.decode(), code=2, rc=proc.returncode or 0,
-                 message=f"servers.billing.headers.Authorization = {{ env = \"{var}\" }}: ${var} is not set")
+        one_line(
+            err.decode(),
+            code=2,
+            rc=proc.returncode or 0,
+            message=f'servers.billing.headers.Authorization = {{ env = "{var}" }}: ${var} is not set',
+        )
 
 
 # --- no silent surprises ------------------------------------------------------------------------------------------
 
 
-async def test_same_command_again_says_it_is_a_stored_outcome(temporal_env: Any, fastmcp_server: Peer,
-                                                              queue: str) -> None:
+async def test_same_command_again_says_it_is_a_stored_outcome(
+    temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
-    argv = ["run", "slow_echo", "--url", fastmcp_server.url or "", "--args",
-            json.dumps({"seconds": 0.1, "text": unique("again")}), "--task-queue", queue, "--address", address]
+    argv = [
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        json.dumps({"seconds": 0.1, "text": unique("again")}),
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+    ]
     rc, _, err = await cli(*argv)
     assert rc == 0 and "STORED" not in err, err
     rc, out, err = await cli(*argv, "--json")
@@ -257,8 +329,21 @@ async def test_same_command_again_says_it_is_a_stored_outcome(temporal_env: Any,
     assert "this is its STORED outcome, no new tools/call was sent" in err and "--id NEW" in err
     # The same id for a different request: refused, never answered with the first request's outcome.
     wid = one_json(out)["workflow_id"]
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 999999}',
-                             "--id", wid, "--json", "--task-queue", queue, "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 999999}',
+        "--id",
+        wid,
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+    )
     one_line(err, code=2, rc=rc, message=f"workflow id '{wid}' is already used by a different request")
     assert one_json(out)["error"]["kind"] == "request_mismatch"
 
@@ -270,24 +355,42 @@ async def test_request_mismatch_is_a_typed_error(client: Client, fastmcp_server:
     handle = await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)
     assert (await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)).id == wid  # same: attaches
     with pytest.raises(RequestMismatch) as info:
-        await start_mcp_task(client, request.model_copy(update={"arguments": {"amount_cents": 999999}}),
-                             workflow_id=wid, task_queue=queue)
+        await start_mcp_task(
+            client,
+            request.model_copy(update={"arguments": {"amount_cents": 999999}}),
+            workflow_id=wid,
+            task_queue=queue,
+        )
     assert info.value.workflow_id == wid and info.value.existing_digest != info.value.request_digest
     with pytest.raises(RequestMismatch):
-        await start_mcp_task(client, request.model_copy(update={"tool": "slow_echo"}), workflow_id=wid,
-                             task_queue=queue)
+        await start_mcp_task(
+            client, request.model_copy(update={"tool": "slow_echo"}), workflow_id=wid, task_queue=queue
+        )
     await handle.terminate()
 
 
-async def test_idempotency_key_help_and_behaviour_agree(client: Client, temporal_env: Any,
-                                                        fastmcp_server: Peer) -> None:
+async def test_idempotency_key_help_and_behaviour_agree(
+    client: Client, temporal_env: Any, fastmcp_server: Peer
+) -> None:
     address = address_of(temporal_env)
     rc, out, _ = await cli("run", "--help")
     assert rc == 0 and "mcp-task-KEY" in re.sub(r"\s+", " ", out)
     key = unique("order")
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--idempotency-key", key,
-                             "--detach", "--json", "--task-queue", unique("nobody"), "--address", address,
-                             env=trusted_env())
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--idempotency-key",
+        key,
+        "--detach",
+        "--json",
+        "--task-queue",
+        unique("nobody"),
+        "--address",
+        address,
+        env=trusted_env(),
+    )
     assert rc == 0 and one_json(out) == {"workflow_id": f"mcp-task-{key}"}, err
     rc, _, err = await cli("status", key, "--address", address)
     one_line(err, code=2, rc=rc, message=f"did you mean mcp-task-{key}")
@@ -310,8 +413,16 @@ class Pty:
         def controlling_tty() -> None:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-        self.proc = subprocess.Popen([*CLI, *args], cwd=REPO_ROOT, env=ENV, stdin=slave, stdout=slave, stderr=slave,
-                                     start_new_session=True, preexec_fn=controlling_tty)
+        self.proc = subprocess.Popen(
+            [*CLI, *args],
+            cwd=REPO_ROOT,
+            env=ENV,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=controlling_tty,
+        )
         os.close(slave)
         self.seen = ""
 
@@ -323,7 +434,7 @@ class Pty:
         while True:
             match = re.search(pattern, self.seen)
             if match:
-                before, self.seen = self.seen[:match.end()], self.seen[match.end():]
+                before, self.seen = self.seen[: match.end()], self.seen[match.end() :]
                 return before
             left = deadline - time.monotonic()
             if left <= 0:
@@ -360,8 +471,9 @@ class Pty:
             self.seen += chunk.decode("utf-8", "replace")
 
 
-async def test_answer_reprompts_a_required_boolean(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                                   queue: str) -> None:
+async def test_answer_reprompts_a_required_boolean(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
     wid = unique("pty")
     async with in_process_worker(client, task_queue=queue):
@@ -400,8 +512,9 @@ async def test_answer_reprompts_a_required_boolean(client: Client, temporal_env:
         assert rc == 0 and one_json(out)["result"]["content"][0]["text"] == "approved account=acct-7"
 
 
-async def test_answer_stops_on_the_first_ctrl_c(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                                queue: str) -> None:
+async def test_answer_stops_on_the_first_ctrl_c(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
     wid = unique("ctrlc")
     async with in_process_worker(client, task_queue=queue):
@@ -433,14 +546,29 @@ async def test_answer_stops_on_the_first_ctrl_c(client: Client, temporal_env: An
 # --- approval and finished tasks are searchable -------------------------------------------------------------------
 
 
-async def test_awaiting_approval_is_visible_and_searchable(temporal_env: Any, fastmcp_server: Peer,
-                                                           queue: str) -> None:
+async def test_awaiting_approval_is_visible_and_searchable(temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
     address = address_of(temporal_env)
     wid = unique("approval")
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "run", "rate_limited", "--url", fastmcp_server.url or "", "--replay", "with_approval", "--id", wid,
-        "--json", "--task-queue", queue, "--address", address, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=ENV)
+        *CLI,
+        "run",
+        "rate_limited",
+        "--url",
+        fastmcp_server.url or "",
+        "--replay",
+        "with_approval",
+        "--id",
+        wid,
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
     assert proc.stderr is not None and proc.stdout is not None
     seen = ""
     try:
@@ -470,9 +598,24 @@ async def test_a_finished_task_is_listed_under_its_outcome(temporal_env: Any, qu
     address = address_of(temporal_env)
     wid = unique("lost")
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "run", "cancellable", "--command", f"{node} {TS_SERVER} --transport stdio", "--args", '{"seconds": 60}',
-        "--id", wid, "--task-queue", queue, "--address", address, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=ENV)
+        *CLI,
+        "run",
+        "cancellable",
+        "--command",
+        f"{node} {TS_SERVER} --transport stdio",
+        "--args",
+        '{"seconds": 60}',
+        "--id",
+        wid,
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
     assert proc.stderr is not None
     try:
         seen = ""
@@ -484,8 +627,12 @@ async def test_a_finished_task_is_listed_under_its_outcome(temporal_env: Any, qu
         for task in Path(f"/proc/{proc.pid}/task").iterdir():
             children |= {int(c) for c in (task / "children").read_text().split()}
         # The stdio server the in-process worker spawned (the pre-flight handshake's own child has ended).
-        children = {c for c in children if b"server.mjs" in Path(f"/proc/{c}/cmdline").read_bytes()
-                    and ") Z " not in Path(f"/proc/{c}/stat").read_text()}
+        children = {
+            c
+            for c in children
+            if b"server.mjs" in Path(f"/proc/{c}/cmdline").read_bytes()
+            and ") Z " not in Path(f"/proc/{c}/stat").read_text()
+        }
         assert len(children) == 1, children
         os.kill(children.pop(), signal.SIGKILL)
         out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
@@ -509,8 +656,19 @@ async def test_a_finished_task_is_listed_under_its_outcome(temporal_env: Any, qu
 async def test_help_is_plain_and_complete() -> None:
     from mcp_temporal_tasks.worker.cli import build_parser
 
-    commands = ["run", "status", "result", "cancel", "approve", "answer", "list", "worker", "dev-server", "demo",
-                "demo-server"]
+    commands = [
+        "run",
+        "status",
+        "result",
+        "cancel",
+        "approve",
+        "answer",
+        "list",
+        "worker",
+        "dev-server",
+        "demo",
+        "demo-server",
+    ]
     results = await asyncio.gather(cli("--help"), *(cli(c, "--help") for c in commands))
     for (rc, out, _), name in zip(results, ["(top)", *commands]):
         assert rc == 0 and "``" not in out and ":class:" not in out, name
@@ -524,8 +682,16 @@ async def test_help_is_plain_and_complete() -> None:
 
 
 async def test_demo_server_prints_listening_with_a_newline() -> None:
-    proc = await asyncio.create_subprocess_exec(*CLI, "demo-server", "--port", "0", cwd=REPO_ROOT, env=ENV,
-                                                stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        "demo-server",
+        "--port",
+        "0",
+        cwd=REPO_ROOT,
+        env=ENV,
+        stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+    )
     assert proc.stderr is not None
     try:
         line = await asyncio.wait_for(proc.stderr.readline(), 30)
@@ -548,8 +714,14 @@ def _default_port_free() -> None:
 @pytest.mark.xdist_group("embedded-temporal")  # localhost:7233/8233: one such test at a time (tests/conftest.py)
 async def test_detach_refuses_an_embedded_server(fastmcp_server: Peer, tmp_path: Path) -> None:
     _default_port_free()
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--detach",
-                             env={"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "", **trusted_env()})
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--detach",
+        env={"MCP_TASKS_STATE_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "", **trusted_env()},
+    )
     one_line(err, code=2, rc=rc, message="--detach needs a Temporal that outlives this command")
     assert "mcp-tasks dev-server" in err and not (tmp_path / "temporal.db").exists()
 
@@ -567,8 +739,9 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
     first_ids = set(re.findall(r"/workflows/(demo-build-\w+)", out))
     assert len(first_ids) == 1
 
-    server = subprocess.Popen([*CLI, "dev-server"], cwd=REPO_ROOT, env={**ENV, **env}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [*CLI, "dev-server"], cwd=REPO_ROOT, env={**ENV, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         assert server.stderr is not None
         line = await asyncio.wait_for(asyncio.to_thread(line_with, server.stderr, "Temporal dev server at "), 60)
@@ -595,8 +768,17 @@ async def test_demo_and_dev_server_share_one_state(tmp_path: Path) -> None:
 
 
 async def test_unknown_tool_is_what_the_docs_say(temporal_env: Any, fastmcp_server: Peer, queue: str) -> None:
-    rc, out, err = await cli("run", unique("no_such_tool"), "--url", fastmcp_server.url or "", "--json",
-                             "--task-queue", queue, "--address", address_of(temporal_env))
+    rc, out, err = await cli(
+        "run",
+        unique("no_such_tool"),
+        "--url",
+        fastmcp_server.url or "",
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address_of(temporal_env),
+    )
     outcome = one_json(out)
     # The server's tools/list does not list it: refused before tools/call was sent, nothing counted; bad input.
     assert rc == 2 and (outcome["outcome"], outcome["classification"]) == ("rejected", "permanent"), err[-2000:]

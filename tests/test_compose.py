@@ -187,9 +187,7 @@ def volume_mounts(svc: dict[str, Any]) -> list[dict[str, Any]]:
         source, target = parts[0], parts[1]
         mode = parts[2] if len(parts) > 2 else ""
         kind = "bind" if source.startswith((".", "/", "~")) else "volume"
-        mounts.append(
-            {"type": kind, "source": source, "target": target, "read_only": "ro" in mode.split(",")}
-        )
+        mounts.append({"type": kind, "source": source, "target": target, "read_only": "ro" in mode.split(",")})
     return mounts
 
 
@@ -480,9 +478,7 @@ def test_worker_toml_contract(compose):
 
 def test_worker_toml_header_example_is_valid_when_uncommented(compose):
     text = worker_config_host_path(compose).read_text(encoding="utf-8")
-    example = re.search(
-        r"^# (\[servers\.(\w+)\.headers\])\n((?:# \w+ = .*\n)+)", text, flags=re.MULTILINE
-    )
+    example = re.search(r"^# (\[servers\.(\w+)\.headers\])\n((?:# \w+ = .*\n)+)", text, flags=re.MULTILINE)
     assert example, "worker.toml lacks the commented-out [servers.NAME.headers] example"
     uncommented = text.replace(example.group(0), re.sub(r"^# ", "", example.group(0), flags=re.MULTILINE))
     cfg = tomllib.loads(uncommented)
@@ -758,8 +754,22 @@ def test_namespace_setup_script_against_dev_server(compose, tmp_path):
     address = f"127.0.0.1:{port}"
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
-        [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
-         "--http-port", str(_free_port()), "--metrics-port", str(_free_port()), "--log-level", "error"],
+        [
+            cli,
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http-port",
+            str(_free_port()),
+            "--metrics-port",
+            str(_free_port()),
+            "--log-level",
+            "error",
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -773,16 +783,27 @@ def test_namespace_setup_script_against_dev_server(compose, tmp_path):
         }
         for attempt in ("first run", "second run (idempotent)"):
             started = time.monotonic()
-            result = subprocess.run(
-                [sh, str(script)], env=env, capture_output=True, text=True, timeout=120
-            )
+            result = subprocess.run([sh, str(script)], env=env, capture_output=True, text=True, timeout=120)
             assert result.returncode == 0, f"{attempt}:\n{result.stdout}\n{result.stderr}"
             assert time.monotonic() - started < 90
 
         listed = subprocess.run(
-            [cli, "operator", "search-attribute", "list", "--namespace", "compose-test",
-             "--address", address, "--output", "json"],
-            capture_output=True, text=True, timeout=30, check=True,
+            [
+                cli,
+                "operator",
+                "search-attribute",
+                "list",
+                "--namespace",
+                "compose-test",
+                "--address",
+                address,
+                "--output",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
         custom = json.loads(listed.stdout)["customAttributes"]
         assert custom == {name: "INDEXED_VALUE_TYPE_KEYWORD" for name in SEARCH_ATTRIBUTES}
@@ -791,7 +812,9 @@ def test_namespace_setup_script_against_dev_server(compose, tmp_path):
         clash = subprocess.run(
             [sh, str(script)],
             env={**env, "MCP_SEARCH_ATTRIBUTES": "McpTool=Text"},
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert clash.returncode != 0
         assert "McpTool" in clash.stderr

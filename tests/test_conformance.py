@@ -41,10 +41,15 @@ def table() -> dict[str, dict[str, Any]]:
 
 def suite_env(**extra: str) -> dict[str, str]:
     if not (NODE_BIN / "node").exists() or not SUITE.exists():
-        pytest.fail(f"the conformance suite is not installed: run `npm ci` in {SUITE_DIR} (scripts/test.sh does)",
-                    pytrace=False)
-    return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])), **extra}
+        pytest.fail(
+            f"the conformance suite is not installed: run `npm ci` in {SUITE_DIR} (scripts/test.sh does)", pytrace=False
+        )
+    return {
+        **os.environ,
+        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **extra,
+    }
 
 
 def render() -> str:
@@ -61,8 +66,9 @@ def render() -> str:
 
 
 def test_the_table_lists_every_client_scenario_of_the_suite() -> None:
-    out = subprocess.run([str(SUITE), "list", "--client"], env=suite_env(), capture_output=True, text=True,
-                         timeout=60, cwd=SUITE_DIR)
+    out = subprocess.run(
+        [str(SUITE), "list", "--client"], env=suite_env(), capture_output=True, text=True, timeout=60, cwd=SUITE_DIR
+    )
     listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("  - ")]
     assert len(listed) >= 26, out.stdout + out.stderr
     assert sorted(listed) == sorted(table()), (
@@ -90,9 +96,24 @@ def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
     env = suite_env(CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env))
     started = time.monotonic()
     out = subprocess.run(
-        [str(SUITE), "client", "--command", f"{sys.executable} -m tests.conformance_client", "--scenario", scenario,
-         "--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, cwd=REPO_ROOT)
+        [
+            str(SUITE),
+            "client",
+            "--command",
+            f"{sys.executable} -m tests.conformance_client",
+            "--scenario",
+            scenario,
+            "--timeout",
+            str(CLIENT_TIMEOUT_MS),
+            "-o",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUITE_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     elapsed = time.monotonic() - started
     report = out.stdout + out.stderr  # the suite writes its verdict to stderr
     files = list(tmp_path.rglob("checks.json"))
@@ -112,7 +133,7 @@ def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
         assert failing == sorted(row["failing"]) and (passed or row.get("none_pass")), what
         assert "TIMED OUT" not in report, what
     else:
-        assert failing, f"{scenario} passes now: set its row of {TABLE_FILE.name} to \"pass\" ({status}). {what}"
+        assert failing, f'{scenario} passes now: set its row of {TABLE_FILE.name} to "pass" ({status}). {what}'
 
 
 def write_docs() -> None:

@@ -16,10 +16,12 @@ from mcp_temporal_tasks.worker.devserver import DevServer, DevServerError, free_
 
 pytestmark = pytest.mark.fast
 
-SLOW_TO_STOP = ("import signal, sys, time\n"
-                "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0)))\n"
-                "print('up', flush=True)\n"
-                "time.sleep(60)\n")
+SLOW_TO_STOP = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0)))\n"
+    "print('up', flush=True)\n"
+    "time.sleep(60)\n"
+)
 
 
 async def test_stop_async_keeps_the_loop_serving_and_releases_the_state_file(tmp_path: Path) -> None:

@@ -41,8 +41,7 @@ def test_every_python_block_compiles() -> None:
     docs = {"README.md": readme(), **{f"docs/{k}": v for k, v in pages().items()}}
     for name, text in docs.items():
         for n, code in enumerate(blocks(text, "python")):  # a fragment may await at its top level
-            compile(textwrap.dedent(code), f"{name} python block {n + 1}", "exec",
-                    flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            compile(textwrap.dedent(code), f"{name} python block {n + 1}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
 @pytest.mark.fast
@@ -83,8 +82,13 @@ async def forward(port: int, target: str) -> AsyncIterator[None]:
 
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-    return {**env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-            "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    return {
+        **env,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
@@ -99,8 +103,9 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
     env = _clean_env(tmp_path)
     async with forward(7233, address_of(temporal_env)):
         # No worker: within the stated bound (10 s), it says so and names the command; the task waits.
-        proc = await asyncio.create_subprocess_exec(sys.executable, str(script), env=env, cwd=tmp_path,
-                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         assert proc.stderr is not None
         try:
             line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
@@ -112,10 +117,14 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
         # With a worker serving [servers.billing]: the same script, run again, prints the outcome.
         from mcp_temporal_tasks.activities.activity_io import ServerConfig
 
-        async with in_process_worker(temporal_env.client, task_queue=DEFAULT_TASK_QUEUE,
-                                     servers={"billing": ServerConfig(url=fastmcp_server.url)}):
-            run = await asyncio.create_subprocess_exec(sys.executable, str(script), env=env, cwd=tmp_path,
-                                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        async with in_process_worker(
+            temporal_env.client,
+            task_queue=DEFAULT_TASK_QUEUE,
+            servers={"billing": ServerConfig(url=fastmcp_server.url)},
+        ):
+            run = await asyncio.create_subprocess_exec(
+                sys.executable, str(script), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
             out, err = await asyncio.wait_for(run.communicate(), 90)
     outcome = json.loads(out)
     assert (outcome["workflow_id"], outcome["outcome"]) == ("charge-42", "completed"), err.decode()[-2000:]

@@ -67,9 +67,13 @@ class S3Server:
     endpoint: str
 
     def s3(self) -> Any:
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=AWS["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=AWS["AWS_SECRET_ACCESS_KEY"])
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=AWS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=AWS["AWS_SECRET_ACCESS_KEY"],
+        )
 
     def keys(self, bucket: str = BUCKET, prefix: str = "") -> dict[str, int]:
         listing = self.s3().list_objects_v2(Bucket=bucket, Prefix=prefix)
@@ -79,8 +83,11 @@ class S3Server:
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     server = S3Server(proc, f"http://127.0.0.1:{port}")
     deadline = time.monotonic() + 30
     while True:
@@ -113,8 +120,9 @@ def stored_client(base: Client, storage: StorageSettings, codec: PayloadCodec | 
 
 
 def big_request(peer: Peer, marker: str, kb: int = 5120) -> McpTaskRequest:
-    return McpTaskRequest(server=Endpoint(url=peer.url or ""), tool="big_echo",
-                          arguments={"kb": kb, "marker": marker, "seconds": 0.2})
+    return McpTaskRequest(
+        server=Endpoint(url=peer.url or ""), tool="big_echo", arguments={"kb": kb, "marker": marker, "seconds": 0.2}
+    )
 
 
 class XorCodec(PayloadCodec):
@@ -132,8 +140,9 @@ class XorCodec(PayloadCodec):
         return bytes(a ^ b for a, b in zip(data, stream))
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [Payload(metadata={"encoding": b"binary/xor-test"}, data=self._xor(p.SerializeToString()))
-                for p in payloads]
+        return [
+            Payload(metadata={"encoding": b"binary/xor-test"}, data=self._xor(p.SerializeToString())) for p in payloads
+        ]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
@@ -147,15 +156,17 @@ class XorCodec(PayloadCodec):
         return out
 
 
-async def test_encrypting_codec_leaves_no_plaintext_in_the_bucket(s3_server: S3Server, client: Client,
-                                                                   ts_http_stateful: Peer) -> None:
+async def test_encrypting_codec_leaves_no_plaintext_in_the_bucket(
+    s3_server: S3Server, client: Client, ts_http_stateful: Peer
+) -> None:
     marker = unique("PLAINTEXT-MARKER")
     prefix = unique("codec") + "/"
     c = stored_client(client, settings(s3_server, prefix=prefix), codec=XorCodec())
     queue = unique("q-codec")
     async with in_process_worker(c, task_queue=queue):
-        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker, kb=400), workflow_id=unique("codec"),
-                                      task_queue=queue)
+        handle = await start_mcp_task(
+            c, big_request(ts_http_stateful, marker, kb=400), workflow_id=unique("codec"), task_queue=queue
+        )
         out = await get_outcome(c, handle.id)
     assert out.outcome == Outcome.COMPLETED and out.result is not None
     assert out.result["content"][0]["text"].startswith(marker)
@@ -174,47 +185,74 @@ async def test_two_machines(s3_server: S3Server, client: Client, ts_http_statefu
     queue = unique("q-two")
     home_a, home_c = tmp_path / "a", tmp_path / "c"
     cfg = tmp_path / "a.toml"
-    cfg.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
-                   "[worker]\nallow_inline_endpoints = true\n"
-                   f'[servers.big]\nurl = "{ts_http_stateful.url}"\n')
+    cfg.write_text(
+        f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+        "[worker]\nallow_inline_endpoints = true\n"
+        f'[servers.big]\nurl = "{ts_http_stateful.url}"\n'
+    )
     env_a = {**AWS, "HOME": str(home_a), "MCP_TASKS_STATE_DIR": str(home_a / "state")}
     marker = unique("TWO-MACHINES")
     mark = ts_http_stateful.log_mark()
     with worker_process(address_of_client(client), queue, cfg, env=env_a):
         c = stored_client(client, settings(s3_server, prefix=prefix))
-        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker), workflow_id=unique("two"),
-                                      task_queue=queue)
+        handle = await start_mcp_task(
+            c, big_request(ts_http_stateful, marker), workflow_id=unique("two"), task_queue=queue
+        )
         out = await asyncio.wait_for(get_outcome(c, handle.id), 120)
         # A parent workflow on worker B (in this process: another queue, the same storage) whose child runs on A.
         queue_b = unique("q-two-b")
         parent_marker = unique("PARENT")
-        worker_b = Worker(c, task_queue=queue_b, workflows=[UserAgent], plugins=[McpTasksPlugin(storage=settings(
-            s3_server, prefix=prefix))])
+        worker_b = Worker(
+            c,
+            task_queue=queue_b,
+            workflows=[UserAgent],
+            plugins=[McpTasksPlugin(storage=settings(s3_server, prefix=prefix))],
+        )
         async with worker_b:
             parent_id = unique("two-parent")
-            steps = await asyncio.wait_for(c.execute_workflow(UserAgent.run, Plan([Step(
-                "call", "big", "big_echo", {"kb": 5120, "marker": parent_marker}, task_queue=queue)]), id=parent_id,
-                task_queue=queue_b), 120)
-        calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client,
-                                    workflows=[handle.id, f"{parent_id}/mcp/1"])
+            steps = await asyncio.wait_for(
+                c.execute_workflow(
+                    UserAgent.run,
+                    Plan([Step("call", "big", "big_echo", {"kb": 5120, "marker": parent_marker}, task_queue=queue)]),
+                    id=parent_id,
+                    task_queue=queue_b,
+                ),
+                120,
+            )
+        calls = await settled_calls(
+            ts_http_stateful, mark, "big_echo", client=client, workflows=[handle.id, f"{parent_id}/mcp/1"]
+        )
     child_text = steps[0].get("text") or ""
-    print(f"parent on worker B: child {parent_id}/mcp/1 ran on worker A; result {len(child_text)} chars, "
-          f"starts {child_text[:len(parent_marker)]!r}")
+    print(
+        f"parent on worker B: child {parent_id}/mcp/1 ran on worker A; result {len(child_text)} chars, "
+        f"starts {child_text[: len(parent_marker)]!r}"
+    )
     assert child_text.startswith(parent_marker) and len(child_text) >= 5 * MB
     child = await client.get_workflow_handle(f"{parent_id}/mcp/1").describe()
     assert child.task_queue == queue and child.parent_id == parent_id  # the child ran on worker A's queue
     text = out.result["content"][0]["text"] if out.result else ""
-    print(f"get_outcome: {out.outcome.value}, result {len(text)} chars, starts {text[:len(marker)]!r}, "
-          f"tools/call {calls} (this task and the parent's child: one each)")
+    print(
+        f"get_outcome: {out.outcome.value}, result {len(text)} chars, starts {text[: len(marker)]!r}, "
+        f"tools/call {calls} (this task and the parent's child: one each)"
+    )
     assert out.outcome == Outcome.COMPLETED and text.startswith(marker) and len(text) >= 5 * MB and calls == 2
     assert not any(home_c.glob("**/*")) and not (Path.home() / ".local/state/mcp-tasks/payloads" / prefix).exists()
     # Another machine: its own HOME and state dir, the same [temporal] table.
     cfg_c = tmp_path / "c.toml"
-    cfg_c.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\n'
-                     f'prefix = "{prefix}"\n')
-    code, stdout, stderr = await cli("result", handle.id, "--json", "--address", address_of_client(client),
-                                     "--config", str(cfg_c), timeout=120,
-                                     env={**AWS, "HOME": str(home_c), "MCP_TASKS_STATE_DIR": str(home_c / "state")})
+    cfg_c.write_text(
+        f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+    )
+    code, stdout, stderr = await cli(
+        "result",
+        handle.id,
+        "--json",
+        "--address",
+        address_of_client(client),
+        "--config",
+        str(cfg_c),
+        timeout=120,
+        env={**AWS, "HOME": str(home_c), "MCP_TASKS_STATE_DIR": str(home_c / "state")},
+    )
     assert code == 0, stderr
     printed = json.loads(stdout)
     got = printed.get("result") or printed.get("outcome", {}).get("result")
@@ -235,8 +273,9 @@ def address_of_client(client: Client) -> str:
     return client.service_client.config.target_host
 
 
-async def test_store_down_during_a_read_is_retried_never_replayed(s3_server: S3Server, client: Client,
-                                                                   ts_http_stateful: Peer) -> None:
+async def test_store_down_during_a_read_is_retried_never_replayed(
+    s3_server: S3Server, client: Client, ts_http_stateful: Peer
+) -> None:
     """The store stops answering (SIGSTOP: connections hang) while a client reads the outcome: each request times
     out, the read is retried within its bound and succeeds once the store is back; the tool ran once. 4 s of
     outage stand for 30: the code path (request timeout, retry, back-off) is the same, only the count differs."""
@@ -246,8 +285,12 @@ async def test_store_down_during_a_read_is_retried_never_replayed(s3_server: S3S
     reader = stored_client(client, settings(s3_server, prefix=prefix, request_timeout_s=1.0, read_retry_s=30))
     mark = ts_http_stateful.log_mark()
     async with in_process_worker(worker_client, task_queue=queue):
-        handle = await start_mcp_task(worker_client, big_request(ts_http_stateful, unique("DOWN"), kb=600),
-                                      workflow_id=unique("down"), task_queue=queue)
+        handle = await start_mcp_task(
+            worker_client,
+            big_request(ts_http_stateful, unique("DOWN"), kb=600),
+            workflow_id=unique("down"),
+            task_queue=queue,
+        )
         await asyncio.wait_for(handle.result(), 60)  # done; now read it while the store is down
         os.kill(s3_server.proc.pid, signal.SIGSTOP)
         try:
@@ -262,16 +305,19 @@ async def test_store_down_during_a_read_is_retried_never_replayed(s3_server: S3S
     assert out.outcome == Outcome.COMPLETED and out.result is not None and calls == 1
 
 
-async def test_worker_killed_mid_store_loses_nothing(s3_server: S3Server, client: Client, ts_http_stateful: Peer,
-                                                     tmp_path: Path) -> None:
+async def test_worker_killed_mid_store_loses_nothing(
+    s3_server: S3Server, client: Client, ts_http_stateful: Peer, tmp_path: Path
+) -> None:
     """Worker A has read the task's 5 MB result and is storing it when it is SIGKILLed (the store is frozen so the
     kill lands mid-store). Its attempt times out (heartbeat), worker B reads the task's result again and stores it:
     the outcome is complete, and the tool ran once."""
     prefix = unique("kill") + "/"
     queue = unique("q-kill")
     cfg = tmp_path / "a.toml"
-    cfg.write_text(f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
-                   "request_timeout_s = 120\n[worker]\nallow_inline_endpoints = true\n")
+    cfg.write_text(
+        f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+        "request_timeout_s = 120\n[worker]\nallow_inline_endpoints = true\n"
+    )
     env_a = {**AWS, "HOME": str(tmp_path / "a"), "MCP_TASKS_STATE_DIR": str(tmp_path / "a" / "state")}
     c = stored_client(client, settings(s3_server, prefix=prefix))
     marker = unique("KILLED")
@@ -283,8 +329,11 @@ async def test_worker_killed_mid_store_loses_nothing(s3_server: S3Server, client
             handle = await start_mcp_task(c, request, workflow_id=unique("kill"), task_queue=queue)
             os.kill(s3_server.proc.pid, signal.SIGSTOP)
             frozen = True
-            await eventually(lambda: _async_true(tool_calls(ts_http_stateful, mark, method="tasks/result")), 30,
-                             "worker A reading the task's result")
+            await eventually(
+                lambda: _async_true(tool_calls(ts_http_stateful, mark, method="tasks/result")),
+                30,
+                "worker A reading the task's result",
+            )
             await asyncio.sleep(1.5)  # it has the 5 MB now and waits on the frozen store
             worker_a.kill()
         os.kill(s3_server.proc.pid, signal.SIGCONT)
@@ -310,8 +359,9 @@ async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_
     queue = unique("q-bad")
     c = stored_client(client, settings(s3_server, prefix=prefix, read_retry_s=2))
     async with in_process_worker(c, task_queue=queue):
-        handle = await start_mcp_task(c, big_request(ts_http_stateful, unique("BAD"), kb=400),
-                                      workflow_id=unique("bad"), task_queue=queue)
+        handle = await start_mcp_task(
+            c, big_request(ts_http_stateful, unique("BAD"), kb=400), workflow_id=unique("bad"), task_queue=queue
+        )
         await asyncio.wait_for(handle.result(), 60)
     s3 = s3_server.s3()
     keys = sorted(s3_server.keys(prefix=prefix))
@@ -336,8 +386,12 @@ async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_
     mark = ts_http_stateful.log_mark()
     queue2 = unique("q-nobucket")
     async with in_process_worker(missing, task_queue=queue2):
-        handle2 = await start_mcp_task(missing, big_request(ts_http_stateful, unique("NOBUCKET"), kb=400),
-                                       workflow_id=unique("nobucket"), task_queue=queue2)
+        handle2 = await start_mcp_task(
+            missing,
+            big_request(ts_http_stateful, unique("NOBUCKET"), kb=400),
+            workflow_id=unique("nobucket"),
+            task_queue=queue2,
+        )
         failures = await _activity_failures(handle2, timeout_s=30)
         await handle2.terminate("test: the bucket does not exist")
         calls = await settled_calls(ts_http_stateful, mark, "big_echo", client=client, workflows=[handle2.id])
@@ -369,9 +423,15 @@ TS_SERVICE = Path(__file__).resolve().parent / "peers" / "ts" / "temporal_servic
 
 
 async def _ts_service(spec: dict[str, Any]) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec("node", str(TS_SERVICE), json.dumps(spec), cwd=TS_SERVICE.parent,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                env={**os.environ, **AWS})
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(TS_SERVICE),
+        json.dumps(spec),
+        cwd=TS_SERVICE.parent,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **AWS},
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode or 0, out.decode(), err.decode()
 
@@ -385,23 +445,32 @@ async def test_typescript_service_starts_and_reads(s3_server: S3Server, client: 
     address = address_of_client(client)
     marker = unique("TS-BIG")
     async with in_process_worker(c, task_queue=queue):
-        small = {"server": {"url": ts_http_stateful.url}, "tool": "slow_echo",
-                 "arguments": {"seconds": 0.2, "text": "hello from TypeScript"}}
-        code, out, err = await _ts_service({"address": address, "taskQueue": queue, "workflowId": unique("ts-small"),
-                                            "request": small})
+        small = {
+            "server": {"url": ts_http_stateful.url},
+            "tool": "slow_echo",
+            "arguments": {"seconds": 0.2, "text": "hello from TypeScript"},
+        }
+        code, out, err = await _ts_service(
+            {"address": address, "taskQueue": queue, "workflowId": unique("ts-small"), "request": small}
+        )
         print(f"node temporal_service.mjs (plain request) -> exit {code}: {out.strip()}")
         assert code == 0, err
         got = json.loads(out)
         assert got["outcome"] == "completed" and got["resultStart"] == "hello from TypeScript"
         big = {"server": {"url": ts_http_stateful.url}, "tool": "big_echo", "arguments": {"kb": 5120, "marker": marker}}
-        code, out, err = await _ts_service({"address": address, "taskQueue": queue, "workflowId": unique("ts-big"),
-                                            "request": big, "s3": {"endpoint": s3_server.endpoint,
-                                                                   "region": "us-east-1"}})
+        code, out, err = await _ts_service(
+            {
+                "address": address,
+                "taskQueue": queue,
+                "workflowId": unique("ts-big"),
+                "request": big,
+                "s3": {"endpoint": s3_server.endpoint, "region": "us-east-1"},
+            }
+        )
         print(f"node temporal_service.mjs (5 MB result via S3 claim) -> exit {code}: {out.strip()}")
         assert code == 0, err
         got = json.loads(out)
-        assert got["outcome"] == "completed" and got["resultStart"].startswith(marker) \
-            and got["resultChars"] >= 5 * MB
+        assert got["outcome"] == "completed" and got["resultStart"].startswith(marker) and got["resultChars"] >= 5 * MB
 
 
 @pytest.fixture(scope="module")
@@ -409,8 +478,11 @@ def gcs_emulator() -> Iterator[str]:
     """gcp-storage-emulator (PyPI; pinned in [test]): the GCS JSON API over HTTP, in memory, with one bucket."""
     port = _free_port()
     exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    proc = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--default-bucket",
-                             "mcp-gcs", "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--default-bucket", "mcp-gcs", "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -438,8 +510,9 @@ async def test_gcs_driver_round_trip(gcs_emulator: str, client: Client, ts_http_
     queue = unique("q-gcs")
     marker = unique("GCS")
     async with in_process_worker(c, task_queue=queue):
-        handle = await start_mcp_task(c, big_request(ts_http_stateful, marker, kb=600), workflow_id=unique("gcs"),
-                                      task_queue=queue)
+        handle = await start_mcp_task(
+            c, big_request(ts_http_stateful, marker, kb=600), workflow_id=unique("gcs"), task_queue=queue
+        )
         out = await asyncio.wait_for(get_outcome(c, handle.id), 60)
     assert out.outcome == Outcome.COMPLETED and out.result is not None
     assert out.result["content"][0]["text"].startswith(marker)
@@ -455,9 +528,12 @@ async def test_wrong_credentials_are_named_not_retried() -> None:
     """moto with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0): an unknown access key is refused; the read
     fails at once naming the credentials, not after the retry budget."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

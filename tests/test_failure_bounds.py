@@ -90,20 +90,31 @@ def test_a_final_failure_keeps_the_texts_the_outcome_reads() -> None:
     assert TEXT_CAP <= len(err.details[0]["message"]) <= TEXT_CAP + 64 and err.__cause__ is exc
 
 
-async def test_a_3_mib_error_on_every_payload_read_shows_its_reason_on_every_attempt(client: Client,
-                                                                                     worker: Any) -> None:
+async def test_a_3_mib_error_on_every_payload_read_shows_its_reason_on_every_attempt(
+    client: Client, worker: Any
+) -> None:
     """A completed task whose ``tasks/result`` always answers a 3 MiB ``-32603``: a read fault, retried until the
     task's TTL; on the way each attempt's failure names the reason (never "Failure exceeds size limit."); at the end
     the task is ``result_unavailable`` (never replayed), its error cut to 16 KiB."""
     created = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    on = {"tools/call": lambda m, p: {"task": task(ttl=12_000, createdAt=created)},
-          "tasks/get": lambda m, p: task(p["taskId"], "completed", ttl=12_000, createdAt=created),
-          "tasks/result": lambda m, p: {"error": {"code": -32603, "message": HUGE}}}
+    on = {
+        "tools/call": lambda m, p: {"task": task(ttl=12_000, createdAt=created)},
+        "tasks/get": lambda m, p: task(p["taskId"], "completed", ttl=12_000, createdAt=created),
+        "tasks/result": lambda m, p: {"error": {"code": -32603, "message": HUGE}},
+    }
     with scripted_mcp(on) as server:
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=server.url), tool="charge", idempotent=True, replay="always",
-            timeouts=Timeouts(heartbeat_s=2, poll_floor_s=0.05)), workflow_id=unique("bounds"),
-            task_queue=worker.temporal.task_queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=server.url),
+                tool="charge",
+                idempotent=True,
+                replay="always",
+                timeouts=Timeouts(heartbeat_s=2, poll_floor_s=0.05),
+            ),
+            workflow_id=unique("bounds"),
+            task_queue=worker.temporal.task_queue,
+        )
 
         async def attempt_failures() -> list[Any]:
             pending = (await handle.describe()).raw_description.pending_activities

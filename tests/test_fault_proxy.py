@@ -120,15 +120,21 @@ async def test_refuse(peer: Peer, proxy: FaultProxy) -> None:
         await client.aclose()
 
 
-@pytest.mark.parametrize("fault, check", [
-    (ResetAfterSend(), lambda e: isinstance(e, TransportError) and e.sent and not isinstance(e, RateLimited)),
-    (Malformed(), lambda e: isinstance(e, ProtocolViolation)),
-    (Truncated(), lambda e: isinstance(e, TransportError) and e.sent),
-    (Status(500), lambda e: isinstance(e, TransportError) and e.status == 500 and e.sent),
-    (Status(503, "busy"), lambda e: isinstance(e, TransportError) and e.status == 503),
-    (RateLimit(retry_after_s=3), lambda e: isinstance(e, RateLimited) and e.retry_after_s == 3
-     and not e.may_have_reached_server),
-], ids=["reset", "malformed", "truncated", "500", "503", "429"])
+@pytest.mark.parametrize(
+    "fault, check",
+    [
+        (ResetAfterSend(), lambda e: isinstance(e, TransportError) and e.sent and not isinstance(e, RateLimited)),
+        (Malformed(), lambda e: isinstance(e, ProtocolViolation)),
+        (Truncated(), lambda e: isinstance(e, TransportError) and e.sent),
+        (Status(500), lambda e: isinstance(e, TransportError) and e.status == 500 and e.sent),
+        (Status(503, "busy"), lambda e: isinstance(e, TransportError) and e.status == 503),
+        (
+            RateLimit(retry_after_s=3),
+            lambda e: isinstance(e, RateLimited) and e.retry_after_s == 3 and not e.may_have_reached_server,
+        ),
+    ],
+    ids=["reset", "malformed", "truncated", "500", "503", "429"],
+)
 async def test_fault_gives_the_expected_error(peer: Peer, proxy: FaultProxy, fault: Any, check: Any) -> None:
     client = await connect(proxy)
     try:
@@ -178,6 +184,7 @@ async def test_stall_after_the_client_left(peer: Peer, proxy: FaultProxy) -> Non
 async def test_rewrite_dict_and_raw_text(peer: Peer, proxy: FaultProxy) -> None:
     client = await connect(proxy)
     try:
+
         def add_tool(message: dict[str, Any]) -> dict[str, Any]:
             message["result"]["tools"].append({"name": "injected", "inputSchema": {"type": "object"}})
             return message
@@ -200,6 +207,7 @@ async def test_rewrite_dict_and_raw_text(peer: Peer, proxy: FaultProxy) -> None:
 
 async def test_rewrite_the_result_of_a_task(peer: Peer, proxy: FaultProxy) -> None:
     """The reply that carries the payload: tasks/result (legacy) or the terminal tasks/get (extension)."""
+
     def swap(message: dict[str, Any]) -> dict[str, Any]:
         res = message.get("result") or {}
         target = res.get("result") if peer.flavour == "extension" else res

@@ -60,8 +60,9 @@ SLACK_S = 15.0
 STALL_S = 20.0
 UNREACHABLE_S = 4.0
 KILL = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
-UNREACHABLE = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60,
-                       unreachable_s=UNREACHABLE_S)
+UNREACHABLE = Timeouts(
+    heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60, unreachable_s=UNREACHABLE_S
+)
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 REPLAY_ALWAYS: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": True}
 
@@ -91,8 +92,10 @@ async def history_summary(handle: Any) -> list[str]:
 
 def diag(out: McpTaskOutcome, peer: Peer | None = None, mark: int = 0) -> str:
     log = [(x["method"], x.get("tool") or x.get("taskId")) for x in peer.log_since(mark)] if peer else []
-    return (f"outcome={out.outcome.value} task_status={out.task_status} reason={out.reason!r} "
-            f"attempts={[(a.reason, a.ended) for a in out.operation_attempts]} error={out.error} peer_log={log[-30:]}")
+    return (
+        f"outcome={out.outcome.value} task_status={out.task_status} reason={out.reason!r} "
+        f"attempts={[(a.reason, a.ended) for a in out.operation_attempts]} error={out.error} peer_log={log[-30:]}"
+    )
 
 
 async def expect(handle: Any, out: McpTaskOutcome, wanted: Outcome, peer: Peer | None = None, mark: int = 0) -> None:
@@ -106,8 +109,9 @@ async def expect(handle: Any, out: McpTaskOutcome, wanted: Outcome, peer: Peer |
 
 
 @pytest.mark.parametrize("where", ["await_task_read", "retrieve_result"])
-async def test_worker_killed_while_retrieving(where: str, ts_http_stateful: Peer, temporal_env: Any,
-                                              tmp_path: Path) -> None:
+async def test_worker_killed_while_retrieving(
+    where: str, ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     """``tasks/result`` stalls; the worker dies holding it. The next worker reads the payload: completed, 1 call.
 
     ``await_task_read``: the first read, inside the polling activity. ``retrieve_result``: the first read gets
@@ -125,9 +129,14 @@ async def test_worker_killed_while_retrieving(where: str, ts_http_stateful: Peer
             stall = proxy.add("tasks/result", Stall(STALL_S), nth=1, times=1)
         cfg = write_config(tmp_path / "w.toml", {"legacy": {"url": proxy.url}})
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="legacy", tool="slow_echo", arguments={"seconds": 0.5, "text": text}, timeouts=KILL),
-                workflow_id=unique("kr"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(
+                    server="legacy", tool="slow_echo", arguments={"seconds": 0.5, "text": text}, timeouts=KILL
+                ),
+                workflow_id=unique("kr"),
+                task_queue=queue,
+            )
             await until(lambda: stall.fired == 1, 30, "the stalled tasks/result")
             if where == "retrieve_result":
                 view = await handle.query(McpTaskWorkflow.status)
@@ -138,8 +147,9 @@ async def test_worker_killed_while_retrieving(where: str, ts_http_stateful: Peer
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id],
-                                workers_stopped=True)
+        n = await settled_calls(
+            peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
         forwarded = proxy.forwarded("tools/call")
     bound = HEARTBEAT_S + SLACK_S
     measured(f"kill while retrieving ({where}), from the kill", elapsed, bound)
@@ -159,9 +169,12 @@ async def test_worker_killed_while_cancelling(ts_http_stateful: Peer, temporal_e
         stall = proxy.add("tasks/cancel", Stall(STALL_S), times=1)
         cfg = write_config(tmp_path / "w.toml", {"legacy": {"url": proxy.url}})
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="legacy", tool="cancellable", arguments={"seconds": 60}, timeouts=KILL),
-                workflow_id=unique("kc"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(server="legacy", tool="cancellable", arguments={"seconds": 60}, timeouts=KILL),
+                workflow_id=unique("kc"),
+                task_queue=queue,
+            )
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
             await handle.cancel()
             await until(lambda: held(stall), 30, "the server's reply to tasks/cancel, held by the proxy")
@@ -170,8 +183,9 @@ async def test_worker_killed_while_cancelling(ts_http_stateful: Peer, temporal_e
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "cancellable", client=temporal_env.client, workflows=[handle.id],
-                                workers_stopped=True)
+        n = await settled_calls(
+            peer, mark, "cancellable", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while cancelling, from the kill", elapsed, bound)
     await expect(handle, out, Outcome.CANCELLED, peer, mark)
@@ -192,18 +206,27 @@ async def test_worker_killed_while_submitting(ts_http_stateful: Peer, temporal_e
         stall = proxy.add("tools/call", Stall(STALL_S), times=1)
         cfg = write_config(tmp_path / "w.toml", {"legacy": {"url": proxy.url}})
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="legacy", tool="slow_echo", arguments={"seconds": 2, "text": "once"}, timeouts=KILL),
-                workflow_id=unique("ksub"), task_queue=queue)
-            await until(lambda: held(stall) and len(tool_calls(peer, mark, "slow_echo")), 30,
-                        "tools/call at the server, its reply held by the proxy")
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(
+                    server="legacy", tool="slow_echo", arguments={"seconds": 2, "text": "once"}, timeouts=KILL
+                ),
+                workflow_id=unique("ksub"),
+                task_queue=queue,
+            )
+            await until(
+                lambda: held(stall) and len(tool_calls(peer, mark, "slow_echo")),
+                30,
+                "tools/call at the server, its reply held by the proxy",
+            )
             first.kill()
             killed = time.monotonic()
         with worker_process(address, queue, cfg):
             out = await asyncio.wait_for(outcome_of(handle), 90)
             elapsed = time.monotonic() - killed
-        n = await settled_calls(peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id],
-                                workers_stopped=True)
+        n = await settled_calls(
+            peer, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
         forwarded = proxy.forwarded("tools/call")
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while submitting, from the kill", elapsed, bound)
@@ -221,18 +244,24 @@ async def test_worker_killed_while_relaying_input(ts_http_stateful: Peer, tempor
     mark = peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"legacy": {"url": peer.url}})
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="legacy", tool="ask_user", timeouts=KILL), workflow_id=unique("ki"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="legacy", tool="ask_user", timeouts=KILL),
+            workflow_id=unique("ki"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs)
         first.kill()
         killed = time.monotonic()
     with worker_process(address, queue, cfg):
         remaining = await asyncio.wait_for(
-            handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE}), 60)
+            handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE}), 60
+        )
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - killed
-    n = await settled_calls(peer, mark, "ask_user", client=temporal_env.client, workflows=[handle.id],
-                            workers_stopped=True)
+    n = await settled_calls(
+        peer, mark, "ask_user", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+    )
     bound = HEARTBEAT_S + SLACK_S
     measured("kill while relaying input, from the kill", elapsed, bound)
     assert remaining == []
@@ -246,16 +275,26 @@ async def test_worker_killed_while_relaying_input(ts_http_stateful: Peer, tempor
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
-async def test_garbled_polls_end_lost_not_replayed(request: pytest.FixtureRequest, peer_name: str, client: Client,
-                                                   queue: str, worker: Any) -> None:
+async def test_garbled_polls_end_lost_not_replayed(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     mark = peer.log_mark()
     with FaultProxy(peer.url or "") as proxy:
         rule = proxy.add("tasks/get", Malformed(), times=10_000)
         t0 = time.monotonic()
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 1}, timeouts=UNREACHABLE,
-            **REPLAY_ALWAYS), workflow_id=unique("garbled"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=proxy.url),
+                tool="slow_echo",
+                arguments={"seconds": 1},
+                timeouts=UNREACHABLE,
+                **REPLAY_ALWAYS,
+            ),
+            workflow_id=unique("garbled"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
@@ -271,8 +310,9 @@ async def test_garbled_polls_end_lost_not_replayed(request: pytest.FixtureReques
 
 
 @pytest.mark.parametrize("replay", ["default", "always"])
-async def test_unreadable_result_is_result_unavailable(replay: str, ts_http_stateful: Peer, client: Client,
-                                                       queue: str, worker: Any) -> None:
+async def test_unreadable_result_is_result_unavailable(
+    replay: str, ts_http_stateful: Peer, client: Client, queue: str, worker: Any
+) -> None:
     """The server says completed; ``tasks/result`` answers 500 until the task's TTL: result_unavailable."""
     peer = ts_http_stateful
     mark = peer.log_mark()
@@ -281,9 +321,19 @@ async def test_unreadable_result_is_result_unavailable(replay: str, ts_http_stat
     with FaultProxy(peer.url or "") as proxy:
         rule = proxy.add("tasks/result", Status(500), times=10_000)
         t0 = time.monotonic()
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 0.5}, ttl_s=ttl_s,
-            timeouts=UNREACHABLE, **extra), workflow_id=unique("unread"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=proxy.url),
+                tool="slow_echo",
+                arguments={"seconds": 0.5},
+                ttl_s=ttl_s,
+                timeouts=UNREACHABLE,
+                **extra,
+            ),
+            workflow_id=unique("unread"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
@@ -300,15 +350,25 @@ async def test_unreadable_result_is_result_unavailable(replay: str, ts_http_stat
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
-async def test_server_down_mid_task_ends_lost_not_replayed(request: pytest.FixtureRequest, peer_name: str,
-                                                           client: Client, queue: str, worker: Any) -> None:
+async def test_server_down_mid_task_ends_lost_not_replayed(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     mark = peer.log_mark()
     down_s = 3 * UNREACHABLE_S
     with FaultProxy(peer.url or "") as proxy:
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 20}, timeouts=UNREACHABLE,
-            **REPLAY_ALWAYS), workflow_id=unique("down"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=proxy.url),
+                tool="slow_echo",
+                arguments={"seconds": 20},
+                timeouts=UNREACHABLE,
+                **REPLAY_ALWAYS,
+            ),
+            workflow_id=unique("down"),
+            task_queue=queue,
+        )
         await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await until(lambda: proxy.forwarded("tasks/get") >= 1, 20, "a first tasks/get")
         proxy.down(down_s)
@@ -329,14 +389,17 @@ async def test_server_down_mid_task_ends_lost_not_replayed(request: pytest.Fixtu
 # --- 3. inputs that do not validate ----------------------------------------------------------------------
 
 
-async def test_raw_input_with_a_typo_is_rejected(fastmcp_server: Peer, client: Client, queue: str,
-                                                 worker: Any) -> None:
+async def test_raw_input_with_a_typo_is_rejected(fastmcp_server: Peer, client: Client, queue: str, worker: Any) -> None:
     """Another SDK starts the workflow by name with a misspelt field: rejected at once, naming it."""
     mark = fastmcp_server.log_mark()
     t0 = time.monotonic()
     handle = await client.start_workflow(
-        "McpTaskWorkflow", {"server": {"url": fastmcp_server.url}, "tool": "slow_echo", "argumnts": {}},
-        id=unique("raw"), task_queue=queue, result_type=McpTaskOutcome)
+        "McpTaskWorkflow",
+        {"server": {"url": fastmcp_server.url}, "tool": "slow_echo", "argumnts": {}},
+        id=unique("raw"),
+        task_queue=queue,
+        result_type=McpTaskOutcome,
+    )
     out = await asyncio.wait_for(outcome_of(handle), 30)
     elapsed = time.monotonic() - t0
     n = await settled_calls(fastmcp_server, mark, "slow_echo", client=client, workflows=[handle.id])
@@ -404,8 +467,9 @@ class AliasingProxy(FaultProxy):
 
     def _walk(self, node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: (self._alias(v) if k == "taskId" and isinstance(v, str) else self._walk(v))
-                    for k, v in node.items()}
+            return {
+                k: (self._alias(v) if k == "taskId" and isinstance(v, str) else self._walk(v)) for k, v in node.items()
+            }
         if isinstance(node, list):
             return [self._walk(x) for x in node]
         return node
@@ -428,9 +492,14 @@ async def test_ten_kilobyte_task_id(fastmcp_server: Peer, client: Client, queue:
     text = unique("long-id")
     with AliasingProxy(peer.url or "") as proxy:
         t0 = time.monotonic()
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 1, "text": text},
-            timeouts=KILL), workflow_id=unique("longid"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 1, "text": text}, timeouts=KILL
+            ),
+            workflow_id=unique("longid"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 90)
         elapsed = time.monotonic() - t0
         n = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
@@ -460,12 +529,31 @@ async def test_worker_refuses_unwritable_state_dir(temporal_env: Any, tmp_path: 
     blocker.write_text("not a directory\n")
     state_dir = blocker / "state"
     cfg = write_config(tmp_path / "w.toml", {})
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "worker", "--address", address_of(temporal_env),
-           "--task-queue", unique("unwritable"), "--config", str(cfg), "--plain-logs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mcp_temporal_tasks.worker.cli",
+        "worker",
+        "--address",
+        address_of(temporal_env),
+        "--task-queue",
+        unique("unwritable"),
+        "--config",
+        str(cfg),
+        "--plain-logs",
+    ]
     env = {**os.environ, "MCP_TASKS_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO_ROOT)}
     t0 = time.monotonic()
-    proc = await asyncio.to_thread(subprocess.run, cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
-                                   capture_output=True, text=True, timeout=30)
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        cmd,
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     elapsed = time.monotonic() - t0
     bound = 15.0
     measured("worker with an unwritable state dir: exit", elapsed, bound)
@@ -491,14 +579,20 @@ async def test_temporal_restart_mid_task(fastmcp_server: Peer, tmp_path: Path) -
         text = unique("through-restart")
         with contextlib.ExitStack() as workers:
             first = workers.enter_context(worker_process(server.address, queue, cfg))
-            handle = await start_mcp_task(own, McpTaskRequest(
-                server="ext", tool="slow_echo", arguments={"seconds": 6, "text": text}, timeouts=KILL),
-                workflow_id=unique("rs"), task_queue=queue)
+            handle = await start_mcp_task(
+                own,
+                McpTaskRequest(server="ext", tool="slow_echo", arguments={"seconds": 6, "text": text}, timeouts=KILL),
+                workflow_id=unique("rs"),
+                task_queue=queue,
+            )
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
 
             def polls(after: float = 0.0) -> list[dict[str, Any]]:
-                return [x for x in peer.log_since(mark) if x["method"] == "tasks/get"
-                        and x.get("taskId") == view.task_id and x["ts"] / 1000 > after]
+                return [
+                    x
+                    for x in peer.log_since(mark)
+                    if x["method"] == "tasks/get" and x.get("taskId") == view.task_id and x["ts"] / 1000 > after
+                ]
 
             await until(polls, 20, "a first tasks/get: the wait is under way")
             t0 = time.monotonic()
@@ -525,8 +619,12 @@ async def test_temporal_restart_mid_task(fastmcp_server: Peer, tmp_path: Path) -
     finally:
         await asyncio.to_thread(server.stop)
     bound = restarted + HEARTBEAT_S + 6 + SLACK_S
-    measured(f"Temporal restart mid-task (restart took {restarted:.1f}s, worker restarted: {restarted_worker}), "
-             "from the stop", elapsed, bound)
+    measured(
+        f"Temporal restart mid-task (restart took {restarted:.1f}s, worker restarted: {restarted_worker}), "
+        "from the stop",
+        elapsed,
+        bound,
+    )
     assert out.outcome == Outcome.COMPLETED, diag(out, peer, mark)  # (the server is stopped: no history)
     assert out.result is not None and out.result["content"][0]["text"] == text
     assert n == 1, f"the server received {n} tools/call"

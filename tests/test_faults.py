@@ -51,15 +51,22 @@ LEG_C_EXT_U = "completed|unknown_outcome"  # legacy|extension
 #: below.
 EXPECTED: dict[str, dict[str, str]] = {
     #                 Refuse  ResetAfterSend  Stall  Malformed    Truncated    Status500    RateLimit
-    "initialize":      dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "initialize": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
     "server/discover": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
-    "tools/list":      dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
-    "tools/call":      dict(Refuse=U, ResetAfterSend=LEG_C_EXT_U, Stall=C, Malformed=LEG_C_EXT_U,
-                            Truncated=LEG_C_EXT_U, Status500=LEG_C_EXT_U, RateLimit=C),
-    "tasks/get":       dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
-    "tasks/result":    dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
-    "tasks/update":    dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
-    "tasks/cancel":    dict(Refuse=X, ResetAfterSend=X, Stall=X, Malformed=X, Truncated=X, Status500=X, RateLimit=X),
+    "tools/list": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tools/call": dict(
+        Refuse=U,
+        ResetAfterSend=LEG_C_EXT_U,
+        Stall=C,
+        Malformed=LEG_C_EXT_U,
+        Truncated=LEG_C_EXT_U,
+        Status500=LEG_C_EXT_U,
+        RateLimit=C,
+    ),
+    "tasks/get": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/result": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/update": dict(Refuse=C, ResetAfterSend=C, Stall=C, Malformed=C, Truncated=C, Status500=C, RateLimit=C),
+    "tasks/cancel": dict(Refuse=X, ResetAfterSend=X, Stall=X, Malformed=X, Truncated=X, Status500=X, RateLimit=X),
 }
 
 #: Which methods each era's client sends (unpinned, initialize goes first to every server; server/discover only to
@@ -89,8 +96,9 @@ FAULTS: dict[str, tuple[Callable[[], Fault], float]] = {  # name -> (factory, ho
     "RateLimit": (lambda: RateLimit(retry_after_s=RETRY_AFTER_S), float(RETRY_AFTER_S)),
 }
 
-TIMEOUTS = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60,
-                    unreachable_s=UNREACHABLE_S)
+TIMEOUTS = Timeouts(
+    heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60, unreachable_s=UNREACHABLE_S
+)
 PEER_OF = {"legacy": "ts_http_stateful", "extension": "fastmcp_server"}
 APPROVE = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
 MATRIX_FILE = Path(__file__).parent / "faults" / "last_matrix.json"
@@ -131,9 +139,10 @@ def cells() -> Iterator[Any]:
     for era, methods in METHODS.items():
         for method in methods:
             for fault in FAULTS:
-                for replay in ([False, True] if method in REPLAY_METHODS else [False]):
-                    yield pytest.param(era, method, fault, replay,
-                                       id=f"{era}-{method}-{fault}{'-replay' if replay else ''}")
+                for replay in [False, True] if method in REPLAY_METHODS else [False]:
+                    yield pytest.param(
+                        era, method, fault, replay, id=f"{era}-{method}-{fault}{'-replay' if replay else ''}"
+                    )
 
 
 # --- recording -----------------------------------------------------------------------------------
@@ -160,8 +169,9 @@ def record(cell: dict[str, Any]) -> None:
 # --- one cell ------------------------------------------------------------------------------------
 
 
-async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, replay: bool,
-                hard_cap_s: float) -> tuple[str, McpTaskOutcome | None, str, Any]:
+async def drive(
+    client: Client, queue: str, proxy: FaultProxy, method: str, replay: bool, hard_cap_s: float
+) -> tuple[str, McpTaskOutcome | None, str, Any]:
     """Run one workflow through the proxy; (outcome or failure, outcome object, tool, handle)."""
     tool, args = "slow_echo", {"seconds": 1, "text": unique("fault")}
     if method == "tasks/update":
@@ -174,8 +184,9 @@ async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, repl
 
     async def steer() -> None:
         if method == "tasks/update":
-            view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs,
-                                       timeout_s=hard_cap_s)
+            view = await wait_for_view(
+                handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=hard_cap_s
+            )
             await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
         elif method == "tasks/cancel":
             await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=hard_cap_s)
@@ -196,8 +207,16 @@ async def drive(client: Client, queue: str, proxy: FaultProxy, method: str, repl
 
 
 @pytest.mark.parametrize("era, method, fault, replay", list(cells()))
-async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str, fault: str, replay: bool,
-                          client: Client, queue: str, worker: Any) -> None:
+async def test_fault_cell(
+    request: pytest.FixtureRequest,
+    era: str,
+    method: str,
+    fault: str,
+    replay: bool,
+    client: Client,
+    queue: str,
+    worker: Any,
+) -> None:
     peer: Peer = request.getfixturevalue(PEER_OF[era])
     want = expected(method, fault, era)
     bound = bound_s(fault)
@@ -217,11 +236,23 @@ async def test_fault_cell(request: pytest.FixtureRequest, era: str, method: str,
         "fault_fired": fired == 1,
         "retry_after": elapsed >= floor,
     }
-    record({"era": era, "method": method, "fault": fault, "replay": replay, "expected": want, "outcome": got,
-            "tools_call": calls, "seconds": round(elapsed, 2), "bound_s": bound, "passed": all(checks.values()),
+    record(
+        {
+            "era": era,
+            "method": method,
+            "fault": fault,
+            "replay": replay,
+            "expected": want,
+            "outcome": got,
+            "tools_call": calls,
+            "seconds": round(elapsed, 2),
+            "bound_s": bound,
+            "passed": all(checks.values()),
             "failed_checks": [k for k, ok in checks.items() if not ok],
             "reason": out.reason if out else None,
-            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+            "attempts": [a.reason for a in out.operation_attempts] if out else None,
+        }
+    )
     assert fired == 1, f"the fault never fired on {method} (requests seen: {proxy.seen(method)})"
     assert got == want, f"outcome {got!r}, expected {want!r}; reason: {out.reason if out else '-'}"
     assert calls == expected_calls(method, fault), f"the server received {calls} tools/call"
@@ -277,13 +308,15 @@ def hostile_rewrite(kind: str, era: str) -> Callable[[dict[str, Any]], dict[str,
         payload["content"] = [{"type": "text", "text": placeholder}]
         # A lone high surrogate, as a JSON escape: valid JSON text, not encodable as UTF-8 once decoded.
         return json.dumps(message).replace(placeholder, "bad \\ud800 text")
+
     return fn
 
 
 @pytest.mark.parametrize("kind", list(HOSTILE))
 @pytest.mark.parametrize("era", ["legacy", "extension"])
-async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: str, client: Client, queue: str,
-                               worker: Any) -> None:
+async def test_hostile_payload(
+    request: pytest.FixtureRequest, era: str, kind: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(PEER_OF[era])
     want, target = HOSTILE[kind]
     method = "tasks/get" if (target == "status" or era == "extension") else "tasks/result"
@@ -292,8 +325,12 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
         proxy.add(method, Rewrite(hostile_rewrite(kind, era)), times=10_000)
         mark = peer.log_mark()
         t0 = time.monotonic()
-        req = McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo",
-                             arguments={"seconds": 0.5, "text": unique("hostile")}, timeouts=TIMEOUTS)
+        req = McpTaskRequest(
+            server=Endpoint(url=proxy.url),
+            tool="slow_echo",
+            arguments={"seconds": 0.5, "text": unique("hostile")},
+            timeouts=TIMEOUTS,
+        )
         handle = await start_mcp_task(client, req, workflow_id=unique("hostile"), task_queue=queue)
         out: McpTaskOutcome | None = None
         try:
@@ -308,25 +345,50 @@ async def test_hostile_payload(request: pytest.FixtureRequest, era: str, kind: s
         calls = await settled_calls(peer, mark, "slow_echo", client=client, workflows=[handle.id])
     history = await handle.fetch_history()
     biggest = max(e.ByteSize() for e in history.events)
-    checks: dict[str, bool] = {"outcome": got == want, "one_call": calls == 1, "bounded": elapsed < bound,
-                               "history_events_under_1MB": biggest < HISTORY_EVENT_CAP}
+    checks: dict[str, bool] = {
+        "outcome": got == want,
+        "one_call": calls == 1,
+        "bounded": elapsed < bound,
+        "history_events_under_1MB": biggest < HISTORY_EVENT_CAP,
+    }
     if out is not None and kind.startswith("result_"):
-        checks["result_ref"] = out.result_ref is not None and out.result is None \
+        checks["result_ref"] = (
+            out.result_ref is not None
+            and out.result is None
             and out.result_ref.size > int(kind.split("_")[1].removesuffix("MB")) * MB
+        )
     if out is not None and kind == "statusMessage_1MiB":
-        checks["status_message_capped"] = bool(out.status_message) and len(out.status_message or "") <= 8 * 1024 \
+        checks["status_message_capped"] = (
+            bool(out.status_message)
+            and len(out.status_message or "") <= 8 * 1024
             and "truncated" in (out.status_message or "")
+        )
     if want == "decode_failed":
         raw = json.dumps(out.raw_payload, ensure_ascii=True) if out is not None and out.raw_payload else ""
         checks["raw_payload_kept_and_capped"] = 0 < len(raw) <= 20 * 1024
-    record({"era": era, "method": method, "fault": f"Rewrite:{kind}", "replay": False, "expected": want,
-            "outcome": got, "tools_call": calls, "seconds": round(elapsed, 2), "bound_s": bound,
-            "passed": all(checks.values()), "failed_checks": [k for k, ok in checks.items() if not ok],
-            "reason": out.reason if out else None, "biggest_history_event": biggest,
-            "attempts": [a.reason for a in out.operation_attempts] if out else None})
+    record(
+        {
+            "era": era,
+            "method": method,
+            "fault": f"Rewrite:{kind}",
+            "replay": False,
+            "expected": want,
+            "outcome": got,
+            "tools_call": calls,
+            "seconds": round(elapsed, 2),
+            "bound_s": bound,
+            "passed": all(checks.values()),
+            "failed_checks": [k for k, ok in checks.items() if not ok],
+            "reason": out.reason if out else None,
+            "biggest_history_event": biggest,
+            "attempts": [a.reason for a in out.operation_attempts] if out else None,
+        }
+    )
     failed = [k for k, ok in checks.items() if not ok]
-    assert not failed, (f"{failed}: outcome {got!r} (expected {want!r}), {calls} tools/call, {elapsed:.1f}s, "
-                        f"biggest history event {biggest} B; reason: {out.reason if out else '-'}")
+    assert not failed, (
+        f"{failed}: outcome {got!r} (expected {want!r}), {calls} tools/call, {elapsed:.1f}s, "
+        f"biggest history event {biggest} B; reason: {out.reason if out else '-'}"
+    )
 
 
 # --- JSON-RPC errors on reads ------------------------------------------------------------------------------
@@ -376,8 +438,9 @@ def rpc_cells() -> Iterator[Any]:
         for (read, tool), durations in reads.items():
             for duration in durations:
                 for replay in (False, True):
-                    yield pytest.param(era, read, tool, duration, replay,
-                                       id=f"{era}-{read}-{duration}{'-replay' if replay else ''}")
+                    yield pytest.param(
+                        era, read, tool, duration, replay, id=f"{era}-{read}-{duration}{'-replay' if replay else ''}"
+                    )
 
 
 class TerminalReplyError:
@@ -407,8 +470,17 @@ def rpc_bound_s(read: str, duration: str) -> float:
     return 7.0 + SLACK_S
 
 
-async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read: str, tool: str, times: int,
-                         replay: bool, error: dict[str, Any]) -> dict[str, Any]:
+async def run_read_fault(
+    client: Client,
+    queue: str,
+    peer: Peer,
+    era: str,
+    read: str,
+    tool: str,
+    times: int,
+    replay: bool,
+    error: dict[str, Any],
+) -> dict[str, Any]:
     """One workflow through a proxy that answers ``times`` replies to ``read`` with ``error``: the measurements."""
     method = read.split(":")[0]
     with FaultProxy(peer.url or "") as proxy:
@@ -421,17 +493,23 @@ async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read:
         if tool == "cancellable":
             args = {"seconds": 60}
         extra: dict[str, Any] = {"replay": ReplayPolicy.ALWAYS, "idempotent": True} if replay else {}
-        request = McpTaskRequest(server=Endpoint(url=proxy.url), tool=tool, arguments=args, timeouts=RPC_TIMEOUTS,
-                                 ttl_s=RESULT_TTL_S if method == "tasks/result" and era != "extension" else None,
-                                 **extra)
+        request = McpTaskRequest(
+            server=Endpoint(url=proxy.url),
+            tool=tool,
+            arguments=args,
+            timeouts=RPC_TIMEOUTS,
+            ttl_s=RESULT_TTL_S if method == "tasks/result" and era != "extension" else None,
+            **extra,
+        )
         mark = peer.log_mark()
         t0 = time.monotonic()
         handle = await start_mcp_task(client, request, workflow_id=unique("rpcfault"), task_queue=queue)
         out: McpTaskOutcome | None = None
         try:
             if method == "tasks/update":
-                view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs,
-                                           timeout_s=60)
+                view = await wait_for_view(
+                    handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=60
+                )
                 await handle.execute_update(McpTaskWorkflow.provide_input, {view.pending_inputs[0].key: APPROVE})
             elif method == "tasks/cancel":
                 await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=60)
@@ -446,13 +524,28 @@ async def run_read_fault(client: Client, queue: str, peer: Peer, era: str, read:
         elapsed = time.monotonic() - t0
         calls = await settled_calls(peer, mark, tool, client=client, workflows=[handle.id])
         fired = terminal.fired if terminal is not None else rule.fired
-        return {"outcome": got, "out": out, "calls": calls, "seconds": elapsed,
-                "fired": fired, "seen": proxy.seen(method)}
+        return {
+            "outcome": got,
+            "out": out,
+            "calls": calls,
+            "seconds": elapsed,
+            "fired": fired,
+            "seen": proxy.seen(method),
+        }
 
 
 @pytest.mark.parametrize("era, read, tool, duration, replay", list(rpc_cells()))
-async def test_rpc_error_on_read(request: pytest.FixtureRequest, era: str, read: str, tool: str, duration: str,
-                                 replay: bool, client: Client, queue: str, worker: Any) -> None:
+async def test_rpc_error_on_read(
+    request: pytest.FixtureRequest,
+    era: str,
+    read: str,
+    tool: str,
+    duration: str,
+    replay: bool,
+    client: Client,
+    queue: str,
+    worker: Any,
+) -> None:
     peer: Peer = request.getfixturevalue(RPC_PEER_OF[era])
     want = RPC_CELLS[era][(read, tool)][duration]
     times = TIMES[duration]
@@ -465,12 +558,17 @@ async def test_rpc_error_on_read(request: pytest.FixtureRequest, era: str, read:
         "bounded": got["seconds"] < bound,
         # A legacy failed task's error reply is its payload: read once, whatever the rule would inject next.
         "fault_fired": got["fired"] == (1 if read == "tasks/result:failed" and era != "extension" else times)
-        if duration != "always" or (read == "tasks/result:failed" and era != "extension") else got["fired"] >= 2,
+        if duration != "always" or (read == "tasks/result:failed" and era != "extension")
+        else got["fired"] >= 2,
     }
     if duration == "always" and want in ("lost", "result_unavailable"):
         # Spent budget: the outcome carries the server's last error, and the reason says how many reads failed.
-        checks["error_is_servers"] = out is not None and out.error is not None and out.error.code == -32603 \
+        checks["error_is_servers"] = (
+            out is not None
+            and out.error is not None
+            and out.error.code == -32603
             and "temporarily unavailable" in out.error.message
+        )
         checks["reason_counts_attempts"] = out is not None and "attempts over" in (out.reason or "")
     if out is not None and duration != "always" and want == C:
         checks["result_delivered"] = out.result is not None
@@ -492,28 +590,33 @@ async def test_rpc_error_on_read(request: pytest.FixtureRequest, era: str, read:
         }
     )
     failed = [k for k, ok in checks.items() if not ok]
-    assert not failed, (f"{failed}: outcome {got['outcome']!r} (expected {want!r}), {got['calls']} tools/call, "
-                        f"{got['seconds']:.1f}s (bound {bound:.0f}s), fault fired {got['fired']}× "
-                        f"(requests seen {got['seen']}); reason: {out.reason if out else '-'}; "
-                        f"error: {out.error if out else '-'}")
+    assert not failed, (
+        f"{failed}: outcome {got['outcome']!r} (expected {want!r}), {got['calls']} tools/call, "
+        f"{got['seconds']:.1f}s (bound {bound:.0f}s), fault fired {got['fired']}× "
+        f"(requests seen {got['seen']}); reason: {out.reason if out else '-'}; "
+        f"error: {out.error if out else '-'}"
+    )
 
 
 @pytest.mark.parametrize("era", ["legacy", "extension"])
-async def test_rpc_error_huge_message_on_payload_read(request: pytest.FixtureRequest, era: str, client: Client,
-                                                      queue: str, worker: Any) -> None:
+async def test_rpc_error_huge_message_on_payload_read(
+    request: pytest.FixtureRequest, era: str, client: Client, queue: str, worker: Any
+) -> None:
     """A 3 MiB JSON-RPC error message on the payload read, twice: a fault like any other; the task completes."""
     peer: Peer = request.getfixturevalue(PEER_OF[era])
     huge = {"code": -32603, "message": "m" * (3 * MB)}
     got = await run_read_fault(client, queue, peer, era, "tasks/result", "slow_echo", 2, False, huge)
     assert got["fired"] == 2
-    assert (got["outcome"], got["calls"]) == (C, 1), f"{got['outcome']}, {got['calls']} tools/call; " \
-        f"reason: {got['out'].reason if got['out'] else '-'}"
+    assert (got["outcome"], got["calls"]) == (C, 1), (
+        f"{got['outcome']}, {got['calls']} tools/call; reason: {got['out'].reason if got['out'] else '-'}"
+    )
     assert got["seconds"] < 7.0 + SLACK_S
 
 
 @pytest.mark.parametrize("era", ["legacy", "extension"])
-async def test_invalid_params_on_poll_is_gone(request: pytest.FixtureRequest, era: str, client: Client, queue: str,
-                                              worker: Any) -> None:
+async def test_invalid_params_on_poll_is_gone(
+    request: pytest.FixtureRequest, era: str, client: Client, queue: str, worker: Any
+) -> None:
     """-32602 on tasks/get is the one error reply that says the task is gone: lost at once, no budget spent."""
     peer: Peer = request.getfixturevalue(PEER_OF[era])
     gone = {"code": -32602, "message": "Task not found"}

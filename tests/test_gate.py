@@ -23,9 +23,14 @@ def test_mypy_catches_a_misspelt_ending_field(tmp_path: Path) -> None:
     view = build_view()
     snippet = tmp_path / "ending_typo.py"
     snippet.write_text(SNIPPET)
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(snippet)],
-                          cwd=view, env={**os.environ, "MYPYPATH": str(view)}, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(snippet)],
+        cwd=view,
+        env={**os.environ, "MYPYPATH": str(view)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 2, proc.stdout  # the correct line passes; the typo and the missing stage do not

@@ -29,9 +29,23 @@ async def test_a_hostile_task_record_then_not_found_ends_with_an_outcome(tempora
     server = await gone_after_first_read(**CASES[case]).start()
     wid = unique(f"hostile-{case}")
     try:
-        code, out, err = await cli("run", "charge", "--url", server.url, "--replay", "always", "--idempotent",
-                                   "--args", json.dumps({"amount": 42}), "--json", "--id", wid,
-                                   "--address", address_of(temporal_env), timeout=90)
+        code, out, err = await cli(
+            "run",
+            "charge",
+            "--url",
+            server.url,
+            "--replay",
+            "always",
+            "--idempotent",
+            "--args",
+            json.dumps({"amount": 42}),
+            "--json",
+            "--id",
+            wid,
+            "--address",
+            address_of(temporal_env),
+            timeout=90,
+        )
     finally:
         await server.stop()
     seen = summary(server)
@@ -43,8 +57,9 @@ async def test_a_hostile_task_record_then_not_found_ends_with_an_outcome(tempora
     calls = len(server.seen("tools/call"))
     assert calls == len(outcome.operation_attempts) == 2, (calls, seen)
     handle = temporal_env.client.get_workflow_handle(wid)
-    failed = [e async for e in handle.fetch_history_events()
-              if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+    failed = [
+        e async for e in handle.fetch_history_events() if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
     assert failed == [], (
         f"{len(failed)} WorkflowTaskFailed: {failed[0].workflow_task_failed_event_attributes.failure.message}"
     )

@@ -70,17 +70,23 @@ async def test_reads_after_the_first_share_one_kept_alive_connection(peer: Peer)
     assert len(gets) == len(states) + 1, (len(gets), len(states))
 
 
-@pytest.mark.parametrize("fault, check", [
-    (RateLimit(retry_after_s=3), lambda e: isinstance(e, RateLimited) and e.retry_after_s == 3
-     and not e.may_have_reached_server),
-    (Status(500), lambda e: isinstance(e, TransportError) and e.status == 500 and e.sent),
-    (Status(503, "busy"), lambda e: isinstance(e, TransportError) and e.status == 503),
-    (Malformed(), lambda e: isinstance(e, ProtocolViolation)),
-    (Truncated(), lambda e: isinstance(e, TransportError) and e.sent),
-    # A kept-alive connection closed before any byte of a reply is what a server dropping an idle connection looks
-    # like: the read is sent once more on a new connection (it is a read), and answered.
-    (ResetAfterSend(), None),
-], ids=["429", "500", "503", "malformed", "truncated", "reset-then-resent"])
+@pytest.mark.parametrize(
+    "fault, check",
+    [
+        (
+            RateLimit(retry_after_s=3),
+            lambda e: isinstance(e, RateLimited) and e.retry_after_s == 3 and not e.may_have_reached_server,
+        ),
+        (Status(500), lambda e: isinstance(e, TransportError) and e.status == 500 and e.sent),
+        (Status(503, "busy"), lambda e: isinstance(e, TransportError) and e.status == 503),
+        (Malformed(), lambda e: isinstance(e, ProtocolViolation)),
+        (Truncated(), lambda e: isinstance(e, TransportError) and e.sent),
+        # A kept-alive connection closed before any byte of a reply is what a server dropping an idle connection looks
+        # like: the read is sent once more on a new connection (it is a read), and answered.
+        (ResetAfterSend(), None),
+    ],
+    ids=["429", "500", "503", "malformed", "truncated", "reset-then-resent"],
+)
 @pytest.mark.parametrize("peer", ["fastmcp_server", "fastmcp_json"], indirect=True)
 async def test_a_fault_on_a_kept_alive_read_is_the_httpx_paths_error(peer: Peer, fault: Any, check: Any) -> None:
     with FaultProxy(peer.url or "") as proxy:
@@ -108,8 +114,14 @@ async def test_a_fault_on_a_kept_alive_read_is_the_httpx_paths_error(peer: Peer,
 
 # --- framing our peers do not use: a scripted HTTP/1.1 server -------------------------------------------------
 
-TASK = {"taskId": "t-1", "status": "working", "createdAt": "2026-12-01T00:00:00Z",
-        "lastUpdatedAt": "2026-12-01T00:00:00Z", "ttl": 60000, "pollInterval": 500}
+TASK = {
+    "taskId": "t-1",
+    "status": "working",
+    "createdAt": "2026-12-01T00:00:00Z",
+    "lastUpdatedAt": "2026-12-01T00:00:00Z",
+    "ttl": 60000,
+    "pollInterval": 500,
+}
 
 
 class Scripted:
@@ -130,27 +142,35 @@ class Scripted:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
                 msg = json.loads(await reader.readexactly(length))
                 mode = self.script[min(self.requests, len(self.script) - 1)]
                 self.requests += 1
                 body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": TASK}).encode()
                 if mode.startswith("json"):
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                                 % len(body) + body)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+                        + body
+                    )
                     await writer.drain()
                     if mode == "json-then-close":
                         break
                 elif mode == "sse-open":
                     event = b"id: 1\ndata: \n\nevent: message\ndata: " + body + b"\n\n"
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked"
-                                 b"\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked"
+                        b"\r\n\r\n%x\r\n%s\r\n" % (len(event), event)
+                    )
                     await writer.drain()
                     await asyncio.sleep(30)  # never ends the stream
                 else:
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
-                                 + body)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n" + body
+                    )
                     await writer.drain()
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -192,7 +212,8 @@ async def test_an_sse_stream_left_open_is_answered_and_not_waited_for(scripted: 
 
 
 async def test_a_reply_framed_by_the_connection_closing_is_read_and_its_connection_not_reused(
-        scripted: Scripted) -> None:
+    scripted: Scripted,
+) -> None:
     transport = await reads(scripted, ["json", "close-delimited"], 4)
     path = transport.connections
     await transport.aclose()

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.fast
 
 def test_the_pinned_versions() -> None:
     assert version("httpx2") == "2.16.2" and version("httpcore2") == "2.16.2", (
-        "httpx2/httpcore2 moved: re-run tests/test_http_contract.py and tests/test_wire_corpus.py, then the pins")
+        "httpx2/httpcore2 moved: re-run tests/test_http_contract.py and tests/test_wire_corpus.py, then the pins"
+    )
     assert version("h11").startswith("0.16."), "h11 moved: re-check activities/wire/http11.py against its events"
 
 
@@ -43,8 +44,9 @@ async def _stale_reply_server() -> tuple[asyncio.Server, str]:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")
-                               if h.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")), 0
+                )
                 await reader.readexactly(length)
                 writer.write(good + stale if first else good)
                 first = False

@@ -44,10 +44,18 @@ POLL_MS = 100
 SCHEDULE = {"after_s": 1.0, "age_fraction": 0.5, "max_interval_s": 3.0}
 TIMEOUTS = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60)
 TASK_S = 22.0
-JOB = {"submit": "start_export", "job_id": "/jobId", "status": "get_export_status", "state": "/state",
-       "states": {"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
-       "message": "/message", "error": "/error", "result": "download_export", "cancel": "cancel_export",
-       "poll_interval_s": 0.1}
+JOB = {
+    "submit": "start_export",
+    "job_id": "/jobId",
+    "status": "get_export_status",
+    "state": "/state",
+    "states": {"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
+    "message": "/message",
+    "error": "/error",
+    "result": "download_export",
+    "cancel": "cancel_export",
+    "poll_interval_s": 0.1,
+}
 
 
 class Case:
@@ -69,8 +77,11 @@ class Case:
         """Server times of the status reads of this task."""
         lines = self.peer.log_since(mark)
         if self.job:
-            return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tools/call"
-                          and x.get("tool") == "get_export_status")
+            return sorted(
+                x["ts"] / 1000
+                for x in lines
+                if x.get("method") == "tools/call" and x.get("tool") == "get_export_status"
+            )
         return sorted(x["ts"] / 1000 for x in lines if x.get("method") == "tasks/get" and x.get("taskId") == task_id)
 
 
@@ -99,31 +110,40 @@ async def idle_poll_state(handle: WorkflowHandle[Any, Any]) -> tuple[int, int] |
     return None
 
 
-async def until_between_polls(handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1,
-                              worker: WorkerProcess | None = None) -> None:
+async def until_between_polls(
+    handle: WorkflowHandle[Any, Any], *, min_attempt: int = 1, worker: WorkerProcess | None = None
+) -> None:
     """Wait until the task's idle wait sits between two attempts (nothing running)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         seen = await idle_poll_state(handle)
-        if seen is not None and seen[0] == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED \
-                and seen[1] > min_attempt:
+        if (
+            seen is not None
+            and seen[0] == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+            and seen[1] > min_attempt
+        ):
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the wait never went idle: {await idle_poll_state(handle)}\n"
-                         f"{await what_happened(handle, worker)}")
+    raise AssertionError(
+        f"the wait never went idle: {await idle_poll_state(handle)}\n{await what_happened(handle, worker)}"
+    )
 
 
 async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_killed_during_a_poll(
-        case: Case, temporal_env: Any, tmp_path: Path) -> None:
+    case: Case, temporal_env: Any, tmp_path: Path
+) -> None:
     address, queue = address_of(temporal_env), unique("idle")
     mark = case.peer.log_mark()
     status_method = "tools/call" if case.job else "tasks/get"
     with FaultProxy(case.peer.url) as proxy:
         cfg = write_config(tmp_path / "w.toml", {"srv": case.server(proxy.url)}, worker=NO_LIST)
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="srv", tool=case.tool, arguments=case.arguments, timeouts=TIMEOUTS),
-                workflow_id=unique("idle"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(server="srv", tool=case.tool, arguments=case.arguments, timeouts=TIMEOUTS),
+                workflow_id=unique("idle"),
+                task_queue=queue,
+            )
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
             await until_between_polls(handle, worker=first)
             first.kill()  # nothing of the task runs on it now: the next attempt simply goes to whoever polls
@@ -151,35 +171,51 @@ async def test_an_idle_wait_survives_a_worker_killed_between_polls_and_one_kille
     assert resumed and len([t for t in resumed if t - resumed[0] < 1.0]) <= 2, "the schedule restarted after the kill"
 
     events = [e async for e in handle.fetch_history_events()]
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
-                 if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
     assert scheduled == ["mcp-tasks.start_call.v1", "mcp-tasks.await_task.v1", POLL_TASK], scheduled
     # A short task's 21, the hand-over's marker and activity, and workflow tasks stranded on the killed workers'
     # sticky queues: constant, whatever the number of polls and kills.
     assert len(events) <= 38, f"{len(events)} history events"
-    print(f"[measured] {case.peer.name}{' job' if case.job else ''}: {len(polls)} status reads in "
-          f"{polls[-1] - created:.1f}s ({len(late)} past 2.5 s of age), {len(events)} history events, outcome "
-          f"{time.monotonic() - killed:.1f}s after the kill during a poll", flush=True)
+    print(
+        f"[measured] {case.peer.name}{' job' if case.job else ''}: {len(polls)} status reads in "
+        f"{polls[-1] - created:.1f}s ({len(late)} past 2.5 s of age), {len(events)} history events, outcome "
+        f"{time.monotonic() - killed:.1f}s after the kill during a poll",
+        flush=True,
+    )
 
 
 @pytest.mark.parametrize("case", ["ts-http", "fastmcp"], indirect=True)
 async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_for_the_next_poll(
-        case: Case, temporal_env: Any, tmp_path: Path) -> None:
+    case: Case, temporal_env: Any, tmp_path: Path
+) -> None:
     address, queue = address_of(temporal_env), unique("idle-cancel")
     mark = case.peer.log_mark()
     # A gap as long as the task's age, up to a minute: by 8 s of age the next poll is ≥ 8 s away.
-    cfg = write_config(tmp_path / "w.toml", {"srv": {"url": case.peer.url, "polling": {
-        "after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}}, worker=NO_LIST)
+    cfg = write_config(
+        tmp_path / "w.toml",
+        {"srv": {"url": case.peer.url, "polling": {"after_s": 1.0, "age_fraction": 1.0, "max_interval_s": 60.0}}},
+        worker=NO_LIST,
+    )
     with worker_process(address, queue, cfg) as worker:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS),
-            workflow_id=unique("idle-cancel"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(
+                server="srv", tool="slow_echo", arguments={"seconds": 120, "text": "never"}, timeouts=TIMEOUTS
+            ),
+            workflow_id=unique("idle-cancel"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         # A poll past 6 s of the task's age (the one at ~8 s): the gap after it is longer than the 5 s bound below,
         # so a cancel that waited for the next poll would miss it.
         created = tool_calls(case.peer, mark, case.submit)[0]["ts"] / 1000
-        await until(lambda: [t for t in case.polls(mark, view.task_id or "") if t - created > 6.0], 30,
-                    "a poll past 6 s of age")
+        await until(
+            lambda: [t for t in case.polls(mark, view.task_id or "") if t - created > 6.0], 30, "a poll past 6 s of age"
+        )
         await until_between_polls(handle, worker=worker)
         last_poll = case.polls(mark, view.task_id or "")[-1]
         asked = time.time()
@@ -191,24 +227,40 @@ async def test_a_cancel_during_an_idle_wait_reaches_the_server_without_waiting_f
     gap = asked - last_poll
     # The bound stated in the README: max(5 s, ...) is never needed, the cancel goes out at once.
     assert reached < 5.0, f"tasks/cancel reached the server {reached:.1f}s after the cancel"
-    print(f"[measured] {case.peer.name}: tasks/cancel at the server {reached:.2f}s after the cancel, "
-          f"{gap:.1f}s into a gap of ≥ 8 s", flush=True)
+    print(
+        f"[measured] {case.peer.name}: tasks/cancel at the server {reached:.2f}s after the cancel, "
+        f"{gap:.1f}s into a gap of ≥ 8 s",
+        flush=True,
+    )
 
 
 async def test_an_idle_wait_on_a_stdio_server_stays_with_the_child_that_owns_the_task(
-        temporal_env: Any, tmp_path: Path) -> None:
+    temporal_env: Any, tmp_path: Path
+) -> None:
     """A stdio server's task lives in one child process of one worker: its idle attempts go to that worker's own
     queue (another worker would spawn a child that never heard of the task) and read it from the same child."""
     address, queue = address_of(temporal_env), unique("idle-stdio")
     with ts_stdio_peer(tmp_path, env_var="MCP_TEST_PEER_LOG_TS_STDIO_IDLE") as peer:
         mark = peer.log_mark()
-        cfg = write_config(tmp_path / "w.toml", {"local": {
-            "command": peer.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO_IDLE"}},
-            "polling": SCHEDULE}})
+        cfg = write_config(
+            tmp_path / "w.toml",
+            {
+                "local": {
+                    "command": peer.endpoint.command,
+                    "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO_IDLE"}},
+                    "polling": SCHEDULE,
+                }
+            },
+        )
         with worker_process(address, queue, cfg) as worker:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="local", tool="slow_echo", arguments={"seconds": 12, "text": "stdio idle"}, timeouts=TIMEOUTS),
-                workflow_id=unique("idle-stdio"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(
+                    server="local", tool="slow_echo", arguments={"seconds": 12, "text": "stdio idle"}, timeouts=TIMEOUTS
+                ),
+                workflow_id=unique("idle-stdio"),
+                task_queue=queue,
+            )
             view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
             await until_between_polls(handle, worker=worker)  # idle: nothing of the task runs, its child lives on
             out = await asyncio.wait_for(outcome_of(handle), 60)
@@ -223,19 +275,25 @@ async def test_an_idle_wait_on_a_stdio_server_stays_with_the_child_that_owns_the
     assert len(late) <= 8, f"{len(late)} polls past 2.5 s of age (the stretched schedule asks ~5)"
 
     events = [e async for e in handle.fetch_history_events()]
-    scheduled = {e.activity_task_scheduled_event_attributes.activity_type.name:
-                 e.activity_task_scheduled_event_attributes.task_queue.name for e in events
-                 if e.HasField("activity_task_scheduled_event_attributes")}
+    scheduled = {}
+    for e in events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            attrs = e.activity_task_scheduled_event_attributes
+            scheduled[attrs.activity_type.name] = attrs.task_queue.name
     assert POLL_TASK in scheduled, scheduled
     # The wait, idle or not, runs on the worker that started the call, never on the shared queue.
     assert scheduled[POLL_TASK] == scheduled["mcp-tasks.await_task.v1"] != queue, scheduled
-    print(f"[measured] ts-stdio: {len(reads)} reads by pid {calls[0]['pid']} ({len(late)} past 2.5 s of age), "
-          f"idle attempts on {scheduled[POLL_TASK]}", flush=True)
+    print(
+        f"[measured] ts-stdio: {len(reads)} reads by pid {calls[0]['pid']} ({len(late)} past 2.5 s of age), "
+        f"idle attempts on {scheduled[POLL_TASK]}",
+        flush=True,
+    )
 
 
 @pytest.mark.parametrize("kind", ["ts-http", "py1-http"])
 async def test_a_silent_servers_idle_wait_is_read_by_the_worker_and_its_attempts_are_only_the_net(
-        kind: str, temporal_env: Any, tmp_path: Path) -> None:
+    kind: str, temporal_env: Any, tmp_path: Path
+) -> None:
     """Real peers that neither notify nor have their tasks/list read here: an idle wait's task is read by the
     worker's hub on today's schedule (gaps of at most 3 s), its end wakes the workflow (one signal, ``delivered_by
     = poll``), whose own read ends it within a gap; meanwhile the wait's own attempts are the net, push_net_stretch ×
@@ -245,8 +303,11 @@ async def test_a_silent_servers_idle_wait_is_read_by_the_worker_and_its_attempts
 
     task_s, max_gap_s, slack_s = 22.0, SCHEDULE["max_interval_s"], 3.0
     address, queue = address_of(temporal_env), unique("hub-reads")
-    peer_cm = (ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-hub")) if kind == "ts-http"
-               else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-hub")))
+    peer_cm = (
+        ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-hub"))
+        if kind == "ts-http"
+        else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-hub"))
+    )
     with peer_cm as peer:
         mark = peer.log_mark()
         cfg = _read_here_config(tmp_path, peer)
@@ -265,12 +326,16 @@ async def test_a_silent_servers_idle_wait_is_read_by_the_worker_and_its_attempts
     assert net_gap > 2 * max_gap_s, f"the idle wait's next attempt was {net_gap:.1f}s away"
     gaps = [b - a for a, b in zip(got, got[1:], strict=False)]
     assert min(gaps) >= POLL_MS / 1000 - 0.02, f"a read {min(gaps):.3f}s after the previous one"
-    print(f"[measured] {kind}: closed {closed - ended:.2f}s after the server's end, the wait's next attempt "
-          f"{net_gap:.1f}s away (today's gap ≤ {max_gap_s:g} s), {len(got)} tasks/get", flush=True)
+    print(
+        f"[measured] {kind}: closed {closed - ended:.2f}s after the server's end, the wait's next attempt "
+        f"{net_gap:.1f}s away (today's gap ≤ {max_gap_s:g} s), {len(got)} tasks/get",
+        flush=True,
+    )
 
 
 async def test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap(
-        temporal_env: Any, tmp_path: Path) -> None:
+    temporal_env: Any, tmp_path: Path
+) -> None:
     """Two workers, the TypeScript peer silent and its tasks/list not read: the first worker's hub reads the idle
     wait's task and is SIGKILLed; the wait's next attempt (at most push_net_stretch × today's gap away: 8 × 3 s)
     lands on the second worker, which reads the task from then on and sees the end. One tools/call."""
@@ -294,21 +359,29 @@ async def test_the_worker_reading_an_idle_wait_killed_costs_at_most_one_net_gap(
     assert len(calls) == 1, calls
     # Seen within one net gap of the later of the kill and the end (the second worker takes over at the next attempt).
     assert closed - max(ended, killed) <= net_gap_s + slack_s, f"closed {closed - max(ended, killed):.2f}s late"
-    print(f"[measured] the reading worker killed: closed {closed - ended:.2f}s after the server's end, "
-          f"{closed - killed:.2f}s after the kill (net gap {net_gap_s:g} s), by {out.delivered_by}", flush=True)
+    print(
+        f"[measured] the reading worker killed: closed {closed - ended:.2f}s after the server's end, "
+        f"{closed - killed:.2f}s after the kill (net gap {net_gap_s:g} s), by {out.delivered_by}",
+        flush=True,
+    )
 
 
-async def _idle_wait_read_here(temporal_env: Any, queue: str, worker: WorkerProcess,
-                               seconds: float, text: str) -> WorkflowHandle[Any, Any]:
+async def _idle_wait_read_here(
+    temporal_env: Any, queue: str, worker: WorkerProcess, seconds: float, text: str
+) -> WorkflowHandle[Any, Any]:
     """A slow_echo task on a silent peer whose tasks/list is not read, waited on until its wait is idle."""
-    handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-        server="srv", tool="slow_echo", arguments={"seconds": seconds, "text": text}, timeouts=TIMEOUTS),
-        workflow_id=unique(queue), task_queue=queue)
+    handle = await start_mcp_task(
+        temporal_env.client,
+        McpTaskRequest(server="srv", tool="slow_echo", arguments={"seconds": seconds, "text": text}, timeouts=TIMEOUTS),
+        workflow_id=unique(queue),
+        task_queue=queue,
+    )
     await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
     await until_between_polls(handle, min_attempt=2, worker=worker)
     return handle
 
 
 def _read_here_config(tmp_path: Path, peer: Peer) -> Path:
-    return write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}},
-                        worker={"push_list_reads": False})
+    return write_config(
+        tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": SCHEDULE}}, worker={"push_list_reads": False}
+    )

@@ -41,8 +41,9 @@ def text_of(out: Any) -> str:
 
 
 @pytest.mark.parametrize("peer_name", PEERS)
-async def test_answer_accepted(request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str,
-                               worker: Any) -> None:
+async def test_answer_accepted(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_ask(client, peer, queue)
     view = await wait_for_view(handle, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs)
@@ -63,8 +64,9 @@ async def test_answer_accepted(request: pytest.FixtureRequest, peer_name: str, c
 
 
 @pytest.mark.parametrize("peer_name", ["fastmcp_server", "ts_http_stateful"])
-async def test_decline_gives_the_tools_own_outcome(request: pytest.FixtureRequest, peer_name: str, client: Client,
-                                                   queue: str, worker: Any) -> None:
+async def test_decline_gives_the_tools_own_outcome(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_ask(client, peer, queue)
     view = await wait_for_view(handle, lambda v: v.pending_inputs)
@@ -73,14 +75,24 @@ async def test_decline_gives_the_tools_own_outcome(request: pytest.FixtureReques
     assert out.outcome == Outcome.COMPLETED and text_of(out) == "declined"
 
 
-@pytest.mark.parametrize("peer_name, action, expected", [
-    ("fastmcp_server", "decline", Outcome.COMPLETED),
-    ("fastmcp_server", "cancel", Outcome.CANCELLED),
-    ("ts_http_stateful", "decline", Outcome.COMPLETED),
-    ("ts_http_stateful", "cancel", Outcome.CANCELLED),
-])
-async def test_no_answer_in_time(request: pytest.FixtureRequest, peer_name: str, action: str, expected: Outcome,
-                                 client: Client, queue: str, worker: Any) -> None:
+@pytest.mark.parametrize(
+    "peer_name, action, expected",
+    [
+        ("fastmcp_server", "decline", Outcome.COMPLETED),
+        ("fastmcp_server", "cancel", Outcome.CANCELLED),
+        ("ts_http_stateful", "decline", Outcome.COMPLETED),
+        ("ts_http_stateful", "cancel", Outcome.CANCELLED),
+    ],
+)
+async def test_no_answer_in_time(
+    request: pytest.FixtureRequest,
+    peer_name: str,
+    action: str,
+    expected: Outcome,
+    client: Client,
+    queue: str,
+    worker: Any,
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_ask(client, peer, queue, input_timeout_s=1.5, on_input_timeout=action)
     out = await asyncio.wait_for(outcome_of(handle), 60)
@@ -91,8 +103,9 @@ async def test_no_answer_in_time(request: pytest.FixtureRequest, peer_name: str,
         assert out.reason and "no answer to input request within 1.5s" in out.reason
 
 
-async def test_invalid_answers_are_rejected_before_history(fastmcp_server: Peer, client: Client, queue: str,
-                                                           worker: Any) -> None:
+async def test_invalid_answers_are_rejected_before_history(
+    fastmcp_server: Peer, client: Client, queue: str, worker: Any
+) -> None:
     handle = await start_ask(client, fastmcp_server, queue)
     view = await wait_for_view(handle, lambda v: v.pending_inputs)
     key = view.pending_inputs[0].key
@@ -113,16 +126,21 @@ async def test_invalid_answers_are_rejected_before_history(fastmcp_server: Peer,
 
 
 async def test_sampling_is_refused_cleanly(ts_http_stateful: Peer, client: Client, queue: str, worker: Any) -> None:
-    handle = await start_mcp_task(client, McpTaskRequest(server=ts_http_stateful.endpoint, tool="ask_model",
-                                                         timeouts=FAST), workflow_id=unique("samp"), task_queue=queue)
+    handle = await start_mcp_task(
+        client,
+        McpTaskRequest(server=ts_http_stateful.endpoint, tool="ask_model", timeouts=FAST),
+        workflow_id=unique("samp"),
+        task_queue=queue,
+    )
     out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED
     assert text_of(out).startswith("sampling refused:") and "not supported by this client" in text_of(out)
 
 
 @pytest.mark.parametrize("peer_name", ["fastmcp_server", "ts_http_stateful"])
-async def test_worker_killed_while_waiting_for_the_human(request: pytest.FixtureRequest, peer_name: str,
-                                                         temporal_env: Any, tmp_path: Path) -> None:
+async def test_worker_killed_while_waiting_for_the_human(
+    request: pytest.FixtureRequest, peer_name: str, temporal_env: Any, tmp_path: Path
+) -> None:
     """The answer given after a restart still reaches the server, exactly once."""
     peer: Peer = request.getfixturevalue(peer_name)
     cfg = write_config(tmp_path / "w.toml", {"p": {"url": peer.url}})
@@ -130,8 +148,12 @@ async def test_worker_killed_while_waiting_for_the_human(request: pytest.Fixture
     address = address_of(temporal_env)
     mark = peer.log_mark()
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(server="p", tool="ask_user", timeouts=FAST),
-                                      workflow_id=unique("ki"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="p", tool="ask_user", timeouts=FAST),
+            workflow_id=unique("ki"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.pending_inputs)
         first.kill()
     with worker_process(address, queue, cfg):

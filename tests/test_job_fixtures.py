@@ -129,8 +129,13 @@ async def test_export_runs_then_succeeds_and_downloads(peer: Peer) -> None:
         assert await _error_text(session, "download_export", jobId=job_id) == f"job {job_id} is running"
 
         done = await _until_done(session, job_id)
-        assert done == {"jobId": job_id, "state": "succeeded", "progress": 1, "message": "exported 3/3 rows",
-                        "error": None}
+        assert done == {
+            "jobId": job_id,
+            "state": "succeeded",
+            "progress": 1,
+            "message": "exported 3/3 rows",
+            "error": None,
+        }
         download = await _call(session, "download_export", jobId=job_id)
         assert not download.is_error
         assert download.structured_content == {"jobId": job_id, "rows": [{"n": 1}, {"n": 2}, {"n": 3}]}
@@ -215,5 +220,10 @@ async def test_tools_call_is_counted_per_tool(peer: Peer) -> None:
         await _ok(session, "cancel_export", jobId=job_id)
     calls = [line["tool"] for line in peer.log_since(mark) if line.get("method") == "tools/call"]
     counts = {name: calls.count(name) for name in JOB_TOOLS}
-    assert counts == {"start_export": 1, "get_export_status": 2, "download_export": 0, "cancel_export": 1,
-                      "slow_progress": 0}, calls
+    assert counts == {
+        "start_export": 1,
+        "get_export_status": 2,
+        "download_export": 0,
+        "cancel_export": 1,
+        "slow_progress": 0,
+    }, calls

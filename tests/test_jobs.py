@@ -38,11 +38,16 @@ from tests.temporal_harness import (
 )
 
 EXPORT: dict[str, Any] = {
-    "submit": "start_export", "job_id": "/jobId",
-    "status": "get_export_status", "state": "/state",
+    "submit": "start_export",
+    "job_id": "/jobId",
+    "status": "get_export_status",
+    "state": "/state",
     "states": {"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
-    "message": "/message", "error": "/error",
-    "result": "download_export", "cancel": "cancel_export", "poll_interval_s": 0.2,
+    "message": "/message",
+    "error": "/error",
+    "result": "download_export",
+    "cancel": "cancel_export",
+    "poll_interval_s": 0.2,
 }
 FAST = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=30)
 
@@ -58,13 +63,22 @@ def servers(peer: Peer, url: str | None = None, **jobs: dict[str, Any]) -> dict[
     return {"exports": ServerConfig(url=url or peer.url, jobs=bindings)}
 
 
-async def run_job(client: Client, servers_cfg: dict[str, ServerConfig], arguments: dict[str, Any],
-                  job: str = "export", record: str | None = None, **request: Any) -> McpTaskOutcome:
+async def run_job(
+    client: Client,
+    servers_cfg: dict[str, ServerConfig],
+    arguments: dict[str, Any],
+    job: str = "export",
+    record: str | None = None,
+    **request: Any,
+) -> McpTaskOutcome:
     queue = unique("jobs")
     async with in_process_worker(client, task_queue=queue, servers=servers_cfg):
-        handle = await start_mcp_task(client, McpTaskRequest(server="exports", tool=job, arguments=arguments,
-                                                             timeouts=FAST, **request),
-                                      workflow_id=unique("job"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(server="exports", tool=job, arguments=arguments, timeouts=FAST, **request),
+            workflow_id=unique("job"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 60)
     # A job's history joins the committed ones (tests/test_replay.py) when recording is asked for.
     if record:
@@ -88,8 +102,9 @@ async def test_a_job_completes_with_its_result_tools_reply(job_peer: Peer, clien
     assert len(tool_calls(job_peer, mark, "download_export")) == 1
 
 
-async def test_a_job_done_before_its_id_came_back_completes_on_the_first_status_read(job_peer: Peer,
-                                                                                    client: Client) -> None:
+async def test_a_job_done_before_its_id_came_back_completes_on_the_first_status_read(
+    job_peer: Peer, client: Client
+) -> None:
     mark = job_peer.log_mark()
     out = await run_job(client, servers(job_peer), {"seconds": 0, "rows": 1})
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
@@ -121,9 +136,12 @@ async def test_a_job_is_cancelled_through_its_cancel_tool(job_peer: Peer, client
     mark = job_peer.log_mark()
     queue = unique("jobs")
     async with in_process_worker(client, task_queue=queue, servers=servers(job_peer)):
-        handle = await start_mcp_task(client, McpTaskRequest(server="exports", tool="export",
-                                                             arguments={"seconds": 120}, timeouts=FAST),
-                                      workflow_id=unique("job"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(server="exports", tool="export", arguments={"seconds": 120}, timeouts=FAST),
+            workflow_id=unique("job"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await handle.cancel()
         out = await asyncio.wait_for(outcome_of(handle), 60)
@@ -147,12 +165,12 @@ async def test_a_status_reply_that_does_not_match_the_binding_is_decode_failed(j
     assert out.outcome == Outcome.DECODE_FAILED and out.reason and "'running'" in out.reason, out.reason
 
 
-async def test_a_submit_reply_without_a_job_id_is_decode_failed_and_never_resubmitted(job_peer: Peer,
-                                                                                      client: Client) -> None:
+async def test_a_submit_reply_without_a_job_id_is_decode_failed_and_never_resubmitted(
+    job_peer: Peer, client: Client
+) -> None:
     mark = job_peer.log_mark()
     binding = {**EXPORT, "job_id": "/id"}
-    out = await run_job(client, servers(job_peer, export=binding), {"seconds": 1},
-                        replay="always", idempotent=True)
+    out = await run_job(client, servers(job_peer, export=binding), {"seconds": 1}, replay="always", idempotent=True)
     assert out.outcome == Outcome.DECODE_FAILED, (out.outcome, out.reason)
     assert out.reason is not None and "structuredContent/id" in out.reason
     assert len(tool_calls(job_peer, mark, "start_export")) == 1
@@ -170,8 +188,12 @@ async def test_submit_reply_lost_is_unknown_outcome_and_counted_once(job_peer: P
         proxy.add("tools/call", ResetAfterSend(), times=1)  # the first tools/call is the submit
         out = await run_job(client, servers(job_peer, url=proxy.url), {"seconds": 1})
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
-    assert await settled_calls(job_peer, mark, "start_export", client=client, workflows=[out.workflow_id],
-                               workers_stopped=True) == 1
+    assert (
+        await settled_calls(
+            job_peer, mark, "start_export", client=client, workflows=[out.workflow_id], workers_stopped=True
+        )
+        == 1
+    )
 
 
 TRANSIENT = {"code": -32603, "message": "temporarily unavailable, try again"}
@@ -186,26 +208,35 @@ def fail_first(matches: Any) -> Rewrite:
             state["left"] -= 1
             return {"jsonrpc": "2.0", "id": message.get("id"), "error": TRANSIENT}
         return message
+
     return Rewrite(fn)
 
 
 @pytest.mark.parametrize("read", ["status", "result"])
-async def test_a_json_rpc_error_from_a_read_tool_is_retried_never_resubmitted(job_peer: Peer, client: Client,
-                                                                             read: str) -> None:
+async def test_a_json_rpc_error_from_a_read_tool_is_retried_never_resubmitted(
+    job_peer: Peer, client: Client, read: str
+) -> None:
     """A job's status and result tools are reads: a JSON-RPC error from one is asked again, even where the binding
     would allow a replay; the job completes with one submit."""
     mark = job_peer.log_mark()
     binding = {**EXPORT, "idempotent": True, "replay": "always", "max_replays": 1}
-    is_status = (lambda r: "state" in (r.get("structuredContent") or {})) if read == "status" else \
-        (lambda r: "rows" in (r.get("structuredContent") or {}))
+    is_status = (
+        (lambda r: "state" in (r.get("structuredContent") or {}))
+        if read == "status"
+        else (lambda r: "rows" in (r.get("structuredContent") or {}))
+    )
     with FaultProxy(job_peer.url or "") as proxy:
         proxy.add("tools/call", fail_first(is_status), times=10_000)
         out = await run_job(client, servers(job_peer, url=proxy.url, export=binding), {"seconds": 1, "rows": 2})
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason, out.error)
     assert out.result is not None and out.result["structuredContent"]["rows"] == [{"n": 1}, {"n": 2}]
     assert [a.reason for a in out.operation_attempts] == ["initial"]
-    assert await settled_calls(job_peer, mark, "start_export", client=client, workflows=[out.workflow_id],
-                               workers_stopped=True) == 1
+    assert (
+        await settled_calls(
+            job_peer, mark, "start_export", client=client, workflows=[out.workflow_id], workers_stopped=True
+        )
+        == 1
+    )
     assert len(tool_calls(job_peer, mark, "get_export_status" if read == "status" else "download_export")) >= 2
 
 
@@ -227,9 +258,12 @@ async def test_worker_killed_while_polling_a_job(job_peer: Peer, temporal_env: A
     mark = job_peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"exports": {"url": job_peer.url, "jobs": {"export": EXPORT}}})
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="exports", tool="export", arguments={"seconds": 6, "rows": 2}, timeouts=FAST),
-            workflow_id=unique("jk"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="exports", tool="export", arguments={"seconds": 6, "rows": 2}, timeouts=FAST),
+            workflow_id=unique("jk"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await until(lambda: tool_calls(job_peer, mark, "get_export_status"), 20, "a first status read of the job")
         first.kill()
@@ -254,9 +288,13 @@ def test_a_binding_is_checked_when_the_configuration_is_loaded() -> None:
     base = {"url": "https://mcp.example.com/mcp"}
     cfg = server_config("x", {**base, "jobs": {"export": EXPORT}})
     assert cfg.jobs["export"].states["succeeded"] == "completed"
-    for bad, why in [({"state": "state"}, "JSON pointer"), ({"states": {"done": "finished"}}, "states"),
-                     ({"states": {"running": "working"}}, "'completed'"), ({"job_id_pattern": "job \\S+"}, "group"),
-                     ({"submit": ""}, "submit")]:
+    for bad, why in [
+        ({"state": "state"}, "JSON pointer"),
+        ({"states": {"done": "finished"}}, "states"),
+        ({"states": {"running": "working"}}, "'completed'"),
+        ({"job_id_pattern": "job \\S+"}, "group"),
+        ({"submit": ""}, "submit"),
+    ]:
         with pytest.raises(ConfigError, match=why):
             server_config("x", {**base, "jobs": {"export": {**EXPORT, **bad}}})
 
@@ -264,18 +302,21 @@ def test_a_binding_is_checked_when_the_configuration_is_loaded() -> None:
 # --- long synchronous tools --------------------------------------------------------------------------
 
 SYNC_S, BOUND_S = 60, 90
-SLOW_REQUEST = McpTaskRequest(server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5},
-                              timeouts=Timeouts(heartbeat_s=3.0))
+SLOW_REQUEST = McpTaskRequest(
+    server="slow", tool="slow_progress", arguments={"seconds": SYNC_S, "every": 5}, timeouts=Timeouts(heartbeat_s=3.0)
+)
 
 
 def slow_config(tmp_path: Path, peer: Peer) -> Path:
     """A worker whose ``slow_progress`` may run up to ``BOUND_S`` (its own bound, not the global 300 s)."""
-    return write_config(tmp_path / "w.toml", {"slow": {"url": peer.url,
-                                                       "tools": {"slow_progress": {"max_call_s": BOUND_S}}}})
+    return write_config(
+        tmp_path / "w.toml", {"slow": {"url": peer.url, "tools": {"slow_progress": {"max_call_s": BOUND_S}}}}
+    )
 
 
 async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_progress(
-        ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     peer = ts_http_stateful
     address, queue = address_of(temporal_env), unique("sync")
     mark = peer.log_mark()
@@ -302,7 +343,8 @@ async def test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_p
 
 
 async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_called_again(
-        ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     peer = ts_http_stateful
     address, queue = address_of(temporal_env), unique("sync-kill")
     mark = peer.log_mark()
@@ -319,8 +361,12 @@ async def test_a_synchronous_tool_whose_worker_dies_is_unknown_outcome_not_calle
         elapsed = time.monotonic() - killed
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, (out.outcome, out.reason)
     assert elapsed < SYNC_S - 10, f"{elapsed:.0f}s after the kill: the call's bound was waited out"
-    assert await settled_calls(peer, mark, "slow_progress", client=temporal_env.client, workflows=[handle.id],
-                               workers_stopped=True) == 1, "called again after the worker died"
+    assert (
+        await settled_calls(
+            peer, mark, "slow_progress", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
+        == 1
+    ), "called again after the worker died"
     # The default policy never replays: the ledger shows one attempt, ended unknown_outcome.
     assert [a.ended for a in out.operation_attempts] == ["unknown_outcome"]
 
@@ -335,8 +381,21 @@ async def test_mcp_tasks_run_runs_a_job_like_a_task(ts_http_stateful: Peer, temp
     peer = ts_http_stateful
     mark = peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"exports": {"url": peer.url, "jobs": {"export": EXPORT}}})
-    rc, out, _ = await cli("run", "export", "--server", "exports", "--config", str(cfg), "--args", '{"seconds": 1}',
-                        "--address", address_of(temporal_env), "--task-queue", unique("cli-job"), "--json")
+    rc, out, _ = await cli(
+        "run",
+        "export",
+        "--server",
+        "exports",
+        "--config",
+        str(cfg),
+        "--args",
+        '{"seconds": 1}',
+        "--address",
+        address_of(temporal_env),
+        "--task-queue",
+        unique("cli-job"),
+        "--json",
+    )
     assert rc == 0, out
     outcome = json.loads(out)
     assert outcome["outcome"] == "completed" and outcome["task_id"].startswith("exp-"), out[:500]

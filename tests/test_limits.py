@@ -72,11 +72,15 @@ def test_loads_bounded_cuts_what_json_cannot_parse() -> None:
     assert "deeper" in (carry_problem(value["result"]) or "")
 
 
-@pytest.mark.parametrize("raw", [
-    {"content": [{"type": "text", "text": "x"}], "structuredContent": nested(300)},
-    {"content": [{"type": "text", "text": "\ud800"}]},
-    loads_bounded('{"content": [], "structuredContent": ' + "[" * 5000 + "]" * 5000 + "}"),
-], ids=["300-deep", "lone-surrogate", "5000-deep"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"content": [{"type": "text", "text": "x"}], "structuredContent": nested(300)},
+        {"content": [{"type": "text", "text": "\ud800"}]},
+        loads_bounded('{"content": [], "structuredContent": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ],
+    ids=["300-deep", "lone-surrogate", "5000-deep"],
+)
 def test_uncarriable_results_are_decode_errors_with_a_capped_raw(raw: dict) -> None:
     with pytest.raises(ResultDecodeError) as info:
         decode_result(raw)
@@ -108,8 +112,10 @@ def test_request_size_is_checked_with_the_limit_named() -> None:
         check_request_size({"text": "x" * (MAX_ARGUMENTS_BYTES + 1)})
 
 
-@pytest.mark.parametrize("status,outcome", [
-    ("completed", Outcome.RESULT_UNAVAILABLE), ("failed", Outcome.FAILED), ("cancelled", Outcome.CANCELLED)])
+@pytest.mark.parametrize(
+    "status,outcome",
+    [("completed", Outcome.RESULT_UNAVAILABLE), ("failed", Outcome.FAILED), ("cancelled", Outcome.CANCELLED)],
+)
 def test_a_terminal_task_whose_payload_is_unreadable_is_never_lost(status: str, outcome: Outcome) -> None:
     got, error = decisions.unretrieved_outcome(status, "quota exceeded")
     assert got == outcome and got not in decisions.REPLAYABLE_OUTCOMES

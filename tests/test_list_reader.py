@@ -51,11 +51,19 @@ STRETCH = 4.0
 
 @pytest.mark.fast
 def test_a_list_read_wakes_only_waits_whose_status_changed_to_one_that_ends_a_wait() -> None:
-    read = ListRead(ours={"a": ("completed", 2000), "b": ("working", 2000), "c": ("input_required", None),
-                          "d": ("input_required", 500)})
+    read = ListRead(
+        ours={
+            "a": ("completed", 2000),
+            "b": ("working", 2000),
+            "c": ("input_required", None),
+            "d": ("input_required", 500),
+        }
+    )
     # a: was working, now completed; b: unchanged working; c: input still asked (seen before): nothing; d: new input
     assert changed(read, {"a": "working", "b": "working", "c": "input_required", "d": "working"}) == [
-        ("a", "completed"), ("d", "input_required")]
+        ("a", "completed"),
+        ("d", "input_required"),
+    ]
     assert list_interval([2000, None, 500]) == LIST_MIN_S == 2.0  # bounded below
     assert list_interval([None]) == 5.0 and list_interval([90_000_000]) == 3600.0 and list_interval([8000]) == 8.0
 
@@ -99,18 +107,29 @@ async def test_a_new_wait_learns_within_its_timeout_whether_the_next_read_lists_
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ts-http", "py1-http"])
 async def test_a_silent_servers_list_delivers_an_old_tasks_end_within_its_poll_interval(
-        kind: str, temporal_env: Any, tmp_path: Path) -> None:
+    kind: str, temporal_env: Any, tmp_path: Path
+) -> None:
     address, queue = address_of(temporal_env), unique("list")
-    peer_cm = (ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-list")) if kind == "ts-http"
-               else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-list")))
+    peer_cm = (
+        ts_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("ts-list"))
+        if kind == "ts-http"
+        else py1_http_peer(tmp_path, poll_ms=POLL_MS, notify=False, name=unique("py1-list"))
+    )
     with peer_cm as peer:
         mark = peer.log_mark()
         cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url}})
         with worker_process(address, queue, cfg):
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": "listed"},
-                timeouts=Timeouts(poll_floor_s=HOUR_OLD_GAP_S, poll_ceiling_s=HOUR_OLD_GAP_S)),
-                workflow_id=unique("list"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(
+                    server="srv",
+                    tool="slow_echo",
+                    arguments={"seconds": TASK_S, "text": "listed"},
+                    timeouts=Timeouts(poll_floor_s=HOUR_OLD_GAP_S, poll_ceiling_s=HOUR_OLD_GAP_S),
+                ),
+                workflow_id=unique("list"),
+                task_queue=queue,
+            )
             first_gap = await _next_poll_in(handle, TASK_S - 2)
             out = await asyncio.wait_for(outcome_of(handle), TASK_S + 60)
         ended, closed = terminal_at(peer, out.task_id), await closed_at(handle)
@@ -128,9 +147,12 @@ async def test_a_silent_servers_list_delivers_an_old_tasks_end_within_its_poll_i
     assert await signals(handle) == 1
     # Read at the pollInterval, not faster: about TASK_S / 2 s reads (+ slack for the loaded machine's jitter).
     assert 2 <= len(lists) <= TASK_S / (POLL_MS / 1000) + 4, len(lists)
-    print(f"[measured] {kind}, notifications off: closed {closed - ended:.2f}s after the server's end (the next poll "
-          f"was {got[0] + STRETCH * HOUR_OLD_GAP_S - ended:.0f}s away: the first gap stretched to {first_gap:.0f}s), "
-          f"{len(got)} tasks/get, {len(lists)} tasks/list", flush=True)
+    print(
+        f"[measured] {kind}, notifications off: closed {closed - ended:.2f}s after the server's end (the next poll "
+        f"was {got[0] + STRETCH * HOUR_OLD_GAP_S - ended:.0f}s away: the first gap stretched to {first_gap:.0f}s), "
+        f"{len(got)} tasks/get, {len(lists)} tasks/list",
+        flush=True,
+    )
 
 
 async def _next_poll_in(handle: Any, within_s: float) -> float:
@@ -171,7 +193,8 @@ def _scripted(kind: str, state: dict[str, Any]) -> ScriptedMcp:
 
 @pytest.mark.slow
 async def test_a_list_that_lies_pages_forever_or_lists_foreign_ids_changes_no_outcome(
-        temporal_env: Any, tmp_path: Path) -> None:
+    temporal_env: Any, tmp_path: Path
+) -> None:
     kinds = ("lies", "pages", "foreign")
     state: dict[str, Any] = {}
     servers = {k: _scripted(k, state) for k in kinds}
@@ -180,9 +203,15 @@ async def test_a_list_that_lies_pages_forever_or_lists_foreign_ids_changes_no_ou
     queue = unique("list-hostile")
     try:
         async with in_process(temporal_env.client, queue, {k: {"url": s.url} for k, s in servers.items()}) as acts:
-            handles = {k: await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server=k, tool="charge", arguments={}, timeouts=Timeouts(poll_floor_s=1.0)),
-                workflow_id=unique(f"list-{k}"), task_queue=queue) for k in kinds}
+            handles = {
+                k: await start_mcp_task(
+                    temporal_env.client,
+                    McpTaskRequest(server=k, tool="charge", arguments={}, timeouts=Timeouts(poll_floor_s=1.0)),
+                    workflow_id=unique(f"list-{k}"),
+                    task_queue=queue,
+                )
+                for k in kinds
+            }
             outs = {k: await asyncio.wait_for(outcome_of(h), 60) for k, h in handles.items()}
             stats = acts.push.stats()
     finally:
@@ -203,13 +232,17 @@ async def test_a_list_that_lies_pages_forever_or_lists_foreign_ids_changes_no_ou
     assert lists["pages"] <= read_bounds(1)[0], lists
     assert lists["foreign"] <= 2, lists
     states = {v["server"]: (v.get("list") or {}).get("state") for v in stats["sessions"].values()}
-    print(f"[measured] hostile lists: tasks/list requests {lists}; tasks/get "
-          f"{ {k: servers[k].asked.count('tasks/get') for k in kinds} }; reader states {states}", flush=True)
+    print(
+        f"[measured] hostile lists: tasks/list requests {lists}; tasks/get "
+        f"{ {k: servers[k].asked.count('tasks/get') for k in kinds} }; reader states {states}",
+        flush=True,
+    )
 
 
 @pytest.mark.slow
 async def test_the_worker_holding_the_reader_killed_costs_at_most_one_safety_gap(
-        temporal_env: Any, tmp_path: Path) -> None:
+    temporal_env: Any, tmp_path: Path
+) -> None:
     """Two workers on one queue, the TypeScript peer silent: the first reads the session's list (and the second,
     once an attempt of the wait runs there) and is SIGKILLed mid-task. The end is seen within one safety gap: the
     stretch (4) × the wait's gap (pollInterval 2 s), plus the wake's slack; one tools/call."""
@@ -220,12 +253,20 @@ async def test_the_worker_holding_the_reader_killed_costs_at_most_one_safety_gap
         mark = peer.log_mark()
         cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url}})
         with worker_process(address, queue, cfg) as first:
-            handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server="srv", tool="slow_echo", arguments={"seconds": 20, "text": "survived"}, timeouts=fast),
-                workflow_id=unique("list-kill"), task_queue=queue)
+            handle = await start_mcp_task(
+                temporal_env.client,
+                McpTaskRequest(
+                    server="srv", tool="slow_echo", arguments={"seconds": 20, "text": "survived"}, timeouts=fast
+                ),
+                workflow_id=unique("list-kill"),
+                task_queue=queue,
+            )
             await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
-            await until(lambda: [x for x in peer.log_since(mark) if x.get("method") == "tasks/list"], 20,
-                        "the first worker's tasks/list read")
+            await until(
+                lambda: [x for x in peer.log_since(mark) if x.get("method") == "tasks/list"],
+                20,
+                "the first worker's tasks/list read",
+            )
             with worker_process(address, queue, cfg):
                 await asyncio.sleep(5)
                 first.kill()
@@ -235,6 +276,8 @@ async def test_the_worker_holding_the_reader_killed_costs_at_most_one_safety_gap
     assert out.outcome == Outcome.COMPLETED and out.result is not None, (out.outcome, out.reason)
     assert len(calls) == 1, calls
     assert closed - ended <= safety_gap + WAKE_SLACK_S + 2.0, f"closed {closed - ended:.2f}s after the end"
-    print(f"[measured] reader's worker killed: closed {closed - ended:.2f}s after the server's end (safety gap "
-          f"{safety_gap:g} s), end learned by {out.delivered_by}", flush=True)
-
+    print(
+        f"[measured] reader's worker killed: closed {closed - ended:.2f}s after the server's end (safety gap "
+        f"{safety_gap:g} s), end learned by {out.delivered_by}",
+        flush=True,
+    )

@@ -27,19 +27,25 @@ def _logged(exc: BaseException) -> str:
             raise exc
         except BaseException:
             # As temporalio/worker/_activity.py logs an activity that failed.
-            temporalio.activity.logger.warning("Completing activity as failed", exc_info=True,
-                                               extra={"__temporal_error_identifier": "ActivityFailure"})
+            temporalio.activity.logger.warning(
+                "Completing activity as failed", exc_info=True, extra={"__temporal_error_identifier": "ActivityFailure"}
+            )
     finally:
         logger.removeHandler(handler)
     return out.getvalue()
 
 
 def test_a_typed_failure_is_one_line() -> None:
-    text = _logged(ApplicationError("server 'demo' is not configured\n(configured: none)", type="UnknownServer",
-                                    non_retryable=True))
+    text = _logged(
+        ApplicationError(
+            "server 'demo' is not configured\n(configured: none)", type="UnknownServer", non_retryable=True
+        )
+    )
     assert text.count("\n") == 1 and "Traceback" not in text, text
-    assert text.startswith("WARNING temporalio.activity: Completing activity as failed: UnknownServer: server 'demo' "
-                           "is not configured (configured: none)"), text
+    assert text.startswith(
+        "WARNING temporalio.activity: Completing activity as failed: UnknownServer: server 'demo' "
+        "is not configured (configured: none)"
+    ), text
 
 
 def test_a_bug_keeps_its_traceback() -> None:

@@ -37,8 +37,11 @@ def allowed(stage: Stage, outcome: Outcome, classification: Classification | Non
         return f"replay_{outcome.value}"
     if stage is Stage.SUBMITTING and outcome is Outcome.UNKNOWN_OUTCOME:
         return "replay_unknown_outcome"
-    if stage in (Stage.SUBMITTING, Stage.PAYLOAD) and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED) \
-            and classification is Classification.RETRYABLE:
+    if (
+        stage in (Stage.SUBMITTING, Stage.PAYLOAD)
+        and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED)
+        and classification is Classification.RETRYABLE
+    ):
         return "replay_retryable"
     return None
 
@@ -46,13 +49,15 @@ def allowed(stage: Stage, outcome: Outcome, classification: Classification | Non
 @pytest.mark.parametrize("stage", list(Stage))
 def test_the_replay_rule_over_every_stage_outcome_and_classification(stage: Stage) -> None:
     for outcome, classification in itertools.product(Outcome, CLASSIFICATIONS):
-        assert replay_reason(stage, outcome, classification) == allowed(stage, outcome, classification), \
-            (stage, outcome, classification)
+        assert replay_reason(stage, outcome, classification) == allowed(stage, outcome, classification), (
+            stage,
+            outcome,
+            classification,
+        )
 
 
 def test_reads_that_failed_never_replay_whatever_the_outcome() -> None:
-    for stage in (Stage.REQUEST, Stage.UNREACHABLE, Stage.RETRIEVING, Stage.ERROR_REPLY, Stage.INPUT,
-                  Stage.CANCELLING):
+    for stage in (Stage.REQUEST, Stage.UNREACHABLE, Stage.RETRIEVING, Stage.ERROR_REPLY, Stage.INPUT, Stage.CANCELLING):
         assert all(replay_reason(stage, o, c) is None for o, c in itertools.product(Outcome, CLASSIFICATIONS)), stage
 
 
@@ -63,8 +68,12 @@ def test_an_ending_without_a_stage_does_not_validate() -> None:
 
 def test_every_ending_site_in_the_workflow_names_its_stage() -> None:
     files = [ROOT / "workflows" / "mcp_task.py", *sorted((ROOT / "workflows" / "phases").glob("*.py"))]
-    sites = [(f.name, n) for f in files for n in ast.walk(ast.parse(f.read_text()))
-             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Ending"]
+    sites = [
+        (f.name, n)
+        for f in files
+        for n in ast.walk(ast.parse(f.read_text()))
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Ending"
+    ]
     assert len(sites) >= 20, "the ending sites moved: update this test"
     missing = [f"{name}:{n.lineno}" for name, n in sites if "stage" not in {k.arg for k in n.keywords}]
     assert not missing, f"Ending(...) without stage= at lines {missing}"
@@ -86,8 +95,13 @@ def test_done_is_final_and_every_phase_is_reachable_and_can_end() -> None:
 
 def test_replays_start_only_from_phases_where_an_operation_can_end() -> None:
     into_replay = {p for p, nxt in TRANSITIONS.items() if nxt & {Phase.AWAITING_APPROVAL, Phase.REPLAYING}}
-    assert into_replay == {Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED, Phase.RETRIEVING,
-                           Phase.AWAITING_APPROVAL}
+    assert into_replay == {
+        Phase.SUBMITTING,
+        Phase.WORKING,
+        Phase.INPUT_REQUIRED,
+        Phase.RETRIEVING,
+        Phase.AWAITING_APPROVAL,
+    }
     assert TRANSITIONS[Phase.REPLAYING] == {Phase.SUBMITTING, Phase.DONE}
     assert not TRANSITIONS[Phase.CANCELLING] & {Phase.AWAITING_APPROVAL, Phase.REPLAYING}  # a cancel never replays
 
@@ -105,8 +119,13 @@ def test_the_public_types_a_user_needs_are_exported_lazily() -> None:
     from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.workflows.records import TaskView
 
-    assert (api.Endpoint, api.WorkerSettings, api.McpTaskWorkflow, api.TaskView, api.Phase) == \
-        (Endpoint, WorkerSettings, mcp_task.McpTaskWorkflow, TaskView, Phase)
+    assert (api.Endpoint, api.WorkerSettings, api.McpTaskWorkflow, api.TaskView, api.Phase) == (
+        Endpoint,
+        WorkerSettings,
+        mcp_task.McpTaskWorkflow,
+        TaskView,
+        Phase,
+    )
     assert {"Endpoint", "WorkerSettings", "McpTaskWorkflow", "TaskView", "Phase"} <= set(api.__all__)
 
 
@@ -118,14 +137,22 @@ def test_an_outcome_failure_carries_no_stack_trace_and_a_crash_keeps_its_own() -
     from mcp_temporal_tasks.workflows.task_error import McpTaskError, McpTaskFailureConverter
 
     ledger = Ledger(server="demo", tool="t", request_digest="sha256:0", created_at=datetime.now(UTC))
-    outcome = McpTaskOutcome(workflow_id="w", outcome=Outcome.TOOL_ERROR, ledger=ledger,
-                             result={"content": [{"type": "text", "text": "HTTP 429 Too Many Requests"}],
-                                     "isError": True})
+    outcome = McpTaskOutcome(
+        workflow_id="w",
+        outcome=Outcome.TOOL_ERROR,
+        ledger=ledger,
+        result={"content": [{"type": "text", "text": "HTTP 429 Too Many Requests"}], "isError": True},
+    )
     from mcp_temporal_tasks.activities.activity_io import STILL_WORKING, WORKER_SHUTDOWN
 
     converter = McpTaskFailureConverter()
-    benign = ApplicationError("working (poll 3; next in 95s)", {"status": "working"}, type=STILL_WORKING,
-                              next_retry_delay=timedelta(seconds=95), category=ApplicationErrorCategory.BENIGN)
+    benign = ApplicationError(
+        "working (poll 3; next in 95s)",
+        {"status": "working"},
+        type=STILL_WORKING,
+        next_retry_delay=timedelta(seconds=95),
+        category=ApplicationErrorCategory.BENIGN,
+    )
     cases = (
         (McpTaskError(outcome), False),
         (RuntimeError("a bug"), True),

@@ -97,24 +97,37 @@ def task(status: str = "working", era: str = LEGACY, **kw: Any) -> TaskState:
 
 
 def started(era: str = LEGACY) -> StartCallOutput:
-    return StartCallOutput(start=StartResult(era=era, session=session(era), task=task(era=era)),  # type: ignore[arg-type]
-                           sdk_version="fake")
+    return StartCallOutput(
+        start=StartResult(era=era, session=session(era), task=task(era=era)),  # type: ignore[arg-type]
+        sdk_version="fake",
+    )
 
 
 def sync(result: dict[str, Any]) -> StartCallOutput:
-    return StartCallOutput(start=StartResult(era=LEGACY, session=session(), result=result),
-                           payload=DecodedPayload(result=result), sdk_version="fake")
+    return StartCallOutput(
+        start=StartResult(era=LEGACY, session=session(), result=result),
+        payload=DecodedPayload(result=result),
+        sdk_version="fake",
+    )
 
 
 def text(t: str, *, is_error: bool = False) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": t}], "isError": is_error}
 
 
-def done(result: dict[str, Any] | None = None, *, status: str = "completed", era: str = LEGACY,
-         error: RpcErrorInfo | None = None) -> AwaitOutput:
-    return AwaitOutput(state=task(status, era), polls=1,
-                       payload=DecodedPayload(result=result, error=error) if (result or error) else None,
-                       retrieval_error=None if (result or error) else "TransportError: reset")
+def done(
+    result: dict[str, Any] | None = None,
+    *,
+    status: str = "completed",
+    era: str = LEGACY,
+    error: RpcErrorInfo | None = None,
+) -> AwaitOutput:
+    return AwaitOutput(
+        state=task(status, era),
+        polls=1,
+        payload=DecodedPayload(result=result, error=error) if (result or error) else None,
+        retrieval_error=None if (result or error) else "TransportError: reset",
+    )
 
 
 def wire(exc: McpWireError, **kw: Any) -> ApplicationError:
@@ -123,8 +136,9 @@ def wire(exc: McpWireError, **kw: Any) -> ApplicationError:
 
 
 #: A failure of an activity on an existing task that no retry can mend (a bug, a refused configuration).
-UNEXPECTED = ApplicationError("unexpected failure", {"may_have_reached_server": False}, type="Unexpected",
-                              non_retryable=True)
+UNEXPECTED = ApplicationError(
+    "unexpected failure", {"may_have_reached_server": False}, type="Unexpected", non_retryable=True
+)
 
 Step = Any  # a value to return, an exception to raise, or a callable of the input giving either
 
@@ -202,16 +216,31 @@ async def lone_env(lone_skipping_env: WorkflowEnvironment) -> WorkflowEnvironmen
     return lone_skipping_env
 
 
-async def run(env: WorkflowEnvironment, fakes: Fakes, *, steer: Callable[[WorkflowHandle[Any, Any]], Any] | None = None,
-              record: str | None = None, **request: Any) -> McpTaskOutcome:
+async def run(
+    env: WorkflowEnvironment,
+    fakes: Fakes,
+    *,
+    steer: Callable[[WorkflowHandle[Any, Any]], Any] | None = None,
+    record: str | None = None,
+    **request: Any,
+) -> McpTaskOutcome:
     """One task through the fakes. ``record``: with MCP_TASKS_RECORD_HISTORIES=1, its history joins the committed
     ones (tests/test_replay.py) when none of that name exists yet."""
     queue = f"fast-{uuid.uuid4().hex[:8]}"
     request.setdefault("timeouts", TIMEOUTS)
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=fakes.activities(),
-                      workflow_runner=workflow_runner()):
-        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", **request),
-                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=fakes.activities(),
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await start_mcp_task(
+            env.client,
+            McpTaskRequest(server="fake", tool="t", **request),
+            workflow_id=f"fast-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
         if steer is not None:
             await steer(handle)
         out = await asyncio.wait_for(outcome_of(handle), 30)
@@ -233,10 +262,19 @@ def replays(out: McpTaskOutcome) -> list[str]:
 async def test_an_invalid_request_is_rejected_before_anything(env: WorkflowEnvironment) -> None:
     fakes = Fakes()
     queue = f"fast-{uuid.uuid4().hex[:8]}"
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=fakes.activities(),
-                      workflow_runner=workflow_runner()):
-        handle = await env.client.start_workflow("McpTaskWorkflow", {"server": "fake", "tool": "t", "bogus": 1},
-                                                 id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=fakes.activities(),
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await env.client.start_workflow(
+            "McpTaskWorkflow",
+            {"server": "fake", "tool": "t", "bogus": 1},
+            id=f"fast-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
         out = await outcome_of(handle)
     assert out.outcome == Outcome.REJECTED and "bogus" in (out.reason or "")
     assert sum(fakes.calls.values()) == 0
@@ -265,9 +303,12 @@ async def test_a_synchronous_retryable_tool_error_may_replay(env: WorkflowEnviro
 
 
 async def test_input_asked_on_tools_call_itself_is_rejected(env: WorkflowEnvironment) -> None:
-    ask = StartCallOutput(start=StartResult(era=EXTENSION, session=session(EXTENSION),
-                                            input_requests={"k": InputRequest(method="elicitation/create")}),
-                          sdk_version="fake")
+    ask = StartCallOutput(
+        start=StartResult(
+            era=EXTENSION, session=session(EXTENSION), input_requests={"k": InputRequest(method="elicitation/create")}
+        ),
+        sdk_version="fake",
+    )
     out = await run(env, Fakes(start_call=[ask]), **REPLAY)
     assert out.outcome == Outcome.REJECTED and out.error is not None and out.error.code == -32601
 
@@ -282,18 +323,36 @@ async def test_a_refused_tools_call_is_rejected_never_replayed(env: WorkflowEnvi
 def _never_sent(kind: str, message: str) -> ApplicationError:
     """A refusal before tools/call left, as start_call raises it for a call tools/list already answers."""
     message = f"tools/call was never sent: {message}"
-    return ApplicationError(message, {"may_have_reached_server": False, "message": message, "code": -32602}, type=kind,
-                            non_retryable=True)
+    return ApplicationError(
+        message, {"may_have_reached_server": False, "message": message, "code": -32602}, type=kind, non_retryable=True
+    )
 
 
-@pytest.mark.parametrize("failure, classification", [
-    (wire(HttpRefusal("initialize: HTTP 404 without a JSON-RPC error", code=None), sent=False), None),
-    (wire(AuthorizationRequired("no access token for http://fake.invalid/mcp (OAuth client 'svc'): cannot reach "
-                                "http://127.0.0.1:1", status=None), sent=False), "authorization_required"),
-    (_never_sent("UnknownTool", "the server lists no tool 't' (it lists: a, b)"), "permanent"),
-    (_never_sent("InvalidArguments", "the arguments do not match the input schema of 't': seconds: 'x' is not of "
-                                     "type 'number'"), "input_correctable"),
-], ids=["initialize_refused", "oauth_failed", "unknown_tool", "schema_mismatch"])
+@pytest.mark.parametrize(
+    "failure, classification",
+    [
+        (wire(HttpRefusal("initialize: HTTP 404 without a JSON-RPC error", code=None), sent=False), None),
+        (
+            wire(
+                AuthorizationRequired(
+                    "no access token for http://fake.invalid/mcp (OAuth client 'svc'): cannot reach http://127.0.0.1:1",
+                    status=None,
+                ),
+                sent=False,
+            ),
+            "authorization_required",
+        ),
+        (_never_sent("UnknownTool", "the server lists no tool 't' (it lists: a, b)"), "permanent"),
+        (
+            _never_sent(
+                "InvalidArguments",
+                "the arguments do not match the input schema of 't': seconds: 'x' is not of type 'number'",
+            ),
+            "input_correctable",
+        ),
+    ],
+    ids=["initialize_refused", "oauth_failed", "unknown_tool", "schema_mismatch"],
+)
 async def test_a_refusal_before_tools_call_was_sent_counts_no_attempt(
     env: WorkflowEnvironment, failure: ApplicationError, classification: str | None
 ) -> None:
@@ -374,14 +433,18 @@ async def test_a_completed_task_delivers_its_result(env: WorkflowEnvironment) ->
 
 
 async def test_a_payload_read_that_failed_is_retrieved_alone(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started()], await_task=[done()],
-                  retrieve_result=[RetrieveOutput(payload=DecodedPayload(result=text("late")))])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[done()],
+        retrieve_result=[RetrieveOutput(payload=DecodedPayload(result=text("late")))],
+    )
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.COMPLETED and out.result == text("late") and fakes.calls["start_call"] == 1
 
 
 async def test_a_payload_unreadable_for_its_budget_is_result_unavailable_never_replayed(
-        env: WorkflowEnvironment) -> None:
+    env: WorkflowEnvironment,
+) -> None:
     fault = error_from_rpc({"code": -32603, "message": "temporarily unavailable"}, method="tasks/result")
     fakes = Fakes(start_call=[started()], await_task=[done()], retrieve_result=[wire(fault, task_read=True)])
     out = await run(env, fakes, record="result_unavailable_after_read_faults", **REPLAY)
@@ -400,8 +463,10 @@ async def test_a_payload_purged_before_it_was_read_never_replays(env: WorkflowEn
 
 async def test_a_retryable_stored_failure_may_replay(env: WorkflowEnvironment) -> None:
     failure = RpcErrorInfo(code=-32000, message=RETRYABLE_TEXT)
-    fakes = Fakes(start_call=[started(EXTENSION), sync(text("ok"))],
-                  await_task=[done(status="failed", era=EXTENSION, error=failure)])
+    fakes = Fakes(
+        start_call=[started(EXTENSION), sync(text("ok"))],
+        await_task=[done(status="failed", era=EXTENSION, error=failure)],
+    )
     out = await run(env, fakes, **REPLAY)
     assert replays(out) == ["replay_retryable"]
 
@@ -419,8 +484,14 @@ async def test_a_legacy_error_reply_payload_never_replays(env: WorkflowEnvironme
 
 
 def asking(era: str = EXTENSION) -> AwaitOutput:
-    return AwaitOutput(state=task("input_required", era, input_requests={
-        "k1": InputRequest(method="elicitation/create", params={"message": "approve?"})}), polls=1)
+    return AwaitOutput(
+        state=task(
+            "input_required",
+            era,
+            input_requests={"k1": InputRequest(method="elicitation/create", params={"message": "approve?"})},
+        ),
+        polls=1,
+    )
 
 
 async def answer(handle: WorkflowHandle[Any, Any]) -> None:
@@ -429,8 +500,9 @@ async def answer(handle: WorkflowHandle[Any, Any]) -> None:
 
 
 async def test_input_is_answered_with_tasks_update_then_the_task_completes(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[asking(), done(text("ok"), era=EXTENSION)],
-                  answer_input=[None])
+    fakes = Fakes(
+        start_call=[started(EXTENSION)], await_task=[asking(), done(text("ok"), era=EXTENSION)], answer_input=[None]
+    )
     out = await run(env, fakes, steer=answer)
     assert out.outcome == Outcome.COMPLETED and fakes.calls["answer_input"] == 1
     assert fakes.inputs["answer_input"][0].responses == {"k1": {"action": "decline"}}
@@ -459,8 +531,7 @@ async def test_legacy_input_is_relayed_and_the_relays_payload_ends_the_task(env:
 
 
 async def test_a_relay_that_fails_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started(LEGACY)], await_task=[asking(LEGACY)],
-                  relay_input=[UNEXPECTED])
+    fakes = Fakes(start_call=[started(LEGACY)], await_task=[asking(LEGACY)], relay_input=[UNEXPECTED])
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.LOST and not replays(out)
 
@@ -470,27 +541,40 @@ async def test_a_relay_that_fails_is_lost_never_replayed(env: WorkflowEnvironmen
 
 def still_working(gap_s: float = 600.0) -> ApplicationError:
     """A poll_task attempt that found the task working, exactly as the real one ends it."""
-    return ApplicationError(f"working (next in {gap_s:.0f}s)", {"status": "working"}, type=names.STILL_WORKING,
-                            next_retry_delay=timedelta(seconds=gap_s), category=ApplicationErrorCategory.BENIGN)
+    return ApplicationError(
+        f"working (next in {gap_s:.0f}s)",
+        {"status": "working"},
+        type=names.STILL_WORKING,
+        next_retry_delay=timedelta(seconds=gap_s),
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 IDLE = AwaitOutput(state=task(), polls=3, idle=True)
 
 
 def scheduled(events: list[Any], activity_type: str) -> int:
-    return sum(1 for e in events if e.HasField("activity_task_scheduled_event_attributes")
-               and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type)
+    return sum(
+        1
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    )
 
 
 async def test_a_wait_whose_polls_are_far_apart_goes_on_with_nothing_running_between_them(
-        env: WorkflowEnvironment) -> None:
+    env: WorkflowEnvironment,
+) -> None:
     handles: list[WorkflowHandle[Any, Any]] = []
 
     async def keep(handle: WorkflowHandle[Any, Any]) -> None:
         handles.append(handle)
 
-    fakes = Fakes(start_call=[started()], await_task=[IDLE],
-                  poll_task=[still_working(), still_working(), still_working(), done(text("built"))])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[IDLE],
+        poll_task=[still_working(), still_working(), still_working(), done(text("built"))],
+    )
     out = await run(env, fakes, steer=keep, record="idle_wait_completed")
     assert out.outcome == Outcome.COMPLETED and out.result == text("built")
     assert fakes.calls["await_task"] == 1 and fakes.calls["poll_task"] == 4
@@ -509,8 +593,12 @@ async def test_idle_gap_zero_keeps_the_whole_wait_in_one_heartbeating_activity(e
 
 
 async def test_input_asked_during_an_idle_wait_is_answered_and_the_wait_goes_on_idle(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[IDLE], answer_input=[None],
-                  poll_task=[still_working(0.2), asking(), still_working(0.2), done(text("ok"), era=EXTENSION)])
+    fakes = Fakes(
+        start_call=[started(EXTENSION)],
+        await_task=[IDLE],
+        answer_input=[None],
+        poll_task=[still_working(0.2), asking(), still_working(0.2), done(text("ok"), era=EXTENSION)],
+    )
     out = await run(env, fakes, steer=answer)  # short gaps: the test server skips time only while a result is awaited
     assert out.outcome == Outcome.COMPLETED and fakes.calls["answer_input"] == 1
     assert fakes.calls["await_task"] == 1 and fakes.calls["poll_task"] == 4  # after the answer: still no heartbeats
@@ -518,8 +606,12 @@ async def test_input_asked_during_an_idle_wait_is_answered_and_the_wait_goes_on_
 
 async def test_a_cancel_reaches_an_idle_wait_without_waiting_for_its_next_poll(env: WorkflowEnvironment) -> None:
     # Every gap is a day: a cancel that waited for the next attempt would not end this test in time.
-    fakes = Fakes(start_call=[started()], await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
-                  poll_task=[still_working(86400.0)], cancel_task=[CancelOutput(state=task("cancelled"))])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
+        poll_task=[still_working(86400.0)],
+        cancel_task=[CancelOutput(state=task("cancelled"))],
+    )
 
     async def cancel(handle: WorkflowHandle[Any, Any]) -> None:
         await until(lambda: fakes.calls["poll_task"] >= 1, 20, "the first idle poll")
@@ -531,8 +623,12 @@ async def test_a_cancel_reaches_an_idle_wait_without_waiting_for_its_next_poll(e
 
 
 async def test_the_deadline_ends_an_idle_wait_by_a_timer(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started()], await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
-                  poll_task=[still_working(600.0)], cancel_task=[CancelOutput(state=task("cancelled"))])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[IDLE, AwaitOutput(state=task("cancelled"), polls=1)],
+        poll_task=[still_working(600.0)],
+        cancel_task=[CancelOutput(state=task("cancelled"))],
+    )
     deadline = await env.get_current_time() + timedelta(hours=1)
     out = await run(env, fakes, deadline=deadline, **REPLAY)
     assert out.outcome == Outcome.CANCELLED and "deadline" in (out.reason or "") and fakes.calls["cancel_task"] == 1
@@ -542,8 +638,11 @@ async def test_the_deadline_ends_an_idle_wait_by_a_timer(env: WorkflowEnvironmen
 
 async def test_a_poll_that_keeps_failing_idle_is_lost_never_replayed(env: WorkflowEnvironment) -> None:
     last = RpcErrorInfo(code=-32603, message="temporarily unavailable")
-    fakes = Fakes(start_call=[started()], await_task=[IDLE],
-                  poll_task=[still_working(), AwaitOutput(no_answer="9 attempts over 20s", last_error=last)])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[IDLE],
+        poll_task=[still_working(), AwaitOutput(no_answer="9 attempts over 20s", last_error=last)],
+    )
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.LOST and out.error == last and not replays(out)
 
@@ -573,8 +672,11 @@ async def test_a_notification_wakes_an_idle_wait_and_the_read_that_follows_decid
 
 
 async def test_a_notification_that_lied_costs_one_read_and_the_poll_ends_the_task(env: WorkflowEnvironment) -> None:
-    fakes = Fakes(start_call=[started()], await_task=[IDLE, IDLE],
-                  poll_task=[still_working(86400.0), still_working(0.2), done(text("true end"))])
+    fakes = Fakes(
+        start_call=[started()],
+        await_task=[IDLE, IDLE],
+        poll_task=[still_working(86400.0), still_working(0.2), done(text("true end"))],
+    )
 
     async def lie(handle: WorkflowHandle[Any, Any]) -> None:
         await until(lambda: fakes.calls["poll_task"] >= 1, 20, "the first idle poll")
@@ -622,10 +724,13 @@ async def cancel_when_working(handle: WorkflowHandle[Any, Any]) -> None:
     await handle.execute_update(McpTaskWorkflow.cancel, "operator")
 
 
-@pytest.mark.parametrize("settled, want", [
-    (AwaitOutput(state=task("cancelled"), polls=1), Outcome.CANCELLED),
-    (done(text("finished first")), Outcome.COMPLETED),
-])
+@pytest.mark.parametrize(
+    "settled, want",
+    [
+        (AwaitOutput(state=task("cancelled"), polls=1), Outcome.CANCELLED),
+        (done(text("finished first")), Outcome.COMPLETED),
+    ],
+)
 async def test_a_cancel_sends_tasks_cancel_and_keeps_the_tasks_true_end(
     lone_env: WorkflowEnvironment, settled: AwaitOutput, want: Outcome
 ) -> None:
@@ -652,8 +757,7 @@ async def test_a_cancel_the_server_never_answers_says_the_task_may_still_run(lon
 
 
 async def test_a_cancel_whose_final_state_is_unknown(lone_env: WorkflowEnvironment) -> None:
-    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("working"))],
-                     settle=[UNEXPECTED])
+    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("working"))], settle=[UNEXPECTED])
     out = await run(lone_env, fakes, steer=cancel_when_working)
     assert out.outcome == Outcome.CANCELLED and "final state unknown" in (out.reason or "")
 
@@ -697,9 +801,11 @@ async def test_max_replays_is_the_bound(env: WorkflowEnvironment) -> None:
 async def test_a_run_through_input_a_lost_task_and_a_replay_makes_only_allowed_moves(env: WorkflowEnvironment) -> None:
     """SUBMITTING → WORKING → INPUT_REQUIRED → WORKING → REPLAYING → SUBMITTING → WORKING → DONE: the machine checks
     each move against TRANSITIONS itself, and a move it does not allow fails the workflow task (no outcome)."""
-    fakes = Fakes(start_call=[started(EXTENSION)],
-                  await_task=[asking(), AwaitOutput(not_found=True), done(text("ok"), era=EXTENSION)],
-                  answer_input=[None])
+    fakes = Fakes(
+        start_call=[started(EXTENSION)],
+        await_task=[asking(), AwaitOutput(not_found=True), done(text("ok"), era=EXTENSION)],
+        answer_input=[None],
+    )
     out = await run(env, fakes, steer=answer, **REPLAY)
     assert out.outcome == Outcome.COMPLETED and replays(out) == ["replay_lost"]
     assert fakes.calls["await_task"] == 3 and fakes.calls["answer_input"] == 1
@@ -712,8 +818,11 @@ async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome
     outcome (from the memo: a cancellation carries no details). The cancel update still ends Failed."""
     from temporalio.client import WorkflowExecutionStatus
 
-    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
-                     settle=[AwaitOutput(state=task("cancelled"), polls=1)])
+    fakes = Blocking(
+        start_call=[started()],
+        cancel_task=[CancelOutput(state=task("cancelled"))],
+        settle=[AwaitOutput(state=task("cancelled"), polls=1)],
+    )
     handles: list[WorkflowHandle[Any, Any]] = []
 
     async def cancel(handle: WorkflowHandle[Any, Any]) -> None:
@@ -731,8 +840,15 @@ async def test_a_task_cancelled_through_temporal_shows_canceled_with_its_outcome
         await cancel_when_working(handle)
         by_update.append(handle)
 
-    again = await run(lone_env, Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
-                                    settle=[AwaitOutput(state=task("cancelled"), polls=1)]), steer=update)
+    again = await run(
+        lone_env,
+        Blocking(
+            start_call=[started()],
+            cancel_task=[CancelOutput(state=task("cancelled"))],
+            settle=[AwaitOutput(state=task("cancelled"), polls=1)],
+        ),
+        steer=update,
+    )
     assert again.outcome == Outcome.CANCELLED
     assert (await by_update[0].describe()).status == WorkflowExecutionStatus.FAILED
 
@@ -752,14 +868,22 @@ async def test_a_child_cancelled_on_purpose_gives_its_parent_the_cancelled_outco
     """The child ends Canceled (no details); the parent reads its outcome from the child's memo."""
     from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 
-    fakes = Blocking(start_call=[started()], cancel_task=[CancelOutput(state=task("cancelled"))],
-                     settle=[AwaitOutput(state=task("cancelled"), polls=1)])
+    fakes = Blocking(
+        start_call=[started()],
+        cancel_task=[CancelOutput(state=task("cancelled"))],
+        settle=[AwaitOutput(state=task("cancelled"), polls=1)],
+    )
     queue, child_id = f"fast-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
-    async with Worker(lone_env.client, task_queue=queue, workflows=[McpTaskWorkflow, Parent],
-                      activities=[*fakes.activities(), McpActivities().fetch_outcome],
-                      workflow_runner=workflow_runner()):
-        parent = await lone_env.client.start_workflow(Parent.run, child_id, id=f"parent-{uuid.uuid4().hex[:8]}",
-                                                 task_queue=queue)
+    async with Worker(
+        lone_env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow, Parent],
+        activities=[*fakes.activities(), McpActivities().fetch_outcome],
+        workflow_runner=workflow_runner(),
+    ):
+        parent = await lone_env.client.start_workflow(
+            Parent.run, child_id, id=f"parent-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
         child = lone_env.client.get_workflow_handle(child_id)
         await wait_for_view(child, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=20)
         await child.cancel()
@@ -781,19 +905,32 @@ async def test_an_attempt_is_dated_when_tools_call_was_sent_not_when_its_reply_c
         return sync(text("done"))
 
     acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.START_CALL]
-    async with Worker(env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, start_call],
-                      workflow_runner=workflow_runner()):
-        handle = await start_mcp_task(env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
-                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=[*acts, start_call],
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await start_mcp_task(
+            env.client,
+            McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
+            workflow_id=f"fast-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
         await asyncio.wait_for(sent.wait(), 20)
         await env.sleep(3)  # Temporal's clock moves 3 s while the call is out (under the 5 s heartbeat timeout)
         replied.set()
         out = await asyncio.wait_for(outcome_of(handle), 30)
     events = [e async for e in handle.fetch_history_events()]
-    scheduled = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
-                     if e.activity_task_scheduled_event_attributes.activity_type.name == names.START_CALL)
-    completed = next(e.event_time.ToDatetime(tzinfo=UTC) for e in events
-                     if e.HasField("activity_task_completed_event_attributes"))
+    scheduled = next(
+        e.event_time.ToDatetime(tzinfo=UTC)
+        for e in events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == names.START_CALL
+    )
+    completed = next(
+        e.event_time.ToDatetime(tzinfo=UTC) for e in events if e.HasField("activity_task_completed_event_attributes")
+    )
     at = out.operation_attempts[0].at
     assert out.outcome == Outcome.COMPLETED and (completed - scheduled).total_seconds() >= 2.9, (scheduled, completed)
     assert abs((at - scheduled).total_seconds()) < 1.0, (at, scheduled, completed)
@@ -815,10 +952,19 @@ async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(
 
     acts = [a for a in fakes.activities() if getattr(a, "__temporal_activity_definition").name != names.RESOLVE]
     queue = f"fast-{uuid.uuid4().hex[:8]}"
-    async with Worker(lone_env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=[*acts, resolve],
-                      workflow_runner=workflow_runner()):
-        handle = await start_mcp_task(lone_env.client, McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
-                                      workflow_id=f"fast-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    async with Worker(
+        lone_env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=[*acts, resolve],
+        workflow_runner=workflow_runner(),
+    ):
+        handle = await start_mcp_task(
+            lone_env.client,
+            McpTaskRequest(server="fake", tool="t", timeouts=TIMEOUTS),
+            workflow_id=f"fast-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
         await asyncio.wait_for(resolving.wait(), 20)
         await handle.cancel()
         out = await asyncio.wait_for(outcome_of(handle), 30)
@@ -830,8 +976,9 @@ async def test_a_task_cancelled_before_tools_call_was_sent_still_has_an_outcome(
 # --- what a server says about waiting is bounded: never a crash, never a call counted lost ---------------------
 
 
-@pytest.mark.parametrize("header", ["7", "-3", "inf", "nan", "1e15", "soon", "99999999999999999999",
-                                    "Fri, 31 Dec 9999 23:59:59 GMT"])
+@pytest.mark.parametrize(
+    "header", ["7", "-3", "inf", "nan", "1e15", "soon", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"]
+)
 async def test_a_429_on_tools_call_is_never_an_unknown_outcome(env: WorkflowEnvironment, header: str) -> None:
     """A 429 is a refusal: the call did not run, whatever its Retry-After says. Usable ones are waited out before a
     resend; unusable ones are ignored (backoff instead); a day-long one ends the task rejected at once."""

@@ -74,30 +74,63 @@ EXAMPLE_S = 8.0
 
 HOSTILE_NUMBERS = st.one_of(
     st.sampled_from([10**15, 10**400, -(10**400), 0, 1, 1e308, math.inf, -math.inf, math.nan]),
-    st.none(), st.integers(-(10**20), 10**20),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.booleans(), st.just([]))
+    st.none(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.booleans(),
+    st.just([]),
+)
 HOSTILE_TIMES = st.one_of(
-    st.none(), st.sampled_from(["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-05:00",
-                                "2026-12-01T00:00:00Z", "2026-12-01T00:00:00", "1969-12-31T23:59:59Z", "soon", ""]),
-    st.integers(), st.floats(allow_nan=True))
+    st.none(),
+    st.sampled_from(
+        [
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "9999-12-31T23:59:59-05:00",
+            "2026-12-01T00:00:00Z",
+            "2026-12-01T00:00:00",
+            "1969-12-31T23:59:59Z",
+            "soon",
+            "",
+        ]
+    ),
+    st.integers(),
+    st.floats(allow_nan=True),
+)
 TEXTS = st.one_of(st.none(), st.text(max_size=40), st.integers(), st.just("x" * 70_000))
-OPTIONAL_FIELDS = {"ttl": HOSTILE_NUMBERS, "ttlMs": HOSTILE_NUMBERS, "pollInterval": HOSTILE_NUMBERS,
-                   "pollIntervalMs": HOSTILE_NUMBERS, "createdAt": HOSTILE_TIMES, "lastUpdatedAt": HOSTILE_TIMES,
-                   "statusMessage": TEXTS}
+OPTIONAL_FIELDS = {
+    "ttl": HOSTILE_NUMBERS,
+    "ttlMs": HOSTILE_NUMBERS,
+    "pollInterval": HOSTILE_NUMBERS,
+    "pollIntervalMs": HOSTILE_NUMBERS,
+    "createdAt": HOSTILE_TIMES,
+    "lastUpdatedAt": HOSTILE_TIMES,
+    "statusMessage": TEXTS,
+}
 
 
 def results() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(
-        st.builds(lambda t, e: {"content": [{"type": "text", "text": t}], "isError": e}, TEXTS.filter(
-            lambda v: isinstance(v, str)), st.booleans()),
+        st.builds(
+            lambda t, e: {"content": [{"type": "text", "text": t}], "isError": e},
+            TEXTS.filter(lambda v: isinstance(v, str)),
+            st.booleans(),
+        ),
         st.just({"content": [{"type": "text", "text": "y" * 300_000}], "isError": False}),
         st.just({"content": [], "structuredContent": {"retryAfter": math.inf, "n": math.nan}, "isError": True}),
-        st.just({"content": [{"type": "text", "text": "HTTP 429; retry-after=99999999999"}], "isError": True}))
+        st.just({"content": [{"type": "text", "text": "HTTP 429; retry-after=99999999999"}], "isError": True}),
+    )
 
 
 #: A plausible record's fields, each of which an example may drop or replace with a hostile value.
-GOOD = {"createdAt": "2026-12-01T00:00:00Z", "lastUpdatedAt": "2026-12-01T00:00:00Z", "ttl": 600_000,
-        "pollInterval": 100, "statusMessage": "working on it"}
+GOOD = {
+    "createdAt": "2026-12-01T00:00:00Z",
+    "lastUpdatedAt": "2026-12-01T00:00:00Z",
+    "ttl": 600_000,
+    "pollInterval": 100,
+    "statusMessage": "working on it",
+}
 
 
 @st.composite
@@ -108,21 +141,31 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
     for key in draw(st.lists(st.sampled_from(sorted(OPTIONAL_FIELDS)), unique=True, max_size=3)):
         record[key] = draw(OPTIONAL_FIELDS[key])
     if record["status"] == "input_required" and draw(st.booleans()):
-        record["inputRequests"] = {"k": {"method": "elicitation/create",
-                                         "params": {"message": draw(TEXTS), "requestedSchema": draw(
-                                             st.sampled_from([None, [], {"type": "object"}, "x"]))}}}
+        record["inputRequests"] = {
+            "k": {
+                "method": "elicitation/create",
+                "params": {
+                    "message": draw(TEXTS),
+                    "requestedSchema": draw(st.sampled_from([None, [], {"type": "object"}, "x"])),
+                },
+            }
+        }
     if record["status"] in ("completed", "failed") and draw(st.booleans()):
         record["result"] = draw(results())
     return record
 
 
 #: One read of the task: a record, or one of the ends a read can meet.
-READS = st.one_of(records().map(lambda r: ("record", r)),
-                  st.sampled_from([("not_found", None), ("gone", None), ("no_answer", None), ("idle", None),
-                                   ("long_wait", None)]))
-PAYLOADS = st.one_of(st.none(), results().map(lambda r: ("result", r)),
-                     st.just(("error", {"code": -32603, "message": "boom " * 2000})),
-                     st.sampled_from([("not_found", None), ("unreachable", None), ("fault", None)]))
+READS = st.one_of(
+    records().map(lambda r: ("record", r)),
+    st.sampled_from([("not_found", None), ("gone", None), ("no_answer", None), ("idle", None), ("long_wait", None)]),
+)
+PAYLOADS = st.one_of(
+    st.none(),
+    results().map(lambda r: ("result", r)),
+    st.just(("error", {"code": -32603, "message": "boom " * 2000})),
+    st.sampled_from([("not_found", None), ("unreachable", None), ("fault", None)]),
+)
 
 
 @dataclass
@@ -137,10 +180,16 @@ class Script:
     calls: Counter[str] = field(default_factory=Counter)
 
 
-SCRIPTS = st.builds(Script, era=st.sampled_from(ERAS), first=records().filter(lambda r: r["status"] == "working"),
-                    reads=st.lists(READS, max_size=6), payloads=st.lists(PAYLOADS, max_size=3),
-                    policy=st.sampled_from([ReplayPolicy.NEVER, ReplayPolicy.IF_IDEMPOTENT, ReplayPolicy.ALWAYS]),
-                    idempotent=st.booleans(), max_replays=st.integers(0, 2))
+SCRIPTS = st.builds(
+    Script,
+    era=st.sampled_from(ERAS),
+    first=records().filter(lambda r: r["status"] == "working"),
+    reads=st.lists(READS, max_size=6),
+    payloads=st.lists(PAYLOADS, max_size=3),
+    policy=st.sampled_from([ReplayPolicy.NEVER, ReplayPolicy.IF_IDEMPOTENT, ReplayPolicy.ALWAYS]),
+    idempotent=st.booleans(),
+    max_replays=st.integers(0, 2),
+)
 
 
 # --- the fakes: one dispatcher, each workflow reads its own script --------------------------------------------
@@ -181,8 +230,12 @@ def _read(script: Script) -> AwaitOutput:
         payload = _payload(script.payloads.pop(0) if script.payloads else None) if state.terminal else None
         if state.terminal and payload is None and state.result is not None:
             payload = DecodedPayload(result=state.result)
-        return AwaitOutput(state=state, polls=1, payload=payload,
-                           retrieval_error=None if payload or not state.terminal else "TransportError: reset")
+        return AwaitOutput(
+            state=state,
+            polls=1,
+            payload=payload,
+            retrieval_error=None if payload or not state.terminal else "TransportError: reset",
+        )
     if kind == "not_found":
         return AwaitOutput(not_found=True)
     if kind == "gone":
@@ -207,8 +260,10 @@ async def start_call(inp: StartCallInput) -> StartCallOutput:
     script = _script()
     script.calls["tools/call"] += 1
     state = _state(script.first, script.era) or TaskState(task_id="t-1", status="working", era=script.era)  # type: ignore[arg-type]
-    return StartCallOutput(start=StartResult(era=script.era, session=_session(script.era), task=state),  # type: ignore[arg-type]
-                           sdk_version="fake")
+    return StartCallOutput(
+        start=StartResult(era=script.era, session=_session(script.era), task=state),  # type: ignore[arg-type]
+        sdk_version="fake",
+    )
 
 
 @activity.defn(name=names.AWAIT_TASK)
@@ -257,8 +312,16 @@ async def relay_input(inp: RelayInput) -> RelayOutput:
     return RelayOutput(payload=payload)
 
 
-ACTIVITIES: list[Callable[..., Any]] = [resolve, start_call, await_task, poll_task, retrieve_result, cancel_task,
-                                        answer_input, relay_input]
+ACTIVITIES: list[Callable[..., Any]] = [
+    resolve,
+    start_call,
+    await_task,
+    poll_task,
+    retrieve_result,
+    cancel_task,
+    answer_input,
+    relay_input,
+]
 TIMEOUTS = Timeouts(heartbeat_s=5, poll_floor_s=0.05, submit_s=30, unreachable_s=20, input_s=60)
 
 
@@ -267,19 +330,37 @@ async def check_one(env: WorkflowEnvironment, queue: str, script: Script) -> str
     wid = f"prop-{uuid.uuid4().hex[:10]}"
     RUNNING[wid] = script
     try:
-        handle = await start_mcp_task(env.client, McpTaskRequest(
-            server="fake", tool="t", replay=script.policy, idempotent=script.idempotent,
-            max_replays=script.max_replays, timeouts=TIMEOUTS, input_timeout_s=60), workflow_id=wid, task_queue=queue)
+        handle = await start_mcp_task(
+            env.client,
+            McpTaskRequest(
+                server="fake",
+                tool="t",
+                replay=script.policy,
+                idempotent=script.idempotent,
+                max_replays=script.max_replays,
+                timeouts=TIMEOUTS,
+                input_timeout_s=60,
+            ),
+            workflow_id=wid,
+            task_queue=queue,
+        )
         try:
             out = await asyncio.wait_for(outcome_of(handle), EXAMPLE_S)
         except TimeoutError:
             out = None
-        failed = [e.workflow_task_failed_event_attributes.failure.message async for e in handle.fetch_history_events()
-                  if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+        failed = [
+            e.workflow_task_failed_event_attributes.failure.message
+            async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
         assert not failed, f"workflow task failed: {failed[0]}"
         assert out is not None, f"no outcome within {EXAMPLE_S}s (reads {script.calls['read']})"
-        allowed = 1 + (script.max_replays if script.policy == ReplayPolicy.ALWAYS or (
-            script.policy == ReplayPolicy.IF_IDEMPOTENT and script.idempotent) else 0)
+        allowed = 1 + (
+            script.max_replays
+            if script.policy == ReplayPolicy.ALWAYS
+            or (script.policy == ReplayPolicy.IF_IDEMPOTENT and script.idempotent)
+            else 0
+        )
         assert script.calls["tools/call"] <= allowed, (
             f"{script.calls['tools/call']} tools/call, policy allows {allowed}"
         )
@@ -291,8 +372,13 @@ async def check_one(env: WorkflowEnvironment, queue: str, script: Script) -> str
 @pytest.fixture(scope="module")
 async def machine(skipping_env: WorkflowEnvironment) -> Any:
     queue = f"prop-{uuid.uuid4().hex[:8]}"
-    async with Worker(skipping_env.client, task_queue=queue, workflows=[McpTaskWorkflow], activities=ACTIVITIES,
-                      workflow_runner=workflow_runner()):
+    async with Worker(
+        skipping_env.client,
+        task_queue=queue,
+        workflows=[McpTaskWorkflow],
+        activities=ACTIVITIES,
+        workflow_runner=workflow_runner(),
+    ):
         yield skipping_env, queue
 
 
@@ -303,8 +389,13 @@ async def test_any_server_records_end_the_task_without_a_failed_workflow_task(ma
     ran: Counter[str] = Counter()
 
     # Deterministic in CI; MCP_TASKS_PROPERTY_EXAMPLES=N MCP_TASKS_PROPERTY_BUDGET_S=S explores further (random).
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES == 60, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=EXAMPLES == 60,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(SCRIPTS)
     def check(script: Script) -> None:
         if time.monotonic() > stop_at:  # the budget is spent: the remaining examples pass untried
@@ -318,17 +409,26 @@ async def test_any_server_records_end_the_task_without_a_failed_workflow_task(ma
 
 # --- failing examples the property test found, kept as regular tests ------------------------------------------
 
+
 def _found(first: dict[str, Any], *reads: tuple[str, Any], era: str = "2025-11-25") -> Script:
-    return Script(era=era, first={"taskId": "t-1", "status": "working", **first}, reads=list(reads), payloads=[],
-                  policy=ReplayPolicy.ALWAYS, idempotent=True, max_replays=1)
+    return Script(
+        era=era,
+        first={"taskId": "t-1", "status": "working", **first},
+        reads=list(reads),
+        payloads=[],
+        policy=ReplayPolicy.ALWAYS,
+        idempotent=True,
+        max_replays=1,
+    )
 
 
 #: Found by the property test on the code before issue 39 (each failed its workflow task on every attempt, or made
 #: the fake's tools/call raise: the parse boundary let an infinite ttl reach int()).
 FOUND: dict[str, Script] = {
     "ttl-1e20-then-not-found": _found({"createdAt": "2026-12-01T00:00:00Z", "ttl": 10**20}, ("not_found", None)),
-    "ttl-1e15-then-not-found-extension": _found({"createdAt": "2026-12-01T00:00:00Z", "ttl": 10**15},
-                                                ("not_found", None), era="2026-07-28"),
+    "ttl-1e15-then-not-found-extension": _found(
+        {"createdAt": "2026-12-01T00:00:00Z", "ttl": 10**15}, ("not_found", None), era="2026-07-28"
+    ),
     "created-9999-then-not-found": _found({"createdAt": "9999-12-31T23:59:59Z", "ttl": 10**15}, ("not_found", None)),
     "created-1-then-not-found": _found({"createdAt": "0001-01-01T00:00:00Z", "ttl": 10**15}, ("not_found", None)),
     "ttl-infinite-at-parse": _found({"createdAt": "2026-12-01T00:00:00Z", "ttl": math.inf}, ("not_found", None)),

@@ -33,8 +33,11 @@ from tests.peers.harness import Peer
 
 
 def notice(task_id: str, status: str = "completed", method: str = "notifications/tasks/status") -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": method, "params": {"taskId": task_id, "status": status,
-                                                           "createdAt": "2026-12-01T00:00:00Z"}}
+    return {
+        "jsonrpc": "2.0",
+        "method": method,
+        "params": {"taskId": task_id, "status": status, "createdAt": "2026-12-01T00:00:00Z"},
+    }
 
 
 def frame(data: str) -> bytes:
@@ -59,10 +62,15 @@ def test_a_task_notice_reads_only_the_task_id_and_the_status() -> None:
     assert n.task_notice({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}) is None
     # A request (it has an id) is not a notification, whatever its method says.
     assert n.task_notice({**notice("t-1"), "id": 7}) is None
-    for bad in (notice(""), notice("t-1", "done"), {"method": "notifications/tasks/status", "params": []},
-                {"method": "notifications/tasks/status", "params": {"taskId": 5, "status": "completed"}},
-                {"method": "notifications/tasks/status", "params": {"taskId": "x" * 20_000, "status": "completed"}},
-                {"method": "notifications/tasks/status", "params": {"taskId": "\ud800", "status": "completed"}}, [1]):
+    for bad in (
+        notice(""),
+        notice("t-1", "done"),
+        {"method": "notifications/tasks/status", "params": []},
+        {"method": "notifications/tasks/status", "params": {"taskId": 5, "status": "completed"}},
+        {"method": "notifications/tasks/status", "params": {"taskId": "x" * 20_000, "status": "completed"}},
+        {"method": "notifications/tasks/status", "params": {"taskId": "\ud800", "status": "completed"}},
+        [1],
+    ):
         with pytest.raises(n.MalformedNotice):
             n.task_notice(bad)
 
@@ -121,12 +129,14 @@ async def scripted() -> AsyncIterator[Scripted]:
 
 
 def status(code: int) -> Answer:
-    return lambda: JSONResponse({"jsonrpc": "2.0", "error": {"code": -32000, "message": f"HTTP {code}"}, "id": None},
-                                status_code=code)
+    return lambda: JSONResponse(
+        {"jsonrpc": "2.0", "error": {"code": -32000, "message": f"HTTP {code}"}, "id": None}, status_code=code
+    )
 
 
 def stream(*chunks: bytes, then_hold: bool = False, every_s: float = 0.0) -> Answer:
     """An SSE stream of ``chunks`` (one each ``every_s``), then closed, or held open with nothing more."""
+
     async def body() -> AsyncIterator[bytes]:
         for chunk in chunks:
             yield chunk
@@ -191,20 +201,37 @@ async def test_a_refused_get_stream_says_so_and_is_retried_or_given_up() -> None
 
 async def test_malformed_and_unsolicited_messages_are_skipped_and_the_stream_goes_on() -> None:
     async with scripted() as server:
-        server.gets = [stream(b": keep-alive\n\n", frame(""), frame("{not json"), frame('"a string"'),
-                              frame(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}})),
-                              frame(json.dumps(notice("t-1"))), then_hold=True)]
+        server.gets = [
+            stream(
+                b": keep-alive\n\n",
+                frame(""),
+                frame("{not json"),
+                frame('"a string"'),
+                frame(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}})),
+                frame(json.dumps(notice("t-1"))),
+                then_hold=True,
+            )
+        ]
         heard = Heard()
         async with get_stream(server.url, heard) as listener:
-            await until(lambda: any(m.get("params", {}).get("taskId") == "t-1" for m in heard.messages
-                                    if isinstance(m, dict)), 5, "the good notification")
+            await until(
+                lambda: any(m.get("params", {}).get("taskId") == "t-1" for m in heard.messages if isinstance(m, dict)),
+                5,
+                "the good notification",
+            )
             assert listener.counts["malformed"] == 1 and listener.state == n.Reach.LISTENING
             assert server.get_count == 1
 
 
 async def test_an_oversized_event_breaks_only_that_stream_which_is_reopened() -> None:
-    huge = frame(json.dumps({**notice("t-big"), "params": {"taskId": "t-big", "status": "completed",
-                                                          "statusMessage": "x" * (n.MAX_NOTICE_BYTES + 10)}}))
+    huge = frame(
+        json.dumps(
+            {
+                **notice("t-big"),
+                "params": {"taskId": "t-big", "status": "completed", "statusMessage": "x" * (n.MAX_NOTICE_BYTES + 10)},
+            }
+        )
+    )
     async with scripted() as server:
         server.gets = [stream(huge, then_hold=True), stream(frame(json.dumps(notice("t-after"))), then_hold=True)]
         heard = Heard()
@@ -217,8 +244,11 @@ async def test_an_oversized_event_breaks_only_that_stream_which_is_reopened() ->
 async def test_a_silent_stream_is_reopened_and_a_cut_one_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(n, "READ_IDLE_S", 0.5)
     async with scripted() as server:
-        server.gets = [stream(then_hold=True), stream(frame(json.dumps(notice("t-1")))),
-                       stream(frame(json.dumps(notice("t-2"))), then_hold=True)]
+        server.gets = [
+            stream(then_hold=True),
+            stream(frame(json.dumps(notice("t-1")))),
+            stream(frame(json.dumps(notice("t-2"))), then_hold=True),
+        ]
         heard = Heard()
         async with get_stream(server.url, heard) as listener:
             await until(lambda: len(heard.messages) == 2, 10, "both notifications")
@@ -230,8 +260,10 @@ async def test_an_ended_stream_is_resumed_with_its_last_event_id_after_the_serve
     """SEP-1699 on the standalone GET stream: reopened with Last-Event-ID (the last id it carried) after the
     server's retry (300 ms here), not the listener's own 1 s backoff; a hostile retry is clamped (30 s at most)."""
     async with scripted() as server:
-        server.gets = [stream(b"id: g-1\nretry: 300\ndata: \n\n", frame(json.dumps(notice("t-1")))),
-                       stream(frame(json.dumps(notice("t-2"))), then_hold=True)]
+        server.gets = [
+            stream(b"id: g-1\nretry: 300\ndata: \n\n", frame(json.dumps(notice("t-1")))),
+            stream(frame(json.dumps(notice("t-2"))), then_hold=True),
+        ]
         heard = Heard()
         async with get_stream(server.url, heard) as listener:
             await until(lambda: len(heard.messages) == 2, 10, "both notifications")
@@ -277,11 +309,15 @@ async def test_subscriptions_listen_delivers_task_events_where_a_server_agrees()
     """The ext-tasks draft's shapes from a scripted server: the acknowledgement agrees to one of the two ids asked,
     then a ``notifications/tasks`` for it arrives; the set of ids changing opens a new subscription."""
     async with scripted() as server:
+
         def listen(body: dict[str, Any]) -> Response:
             asked = body["params"]["notifications"]["taskIds"]
             sub = {"io.modelcontextprotocol/subscriptionId": body["id"]}
-            ack = {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                   "params": {"_meta": sub, "notifications": {"taskIds": [i for i in asked if i != "t-no"]}}}
+            ack = {
+                "jsonrpc": "2.0",
+                "method": "notifications/subscriptions/acknowledged",
+                "params": {"_meta": sub, "notifications": {"taskIds": [i for i in asked if i != "t-no"]}},
+            }
             event = {**notice(asked[0], "completed", "notifications/tasks")}
             event["params"]["_meta"] = sub
             return stream(frame(json.dumps(ack)), frame(json.dumps(event)), then_hold=True)()

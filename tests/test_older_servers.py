@@ -73,9 +73,21 @@ async def test_run_and_status_on_2025_06_18(py0618_http: Peer, temporal_env: Any
     mark = py0618_http.log_mark()
     address = address_of(temporal_env)
     wid = unique("old-run")
-    rc, out, err = await cli("run", "slow_echo", "--url", py0618_http.url or "", "--args",
-                             '{"seconds": 0.2, "text": "from an older server"}', "--id", wid, "--json",
-                             "--task-queue", queue, "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        py0618_http.url or "",
+        "--args",
+        '{"seconds": 0.2, "text": "from an older server"}',
+        "--id",
+        wid,
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+    )
     assert rc == 0, err[-2000:]
     outcome = McpTaskOutcome.model_validate(one_json(out))
     assert outcome.outcome == Outcome.COMPLETED
@@ -99,9 +111,15 @@ async def test_pydantic_ai_toolset_on_2025_06_18(py0618_http: Peer, temporal_env
     queue = unique("pai-old")
     text = unique("pai-old-echo")
     async with Worker(client, task_queue=queue, workflows=[PaiAgentWorkflow]):
-        out = await asyncio.wait_for(client.execute_workflow(
-            PaiAgentWorkflow.run, script("old", [("slow_echo", {"seconds": 0.1, "text": text})]),
-            id=unique("pai-old"), task_queue=queue), 90)
+        out = await asyncio.wait_for(
+            client.execute_workflow(
+                PaiAgentWorkflow.run,
+                script("old", [("slow_echo", {"seconds": 0.1, "text": text})]),
+                id=unique("pai-old"),
+                task_queue=queue,
+            ),
+            90,
+        )
     [echo] = seen(out)
     assert echo == {"tool": "slow_echo", "kind": "return", "content": {"echo": text}}, echo
     assert len(tool_calls(py0618_http, mark, "slow_echo")) == 1
@@ -116,17 +134,26 @@ async def test_worker_killed_mid_call_on_2025_06_18(py0618_http: Peer, temporal_
     address = address_of(temporal_env)
     mark = py0618_http.log_mark()
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="old", tool="slow_echo", arguments={"seconds": 30, "text": "never twice"}, timeouts=FAST),
-            workflow_id=unique("kill-old"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(
+                server="old", tool="slow_echo", arguments={"seconds": 30, "text": "never twice"}, timeouts=FAST
+            ),
+            workflow_id=unique("kill-old"),
+            task_queue=queue,
+        )
         await asyncio.to_thread(wait_until, lambda: tool_calls(py0618_http, mark, "slow_echo"), timeout_s=20)
         first.kill()
     with worker_process(address, queue, cfg):
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.UNKNOWN_OUTCOME, out.reason
     assert [a.ended for a in out.operation_attempts] == ["unknown_outcome"]
-    assert await settled_calls(py0618_http, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id],
-                               workers_stopped=True) == 1
+    assert (
+        await settled_calls(
+            py0618_http, mark, "slow_echo", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
+        == 1
+    )
 
 
 @pytest.mark.parametrize("answered", ["2099-01-01", 20250618, "x" * 100_000])
@@ -147,9 +174,12 @@ async def test_unknown_protocol_version_ends_the_task_bounded(client: Client, qu
     with scripted_mcp() as server:
         server.initialize_version = "2099-01-01"
         async with in_process_worker(client, task_queue=queue):
-            handle = await start_mcp_task(client, McpTaskRequest(
-                server=Endpoint(url=server.url), tool="charge", timeouts=FAST),
-                workflow_id=unique("unknown-version"), task_queue=queue)
+            handle = await start_mcp_task(
+                client,
+                McpTaskRequest(server=Endpoint(url=server.url), tool="charge", timeouts=FAST),
+                workflow_id=unique("unknown-version"),
+                task_queue=queue,
+            )
             out = await asyncio.wait_for(outcome_of(handle), 30)
         assert out.outcome == Outcome.REJECTED, out
         assert out.reason is not None and "2099-01-01" in json.dumps(out.model_dump(mode="json")), out

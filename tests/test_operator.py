@@ -48,8 +48,11 @@ from tests.temporal_harness import (
 from tests.test_cli_ux import one_line
 
 #: A shell whose PATH does not have the venv: a user who did not activate it.
-NO_VENV_PATH = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                               if Path(p).resolve() != Path(sys.executable).parent.resolve())
+NO_VENV_PATH = os.pathsep.join(
+    p
+    for p in os.environ.get("PATH", "").split(os.pathsep)
+    if Path(p).resolve() != Path(sys.executable).parent.resolve()
+)
 
 
 def trusted_config(tmp_path: Path) -> Path:
@@ -63,8 +66,14 @@ class RunProcess:
     """A foreground ``mcp-tasks run`` whose stderr is read line by line (progress), to be signalled."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen([*CLI, "run", *args], cwd=REPO_ROOT, env={**ENV, **(env or {})},
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [*CLI, "run", *args],
+            cwd=REPO_ROOT,
+            env={**ENV, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.err = ""
 
     async def wait_for(self, needle: str, timeout_s: float = 60) -> None:
@@ -93,12 +102,23 @@ class RunProcess:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-async def test_first_signal_cancels_the_task_and_reports_its_outcome(temporal_env: Any, fastmcp_server: Peer,
-                                                                     sig: signal.Signals) -> None:
+async def test_first_signal_cancels_the_task_and_reports_its_outcome(
+    temporal_env: Any, fastmcp_server: Peer, sig: signal.Signals
+) -> None:
     address = address_of(temporal_env)
     wid = unique("ctrl-c")
-    run = RunProcess("cancellable", "--url", fastmcp_server.url or "", "--args", '{"seconds": 30}', "--id", wid,
-                     "--json", "--address", address)
+    run = RunProcess(
+        "cancellable",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 30}',
+        "--id",
+        wid,
+        "--json",
+        "--address",
+        address,
+    )
     try:
         await run.wait_for("WORKING")
         sent = time.monotonic()
@@ -120,12 +140,23 @@ async def test_first_signal_cancels_the_task_and_reports_its_outcome(temporal_en
     assert wid not in {r["workflow_id"] for r in one_json(out)["workflows"]}
 
 
-async def test_second_signal_leaves_at_once_and_the_printed_command_resumes(temporal_env: Any,
-                                                                            fastmcp_server: Peer) -> None:
+async def test_second_signal_leaves_at_once_and_the_printed_command_resumes(
+    temporal_env: Any, fastmcp_server: Peer
+) -> None:
     address = address_of(temporal_env)
     wid = unique("ctrl-c-twice")
-    run = RunProcess("cancellable", "--url", fastmcp_server.url or "", "--args", '{"seconds": 8}', "--id", wid,
-                     "--address", address, env={"PATH": NO_VENV_PATH})
+    run = RunProcess(
+        "cancellable",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 8}',
+        "--id",
+        wid,
+        "--address",
+        address,
+        env={"PATH": NO_VENV_PATH},
+    )
     try:
         await run.wait_for("WORKING")
         os.kill(run.proc.pid, signal.SIGINT)
@@ -149,9 +180,14 @@ async def test_second_signal_leaves_at_once_and_the_printed_command_resumes(temp
     assert f"--id {wid}" in line and not re.search(r":\s*$", line)
     # The printed command works as printed, without an activated venv: it re-attaches and runs the task's worker.
     command = last.split("resume it with the same command: ", 1)[1]
-    proc = await asyncio.create_subprocess_exec(*shlex.split(command), "--json", cwd=REPO_ROOT,
-                                                env={**ENV, "PATH": NO_VENV_PATH}, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        *shlex.split(command),
+        "--json",
+        cwd=REPO_ROOT,
+        env={**ENV, "PATH": NO_VENV_PATH},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     # (an activity in flight when the first process left is handed over after its heartbeat timeout)
     out_b, err_b = await asyncio.wait_for(proc.communicate(), 150)
     outcome = one_json(out_b.decode())
@@ -180,8 +216,9 @@ def foreign_worker(temporal_env: Any, tmp_path: Path) -> Iterator[Path]:
         yield config
 
 
-async def test_run_with_its_own_worker_never_meets_a_foreign_worker(temporal_env: Any, fastmcp_server: Peer,
-                                                                    foreign_worker: Path, tmp_path: Path) -> None:
+async def test_run_with_its_own_worker_never_meets_a_foreign_worker(
+    temporal_env: Any, fastmcp_server: Peer, foreign_worker: Path, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
 
     async def one(i: int) -> dict[str, Any]:
@@ -206,25 +243,42 @@ async def test_run_with_its_own_worker_never_meets_a_foreign_worker(temporal_env
     # The command's own configuration (--config), never the foreign worker's `demo`.
     mine = tmp_path / "mine.toml"
     mine.write_text(f'[servers.demo]\nurl = "{fastmcp_server.url}"\n')
-    rc, out, err = await cli("run", "slow_echo", "--server", "demo", "--config", str(mine), "--args",
-                             json.dumps({"seconds": 0.1, "text": unique("cfg")}), "--json", "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--server",
+        "demo",
+        "--config",
+        str(mine),
+        "--args",
+        json.dumps({"seconds": 0.1, "text": unique("cfg")}),
+        "--json",
+        "--address",
+        address,
+    )
     assert rc == 0 and one_json(out)["outcome"] == "completed", err[-2000:]
 
 
-async def test_demo_never_uses_a_worker_it_did_not_start(temporal_env: Any, foreign_worker: Path,
-                                                         tmp_path: Path) -> None:
+async def test_demo_never_uses_a_worker_it_did_not_start(
+    temporal_env: Any, foreign_worker: Path, tmp_path: Path
+) -> None:
     env = {"TEMPORAL_ADDRESS": address_of(temporal_env), "MCP_TASKS_STATE_DIR": str(tmp_path), "PATH": NO_VENV_PATH}
     rc, out, err = await cli("demo", env=env, timeout=180)
     assert rc == 0, err[-3000:]
-    for name, outcome in (("build", "completed"), ("export", "tool_error"), ("payment", "cancelled"),
-                          ("report", "completed")):
+    for name, outcome in (
+        ("build", "completed"),
+        ("export", "tool_error"),
+        ("payment", "cancelled"),
+        ("report", "completed"),
+    ):
         assert re.search(rf"^{name} +\S+ +{outcome} ", out, re.M), out
     # The closing hint works typed as printed, without the venv on PATH.
     hint = next(line for line in out.splitlines() if line.strip().startswith("list:"))
     argv = shlex.split(hint.split("list:", 1)[1].split("   (")[0])
     assert argv[0] != "mcp-tasks" and argv[0].endswith("mcp-tasks"), hint
-    proc = await asyncio.create_subprocess_exec(*argv, "--json", env={**ENV, **env}, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "--json", env={**ENV, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     listed, _ = await asyncio.wait_for(proc.communicate(), 60)
     ids = set(re.findall(r"demo-build-\w+", out))
     assert proc.returncode == 0 and ids <= {r["workflow_id"] for r in one_json(listed.decode())["workflows"]}
@@ -237,11 +291,17 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-async def test_ctrl_c_during_the_demo_cancels_its_tasks_and_stops_its_children(temporal_env: Any,
-                                                                               tmp_path: Path) -> None:
+async def test_ctrl_c_during_the_demo_cancels_its_tasks_and_stops_its_children(
+    temporal_env: Any, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
-    demo = subprocess.Popen([*CLI, "demo"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**ENV, "TEMPORAL_ADDRESS": address, "MCP_TASKS_STATE_DIR": str(tmp_path)})
+    demo = subprocess.Popen(
+        [*CLI, "demo"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**ENV, "TEMPORAL_ADDRESS": address, "MCP_TASKS_STATE_DIR": str(tmp_path)},
+    )
     seen = ""
     try:
         assert demo.stderr is not None
@@ -282,13 +342,18 @@ async def test_ctrl_c_during_the_demo_cancels_its_tasks_and_stops_its_children(t
     assert one_json(out_s).get("outcome") in ("cancelled", "completed"), out_s  # ended, not left running
 
 
-async def test_detach_url_is_refused_unless_the_workers_allow_it(client: Client, temporal_env: Any,
-                                                                 fastmcp_server: Peer, tmp_path: Path) -> None:
+async def test_detach_url_is_refused_unless_the_workers_allow_it(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     address = address_of(temporal_env)
     argv = ["run", "slow_echo", "--url", fastmcp_server.url or "", "--detach", "--address", address]
     rc, out, err = await cli(*argv, env={"MCP_TASKS_CONFIG": ""})
-    one_line(err, code=2, rc=rc, message="--detach --url: a worker refuses an inline endpoint unless its [worker] "
-                                         "allow_inline_endpoints = true")
+    one_line(
+        err,
+        code=2,
+        rc=rc,
+        message="--detach --url: a worker refuses an inline endpoint unless its [worker] allow_inline_endpoints = true",
+    )
     rc, out, _ = await cli(*argv, "--json", env={"MCP_TASKS_CONFIG": ""})
     assert rc == 2 and one_json(out)["error"]["kind"] == "usage"
     # Given the workers' configuration that allows it: started, on the queue it names.
@@ -302,8 +367,9 @@ async def test_detach_url_is_refused_unless_the_workers_allow_it(client: Client,
 # --- 3. a request refused before anything was sent can run again --------------------------------------------------
 
 
-async def test_rejected_before_sending_runs_again_with_the_same_id(client: Client, temporal_env: Any,
-                                                                   fastmcp_server: Peer) -> None:
+async def test_rejected_before_sending_runs_again_with_the_same_id(
+    client: Client, temporal_env: Any, fastmcp_server: Peer
+) -> None:
     from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.workflows.client import get_outcome
 
@@ -316,13 +382,35 @@ async def test_rejected_before_sending_runs_again_with_the_same_id(client: Clien
         await start_mcp_task(client, request, workflow_id=wid, task_queue=queue)
         first = await get_outcome(client, wid)
     assert first.outcome.value == "rejected" and first.operation_attempts == []
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", json.dumps(arguments),
-                             "--id", wid, "--json", "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        json.dumps(arguments),
+        "--id",
+        wid,
+        "--json",
+        "--address",
+        address,
+    )
     assert rc == 0 and one_json(out)["outcome"] == "completed", err[-2000:]
     assert f"note: {wid} was refused before anything was sent" in err and "STORED" not in err
     # Once it ran, the id keeps its outcome: the same command shows it and sends nothing.
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", json.dumps(arguments),
-                             "--id", wid, "--json", "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        json.dumps(arguments),
+        "--id",
+        wid,
+        "--json",
+        "--address",
+        address,
+    )
     assert rc == 0 and "this is its STORED outcome" in err
     assert len(one_json(out)["operation_attempts"]) == 1
 
@@ -351,8 +439,13 @@ async def test_dev_server_links_signals_and_lock(fastmcp_server: Peer, tmp_path:
     db = tmp_path / "temporal.db"
 
     def start() -> subprocess.Popen[bytes]:
-        server = subprocess.Popen([*CLI, "dev-server", "--port", str(port), "--ui-port", str(ui_port)], cwd=REPO_ROOT,
-                                  env={**ENV, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        server = subprocess.Popen(
+            [*CLI, "dev-server", "--port", str(port), "--ui-port", str(ui_port)],
+            cwd=REPO_ROOT,
+            env={**ENV, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         assert server.stderr is not None
         line = line_with(server.stderr, "Temporal dev server at ")
         assert f"Temporal dev server at 127.0.0.1:{port} · UI http://localhost:{ui_port}" in line, line
@@ -361,12 +454,22 @@ async def test_dev_server_links_signals_and_lock(fastmcp_server: Peer, tmp_path:
     server = await asyncio.to_thread(start)
     try:
         address = f"127.0.0.1:{port}"
-        rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.1}',
-                                 "--address", address, env=env)
+        rc, out, err = await cli(
+            "run",
+            "slow_echo",
+            "--url",
+            fastmcp_server.url or "",
+            "--args",
+            '{"seconds": 0.1}',
+            "--address",
+            address,
+            env=env,
+        )
         assert rc == 0, err[-2000:]
         links = re.findall(r"UI: (\S+)", err)
-        assert links and all(link.startswith(f"http://localhost:{ui_port}/namespaces/default/workflows/mcp-task-")
-                             for link in links), err
+        assert links and all(
+            link.startswith(f"http://localhost:{ui_port}/namespaces/default/workflows/mcp-task-") for link in links
+        ), err
         for _ in range(100):  # the UI comes up a moment after the frontend
             if port_open("127.0.0.1", ui_port):
                 break
@@ -374,11 +477,31 @@ async def test_dev_server_links_signals_and_lock(fastmcp_server: Peer, tmp_path:
         with urllib.request.urlopen(links[0], timeout=10) as page:
             assert page.status == 200
         # --ui-url wins; checked like any URL.
-        rc, _, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.1}',
-                               "--address", address, "--ui-url", "http://ui.example:8080/", env=env)
+        rc, _, err = await cli(
+            "run",
+            "slow_echo",
+            "--url",
+            fastmcp_server.url or "",
+            "--args",
+            '{"seconds": 0.1}',
+            "--address",
+            address,
+            "--ui-url",
+            "http://ui.example:8080/",
+            env=env,
+        )
         assert rc == 0 and "UI: http://ui.example:8080/namespaces/default/workflows/mcp-task-" in err, err
-        rc, _, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--address", address,
-                               "--ui-url", "localhost:8080", env=env)
+        rc, _, err = await cli(
+            "run",
+            "slow_echo",
+            "--url",
+            fastmcp_server.url or "",
+            "--address",
+            address,
+            "--ui-url",
+            "localhost:8080",
+            env=env,
+        )
         one_line(err, code=2, rc=rc, message="--ui-url 'localhost:8080' is not an http(s) URL")
 
         holder = state_holder(db)
@@ -404,9 +527,13 @@ async def test_dev_server_killed_takes_temporal_with_it(tmp_path: Path) -> None:
     state file is free again."""
     port = free_port()
     db = tmp_path / "temporal.db"
-    server = subprocess.Popen([*CLI, "dev-server", "--port", str(port), "--ui-port", str(free_port())], cwd=REPO_ROOT,
-                              env={**ENV, "MCP_TASKS_STATE_DIR": str(tmp_path)}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [*CLI, "dev-server", "--port", str(port), "--ui-port", str(free_port())],
+        cwd=REPO_ROOT,
+        env={**ENV, "MCP_TASKS_STATE_DIR": str(tmp_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert server.stderr is not None
         line = await asyncio.wait_for(asyncio.to_thread(line_with, server.stderr, f"127.0.0.1:{port}"), 60)
@@ -428,14 +555,23 @@ async def test_dev_server_killed_takes_temporal_with_it(tmp_path: Path) -> None:
 
 async def test_no_ui_link_without_a_known_ui(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path) -> None:
     """The test Temporal has no UI and no lock file says otherwise: no link rather than a dead one."""
-    rc, _, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args", '{"seconds": 0.1}',
-                           "--address", address_of(temporal_env), env={"MCP_TASKS_STATE_DIR": str(tmp_path),
-                                                                       "MCP_TASKS_UI_URL": ""})
+    rc, _, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        '{"seconds": 0.1}',
+        "--address",
+        address_of(temporal_env),
+        env={"MCP_TASKS_STATE_DIR": str(tmp_path), "MCP_TASKS_UI_URL": ""},
+    )
     assert rc == 0 and "following mcp-task-" in err and "UI:" not in err and "8233" not in err, err
 
 
-async def test_worker_stops_in_time_on_every_sigterm(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                                     tmp_path: Path) -> None:
+async def test_worker_stops_in_time_on_every_sigterm(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
+) -> None:
     """20 SIGTERMs in a row to a busy worker (tasks polling): each exits within its graceful timeout (+ start-up
     of nothing: the time is measured from the signal)."""
     address = address_of(temporal_env)
@@ -450,8 +586,9 @@ async def test_worker_stops_in_time_on_every_sigterm(client: Client, temporal_en
     try:
         for i in range(20):
             with worker_process(address, queue, config) as worker:
-                request = McpTaskRequest(server="demo", tool="slow_echo", arguments={"seconds": 120, "text": f"{i}"},
-                                         timeouts=FAST)
+                request = McpTaskRequest(
+                    server="demo", tool="slow_echo", arguments={"seconds": 120, "text": f"{i}"}, timeouts=FAST
+                )
                 handles.append(await start_mcp_task(client, request, workflow_id=unique("busy"), task_queue=queue))
                 await asyncio.sleep(1.0)  # its task (and those taken over from the last worker) are polling
                 sent = time.monotonic()
@@ -482,8 +619,9 @@ async def test_worker_given_a_dead_address_fails_at_once(tmp_path: Path) -> None
     assert time.monotonic() - started < 15
 
 
-async def test_status_without_a_worker_says_why_at_once(client: Client, temporal_env: Any,
-                                                        fastmcp_server: Peer) -> None:
+async def test_status_without_a_worker_says_why_at_once(
+    client: Client, temporal_env: Any, fastmcp_server: Peer
+) -> None:
     address = address_of(temporal_env)
     queue = unique("nobody")
     wid = unique("no-worker")
@@ -519,8 +657,10 @@ async def test_configuration_errors_are_one_line_of_kind_config(tmp_path: Path, 
     one_line(err, code=2, rc=rc, message=f"configuration: config file {tmp_path} is a directory")
     bad = tmp_path / "bad.toml"
     bad.write_text('[servers.x]\nurl = "http://127.0.0.1:9/mcp"\ncolour = "blue"\n')
-    for argv in (["run", "slow_echo", "--server", "x", "--config", str(bad)],
-                 ["run", "slow_echo", "--url", fastmcp_server.url or "", "--config", str(tmp_path)]):
+    for argv in (
+        ["run", "slow_echo", "--server", "x", "--config", str(bad)],
+        ["run", "slow_echo", "--url", fastmcp_server.url or "", "--config", str(tmp_path)],
+    ):
         rc, out, err = await cli(*argv, "--json")
         assert rc == 2 and one_json(out)["error"]["kind"] == "config", (out, err)
         one_line(err, code=2, rc=rc, message="configuration: ")
@@ -535,8 +675,9 @@ async def test_usage_errors_name_the_command_once() -> None:
     assert not line.startswith("mcp-tasks: mcp-tasks"), line
 
 
-async def test_messages_about_finished_and_running_tasks(client: Client, temporal_env: Any, fastmcp_server: Peer,
-                                                         queue: str) -> None:
+async def test_messages_about_finished_and_running_tasks(
+    client: Client, temporal_env: Any, fastmcp_server: Peer, queue: str
+) -> None:
     address = address_of(temporal_env)
     wid = unique("states")
     request = McpTaskRequest(server=fastmcp_server.endpoint, tool="ask_user", arguments={"question": "ok?"})
@@ -550,8 +691,9 @@ async def test_messages_about_finished_and_running_tasks(client: Client, tempora
         assert rc == 1 and one_json(out)["error"]["kind"] == "refused", (out, err)
         one_line(err, code=1, rc=rc, message="approve refused: nothing to approve: the task is INPUT_REQUIRED")
         # An answer that does not fit the requested schema is bad input: exit 2, one line.
-        rc, out, err = await cli("answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}',
-                                 "--address", address)
+        rc, out, err = await cli(
+            "answer", wid, "--response", '{"action": "accept", "content": {"approve": "nope"}}', "--address", address
+        )
         one_line(err, code=2, rc=rc, message="'nope' is not of type 'boolean'")
         rc, out, err = await cli("answer", wid, "--response", '{"action": "maybe"}', "--address", address)
         one_line(err, code=2, rc=rc, message="action must be accept, decline or cancel")
@@ -588,9 +730,13 @@ def test_every_documented_configuration_key_loads(tmp_path: Path) -> None:
         return re.search(rf"\b{field} = |\.{field}[\].]", documented) is not None
 
     job_fields = set(JobBinding.model_fields) - set(ToolPolicy.model_fields)
-    for fields, where in ((job_fields, "[servers.NAME.jobs.JOB]"), (TemporalSettings.model_fields, "[temporal]"),
-                          (WorkerSettings.model_fields, "[worker]"), (ServerConfig.model_fields, "[servers.NAME]"),
-                          (ToolPolicy.model_fields, "[servers.NAME.tools.TOOL]")):
+    for fields, where in (
+        (job_fields, "[servers.NAME.jobs.JOB]"),
+        (TemporalSettings.model_fields, "[temporal]"),
+        (WorkerSettings.model_fields, "[worker]"),
+        (ServerConfig.model_fields, "[servers.NAME]"),
+        (ToolPolicy.model_fields, "[servers.NAME.tools.TOOL]"),
+    ):
         missing = sorted(f for f in fields if not named(f))
         assert not missing, f"{where}: {missing} not in docs/configuration.md (or docs/security.md)"
     assert "result_arguments = " in documented and "cancel_arguments = " in documented

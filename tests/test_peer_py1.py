@@ -41,9 +41,11 @@ async def test_era_and_completed_task(py1_http: Peer) -> None:
         assert payload.result["structuredContent"] == {"echo": "hi py1"} and payload.result["isError"] is False
         calls = [line for line in py1_http.log_since(mark) if line["method"] == "tools/call"]
         assert [(c["tool"], c["task"], c["session"]) for c in calls] == [
-            ("slow_echo", True, client.transport.session_id)]
-        assert any(line["method"] == "tasks/result" and line["taskId"] == state.task_id
-                   for line in py1_http.log_since(mark))
+            ("slow_echo", True, client.transport.session_id)
+        ]
+        assert any(
+            line["method"] == "tasks/result" and line["taskId"] == state.task_id for line in py1_http.log_since(mark)
+        )
     finally:
         await client.aclose()
 
@@ -144,8 +146,12 @@ async def test_workflow_completed(py1_http: Peer, client: Client) -> None:
     """McpTaskWorkflow end to end on a real Temporal dev server, the peer named in the worker's config."""
     queue = unique("py1")
     mark = py1_http.log_mark()
-    request = McpTaskRequest(server="py1", tool="slow_echo", arguments={"seconds": 0.5, "text": "wf-py1"},
-                             timeouts=Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60))
+    request = McpTaskRequest(
+        server="py1",
+        tool="slow_echo",
+        arguments={"seconds": 0.5, "text": "wf-py1"},
+        timeouts=Timeouts(heartbeat_s=2, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60),
+    )
     async with in_process_worker(client, task_queue=queue, servers={"py1": ServerConfig(url=py1_http.url)}):
         handle = await start_mcp_task(client, request, workflow_id=unique("py1-ok"), task_queue=queue)
         out = await asyncio.wait_for(outcome_of(handle), 60)

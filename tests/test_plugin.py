@@ -62,9 +62,11 @@ TOOLS_OF = {"ts": "ts_http_stateful", "fm": "fastmcp_server"}
 
 async def activity_types(client: Client, workflow_id: str, run_id: str | None = None) -> list[str]:
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-    return [e.activity_task_scheduled_event_attributes.activity_type.name
-            async for e in handle.fetch_history_events()
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 def servers(ts: Peer, fm: Peer, **extra: str) -> dict[str, dict[str, Any]]:
@@ -72,11 +74,11 @@ def servers(ts: Peer, fm: Peer, **extra: str) -> dict[str, dict[str, Any]]:
     return {"ts": {"url": ts.url}, "fm": {"url": fm.url}, **{name: {"url": url} for name, url in extra.items()}}
 
 
-async def run_plan(client: Client, queue: str, plan: Plan, *, wid: str | None = None,
-                   timeout_s: float = 90) -> tuple[str, list[dict[str, Any]]]:
+async def run_plan(
+    client: Client, queue: str, plan: Plan, *, wid: str | None = None, timeout_s: float = 90
+) -> tuple[str, list[dict[str, Any]]]:
     wid = wid or unique("user")
-    result = await asyncio.wait_for(client.execute_workflow(UserAgent.run, plan, id=wid, task_queue=queue),
-                                    timeout_s)
+    result = await asyncio.wait_for(client.execute_workflow(UserAgent.run, plan, id=wid, task_queue=queue), timeout_s)
     return wid, result
 
 
@@ -94,8 +96,13 @@ def outcome_steps(server: str, text: str) -> list[Step]:
 def check_outcome_steps(result: list[dict[str, Any]], text: str) -> None:
     completed, tool_error, failed, run_completed, run_tool_error, run_failed = result
     # completed: the CallToolResult itself
-    assert completed == {"kind": "call", "type": "CallToolResult", "is_error": False, "text": text,
-                         "structured": {"echo": text}}, completed
+    assert completed == {
+        "kind": "call",
+        "type": "CallToolResult",
+        "is_error": False,
+        "text": text,
+        "structured": {"echo": text},
+    }, completed
     # tool_error: a normal CallToolResult with isError true, as in temporalio.mcp
     assert tool_error["type"] == "CallToolResult" and tool_error["is_error"] is True, tool_error
     assert tool_error["text"] == "HTTP 429 Too Many Requests: rate limit exceeded; retry-after=30"
@@ -121,8 +128,9 @@ async def started(worker: Worker) -> AsyncIterator[Worker]:
 
 
 @pytest.mark.parametrize("server", ["ts", "fm"])
-async def test_worker_plugin_call_tool_and_run(request: pytest.FixtureRequest, server: str, client: Client,
-                                               ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
+async def test_worker_plugin_call_tool_and_run(
+    request: pytest.FixtureRequest, server: str, client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     peer: Peer = request.getfixturevalue(TOOLS_OF[server])
     queue = unique("plug-w")
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
@@ -144,14 +152,21 @@ async def test_worker_plugin_call_tool_and_run(request: pytest.FixtureRequest, s
     assert len(tool_calls(peer, mark, tool="rate_limited")) == 2 and len(tool_calls(peer, mark, tool="rpc_error")) == 2
 
 
-async def test_list_tools_cached_per_client_object(client: Client, ts_http_stateful: Peer,
-                                                   fastmcp_server: Peer) -> None:
+async def test_list_tools_cached_per_client_object(
+    client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     queue = unique("plug-list")
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
     marks = {"ts": ts_http_stateful.log_mark(), "fm": fastmcp_server.log_mark()}
-    steps = [Step("list", "ts", client="a"), Step("list", "ts", client="a"), Step("list", "ts", client="a"),
-             Step("list", "ts", client="b"), Step("list", "ts", client="b"),
-             Step("list", "fm", client="c"), Step("list", "fm", client="c")]
+    steps = [
+        Step("list", "ts", client="a"),
+        Step("list", "ts", client="a"),
+        Step("list", "ts", client="a"),
+        Step("list", "ts", client="b"),
+        Step("list", "ts", client="b"),
+        Step("list", "fm", client="c"),
+        Step("list", "fm", client="c"),
+    ]
     async with started(Worker(client, task_queue=queue, workflows=[UserAgent], plugins=[plugin])):
         wid, result = await run_plan(client, queue, Plan(steps))
     assert all(r["type"] == "ListToolsResult" for r in result)
@@ -164,24 +179,29 @@ async def test_list_tools_cached_per_client_object(client: Client, ts_http_state
     assert listings(fastmcp_server, marks["fm"]) == 1
 
 
-async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_http_stateful: Peer,
-                                                             fastmcp_server: Peer) -> None:
+async def test_lost_and_unknown_outcome_raise_mcp_task_error(
+    client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """``lost``: the legacy task's server is down past ``unreachable_s``; ``unknown_outcome``: the reply to the
     extension's ``tools/call`` is reset after the server got it (2026-07-28 has no tasks/list to reconcile)."""
     queue = unique("plug-lost")
     ts_mark, fm_mark = ts_http_stateful.log_mark(), fastmcp_server.log_mark()
     with FaultProxy(ts_http_stateful.url or "") as ts_proxy, FaultProxy(fastmcp_server.url or "") as fm_proxy:
         fm_proxy.add("tools/call", ResetAfterSend(), times=2)
-        plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server, ts_down=ts_proxy.url,
-                                                fm_reset=fm_proxy.url))
-        steps = [Step("call", "ts_down", "slow_echo", {"seconds": 30}, unreachable_s=UNREACHABLE_S),
-                 Step("run", "ts_down", "slow_echo", {"seconds": 30}, unreachable_s=UNREACHABLE_S),
-                 Step("call", "fm_reset", "slow_echo", {"seconds": 0.3}),
-                 Step("run", "fm_reset", "slow_echo", {"seconds": 0.3})]
+        plugin = McpTasksPlugin(
+            servers=servers(ts_http_stateful, fastmcp_server, ts_down=ts_proxy.url, fm_reset=fm_proxy.url)
+        )
+        steps = [
+            Step("call", "ts_down", "slow_echo", {"seconds": 30}, unreachable_s=UNREACHABLE_S),
+            Step("run", "ts_down", "slow_echo", {"seconds": 30}, unreachable_s=UNREACHABLE_S),
+            Step("call", "fm_reset", "slow_echo", {"seconds": 0.3}),
+            Step("run", "fm_reset", "slow_echo", {"seconds": 0.3}),
+        ]
         wid = unique("lost")
         async with started(Worker(client, task_queue=queue, workflows=[UserAgent], plugins=[plugin])):
-            handle = await client.start_workflow(UserAgent.run, Plan(steps, parallel=True, heartbeat_s=HEARTBEAT_S),
-                                                 id=wid, task_queue=queue)
+            handle = await client.start_workflow(
+                UserAgent.run, Plan(steps, parallel=True, heartbeat_s=HEARTBEAT_S), id=wid, task_queue=queue
+            )
             # Both legacy tasks exist and are being polled: then their server goes away for 3x unreachable_s.
             for n in (1, 2):
                 await child_view(client, f"{wid}/mcp/{n}", lambda v: v.task_id)
@@ -205,14 +225,16 @@ async def test_lost_and_unknown_outcome_raise_mcp_task_error(client: Client, ts_
     assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 2
 
 
-async def test_uncaught_mcp_task_error_fails_the_parent_with_its_outcome(client: Client, ts_http_stateful: Peer,
-                                                                        fastmcp_server: Peer) -> None:
+async def test_uncaught_mcp_task_error_fails_the_parent_with_its_outcome(
+    client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     queue = unique("plug-raise")
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
     wid = unique("raise")
     async with started(Worker(client, task_queue=queue, workflows=[UserAgent], plugins=[plugin])):
-        handle = await client.start_workflow(UserAgent.run, Plan([Step("call", "fm", "rpc_error", reraise=True)]),
-                                             id=wid, task_queue=queue)
+        handle = await client.start_workflow(
+            UserAgent.run, Plan([Step("call", "fm", "rpc_error", reraise=True)]), id=wid, task_queue=queue
+        )
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(handle.result(), 60)
         out = await outcome_of(handle)  # the parent's failure carries the outcome too
@@ -225,22 +247,33 @@ async def test_uncaught_mcp_task_error_fails_the_parent_with_its_outcome(client:
 # --- 2. the plugin on Client.connect -----------------------------------------------------------------
 
 
-async def test_client_plugin_is_inherited_by_workers(temporal_env: Any, ts_http_stateful: Peer,
-                                                     fastmcp_server: Peer) -> None:
+async def test_client_plugin_is_inherited_by_workers(
+    temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
-    client = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                  plugins=[plugin])
+    client = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace, plugins=[plugin])
     assert issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter)
     queue = unique("plug-c")
     ts_mark, fm_mark = ts_http_stateful.log_mark(), fastmcp_server.log_mark()
     texts = {"ts": unique("c-ts"), "fm": unique("c-fm")}
     async with started(Worker(client, task_queue=queue, workflows=[UserAgent])):  # no plugins= here
-        results = await asyncio.gather(*(run_plan(client, queue, Plan(outcome_steps(s, texts[s]) + [
-            Step("list", s), Step("list", s)], heartbeat_s=HEARTBEAT_S)) for s in ("ts", "fm")))
+        results = await asyncio.gather(
+            *(
+                run_plan(
+                    client,
+                    queue,
+                    Plan(outcome_steps(s, texts[s]) + [Step("list", s), Step("list", s)], heartbeat_s=HEARTBEAT_S),
+                )
+                for s in ("ts", "fm")
+            )
+        )
         # A service on the same client starts a task by the worker's configured name.
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server="fm", tool="slow_echo", arguments={"seconds": 0.2, "text": "svc"}), workflow_id=unique("svc"),
-            task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(server="fm", tool="slow_echo", arguments={"seconds": 0.2, "text": "svc"}),
+            workflow_id=unique("svc"),
+            task_queue=queue,
+        )
         svc = await asyncio.wait_for(outcome_of(handle), 60)
     for (wid, result), s in zip(results, ("ts", "fm")):
         check_outcome_steps(result[:6], texts[s])
@@ -248,13 +281,22 @@ async def test_client_plugin_is_inherited_by_workers(temporal_env: Any, ts_http_
         assert result[7] == result[6]
         assert (await activity_types(client, wid)).count(LIST_TOOLS) == 1
     assert svc.outcome == Outcome.COMPLETED and svc.result and svc.result["content"][0]["text"] == "svc"
-    assert await settled_calls(ts_http_stateful, ts_mark, tool="slow_echo", client=client,
-                               workflows=[wid for wid, _ in results] + [handle.id]) == 2
+    assert (
+        await settled_calls(
+            ts_http_stateful,
+            ts_mark,
+            tool="slow_echo",
+            client=client,
+            workflows=[wid for wid, _ in results] + [handle.id],
+        )
+        == 2
+    )
     assert len(tool_calls(fastmcp_server, fm_mark, tool="slow_echo")) == 3
 
 
-async def test_worker_plugin_without_pydantic_converter_is_a_config_error(temporal_env: Any,
-                                                                          fastmcp_server: Peer) -> None:
+async def test_worker_plugin_without_pydantic_converter_is_a_config_error(
+    temporal_env: Any, fastmcp_server: Peer
+) -> None:
     plain = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace)
     assert not issubclass(plain.data_converter.payload_converter_class, PydanticPayloadConverter)
     plugin = McpTasksPlugin(servers={"fm": {"url": fastmcp_server.url}})
@@ -274,8 +316,7 @@ class UserWorkerProcess(ProcessUnderTest):
     def __init__(self, address: str, queue: str, servers_: dict[str, Any]) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TEMPORAL_ADDRESS=address, USER_APP_QUEUE=queue, USER_APP_SERVERS=json.dumps(servers_))
-        super().__init__([sys.executable, "-m", "tests.fixtures.user_app"], ready="READY", env=env,
-                         name="user worker")
+        super().__init__([sys.executable, "-m", "tests.fixtures.user_app"], ready="READY", env=env, name="user worker")
 
 
 @contextlib.contextmanager
@@ -288,9 +329,9 @@ def user_worker(address: str, queue: str, servers_: dict[str, Any]) -> Iterator[
         proc.stop()
 
 
-async def test_worker_killed_mid_task_parent_completes_with_one_call(temporal_env: Any, client: Client,
-                                                                    ts_http_stateful: Peer,
-                                                                    fastmcp_server: Peer) -> None:
+async def test_worker_killed_mid_task_parent_completes_with_one_call(
+    temporal_env: Any, client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     address = address_of(temporal_env)
     queue = unique("plug-kill")
     cfg = servers(ts_http_stateful, fastmcp_server)
@@ -299,20 +340,30 @@ async def test_worker_killed_mid_task_parent_completes_with_one_call(temporal_en
     wid = unique("kill")
     with user_worker(address, queue, cfg) as first:
         handle = await client.start_workflow(
-            UserAgent.run, Plan([Step("call", "ts", "slow_echo", {"seconds": 6, "text": text})],
-                                heartbeat_s=HEARTBEAT_S), id=wid, task_queue=queue)
+            UserAgent.run,
+            Plan([Step("call", "ts", "slow_echo", {"seconds": 6, "text": text})], heartbeat_s=HEARTBEAT_S),
+            id=wid,
+            task_queue=queue,
+        )
         view = await child_view(client, f"{wid}/mcp/1", lambda v: v.task_id)
-        await until(lambda: [ln for ln in ts_http_stateful.log_since(mark)
-                             if ln["method"] == "tasks/get" and ln.get("taskId") == view.task_id], 15,
-                    "a first tasks/get")
+        await until(
+            lambda: [
+                ln
+                for ln in ts_http_stateful.log_since(mark)
+                if ln["method"] == "tasks/get" and ln.get("taskId") == view.task_id
+            ],
+            15,
+            "a first tasks/get",
+        )
         first.kill()
         assert first.proc.returncode == -9
     t0 = time.monotonic()
     with user_worker(address, queue, cfg):
         result = await asyncio.wait_for(handle.result(), 90)
     elapsed = time.monotonic() - t0
-    assert result == [{"kind": "call", "type": "CallToolResult", "is_error": False, "text": text,
-                       "structured": {"echo": text}}]
+    assert result == [
+        {"kind": "call", "type": "CallToolResult", "is_error": False, "text": text, "structured": {"echo": text}}
+    ]
     child = await outcome_of(client.get_workflow_handle_for(McpTaskWorkflow.run, f"{wid}/mcp/1"))
     assert child.outcome == Outcome.COMPLETED and child.task_id == view.task_id
     assert [a.reason for a in child.operation_attempts] == ["initial"]
@@ -320,8 +371,9 @@ async def test_worker_killed_mid_task_parent_completes_with_one_call(temporal_en
     assert elapsed < 60, f"{elapsed:.1f}s"
 
 
-async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stateful: Peer,
-                                                    fastmcp_server: Peer) -> None:
+async def test_reset_parent_reattaches_to_its_child(
+    client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     queue = unique("plug-reset")
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
     mark = fastmcp_server.log_mark()
@@ -338,24 +390,29 @@ async def test_reset_parent_reattaches_to_its_child(client: Client, ts_http_stat
     # The reset run found both children already started (REJECT_DUPLICATE) and read their outcomes.
     new_events = [e async for e in client.get_workflow_handle(wid, run_id=new_run).fetch_history_events()]
     refused = [e for e in new_events if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED]
-    assert [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in refused] == \
-        [f"{wid}/mcp/1", f"{wid}/mcp/2"]
+    assert [e.start_child_workflow_execution_failed_event_attributes.workflow_id for e in refused] == [
+        f"{wid}/mcp/1",
+        f"{wid}/mcp/2",
+    ]
     assert (await activity_types(client, wid, new_run)).count(FETCH_OUTCOME) == 2
     # No second tools/call reached the server.
     assert await settled_calls(fastmcp_server, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
     assert len(tool_calls(fastmcp_server, mark, tool="rpc_error")) == 1
 
 
-async def test_reset_parent_reattaches_to_children_on_another_queue(client: Client, ts_http_stateful: Peer,
-                                                                   fastmcp_server: Peer) -> None:
+async def test_reset_parent_reattaches_to_children_on_another_queue(
+    client: Client, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """``McpTasksClient(task_queue=...)``: the children (and the plugin) live on another queue than the parent,
     whose own worker has no plugin. The reset parent reads the existing child's outcome there too."""
     parent_queue, mcp_queue = unique("plug-parent"), unique("plug-mcp")
     plugin = McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))
     mark = fastmcp_server.log_mark()
     plan = Plan([Step("call", "fm", "slow_echo", {"seconds": 0.2, "text": "elsewhere"}, task_queue=mcp_queue)])
-    async with started(Worker(client, task_queue=mcp_queue, plugins=[plugin])), \
-            started(Worker(client, task_queue=parent_queue, workflows=[UserAgent])):
+    async with (
+        started(Worker(client, task_queue=mcp_queue, plugins=[plugin])),
+        started(Worker(client, task_queue=parent_queue, workflows=[UserAgent])),
+    ):
         wid, first = await run_plan(client, parent_queue, plan)
         assert (await client.get_workflow_handle(f"{wid}/mcp/1").describe()).task_queue == mcp_queue
         _, new_run = await reset_to_first_workflow_task(client, wid, "test: re-run the parent")
@@ -364,22 +421,29 @@ async def test_reset_parent_reattaches_to_children_on_another_queue(client: Clie
     assert await settled_calls(fastmcp_server, mark, tool="slow_echo", client=client, workflows=[wid]) == 1
 
 
-async def test_client_plugin_shared_by_two_workers_one_stops(temporal_env: Any, ts_stdio: Peer,
-                                                             ts_http_stateful: Peer, fastmcp_server: Peer) -> None:
+async def test_client_plugin_shared_by_two_workers_one_stops(
+    temporal_env: Any, ts_stdio: Peer, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
     """Two workers inherit one plugin from their client; stopping one must not close the MCP sessions (here a
     stdio server holding a running task) that the other still uses."""
-    plugin = McpTasksPlugin(servers={**servers(ts_http_stateful, fastmcp_server), "local": {
-        "command": ts_stdio.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO"}}}})
-    client = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace,
-                                  plugins=[plugin])
+    plugin = McpTasksPlugin(
+        servers={
+            **servers(ts_http_stateful, fastmcp_server),
+            "local": {"command": ts_stdio.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO"}}},
+        }
+    )
+    client = await Client.connect(address_of(temporal_env), namespace=temporal_env.client.namespace, plugins=[plugin])
     queue_a, queue_b = unique("plug-a"), unique("plug-b")
     mark = ts_stdio.log_mark()
     wid = unique("two")
     async with asyncio.timeout(90), started(Worker(client, task_queue=queue_b, workflows=[UserAgent])):
         async with started(Worker(client, task_queue=queue_a, workflows=[UserAgent])):
-            handle = await client.start_workflow(UserAgent.run, Plan([Step(
-                "call", "local", "slow_echo", {"seconds": 4, "text": "kept"})], heartbeat_s=HEARTBEAT_S),
-                id=wid, task_queue=queue_b)
+            handle = await client.start_workflow(
+                UserAgent.run,
+                Plan([Step("call", "local", "slow_echo", {"seconds": 4, "text": "kept"})], heartbeat_s=HEARTBEAT_S),
+                id=wid,
+                task_queue=queue_b,
+            )
             await child_view(client, f"{wid}/mcp/1", lambda v: v.task_id)
         result = await asyncio.wait_for(handle.result(), 60)  # worker A has stopped meanwhile
     assert result[0].get("text") == "kept", result
@@ -399,22 +463,31 @@ async def count_until(client: Client, query: str, expected: int, timeout_s: floa
         await asyncio.sleep(0.2)
 
 
-async def test_ui_tells_outcomes_apart(client: Client, queue: str, worker: Any, ts_http_stateful: Peer,
-                                       fastmcp_server: Peer) -> None:
-    timeouts = Timeouts(heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60,
-                        unreachable_s=UNREACHABLE_S)
+async def test_ui_tells_outcomes_apart(
+    client: Client, queue: str, worker: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
+    timeouts = Timeouts(
+        heartbeat_s=HEARTBEAT_S, poll_floor_s=0.05, owner_pickup_s=4, submit_s=60, unreachable_s=UNREACHABLE_S
+    )
     tag = unique("ui")
     with FaultProxy(ts_http_stateful.url or "") as proxy:
         requests = {
-            "completed": McpTaskRequest(server=fastmcp_server.endpoint, tool="slow_echo",
-                                        arguments={"seconds": 0.2, "text": tag}, timeouts=timeouts),
+            "completed": McpTaskRequest(
+                server=fastmcp_server.endpoint,
+                tool="slow_echo",
+                arguments={"seconds": 0.2, "text": tag},
+                timeouts=timeouts,
+            ),
             "tool_error": McpTaskRequest(server=fastmcp_server.endpoint, tool="rate_limited", timeouts=timeouts),
             "failed": McpTaskRequest(server=ts_http_stateful.endpoint, tool="rpc_error", timeouts=timeouts),
-            "lost": McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 30},
-                                   timeouts=timeouts),
+            "lost": McpTaskRequest(
+                server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 30}, timeouts=timeouts
+            ),
         }
-        handles = {name: await start_mcp_task(client, r, workflow_id=f"{tag}-{name}", task_queue=queue)
-                   for name, r in requests.items()}
+        handles = {
+            name: await start_mcp_task(client, r, workflow_id=f"{tag}-{name}", task_queue=queue)
+            for name, r in requests.items()
+        }
         await child_view(client, handles["lost"].id, lambda v: v.task_id)
         await until(lambda: proxy.forwarded("tasks/get") >= 1, 20, "a first tasks/get")
         proxy.down(3 * UNREACHABLE_S)
@@ -426,8 +499,12 @@ async def test_ui_tells_outcomes_apart(client: Client, queue: str, worker: Any, 
         status = "Completed" if name == "completed" else "Failed"
         other = "Failed" if name == "completed" else "Completed"
         # The list view's status filter and the search attribute the project adds.
-        assert await count_until(client, f"WorkflowId = '{wid}' AND ExecutionStatus = '{status}' "
-                                         f"AND McpOutcome = '{name}'", 1) == 1, (name, status)
+        assert (
+            await count_until(
+                client, f"WorkflowId = '{wid}' AND ExecutionStatus = '{status}' AND McpOutcome = '{name}'", 1
+            )
+            == 1
+        ), (name, status)
         assert await count_until(client, f"WorkflowId = '{wid}' AND ExecutionStatus = '{other}'", 0, 0) == 0
         rows = [r async for r in client.list_workflows(f"WorkflowId = '{wid}'")]
         assert [r.status for r in rows] == [WorkflowExecutionStatus[status.upper()]], name
@@ -495,7 +572,7 @@ USER_FILES = {
         MARKER = "the user's worker.py"
         TASK_QUEUE_PREFIX = "folder"
     ''',
-    "main.py": '''
+    "main.py": """
         import asyncio
         import json
         import os
@@ -542,7 +619,7 @@ USER_FILES = {
         # (temporalio/sdk-python#300): leave without it, as `mcp-tasks` does; the result is flushed.
         sys.stdout.flush()
         os._exit(0)
-    ''',
+    """,
 }
 
 
@@ -552,12 +629,15 @@ def test_folder_case_user_modules_named_like_ours(tmp_path: Path, temporal_env: 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TEMPORAL_ADDRESS=address_of(temporal_env), FM_URL=fastmcp_server.url or "")
     mark = fastmcp_server.log_mark()
-    proc = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-5000:]}"
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line, proc.stdout
     assert json.loads(line.removeprefix("RESULT ")) == {
         "parent": {"type": "CallToolResult", "text": "hello folder", "is_error": False},
-        "outcome": "completed", "text": "service"}
+        "outcome": "completed",
+        "text": "service",
+    }
     assert len(tool_calls(fastmcp_server, mark, tool="slow_echo")) == 2

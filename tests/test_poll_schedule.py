@@ -20,13 +20,15 @@ pytestmark = pytest.mark.fast
 DEFAULT = PollSchedule()
 
 
-def poll_times(poll_ms: int | None, horizon_s: float, schedule: PollSchedule = DEFAULT,
-               ceiling_s: float = 30.0) -> list[float]:
+def poll_times(
+    poll_ms: int | None, horizon_s: float, schedule: PollSchedule = DEFAULT, ceiling_s: float = 30.0
+) -> list[float]:
     """Ages at which the activity's loop would poll a task that never ends, from its creation."""
     t, previous, times = 0.0, None, [0.0]
     while t < horizon_s:
-        previous = next_poll_delay(poll_ms, floor_s=0.1, ceiling_s=ceiling_s, previous_s=previous, age_s=t,
-                                   schedule=schedule)
+        previous = next_poll_delay(
+            poll_ms, floor_s=0.1, ceiling_s=ceiling_s, previous_s=previous, age_s=t, schedule=schedule
+        )
         t += previous
         times.append(t)
     return times
@@ -104,9 +106,14 @@ def test_age_is_our_own_send_time_and_created_at_only_without_one() -> None:
 
 
 def test_polling_is_configured_per_server_and_per_tool() -> None:
-    cfg = server_config("builds", {"url": "https://mcp.example.com/mcp",
-                                   "polling": {"after_s": 30, "age_fraction": 0.02},
-                                   "tools": {"deploy": {"polling": {"age_fraction": 0}}}})
+    cfg = server_config(
+        "builds",
+        {
+            "url": "https://mcp.example.com/mcp",
+            "polling": {"after_s": 30, "age_fraction": 0.02},
+            "tools": {"deploy": {"polling": {"age_fraction": 0}}},
+        },
+    )
     assert cfg.polling == PollSchedule(after_s=30, age_fraction=0.02)
     assert cfg.tools["deploy"].polling == PollSchedule(age_fraction=0)
     with pytest.raises(ConfigError, match="age_fraction"):

@@ -35,6 +35,7 @@ class _Signals:
         class _Handle:
             async def signal(self, name: str, arg: Any) -> None:
                 outer.sent.append((workflow_id, arg))
+
         return _Handle()
 
 
@@ -130,8 +131,20 @@ async def test_the_hub_wakes_a_changed_idle_wait_once_and_stretches_its_attempts
     signals = _Signals()
     ref = _http_ref()
     key = hub.key(ref, None)
-    hub.watch(ref, None, "t-1", session=None, workflow_id="wf-1", run_id=None, epoch=0, for_s=60,
-              temporal=signals, status="working", gap_s=0.1, gap_for=lambda s: 0.1)  # type: ignore[arg-type]
+    hub.watch(
+        ref,
+        None,
+        "t-1",
+        session=None,
+        workflow_id="wf-1",
+        run_id=None,
+        epoch=0,
+        for_s=60,
+        temporal=signals,
+        status="working",
+        gap_s=0.1,
+        gap_for=lambda s: 0.1,
+    )  # type: ignore[arg-type]
     try:
         # The hub reads for it: the wait's own attempts are the net, DEFAULT_NET_STRETCH × its gap; a heartbeating
         # wait (not idle) keeps push_stretch's rule (no notification here: 1).
@@ -156,8 +169,7 @@ async def test_the_hub_wakes_a_changed_idle_wait_once_and_stretches_its_attempts
         await hub.aclose()
 
 
-async def test_an_attempt_that_took_the_hubs_read_keeps_its_schedule_and_a_woken_read_keeps_the_poll_interval(
-        ) -> None:
+async def test_an_attempt_that_took_the_hubs_read_keeps_its_schedule_and_a_woken_read_keeps_the_poll_interval() -> None:
     hub = PushHub()
     reads: list[float] = []
 
@@ -170,9 +182,21 @@ async def test_an_attempt_that_took_the_hubs_read_keeps_its_schedule_and_a_woken
     key = hub.key(ref, None)
 
     def watch(read_now: bool) -> None:
-        hub.watch(ref, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
-                  temporal=_Signals(), status="working", gap_s=1.0,  # type: ignore[arg-type]
-                  gap_for=lambda s: 1.0, read=read_now)
+        hub.watch(
+            ref,
+            None,
+            "t-1",
+            session=None,
+            workflow_id="wf",
+            run_id=None,
+            epoch=0,
+            for_s=60,
+            temporal=_Signals(),
+            status="working",
+            gap_s=1.0,  # type: ignore[arg-type]
+            gap_for=lambda s: 1.0,
+            read=read_now,
+        )
 
     try:
         watch(True)
@@ -198,8 +222,20 @@ async def test_the_hub_stops_stretching_when_its_reads_fail() -> None:
     ref = _http_ref()
     key = hub.key(ref, None)
     for i in range(FAILS_TO_STOP):
-        hub.watch(ref, None, f"t-{i}", session=None, workflow_id=f"wf-{i}", run_id=None, epoch=0, for_s=60,
-                  temporal=_Signals(), status="working", gap_s=0.0, gap_for=lambda s: 0.1)  # type: ignore[arg-type]
+        hub.watch(
+            ref,
+            None,
+            f"t-{i}",
+            session=None,
+            workflow_id=f"wf-{i}",
+            run_id=None,
+            epoch=0,
+            for_s=60,
+            temporal=_Signals(),
+            status="working",
+            gap_s=0.0,
+            gap_for=lambda s: 0.1,
+        )  # type: ignore[arg-type]
     try:
         await _until(lambda: hub.stats()["sessions"][key]["reads"]["fails_in_a_row"] >= FAILS_TO_STOP)
         assert hub.stretch(ref, None, "t-0", key=key, idle=True) == 1.0  # today's schedule: nobody reads for it
@@ -231,9 +267,21 @@ async def test_under_notifications_the_hub_reads_once_per_net_gap_until_the_serv
     key = hub.key(ref, None)
     try:
         for task_id in status:
-            hub.watch(ref, None, task_id, session=None, workflow_id=f"wf-{task_id}", run_id=None, epoch=0, for_s=60,
-                      temporal=signals, status="working", gap_s=1.0, gap_for=lambda s: 1.0,  # type: ignore[arg-type]
-                      read=False)
+            hub.watch(
+                ref,
+                None,
+                task_id,
+                session=None,
+                workflow_id=f"wf-{task_id}",
+                run_id=None,
+                epoch=0,
+                for_s=60,
+                temporal=signals,
+                status="working",
+                gap_s=1.0,
+                gap_for=lambda s: 1.0,  # type: ignore[arg-type]
+                read=False,
+            )
         session = hub._sessions[key]
         session.listener = _Live()  # type: ignore[assignment]
         hub._notifying[session.server] = time.monotonic()  # it delivered one for a wait of ours
@@ -277,13 +325,36 @@ async def test_under_notifications_the_hubs_read_comes_ahead_of_the_waits_next_a
     key = hub.key(ref, None)
     hub._notifying[ref.endpoint.identity()] = time.monotonic()  # it delivered one for a wait of ours
     try:
-        hub.watch(ref, None, "t-0", session=None, workflow_id="wf-0", run_id=None, epoch=0, for_s=60,
-                  temporal=_Signals(), status="working")  # a heartbeating wait's: the session and its stream
+        hub.watch(
+            ref,
+            None,
+            "t-0",
+            session=None,
+            workflow_id="wf-0",
+            run_id=None,
+            epoch=0,
+            for_s=60,
+            temporal=_Signals(),
+            status="working",
+        )  # a heartbeating wait's: the session and its stream
         hub._sessions[key].listener = _Live()  # type: ignore[assignment]
         t0 = time.monotonic()
-        hub.watch(ref, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
-                  temporal=_Signals(), status="working", gap_s=1.0, gap_for=lambda s: 1.0,  # type: ignore[arg-type]
-                  read=True, state=_state("t-1"))
+        hub.watch(
+            ref,
+            None,
+            "t-1",
+            session=None,
+            workflow_id="wf",
+            run_id=None,
+            epoch=0,
+            for_s=60,
+            temporal=_Signals(),
+            status="working",
+            gap_s=1.0,
+            gap_for=lambda s: 1.0,  # type: ignore[arg-type]
+            read=True,
+            state=_state("t-1"),
+        )
         assert hub.stretch(ref, None, "t-1", key=key, idle=True) == 3.0  # the attempt's next comes at 3 s
         await _until(lambda: len(reads) == 1, 5)
         assert 1.7 < reads[0] - t0 < 2.6, reads[0] - t0  # the hub's read, ahead of it
@@ -315,8 +386,20 @@ async def test_each_read_of_the_hub_is_counted_by_its_result() -> None:
     hub._meter_counter, hub._reads_counter = Counter(), Counter()  # the worker's runtime meter stands here
     ref = _http_ref()
     for i in range(3):
-        hub.watch(ref, None, f"t-{i}", session=None, workflow_id=f"wf-{i}", run_id=None, epoch=0, for_s=60,
-                  temporal=_Signals(), status="working", gap_s=0.0, gap_for=lambda s: 30.0)  # type: ignore[arg-type]
+        hub.watch(
+            ref,
+            None,
+            f"t-{i}",
+            session=None,
+            workflow_id=f"wf-{i}",
+            run_id=None,
+            epoch=0,
+            for_s=60,
+            temporal=_Signals(),
+            status="working",
+            gap_s=0.0,
+            gap_for=lambda s: 30.0,
+        )  # type: ignore[arg-type]
     try:
         await _until(lambda: len(added) == 3)
         assert sorted(a["result"] for a in added) == ["failed", "gone", "read"], added
@@ -333,13 +416,26 @@ async def test_no_reads_where_they_are_turned_off_or_the_session_is_stdio() -> N
     for hub in (off, stdio):
         hub.reads_with(_never)
     ref = _http_ref()
-    child = SessionRef(endpoint=Endpoint(command=["server"]), era="2025-11-25", protocol_version="2025-11-25",
-                       owner="me")
+    child = SessionRef(
+        endpoint=Endpoint(command=["server"]), era="2025-11-25", protocol_version="2025-11-25", owner="me"
+    )
     try:
         for hub, r in ((off, ref), (stdio, child)):
-            hub.watch(r, None, "t-1", session=None, workflow_id="wf", run_id=None, epoch=0, for_s=60,
-                      temporal=_Signals(), status="working", gap_s=0.0,  # type: ignore[arg-type]
-                      gap_for=lambda s: 1.0, state=_state("t-1"))
+            hub.watch(
+                r,
+                None,
+                "t-1",
+                session=None,
+                workflow_id="wf",
+                run_id=None,
+                epoch=0,
+                for_s=60,
+                temporal=_Signals(),
+                status="working",
+                gap_s=0.0,  # type: ignore[arg-type]
+                gap_for=lambda s: 1.0,
+                state=_state("t-1"),
+            )
             assert hub.stretch(r, None, "t-1", idle=True) == 1.0
             # The wait's own read, with nobody reading between its attempts, never stands in for the next one.
             assert hub.fresh(hub.key(r, None), "t-1") is None
@@ -358,8 +454,12 @@ async def _never(*a: Any) -> TaskState:
 def _http_ref() -> Any:
     from mcp_temporal_tasks.activities.wire import SessionRef
 
-    return SessionRef(endpoint=Endpoint(url="http://127.0.0.1:9/mcp"), era="2025-11-25",
-                      protocol_version="2025-11-25", session_id="s-1")
+    return SessionRef(
+        endpoint=Endpoint(url="http://127.0.0.1:9/mcp"),
+        era="2025-11-25",
+        protocol_version="2025-11-25",
+        session_id="s-1",
+    )
 
 
 async def _raise(exc: BaseException) -> TaskState:
@@ -371,4 +471,3 @@ async def _until(cond: Any, timeout: float = 5.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
-

@@ -49,8 +49,12 @@ def expected(method: str, era: str, status: str | None, code: int | None) -> Rea
 @pytest.mark.parametrize("method", READS)
 def test_every_read_error_has_one_meaning(method: str) -> None:
     for era, status, code in itertools.product(ERAS, STATUSES, CODES):
-        assert read_error_meaning(method, code, era=era, status=status) == expected(method, era, status, code), \
-            (method, era, status, code)
+        assert read_error_meaning(method, code, era=era, status=status) == expected(method, era, status, code), (
+            method,
+            era,
+            status,
+            code,
+        )
 
 
 def test_only_the_gone_code_ends_a_poll_and_the_rest_are_faults() -> None:

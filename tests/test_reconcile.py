@@ -25,15 +25,21 @@ FAST = Timeouts(heartbeat_s=2, poll_floor_s=0.05, submit_s=60)
 
 
 async def run_through(proxy: FaultProxy, client: Client, queue: str, **kw: Any) -> Any:
-    request = McpTaskRequest(server=Endpoint(url=proxy.url), tool="slow_echo",
-                             arguments={"seconds": 0.5, "text": "reconciled"}, timeouts=FAST, **kw)
+    request = McpTaskRequest(
+        server=Endpoint(url=proxy.url),
+        tool="slow_echo",
+        arguments={"seconds": 0.5, "text": "reconciled"},
+        timeouts=FAST,
+        **kw,
+    )
     handle = await start_mcp_task(client, request, workflow_id=unique("rec"), task_queue=queue)
     return await asyncio.wait_for(outcome_of(handle), 60)
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "py1_http"])
 async def test_lost_tools_call_reply_is_reconciled_on_a_session_of_our_own(
-        request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any) -> None:
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     mark = peer.log_mark()
     with FaultProxy(peer.url or "") as proxy:  # a fresh URL: the worker opens a session that carried no call
@@ -51,8 +57,9 @@ async def test_lost_tools_call_reply_is_reconciled_on_a_session_of_our_own(
     assert elapsed < 30
 
 
-async def test_stateless_server_is_not_reconciled(ts_http_stateless: Peer, client: Client, queue: str,
-                                                  worker: Any) -> None:
+async def test_stateless_server_is_not_reconciled(
+    ts_http_stateless: Peer, client: Client, queue: str, worker: Any
+) -> None:
     """Without a session, tasks/list shows every client's tasks: adopting one would not be sound."""
     mark = ts_http_stateless.log_mark()
     with FaultProxy(ts_http_stateless.url or "") as proxy:
@@ -63,8 +70,9 @@ async def test_stateless_server_is_not_reconciled(ts_http_stateless: Peer, clien
     assert len(tool_calls(ts_http_stateless, mark, "slow_echo")) == 1
 
 
-async def test_extension_era_has_no_reconciliation(fastmcp_server: Peer, client: Client, queue: str,
-                                                   worker: Any) -> None:
+async def test_extension_era_has_no_reconciliation(
+    fastmcp_server: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = fastmcp_server.log_mark()
     with FaultProxy(fastmcp_server.url or "") as proxy:
         proxy.add("tools/call", ResetAfterSend())

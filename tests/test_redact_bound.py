@@ -35,8 +35,10 @@ def test_expired_tokens_leave_and_configured_values_stay() -> None:
     left = redact.registered()
     assert not any(f.startswith("token-") for f in left), len(left)
     assert "configured-header-value-1" in left
-    assert redact.scrub("echo token-002999-abcdef and configured-header-value-1") == \
-        "echo token-002999-abcdef and [redacted]"
+    assert (
+        redact.scrub("echo token-002999-abcdef and configured-header-value-1")
+        == "echo token-002999-abcdef and [redacted]"
+    )
 
 
 def test_the_registry_is_bounded_whatever_lifetimes_a_server_claims() -> None:

@@ -31,14 +31,33 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_committed() -> None:
     names = {p.stem for p in HISTORIES}
-    assert {"completed_legacy", "completed_extension", "tool_error_legacy", "cancelled_legacy",
-            "worker_killed_while_polling", "unknown_outcome_never", "unknown_outcome_if_idempotent",
-            "tool_error_legacy_fails_workflow", "job_completed_legacy", "job_completed_extension",
-            "job_failed_legacy", "job_failed_extension", "long_wait_legacy", "long_wait_extension",
-            "result_unavailable_after_read_faults", "error_reply_never_replays_legacy", "input_undeliverable_lost",
-            "cancelled_through_temporal_canceled", "rejected_before_tools_call_sent",
-            "rejected_before_send_counted_one_attempt", "idle_wait_completed", "notified_wake",
-            "notified_wake_idle", "plain_call_input_answered", "plain_call_input_declined"} <= names
+    assert {
+        "completed_legacy",
+        "completed_extension",
+        "tool_error_legacy",
+        "cancelled_legacy",
+        "worker_killed_while_polling",
+        "unknown_outcome_never",
+        "unknown_outcome_if_idempotent",
+        "tool_error_legacy_fails_workflow",
+        "job_completed_legacy",
+        "job_completed_extension",
+        "job_failed_legacy",
+        "job_failed_extension",
+        "long_wait_legacy",
+        "long_wait_extension",
+        "result_unavailable_after_read_faults",
+        "error_reply_never_replays_legacy",
+        "input_undeliverable_lost",
+        "cancelled_through_temporal_canceled",
+        "rejected_before_tools_call_sent",
+        "rejected_before_send_counted_one_attempt",
+        "idle_wait_completed",
+        "notified_wake",
+        "notified_wake_idle",
+        "plain_call_input_answered",
+        "plain_call_input_declined",
+    } <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

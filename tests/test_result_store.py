@@ -30,7 +30,7 @@ def test_store_is_content_addressed_and_verified(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     first, second = store.put(big(False)), store.put(big(False))
     assert first == second and len(list(tmp_path.rglob("*.json"))) == 1
-    Path(first["uri"][len("file://"):]).write_text('{"tampered": true}')
+    Path(first["uri"][len("file://") :]).write_text('{"tampered": true}')
     try:
         ResultStore.get(first)
     except ValueError as exc:

@@ -28,18 +28,32 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Ours that workflow code may load besides ``mcp_temporal_tasks.workflows.*``: the activity stubs and names, the
 #: models the workflows are built from, and the packages holding them.
 ALLOWED = {
-    "mcp_temporal_tasks", "mcp_temporal_tasks._agent_tools",
-    "mcp_temporal_tasks.activities", "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io",
+    "mcp_temporal_tasks",
+    "mcp_temporal_tasks._agent_tools",
+    "mcp_temporal_tasks.activities",
+    "mcp_temporal_tasks.activities.defs",
+    "mcp_temporal_tasks.activities.activity_io",
     "mcp_temporal_tasks.activities.relay",
-    "mcp_temporal_tasks.protocol", "mcp_temporal_tasks.protocol.tasks", "mcp_temporal_tasks.protocol.wire_errors",
-    "mcp_temporal_tasks.protocol.limits", "mcp_temporal_tasks.protocol.contract",
-    "mcp_temporal_tasks.protocol.sdk_types", "mcp_temporal_tasks.protocol.bounds",
+    "mcp_temporal_tasks.protocol",
+    "mcp_temporal_tasks.protocol.tasks",
+    "mcp_temporal_tasks.protocol.wire_errors",
+    "mcp_temporal_tasks.protocol.limits",
+    "mcp_temporal_tasks.protocol.contract",
+    "mcp_temporal_tasks.protocol.sdk_types",
+    "mcp_temporal_tasks.protocol.bounds",
     "mcp_temporal_tasks.protocol.elicitation",
 }
 #: Never, by top-level package.
 FORBIDDEN = {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "fastmcp", "mcp", "anyio", "uvicorn", "starlette"}
-HISTORIES = ["completed_legacy", "completed_extension", "input_undeliverable_lost", "notified_wake_idle",
-             "cancelled_through_temporal_canceled", "job_completed_extension", "long_wait_legacy"]
+HISTORIES = [
+    "completed_legacy",
+    "completed_extension",
+    "input_undeliverable_lost",
+    "notified_wake_idle",
+    "cancelled_through_temporal_canceled",
+    "job_completed_extension",
+    "long_wait_legacy",
+]
 
 PROBE = r"""
 import asyncio, json, sys
@@ -86,21 +100,32 @@ print(json.dumps({"host": host, "sandbox": sandbox, "sandboxes": len(sandboxes)}
 
 
 def test_a_workflow_run_loads_no_wire() -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "tests" / "histories"), *HISTORIES],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(ROOT / "tests" / "histories"), *HISTORIES],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["sandboxes"] >= len(HISTORIES)
     for where in ("host", "sandbox"):
         modules = seen[where]
-        ours = {m for m in modules if m.split(".")[0] == "mcp_temporal_tasks" and
-                not m.startswith("mcp_temporal_tasks.workflows")}
-        print(f"\n{where}: {len(modules)} modules; ours: {[m for m in modules if m.startswith('mcp_temporal_tasks')]}"
-              f"\n{where} others: "
-              f"{sorted({m.split('.')[0] for m in modules} - {'mcp_temporal_tasks'})}")
+        ours = {
+            m
+            for m in modules
+            if m.split(".")[0] == "mcp_temporal_tasks" and not m.startswith("mcp_temporal_tasks.workflows")
+        }
+        print(
+            f"\n{where}: {len(modules)} modules; ours: {[m for m in modules if m.startswith('mcp_temporal_tasks')]}"
+            f"\n{where} others: "
+            f"{sorted({m.split('.')[0] for m in modules} - {'mcp_temporal_tasks'})}"
+        )
         assert ours <= ALLOWED, f"{where}: workflow code loaded {sorted(ours - ALLOWED)}"
         assert not {m.split(".")[0] for m in modules} & FORBIDDEN, (
-            f"{where}: {sorted(m for m in modules if m.split('.')[0] in FORBIDDEN)}")
+            f"{where}: {sorted(m for m in modules if m.split('.')[0] in FORBIDDEN)}"
+        )
     # The sandbox took the workflow modules from the worker (passed through), not a copy of its own.
     assert "mcp_temporal_tasks.workflows.mcp_task" in seen["sandbox"]
 

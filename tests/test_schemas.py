@@ -29,8 +29,11 @@ def test_committed_schemas_are_current() -> None:
 
 
 def test_plain_json_request_validates(tmp_path: Path) -> None:
-    plain = {"server": {"url": "http://127.0.0.1:3000/mcp"}, "tool": "slow_echo",
-             "arguments": {"seconds": 1, "text": "from TypeScript"}}
+    plain = {
+        "server": {"url": "http://127.0.0.1:3000/mcp"},
+        "tool": "slow_echo",
+        "arguments": {"seconds": 1, "text": "from TypeScript"},
+    }
     schema = json.loads((DOCS / "McpTaskRequest.json").read_text())
     jsonschema.validate(plain, schema)
     assert McpTaskRequest.model_validate(plain).tool == "slow_echo"

@@ -27,7 +27,8 @@ def test_sdk_version_is_the_pinned_one() -> None:
     assert installed == sdk_compat.SDK_VERSION == "2.3.0", (
         f"mcp=={installed} is installed but activities/wire/sdk_compat.py was written against "
         f"mcp=={sdk_compat.SDK_VERSION}. Re-check every workaround listed in sdk_compat's docstring, run "
-        "tests/test_sdk_contract.py, then bump SDK_VERSION and the pin in pyproject.toml together.")
+        "tests/test_sdk_contract.py, then bump SDK_VERSION and the pin in pyproject.toml together."
+    )
     assert version("mcp-types") == "2.3.0", "mcp-types (the SDK's types package) must move with mcp"
 
 
@@ -49,15 +50,25 @@ def test_routing_header_names_are_lowercase() -> None:
     assert inbound.MCP_METHOD_HEADER == "mcp-method"
     assert inbound.MCP_NAME_HEADER == "mcp-name"
     assert sdk_compat.extension_headers("tasks/get", "abc-123") == {
-        "mcp-protocol-version": "2026-07-28", "mcp-method": "tasks/get", "mcp-name": "abc-123"}
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tasks/get",
+        "mcp-name": "abc-123",
+    }
     assert sdk_compat.extension_headers("server/discover", None) == {
-        "mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover"}
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "server/discover",
+    }
 
 
 def test_encode_header_value() -> None:
     # Task ids and tool names are plain ASCII: they must go out verbatim to match params.taskId/name.
-    for value in ("abc", "rs4EoxCVpPf-LLThpuKYosxpPf1h2uCOrq5pc85tCNM", "2c60392051c3e20c953f2d56262c9fec",
-                  "slow_echo", "a.b:c/d"):
+    for value in (
+        "abc",
+        "rs4EoxCVpPf-LLThpuKYosxpPf1h2uCOrq5pc85tCNM",
+        "2c60392051c3e20c953f2d56262c9fec",
+        "slow_echo",
+        "a.b:c/d",
+    ):
         assert inbound.encode_header_value(value) == value
     assert inbound.encode_header_value("grüße").startswith("=?base64?")
     assert inbound.decode_header_value(inbound.encode_header_value("grüße")) == "grüße"
@@ -72,8 +83,12 @@ def test_known_protocol_versions() -> None:
 
 def test_mcp_types_task_still_requires_ttl() -> None:
     """Why task objects are parsed leniently (parse_task), never through mcp_types.Task."""
-    observed = {"taskId": "t", "status": "working", "createdAt": "2025-11-25T00:00:00Z",
-                "lastUpdatedAt": "2025-11-25T00:00:00Z"}  # ttl omitted, as real runtimes do
+    observed = {
+        "taskId": "t",
+        "status": "working",
+        "createdAt": "2025-11-25T00:00:00Z",
+        "lastUpdatedAt": "2025-11-25T00:00:00Z",
+    }  # ttl omitted, as real runtimes do
     with pytest.raises(ValidationError, match="ttl"):
         mcp_types.Task.model_validate(observed)
     assert mcp_types.Task.model_validate({**observed, "ttl": None}).ttl is None
@@ -81,10 +96,15 @@ def test_mcp_types_task_still_requires_ttl() -> None:
 
 
 def test_tool_execution_task_support_is_parsed() -> None:
-    tool = sdk_compat.tool_info({"name": "t", "inputSchema": {"type": "object"},
-                                 "execution": {"taskSupport": "required"},
-                                 "annotations": {"readOnlyHint": True, "idempotentHint": False},
-                                 "outputSchema": {"type": "object"}})
+    tool = sdk_compat.tool_info(
+        {
+            "name": "t",
+            "inputSchema": {"type": "object"},
+            "execution": {"taskSupport": "required"},
+            "annotations": {"readOnlyHint": True, "idempotentHint": False},
+            "outputSchema": {"type": "object"},
+        }
+    )
     assert (tool.task_support, tool.read_only_hint, tool.idempotent_hint) == ("required", True, False)
     assert tool.output_schema == {"type": "object"}
     assert sdk_compat.tool_info({"name": "u", "inputSchema": {"type": "object"}}).task_support is None
@@ -115,7 +135,8 @@ async def test_call_tool_result_rejects_a_real_create_task_result(ts_stdio: Peer
     client = await WireSession.connect(ts_stdio.endpoint, era=LEGACY)
     try:
         reply = await client.transport.request(
-            "tools/call", {"name": "slow_echo", "arguments": {"seconds": 0.05}, "task": {"ttl": 60000}})
+            "tools/call", {"name": "slow_echo", "arguments": {"seconds": 0.05}, "task": {"ttl": 60000}}
+        )
         assert isinstance(reply.get("task"), dict) and reply["task"]["ttl"] == 60000  # a genuine CreateTaskResult
         assert mcp_types.CreateTaskResult.model_validate(reply).task.task_id == reply["task"]["taskId"]
         try:
@@ -136,8 +157,11 @@ async def test_client_session_cannot_make_a_task_augmented_call(ts_stdio: Peer) 
     env = {"PEER_LOG": os.environ[ts_stdio.endpoint.env_refs["PEER_LOG"]]}
     command = ts_stdio.endpoint.command
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
-    request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(
-        name="slow_echo", arguments={"seconds": 0.05}, task=mcp_types.TaskMetadata(ttl=60000)))
+    request = mcp_types.CallToolRequest(
+        params=mcp_types.CallToolRequestParams(
+            name="slow_echo", arguments={"seconds": 0.05}, task=mcp_types.TaskMetadata(ttl=60000)
+        )
+    )
     mark = ts_stdio.log_mark()
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:

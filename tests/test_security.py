@@ -72,8 +72,13 @@ class _Echo(BaseHTTPRequestHandler):
             status, ctype, body = 500, "text/plain", f"internal error while checking {auth}"
         else:  # "rpc": a JSON-RPC error quoting the header in its message and data
             status, ctype = 200, "application/json"
-            body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {
-                "code": -32603, "message": f"rejected {auth}", "data": {"seen": {"authorization": auth}}}})
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg_id,
+                    "error": {"code": -32603, "message": f"rejected {auth}", "data": {"seen": {"authorization": auth}}},
+                }
+            )
         data = body.encode()
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -117,23 +122,30 @@ COMMAND = Endpoint(command=["/bin/sh", "-c", "env > /tmp/leak"])
 COMMAND_WITH_REFS = Endpoint(command=["node", "server.mjs"], env_refs={"TOKEN": TOKEN_VAR})
 
 
-@pytest.mark.parametrize("allowed, endpoint, keys", [
-    ({}, URL, ["allow_inline_endpoints"]),
-    ({}, COMMAND, ["allow_inline_commands"]),
-    ({}, URL_WITH_REFS, ["allow_inline_endpoints", "allow_inline_credentials"]),
-    ({"allow_inline_endpoints": True}, URL_WITH_REFS, ["allow_inline_credentials"]),
-    ({"allow_inline_commands": True}, COMMAND_WITH_REFS, ["allow_inline_credentials"]),
-    ({"allow_inline_endpoints": True, "allow_inline_credentials": True}, COMMAND, ["allow_inline_commands"]),
-    ({"allow_inline_commands": True, "allow_inline_credentials": True}, URL, ["allow_inline_endpoints"]),
-    ({"inline_allowlist": [URL]}, URL_WITH_REFS, ["allow_inline_endpoints", "allow_inline_credentials"]),  # exact only
-    ({"inline_allowlist": [URL]}, Endpoint(url="http://127.0.0.1:9/other"), ["allow_inline_endpoints"]),
-    ({"allow_inline_endpoints": True}, URL, []),
-    ({"allow_inline_commands": True}, COMMAND, []),
-    ({"allow_inline_endpoints": True, "allow_inline_credentials": True}, URL_WITH_REFS, []),
-    ({"allow_inline_commands": True, "allow_inline_credentials": True}, COMMAND_WITH_REFS, []),
-    ({"inline_allowlist": [URL]}, URL, []),
-    ({"inline_allowlist": [COMMAND_WITH_REFS]}, COMMAND_WITH_REFS, []),
-])
+@pytest.mark.parametrize(
+    "allowed, endpoint, keys",
+    [
+        ({}, URL, ["allow_inline_endpoints"]),
+        ({}, COMMAND, ["allow_inline_commands"]),
+        ({}, URL_WITH_REFS, ["allow_inline_endpoints", "allow_inline_credentials"]),
+        ({"allow_inline_endpoints": True}, URL_WITH_REFS, ["allow_inline_credentials"]),
+        ({"allow_inline_commands": True}, COMMAND_WITH_REFS, ["allow_inline_credentials"]),
+        ({"allow_inline_endpoints": True, "allow_inline_credentials": True}, COMMAND, ["allow_inline_commands"]),
+        ({"allow_inline_commands": True, "allow_inline_credentials": True}, URL, ["allow_inline_endpoints"]),
+        (
+            {"inline_allowlist": [URL]},
+            URL_WITH_REFS,
+            ["allow_inline_endpoints", "allow_inline_credentials"],
+        ),  # exact only
+        ({"inline_allowlist": [URL]}, Endpoint(url="http://127.0.0.1:9/other"), ["allow_inline_endpoints"]),
+        ({"allow_inline_endpoints": True}, URL, []),
+        ({"allow_inline_commands": True}, COMMAND, []),
+        ({"allow_inline_endpoints": True, "allow_inline_credentials": True}, URL_WITH_REFS, []),
+        ({"allow_inline_commands": True, "allow_inline_credentials": True}, COMMAND_WITH_REFS, []),
+        ({"inline_allowlist": [URL]}, URL, []),
+        ({"inline_allowlist": [COMMAND_WITH_REFS]}, COMMAND_WITH_REFS, []),
+    ],
+)
 async def test_resolve_inline_rules(allowed: dict[str, Any], endpoint: Endpoint, keys: list[str]) -> None:
     from temporalio.exceptions import ApplicationError
 
@@ -162,20 +174,27 @@ def test_a_plain_worker_allows_nothing_inline(tmp_path: Path) -> None:
     assert loaded == WorkerSettings()
 
 
-async def test_default_worker_refuses_inline_endpoints(client: Client, queue: str, echo: _EchoServer,
-                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_default_worker_refuses_inline_endpoints(
+    client: Client, queue: str, echo: _EchoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(TOKEN_VAR, f"Bearer {TOKEN}")
     marker = tmp_path / "ran"
     command = Endpoint(command=[sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"])
     leak = Endpoint(url=echo.url("rpc"), header_refs={"X-Leak": TOKEN_VAR})
     before = len(echo.requests)
-    cases = [(WorkerSettings(), command, "allow_inline_commands"),
-             (WorkerSettings(), Endpoint(url=echo.url("rpc")), "allow_inline_endpoints"),
-             (WorkerSettings(allow_inline_endpoints=True), leak, "allow_inline_credentials")]
+    cases = [
+        (WorkerSettings(), command, "allow_inline_commands"),
+        (WorkerSettings(), Endpoint(url=echo.url("rpc")), "allow_inline_endpoints"),
+        (WorkerSettings(allow_inline_endpoints=True), leak, "allow_inline_credentials"),
+    ]
     for settings, endpoint, key in cases:
         async with in_process_worker(client, task_queue=queue, settings=settings):
-            handle = await start_mcp_task(client, McpTaskRequest(server=endpoint, tool="slow_echo", timeouts=FAST),
-                                          workflow_id=unique("inline"), task_queue=queue)
+            handle = await start_mcp_task(
+                client,
+                McpTaskRequest(server=endpoint, tool="slow_echo", timeouts=FAST),
+                workflow_id=unique("inline"),
+                task_queue=queue,
+            )
             out = await asyncio.wait_for(outcome_of(handle), 60)
         assert out.outcome == Outcome.REJECTED and out.operation_attempts == [], out
         assert out.error is not None and f"[worker] {key} = true" in out.error.message
@@ -184,17 +203,25 @@ async def test_default_worker_refuses_inline_endpoints(client: Client, queue: st
     assert echo.requests[before:] == [], "a refused endpoint was contacted"
 
 
-async def test_inline_endpoints_run_where_configured(client: Client, queue: str, fastmcp_server: Peer,
-                                                     ts_stdio: Peer) -> None:
+async def test_inline_endpoints_run_where_configured(
+    client: Client, queue: str, fastmcp_server: Peer, ts_stdio: Peer
+) -> None:
     text = unique("allowed")
-    cases = [(WorkerSettings(allow_inline_endpoints=True), fastmcp_server.endpoint),
-             (WorkerSettings(allow_inline_commands=True, allow_inline_credentials=True), ts_stdio.endpoint)]
+    cases = [
+        (WorkerSettings(allow_inline_endpoints=True), fastmcp_server.endpoint),
+        (WorkerSettings(allow_inline_commands=True, allow_inline_credentials=True), ts_stdio.endpoint),
+    ]
     assert ts_stdio.endpoint.env_refs  # a command with a credential reference needs both keys
     for settings, endpoint in cases:
         async with in_process_worker(client, task_queue=queue, settings=settings):
-            handle = await start_mcp_task(client, McpTaskRequest(
-                server=endpoint, tool="slow_echo", arguments={"seconds": 0.2, "text": text}, timeouts=FAST),
-                workflow_id=unique("allowed"), task_queue=queue)
+            handle = await start_mcp_task(
+                client,
+                McpTaskRequest(
+                    server=endpoint, tool="slow_echo", arguments={"seconds": 0.2, "text": text}, timeouts=FAST
+                ),
+                workflow_id=unique("allowed"),
+                task_queue=queue,
+            )
             out = await asyncio.wait_for(outcome_of(handle), 60)
         assert out.outcome == Outcome.COMPLETED, out
         assert out.result is not None and out.result["content"][0]["text"] == text
@@ -203,8 +230,9 @@ async def test_inline_endpoints_run_where_configured(client: Client, queue: str,
 # --- 2. secrets: errors, history, logs ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("route, error_type", [("401", AuthorizationRequired), ("500", TransportError),
-                                               ("rpc", JsonRpcError)])
+@pytest.mark.parametrize(
+    "route, error_type", [("401", AuthorizationRequired), ("500", TransportError), ("rpc", JsonRpcError)]
+)
 async def test_echoed_header_is_redacted_from_errors(echo: _EchoServer, route: str, error_type: type) -> None:
     transport = HttpTransport(echo.url(route), headers={"Authorization": f"Bearer {TOKEN}"})
     try:
@@ -218,8 +246,9 @@ async def test_echoed_header_is_redacted_from_errors(echo: _EchoServer, route: s
     assert redact.REDACTED in json.dumps(exc.info(), default=str)
 
 
-async def test_referenced_values_are_redacted_and_registered(echo: _EchoServer, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_referenced_values_are_redacted_and_registered(
+    echo: _EchoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(TOKEN_VAR, f"Bearer {TOKEN}")
     with pytest.raises(McpWireError) as info:
         await WireSession.connect(Endpoint(url=echo.url("401"), header_refs={"Authorization": TOKEN_VAR}))
@@ -227,16 +256,19 @@ async def test_referenced_values_are_redacted_and_registered(echo: _EchoServer, 
     assert_no_token(str(info.value), info.value.info())
     assert TOKEN in redact.registered() and f"Bearer {TOKEN}" in redact.registered()
     # A stdio child that quotes its referenced environment in every error reply.
-    script = ("import json, os, sys\n"
-              "for line in sys.stdin:\n"
-              "    msg = json.loads(line)\n"
-              "    if 'id' in msg:\n"
-              "        err = {'code': -32603, 'message': 'key ' + os.environ['API_KEY'],"
-              " 'data': {'env': os.environ['API_KEY']}}\n"
-              "        print(json.dumps({'jsonrpc': '2.0', 'id': msg['id'], 'error': err}), flush=True)\n")
+    script = (
+        "import json, os, sys\n"
+        "for line in sys.stdin:\n"
+        "    msg = json.loads(line)\n"
+        "    if 'id' in msg:\n"
+        "        err = {'code': -32603, 'message': 'key ' + os.environ['API_KEY'],"
+        " 'data': {'env': os.environ['API_KEY']}}\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': msg['id'], 'error': err}), flush=True)\n"
+    )
     with pytest.raises(JsonRpcError) as info:
-        await WireSession.connect(Endpoint(command=[sys.executable, "-c", script], env_refs={"API_KEY": TOKEN_VAR}),
-                                    era="2025-11-25")
+        await WireSession.connect(
+            Endpoint(command=[sys.executable, "-c", script], env_refs={"API_KEY": TOKEN_VAR}), era="2025-11-25"
+        )
     assert_no_token(str(info.value), info.value.info())
     assert redact.REDACTED in info.value.message
 
@@ -308,13 +340,18 @@ def _history_text(history_json: str) -> str:
 
 
 @pytest.mark.parametrize("route", ["401", "rpc"])
-async def test_echoed_token_never_reaches_history(client: Client, queue: str, echo: _EchoServer, route: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_echoed_token_never_reaches_history(
+    client: Client, queue: str, echo: _EchoServer, route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(TOKEN_VAR, f"Bearer {TOKEN}")
     servers = {"echo": ServerConfig(url=echo.url(route), headers={"Authorization": TOKEN_VAR})}
     async with in_process_worker(client, task_queue=queue, servers=servers, settings=WorkerSettings()):
-        handle = await start_mcp_task(client, McpTaskRequest(server="echo", tool="slow_echo", timeouts=FAST),
-                                      workflow_id=unique("echo"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(server="echo", tool="slow_echo", timeouts=FAST),
+            workflow_id=unique("echo"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome != Outcome.COMPLETED
     assert echo.requests[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the server did see it
@@ -341,9 +378,21 @@ async def test_cli_escapes_server_text(temporal_env: Any, fastmcp_server: Peer, 
     address = address_of(temporal_env)
     nasty = "a\x00b\x07c\x1b[31md\re\u202ef"
     wid = unique("escape")
-    rc, out, err = await cli("run", "slow_echo", "--url", fastmcp_server.url or "", "--args",
-                             json.dumps({"seconds": 0.2, "text": nasty}), "--id", wid, "--json",
-                             "--task-queue", queue, "--address", address)
+    rc, out, err = await cli(
+        "run",
+        "slow_echo",
+        "--url",
+        fastmcp_server.url or "",
+        "--args",
+        json.dumps({"seconds": 0.2, "text": nasty}),
+        "--id",
+        wid,
+        "--json",
+        "--task-queue",
+        queue,
+        "--address",
+        address,
+    )
     assert rc == 0, err[-2000:]
     assert one_json(out)["result"]["content"][0]["text"] == nasty
     for command in ("result", "status"):

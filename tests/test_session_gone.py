@@ -30,7 +30,8 @@ async def _task_on_a_session_then_gone(peer: Peer, pool: SessionPool) -> tuple[S
 
 
 async def test_on_a_server_that_scopes_tasks_to_sessions_the_new_sessions_answer_ends_it(
-        ts_http_stateful: Peer) -> None:
+    ts_http_stateful: Peer,
+) -> None:
     pool = SessionPool()
     try:
         ref, task_id = await _task_on_a_session_then_gone(ts_http_stateful, pool)

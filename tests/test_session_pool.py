@@ -45,9 +45,15 @@ async def test_two_servers_issuing_the_same_session_id_are_read_apart(temporal_e
     queue = unique("pool-sid")
     try:
         async with in_process(temporal_env.client, queue, {k: {"url": s.url} for k, s in servers.items()}):
-            handles = {k: await start_mcp_task(temporal_env.client, McpTaskRequest(
-                server=k, tool="charge", arguments={}, timeouts=Timeouts(poll_floor_s=0.2)),
-                workflow_id=unique(f"pool-{k}"), task_queue=queue) for k in servers}
+            handles = {
+                k: await start_mcp_task(
+                    temporal_env.client,
+                    McpTaskRequest(server=k, tool="charge", arguments={}, timeouts=Timeouts(poll_floor_s=0.2)),
+                    workflow_id=unique(f"pool-{k}"),
+                    task_queue=queue,
+                )
+                for k in servers
+            }
             outs = {k: await asyncio.wait_for(outcome_of(h), 60) for k, h in handles.items()}
     finally:
         for s in servers.values():

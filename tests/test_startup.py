@@ -21,16 +21,29 @@ from tests.peers.harness import Peer
 from tests.temporal_harness import WorkerProcess, unique, until, write_config
 
 
-@pytest.mark.parametrize(("exc", "transient"), [
-    (RuntimeError('Failed client connect: `get_system_info` call error after connection: Status { code: Unavailable, '
-                  'message: "Frontend is not healthy yet" }'), True),
-    (RuntimeError('Failed client connect: Server connection error: tonic::transport::Error(Transport, '
-                  'ConnectError("tcp connect error", 127.0.0.1:1, Os { code: 111, kind: ConnectionRefused })'), True),
-    (RPCError("unavailable", RPCStatusCode.UNAVAILABLE, b""), True),
-    (RPCError("bad api key", RPCStatusCode.UNAUTHENTICATED, b""), False),
-    (RuntimeError("Failed client connect: invalid peer certificate: UnknownIssuer"), False),
-    (ValueError("Unavailable"), False),
-])
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (
+            RuntimeError(
+                "Failed client connect: `get_system_info` call error after connection: Status { code: Unavailable, "
+                'message: "Frontend is not healthy yet" }'
+            ),
+            True,
+        ),
+        (
+            RuntimeError(
+                "Failed client connect: Server connection error: tonic::transport::Error(Transport, "
+                'ConnectError("tcp connect error", 127.0.0.1:1, Os { code: 111, kind: ConnectionRefused })'
+            ),
+            True,
+        ),
+        (RPCError("unavailable", RPCStatusCode.UNAVAILABLE, b""), True),
+        (RPCError("bad api key", RPCStatusCode.UNAUTHENTICATED, b""), False),
+        (RuntimeError("Failed client connect: invalid peer certificate: UnknownIssuer"), False),
+        (ValueError("Unavailable"), False),
+    ],
+)
 def test_only_not_up_yet_errors_are_waited_out(exc: BaseException, transient: bool) -> None:
     assert transient_connect_error(exc) is transient
 
@@ -52,8 +65,12 @@ class _Answers:
 
 async def test_a_busy_servers_cancelled_describe_is_asked_again_within_the_bound() -> None:
     """An overloaded dev server answered one DescribeTaskQueue with CANCELLED, which ended a starting worker."""
-    busy = _Answers(RPCError("operation was canceled", RPCStatusCode.CANCELLED, b""),
-                    RPCError("deadline", RPCStatusCode.DEADLINE_EXCEEDED, b""), ["other"], ["me"])
+    busy = _Answers(
+        RPCError("operation was canceled", RPCStatusCode.CANCELLED, b""),
+        RPCError("deadline", RPCStatusCode.DEADLINE_EXCEEDED, b""),
+        ["other"],
+        ["me"],
+    )
     assert await wait_until_polling(busy, "q", "me", timeout_s=10)  # type: ignore[arg-type]
     assert len(busy.timeouts) == 4 and all(t is not None and t.total_seconds() <= 5 for t in busy.timeouts)
     never = _Answers(RPCError("operation was canceled", RPCStatusCode.CANCELLED, b""))
@@ -67,6 +84,7 @@ async def test_a_busy_servers_cancelled_describe_is_asked_again_within_the_bound
 async def test_connect_waits_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
     port = free_port()
     server = DevServer(db=tmp_path / "late.db", port=port, ui_port=None)
+
     # Start the server only after the client has begun trying: connect must ride out the refused
     # connections and the unhealthy window, whatever moment the retries land in.
     # Bounds with room for a loaded CI machine (a fresh state file's first start there took over 30 s, the default

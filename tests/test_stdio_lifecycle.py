@@ -126,7 +126,8 @@ async def test_a_child_that_ignores_eof_is_terminated_after_the_grace(tmp_path: 
 
 
 async def test_a_child_that_ignores_eof_and_sigterm_is_killed_within_the_bound(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     transport = await stubborn(tmp_path, "ignore-term")
     pid = pid_of(transport)
     with caplog.at_level(logging.WARNING, logger="mcp_temporal_tasks"):
@@ -137,8 +138,9 @@ async def test_a_child_that_ignores_eof_and_sigterm_is_killed_within_the_bound(
     assert not alive(pid) and not group_alive(pid)
 
 
-async def test_what_a_child_left_in_its_process_group_ends_with_it(tmp_path: Path,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+async def test_what_a_child_left_in_its_process_group_ends_with_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     marker = tmp_path / "left.pid"
     transport = await stubborn(tmp_path, "leave-child", str(marker))
     pid, left = pid_of(transport), int(marker.read_text())
@@ -172,14 +174,17 @@ async def test_sigkill_of_our_process_leaves_no_child(tmp_path: Path) -> None:
     the child goes with it (PR_SET_PDEATHSIG), it is not left under PID 1."""
     script = tmp_path / "stubborn.py"
     script.write_text(STUBBORN)
-    parent = (f"import asyncio, sys\nfrom mcp_temporal_tasks.activities.wire.stdio import StdioChild\n"
-              f"async def main():\n"
-              f"    child = await StdioChild.start([sys.executable, {str(script)!r}, 'ignore-term'])\n"
-              f"    print(child.pid, flush=True)\n"
-              f"    await asyncio.sleep(60)\n"
-              f"asyncio.run(main())\n")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", parent, cwd=REPO_ROOT, env=ENV,
-                                                stdout=asyncio.subprocess.PIPE)
+    parent = (
+        f"import asyncio, sys\nfrom mcp_temporal_tasks.activities.wire.stdio import StdioChild\n"
+        f"async def main():\n"
+        f"    child = await StdioChild.start([sys.executable, {str(script)!r}, 'ignore-term'])\n"
+        f"    print(child.pid, flush=True)\n"
+        f"    await asyncio.sleep(60)\n"
+        f"asyncio.run(main())\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", parent, cwd=REPO_ROOT, env=ENV, stdout=asyncio.subprocess.PIPE
+    )
     assert proc.stdout is not None
     child = int(await asyncio.wait_for(proc.stdout.readline(), 20))
     assert alive(child)
@@ -228,15 +233,18 @@ def test_the_first_stdio_child_imports_the_sdk_off_the_event_loop() -> None:
     """``mcp``'s package imports the SDK's whole client and server: a second or more of CPU on a loaded machine. On
     the event loop, every heartbeat of the worker waits for it: a start with a 2 s heartbeat timeout timed out
     spawning its stdio child (ci22). The first stdio connection imports it in a thread instead."""
-    out = subprocess.run([sys.executable, "-c", SDK_IMPORT_PROBE], capture_output=True, text=True, timeout=60,
-                         cwd=REPO_ROOT, env=ENV)
+    out = subprocess.run(
+        [sys.executable, "-c", SDK_IMPORT_PROBE], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=ENV
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "thread", out.stdout
 
 
 async def test_a_line_over_the_bound_is_skipped_and_the_next_one_read(tmp_path: Path) -> None:
-    script = ("import sys\nsys.stdout.write('x' * (40 << 20))\n"
-              "print()\nprint('{\"jsonrpc\": \"2.0\", \"id\": 1, \"result\": {}}', flush=True)\n")
+    script = (
+        "import sys\nsys.stdout.write('x' * (40 << 20))\n"
+        'print()\nprint(\'{"jsonrpc": "2.0", "id": 1, "result": {}}\', flush=True)\n'
+    )
     child = await StdioChild.start([sys.executable, "-c", script])
     items: list[Any] = [item async for item in child.messages()]
     await child.aclose()
@@ -272,8 +280,15 @@ class RunProcess:
 
     async def finish(self, timeout: float) -> int:
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        await asyncio.wait_for(asyncio.gather(self._pump(self.proc.stdout, "out"), self._pump(self.proc.stderr, "err"),
-                                              self.proc.wait(), self._watch()), timeout)
+        await asyncio.wait_for(
+            asyncio.gather(
+                self._pump(self.proc.stdout, "out"),
+                self._pump(self.proc.stderr, "err"),
+                self.proc.wait(),
+                self._watch(),
+            ),
+            timeout,
+        )
         return self.proc.returncode if self.proc.returncode is not None else -1
 
     def text(self, stream: str) -> str:
@@ -287,9 +302,24 @@ async def start_run(address: str, wid: str, *extra: str) -> RunProcess:
     require_ts_peer()
     assert EVERYTHING.is_file(), f"{EVERYTHING} is missing: run npm ci in tests/peers/ts"
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "run", "simulate-research-query", "--command", f"node {EVERYTHING} stdio", "--args",
-        json.dumps({"topic": "x"}), "--id", wid, "--address", address, *extra, cwd=REPO_ROOT,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV)
+        *CLI,
+        "run",
+        "simulate-research-query",
+        "--command",
+        f"node {EVERYTHING} stdio",
+        "--args",
+        json.dumps({"topic": "x"}),
+        "--id",
+        wid,
+        "--address",
+        address,
+        *extra,
+        cwd=REPO_ROOT,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
     return RunProcess(proc)
 
 
@@ -312,14 +342,15 @@ async def test_server_everything_over_stdio_through_run_exits_with_the_outcome(t
     closed_ago = (datetime.now(UTC) - desc.close_time).total_seconds()
     completed_at = exited - closed_ago
     printed_at = run.first("completed: simulate-research-query")
-    assert printed_at - completed_at < 10, (printed_at - completed_at)
-    assert exited - completed_at < 10, (exited - completed_at)
+    assert printed_at - completed_at < 10, printed_at - completed_at
+    assert exited - completed_at < 10, exited - completed_at
     no_child_left(run)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-async def test_an_interrupt_mid_task_ends_run_within_5_s_and_leaves_no_child(temporal_env: Any,
-                                                                               sig: signal.Signals) -> None:
+async def test_an_interrupt_mid_task_ends_run_within_5_s_and_leaves_no_child(
+    temporal_env: Any, sig: signal.Signals
+) -> None:
     run = await start_run(address_of(temporal_env), unique("everything-int"))
     finished = asyncio.create_task(run.finish(60))
     deadline = time.monotonic() + 40

@@ -42,19 +42,25 @@ from mcp_temporal_tasks.workflows.records import McpTaskOutcome
 
 pytestmark = pytest.mark.fast
 
-CTX = StorageDriverStoreContext(target=StorageDriverWorkflowInfo(namespace="default", id="wf-1", run_id="r",
-                                                                 type="McpTaskWorkflow"))
+CTX = StorageDriverStoreContext(
+    target=StorageDriverWorkflowInfo(namespace="default", id="wf-1", run_id="r", type="McpTaskWorkflow")
+)
 
 
 def test_sdk_external_storage_surface() -> None:
     """The names and signatures worker/storage.py uses; an upgrade that moves them fails here first."""
     assert {"drivers", "driver_selector", "payload_size_threshold"} <= {
-        f.name for f in dataclasses.fields(ExternalStorage)}
+        f.name for f in dataclasses.fields(ExternalStorage)
+    }
     assert "external_storage" in {f.name for f in dataclasses.fields(DataConverter)}
     for method in ("name", "store", "retrieve"):
         assert callable(getattr(StorageDriver, method))
-    assert list(inspect.signature(S3StorageDriver.__init__).parameters)[:4] == ["self", "client", "bucket",
-                                                                                "driver_name"]
+    assert list(inspect.signature(S3StorageDriver.__init__).parameters)[:4] == [
+        "self",
+        "client",
+        "bucket",
+        "driver_name",
+    ]
     assert {"put_object", "object_exists", "get_object"} <= set(dir(S3StorageDriverClient))
     assert list(inspect.signature(GCSStorageDriver.__init__).parameters)[:3] == ["self", "client", "bucket"]
     assert S3StorageDriver.type(S3StorageDriver.__new__(S3StorageDriver)) == "aws.s3driver"
@@ -71,8 +77,9 @@ class Recording(StorageDriver):
         self.stored += [p.SerializeToString() for p in payloads]
         return [StorageDriverClaim({"i": str(len(self.stored) - len(payloads) + i)}) for i in range(len(payloads))]
 
-    async def retrieve(self, context: StorageDriverRetrieveContext,
-                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
         out = []
         for c in claims:
             p = Payload()
@@ -98,8 +105,11 @@ async def test_codec_runs_before_the_store_and_only_a_claim_remains() -> None:
     """The SDK encodes with the user's codec first and stores what the codec made: an encrypting codec leaves no
     plaintext in the store. Below the threshold nothing is stored; above it the payload is only a claim."""
     driver = Recording()
-    conv = dataclasses.replace(DATA_CONVERTER, payload_codec=Reverse(),
-                               external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=1024))
+    conv = dataclasses.replace(
+        DATA_CONVERTER,
+        payload_codec=Reverse(),
+        external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=1024),
+    )
     small, big = {"x": "SECRET-small"}, {"x": "SECRET-big" + "." * 4096}
     [p_small, p_big] = await conv.encode([small, big])
     assert len(driver.stored) == 1 and b"SECRET" not in driver.stored[0]
@@ -124,16 +134,19 @@ async def test_local_driver_round_trip_digest_and_bounds(tmp_path: Path) -> None
         await driver.retrieve(StorageDriverRetrieveContext(), [claim])
     for hostile in ("../../etc/passwd", "/etc/passwd", ""):
         with pytest.raises(PayloadStoreError, match="not inside it"):
-            await driver.retrieve(StorageDriverRetrieveContext(), [StorageDriverClaim(
-                {"path": hostile, "hash_algorithm": "sha256", "hash_value": "0" * 64})])
+            await driver.retrieve(
+                StorageDriverRetrieveContext(),
+                [StorageDriverClaim({"path": hostile, "hash_algorithm": "sha256", "hash_value": "0" * 64})],
+            )
 
 
 async def test_managed_driver_retries_only_what_may_pass(tmp_path: Path) -> None:
     class Flaky(LocalStorageDriver):
         calls = 0
 
-        async def retrieve(self, context: StorageDriverRetrieveContext,
-                           claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        async def retrieve(
+            self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+        ) -> list[Payload]:
             Flaky.calls += 1
             if Flaky.calls < 3:
                 raise ConnectionError("store not answering")
@@ -148,7 +161,8 @@ async def test_managed_driver_retries_only_what_may_pass(tmp_path: Path) -> None
     t0 = time.monotonic()
     with pytest.raises(PayloadStoreError, match="does not exist"):
         await ManagedDriver(LocalStorageDriver(tmp_path), where="t", retry_s=10).retrieve(
-            StorageDriverRetrieveContext(), [gone])
+            StorageDriverRetrieveContext(), [gone]
+        )
     assert time.monotonic() - t0 < 1
     always_down = ManagedDriver(Flaky(tmp_path), where="test store", retry_s=0.2)
     Flaky.calls = -100
@@ -182,15 +196,22 @@ def test_storage_configuration() -> None:
     own = dataclasses.replace(DATA_CONVERTER, external_storage=ExternalStorage(drivers=[Recording()]))
     assert with_storage(own) is own
     assert with_storage(DATA_CONVERTER, StorageSettings(local_dir="/tmp/x")).external_storage is not None
-    assert external_storage(StorageSettings(bucket="abc", endpoint="http://127.0.0.1:1")).drivers[0].name() == \
-        "aws.s3driver"
+    assert (
+        external_storage(StorageSettings(bucket="abc", endpoint="http://127.0.0.1:1")).drivers[0].name()
+        == "aws.s3driver"
+    )
 
 
 def test_old_file_references_still_resolve(tmp_path: Path) -> None:
     """A history written before External Storage carries ``result_ref`` with a ``file://`` URI: still read."""
     ref = ResultStore(tmp_path).put({"content": [{"type": "text", "text": "old"}], "isError": False})
-    outcome = McpTaskOutcome.model_validate({"workflow_id": "w", "outcome": "completed", "result_ref": ref,
-                                             "ledger": {"server": "s", "tool": "t",
-                                                        "request_digest": "d", "created_at": "2026-01-01T00:00:00Z"}})
+    outcome = McpTaskOutcome.model_validate(
+        {
+            "workflow_id": "w",
+            "outcome": "completed",
+            "result_ref": ref,
+            "ledger": {"server": "s", "tool": "t", "request_digest": "d", "created_at": "2026-01-01T00:00:00Z"},
+        }
+    )
     assert outcome.result_ref is not None and outcome.result_ref.uri.startswith("file://")
     assert ResultStore.get(outcome.result_ref.model_dump())["content"][0]["text"] == "old"

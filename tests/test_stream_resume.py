@@ -120,14 +120,16 @@ async def call(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 async def test_a_stream_closed_gracefully_is_resumed_after_retry_and_the_reply_read_once() -> None:
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 300\ndata: \n\n",
-                    get=lambda n, i: SSE_HEAD + b"id: e2\ndata: \n\n" + reply_event(i))
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\nretry: 300\ndata: \n\n",
+        get=lambda n, i: SSE_HEAD + b"id: e2\ndata: \n\n" + reply_event(i),
+    )
     async with scripted(script) as url:
         started = time.monotonic()
         reply = await call(url)
     assert reply["content"][0]["text"] == "ok"
     assert script.posts == 1 and len(script.gets) == 1
-    (at, last_id), = script.gets
+    ((at, last_id),) = script.gets
     assert last_id == "e1"
     assert at - script.closed_at >= 0.3 - 0.02 and at - started >= 0.3 - 0.02  # waited the server's retry
 
@@ -135,9 +137,13 @@ async def test_a_stream_closed_gracefully_is_resumed_after_retry_and_the_reply_r
 async def test_a_dropped_stream_is_resumed_from_its_last_event_id() -> None:
     # The first stream carries an event, then the connection is cut mid-chunk (not a graceful end).
     first = b"id: e7\nretry: 50\ndata: \n\n"
-    script = Script(post=lambda i: (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked"
-                                    b"\r\n\r\n" + b"%x\r\n%s\r\n" % (len(first), first) + b"40\r\nid: e8\ndata: {"),
-                    get=lambda n, i: SSE_HEAD + reply_event(i))
+    script = Script(
+        post=lambda i: (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked"
+            b"\r\n\r\n" + b"%x\r\n%s\r\n" % (len(first), first) + b"40\r\nid: e8\ndata: {"
+        ),
+        get=lambda n, i: SSE_HEAD + reply_event(i),
+    )
     async with scripted(script) as url:
         reply = await call(url)
     assert reply["content"][0]["text"] == "ok"
@@ -145,8 +151,10 @@ async def test_a_dropped_stream_is_resumed_from_its_last_event_id() -> None:
 
 
 async def test_a_stream_that_closes_forever_ends_stream_lost_after_the_bound() -> None:
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 20\ndata: \n\n",
-                    get=lambda n, i: SSE_HEAD + f"id: g{n}\nretry: 20\ndata: \n\n".encode())
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\nretry: 20\ndata: \n\n",
+        get=lambda n, i: SSE_HEAD + f"id: g{n}\nretry: 20\ndata: \n\n".encode(),
+    )
     async with scripted(script) as url:
         started = time.monotonic()
         with pytest.raises(StreamLost) as caught:
@@ -159,13 +167,21 @@ async def test_a_stream_that_closes_forever_ends_stream_lost_after_the_bound() -
     assert f"{MAX_IDLE_RESUMPTIONS} resumptions in a row" in exc.message and "tools/call" in exc.message
 
 
-@pytest.mark.parametrize("answer, named", [
-    (b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", "HTTP 404"),
-    (b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", "HTTP 405"),
-    (b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 5\r\nconnection: close\r\n\r\n<html", "text/html"),
-    (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
-     "application/json"),
-])
+@pytest.mark.parametrize(
+    "answer, named",
+    [
+        (b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", "HTTP 404"),
+        (b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", "HTTP 405"),
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 5\r\nconnection: close\r\n\r\n<html",
+            "text/html",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+            "application/json",
+        ),
+    ],
+)
 async def test_a_refused_resumption_ends_at_once_naming_it(answer: bytes, named: str) -> None:
     script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n", get=lambda n, i: answer)
     async with scripted(script) as url:
@@ -176,8 +192,10 @@ async def test_a_refused_resumption_ends_at_once_naming_it(answer: bytes, named:
 
 
 async def test_garbage_on_the_resumed_stream_is_a_garbled_reply_not_a_hang() -> None:
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
-                    get=lambda n, i: SSE_HEAD + b"id: e2\ndata: {not json\n\n")
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
+        get=lambda n, i: SSE_HEAD + b"id: e2\ndata: {not json\n\n",
+    )
     async with scripted(script) as url:
         with pytest.raises(Exception) as caught:
             await call(url)
@@ -185,8 +203,10 @@ async def test_garbage_on_the_resumed_stream_is_a_garbled_reply_not_a_hang() -> 
 
 
 async def test_a_resumed_stream_that_goes_silent_is_a_read_fault_within_the_read_timeout() -> None:
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
-                    get=lambda n, i: b"HOLD:" + SSE_HEAD + b"id: e2\ndata: \n\n")
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
+        get=lambda n, i: b"HOLD:" + SSE_HEAD + b"id: e2\ndata: \n\n",
+    )
     async with scripted(script) as url:
         started = time.monotonic()
         with pytest.raises(TransportError) as caught:
@@ -197,24 +217,30 @@ async def test_a_resumed_stream_that_goes_silent_is_a_read_fault_within_the_read
 
 async def test_a_busy_resumption_is_asked_again_within_the_bound() -> None:
     busy = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
-                    get=lambda n, i: busy if n < 3 else SSE_HEAD + reply_event(i))
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\nretry: 10\ndata: \n\n",
+        get=lambda n, i: busy if n < 3 else SSE_HEAD + reply_event(i),
+    )
     async with scripted(script) as url:
         reply = await call(url)
     assert reply["content"][0]["text"] == "ok" and script.posts == 1 and len(script.gets) == 3
 
 
-@pytest.mark.parametrize("retry_line", [
-    b"retry: -5\n",      # the decoder keeps a negative number: ours to refuse
-    b"retry: soon\n",    # not an integer: the decoder ignores it
-    b"retry: 1e3\n",
-    b"",                 # none sent
-])
+@pytest.mark.parametrize(
+    "retry_line",
+    [
+        b"retry: -5\n",  # the decoder keeps a negative number: ours to refuse
+        b"retry: soon\n",  # not an integer: the decoder ignores it
+        b"retry: 1e3\n",
+        b"",  # none sent
+    ],
+)
 async def test_a_hostile_retry_is_replaced_by_the_default(retry_line: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     expected_s = 0.4  # the default (1 s), shortened for the test
     monkeypatch.setattr(resume, "DEFAULT_RETRY_S", expected_s)
-    script = Script(post=lambda i: SSE_HEAD + b"id: e1\n" + retry_line + b"data: \n\n",
-                    get=lambda n, i: SSE_HEAD + reply_event(i))
+    script = Script(
+        post=lambda i: SSE_HEAD + b"id: e1\n" + retry_line + b"data: \n\n", get=lambda n, i: SSE_HEAD + reply_event(i)
+    )
     async with scripted(script) as url:
         await call(url)
     waited = script.gets[0][0] - script.closed_at
@@ -231,22 +257,26 @@ async def test_a_stream_without_event_id_is_not_resumed() -> None:
 
 def decoded(raw: bytes) -> list[httpx2.ServerSentEvent]:
     """What httpx2's SSE decoder (the library that parses every stream) makes of ``raw``."""
-    response = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=raw,
-                               request=httpx2.Request("GET", "http://x"))
+    response = httpx2.Response(
+        200, headers={"content-type": "text/event-stream"}, content=raw, request=httpx2.Request("GET", "http://x")
+    )
     return list(httpx2.EventSource(response))
 
 
-@pytest.mark.parametrize("raw, event_id, delay_s", [
-    (b"id: a\nretry: 99999999999999\ndata: \n\n", "a", MAX_RETRY_S),        # huge: clamped
-    (b"id: a\nretry: 0\ndata: \n\n", "a", MIN_RETRY_S),                     # zero: a floor, no hammering
-    (b"id: a\nretry: -1\ndata: \n\n", "a", DEFAULT_RETRY_S),
-    (b"id: a\nretry: 12ms\ndata: \n\n", "a", DEFAULT_RETRY_S),
-    (b"id: a\ndata: \n\nid\ndata: x\n\n", "a", DEFAULT_RETRY_S),            # an empty id keeps the last (SDK rule)
-    (b"id: a\ndata: \n\nid: b\0c\ndata: x\n\n", "a", DEFAULT_RETRY_S),      # an id with NUL is ignored
-    (b"id: \xc3\xa9t\xc3\xa9\ndata: \n\n", None, DEFAULT_RETRY_S),          # not ASCII: cannot be a header
-    (b"id: " + b"x" * 5000 + b"\ndata: \n\n", None, DEFAULT_RETRY_S),      # too long to send back
-    (b"id: a\r\nretry: 250\r\ndata: \r\n\r\n", "a", 0.25),                 # CRLF lines
-])
+@pytest.mark.parametrize(
+    "raw, event_id, delay_s",
+    [
+        (b"id: a\nretry: 99999999999999\ndata: \n\n", "a", MAX_RETRY_S),  # huge: clamped
+        (b"id: a\nretry: 0\ndata: \n\n", "a", MIN_RETRY_S),  # zero: a floor, no hammering
+        (b"id: a\nretry: -1\ndata: \n\n", "a", DEFAULT_RETRY_S),
+        (b"id: a\nretry: 12ms\ndata: \n\n", "a", DEFAULT_RETRY_S),
+        (b"id: a\ndata: \n\nid\ndata: x\n\n", "a", DEFAULT_RETRY_S),  # an empty id keeps the last (SDK rule)
+        (b"id: a\ndata: \n\nid: b\0c\ndata: x\n\n", "a", DEFAULT_RETRY_S),  # an id with NUL is ignored
+        (b"id: \xc3\xa9t\xc3\xa9\ndata: \n\n", None, DEFAULT_RETRY_S),  # not ASCII: cannot be a header
+        (b"id: " + b"x" * 5000 + b"\ndata: \n\n", None, DEFAULT_RETRY_S),  # too long to send back
+        (b"id: a\r\nretry: 250\r\ndata: \r\n\r\n", "a", 0.25),  # CRLF lines
+    ],
+)
 def test_resume_point_bounds_what_the_decoder_read(raw: bytes, event_id: str | None, delay_s: float) -> None:
     point = ResumePoint()
     for event in decoded(raw):

@@ -36,18 +36,40 @@ class FailsOnPurpose:
 
     @workflow.query
     def status(self) -> TaskView:
-        return TaskView(workflow_id=workflow.info().workflow_id, phase=Phase.WORKING, tool="charge", server="fake",
-                        task_id="t-1", task_status="working", status_message="charging",
-                        ledger=Ledger(server="fake", tool="charge", request_digest="x", created_at=workflow.now()))
+        return TaskView(
+            workflow_id=workflow.info().workflow_id,
+            phase=Phase.WORKING,
+            tool="charge",
+            server="fake",
+            task_id="t-1",
+            task_status="working",
+            status_message="charging",
+            ledger=Ledger(server="fake", tool="charge", request_digest="x", created_at=workflow.now()),
+        )
 
 
 async def test_run_status_and_list_say_the_workflow_task_is_failing(temporal_env: WorkflowEnvironment) -> None:
     queue, wid, address = unique("stuck"), unique("stuck"), address_of(temporal_env)
     async with Worker(temporal_env.client, task_queue=queue, workflows=[FailsOnPurpose]):
         proc = await asyncio.create_subprocess_exec(
-            *CLI, "run", "charge", "--server", "fake", "--no-worker", "--task-queue", queue, "--id", wid,
-            "--address", address, cwd=REPO_ROOT, env=ENV, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *CLI,
+            "run",
+            "charge",
+            "--server",
+            "fake",
+            "--no-worker",
+            "--task-queue",
+            queue,
+            "--id",
+            wid,
+            "--address",
+            address,
+            cwd=REPO_ROOT,
+            env=ENV,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         lines: list[str] = []
         seen: str | None = None
         try:
@@ -85,14 +107,32 @@ async def test_run_status_and_list_say_the_workflow_task_is_failing(temporal_env
 
 def test_failing_reads_say_since_when_how_often_the_last_error_and_the_budget() -> None:
     now = time.time()
-    text = read_trouble({"status": "working", "failingSince": now - 46, "faults": 7, "readBudgetEndsAt": now + 254,
-                         "transportError": "TransportError: connection refused"}, now)
+    text = read_trouble(
+        {
+            "status": "working",
+            "failingSince": now - 46,
+            "faults": 7,
+            "readBudgetEndsAt": now + 254,
+            "transportError": "TransportError: connection refused",
+        },
+        now,
+    )
     assert text is not None
     assert text.startswith("reads failing since ") and "(7 attempts; " in text
     assert time.strftime("%H:%M:%S", time.localtime(now - 46)) in text
     assert "last: TransportError: connection refused" in text
     assert f"gives up at {time.strftime('%H:%M:%S', time.localtime(now + 254))}" in text
     assert read_trouble({"failingSince": now - 46, "faults": 8}, now + 1) != text  # a new attempt: a new line
-    assert read_trouble({"failingSince": now - 46, "faults": 7, "readBudgetEndsAt": now + 254,
-                         "transportError": "TransportError: connection refused"}, now + 0.5) == text  # else stable
+    assert (
+        read_trouble(
+            {
+                "failingSince": now - 46,
+                "faults": 7,
+                "readBudgetEndsAt": now + 254,
+                "transportError": "TransportError: connection refused",
+            },
+            now + 0.5,
+        )
+        == text
+    )  # else stable
     assert read_trouble({"status": "working", "polls": 3}, now) is None

@@ -60,9 +60,14 @@ async def run_traced_task(peer: Peer, temporal_env: Any) -> Any:
     client = await Client.connect(address_of(temporal_env), plugins=[plugin])
     queue = unique("trace")
     async with Worker(client, task_queue=queue):
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server="peer", tool="slow_echo", arguments={"seconds": 1, "text": unique("traced")}, timeouts=FAST),
-            workflow_id=unique("traced"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server="peer", tool="slow_echo", arguments={"seconds": 1, "text": unique("traced")}, timeouts=FAST
+            ),
+            workflow_id=unique("traced"),
+            task_queue=queue,
+        )
         out = await asyncio.wait_for(outcome_of(handle), 60)
     assert out.outcome == Outcome.COMPLETED, out.reason
     return out
@@ -70,7 +75,8 @@ async def run_traced_task(peer: Peer, temporal_env: Any) -> Any:
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
 async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to_the_server(
-        request: pytest.FixtureRequest, peer_name: str, temporal_env: Any) -> None:
+    request: pytest.FixtureRequest, peer_name: str, temporal_env: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     EXPORTER.clear()
     mark = peer.log_mark()
@@ -80,8 +86,11 @@ async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to
     assert len(starter) == 1, [s.name for s in spans]
     trace_id = starter[0].context.trace_id
     in_trace = {s.name for s in spans if s.context.trace_id == trace_id}
-    for name in ("RunWorkflow:McpTaskWorkflow", "RunActivity:mcp-tasks.start_call.v1",
-                 "RunActivity:mcp-tasks.await_task.v1"):
+    for name in (
+        "RunWorkflow:McpTaskWorkflow",
+        "RunActivity:mcp-tasks.start_call.v1",
+        "RunActivity:mcp-tasks.await_task.v1",
+    ):
         assert name in in_trace, (name, sorted(in_trace))
     submit = next(s for s in spans if s.name == "RunActivity:mcp-tasks.start_call.v1")
     attrs = dict(submit.attributes or {})
@@ -99,7 +108,8 @@ async def test_one_trace_from_the_starter_through_the_workflow_and_activities_to
 
 
 async def test_the_sdk_server_records_the_callers_trace_for_tools_call_and_every_tasks_get(
-        fastmcp_otel: Peer, temporal_env: Any) -> None:
+    fastmcp_otel: Peer, temporal_env: Any
+) -> None:
     """The server's own spans. mcp 2.3.0's ``OpenTelemetryMiddleware`` (scope ``mcp-python-sdk``) opens one SERVER
     span per request, parented by the context it extracts from ``params._meta``: each is in the starter's trace
     and its (remote) parent is the span of the activity that sent the request. fastmcp's own span (scope
@@ -114,16 +124,21 @@ async def test_the_sdk_server_records_the_callers_trace_for_tools_call_and_every
     activity = {format(s.context.span_id, "016x"): s.name for s in ours if s.name.startswith("RunActivity:")}
     received = [x["method"] for x in fastmcp_otel.log_since(log_mark) if x.get("method") in ("tools/call", "tasks/get")]
     assert received.count("tools/call") == 1 and "tasks/get" in received, received
-    server = [x for x in fastmcp_otel.spans()[span_mark:]
-              if x["kind"] == "SERVER" and x["method"] in ("tools/call", "tasks/get")]
+    server = [
+        x
+        for x in fastmcp_otel.spans()[span_mark:]
+        if x["kind"] == "SERVER" and x["method"] in ("tools/call", "tasks/get")
+    ]
     sdk = [x for x in server if x["scope"] == "mcp-python-sdk"]
     # One SDK span per request the peer received, every tasks/get included, all in the starter's trace.
     assert sorted(x["method"] for x in sdk) == sorted(received), (received, server)
     assert {x["trace_id"] for x in sdk} == {trace_id}, sdk
     assert all(x["parent_remote"] for x in sdk), sdk
     parents = {m: {activity.get(x["parent_span_id"]) for x in sdk if x["method"] == m} for m in set(received)}
-    assert parents == {"tools/call": {"RunActivity:mcp-tasks.start_call.v1"},
-                       "tasks/get": {"RunActivity:mcp-tasks.await_task.v1"}}, parents
+    assert parents == {
+        "tools/call": {"RunActivity:mcp-tasks.start_call.v1"},
+        "tasks/get": {"RunActivity:mcp-tasks.await_task.v1"},
+    }, parents
     call = next(x for x in sdk if x["method"] == "tools/call")
     assert call["name"] == "tools/call slow_echo" and call["attributes"]["gen_ai.tool.name"] == "slow_echo", call
     # fastmcp's span of each request: same trace, child of the SDK's span of that request.
@@ -134,19 +149,31 @@ async def test_the_sdk_server_records_the_callers_trace_for_tools_call_and_every
     assert all(sdk_ids.get(x["parent_span_id"]) == x["method"] for x in own), (own, sdk)
 
 
-async def test_without_tracing_requests_carry_no_trace_context(ts_http_stateful: Peer, client: Client, queue: str,
-                                                               worker: Any) -> None:
+async def test_without_tracing_requests_carry_no_trace_context(
+    ts_http_stateful: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = ts_http_stateful.log_mark()
-    out = await outcome_of(await start_mcp_task(client, McpTaskRequest(
-        server=ts_http_stateful.endpoint, tool="slow_echo", arguments={"seconds": 0.2, "text": unique("plain")},
-        timeouts=FAST), workflow_id=unique("plain"), task_queue=queue))
+    out = await outcome_of(
+        await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=ts_http_stateful.endpoint,
+                tool="slow_echo",
+                arguments={"seconds": 0.2, "text": unique("plain")},
+                timeouts=FAST,
+            ),
+            workflow_id=unique("plain"),
+            task_queue=queue,
+        )
+    )
     assert out.outcome == Outcome.COMPLETED
     lines = [x for x in ts_http_stateful.log_since(mark) if x.get("method") in ("tools/call", "tasks/get")]
     assert lines and all(x.get("traceparent") is None for x in lines), lines
 
 
-async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts_http_stateful: Peer, temporal_env: Any,
-                                                                              tmp_path: Path) -> None:
+async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(
+    ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     """`[worker] tracing = true` and the standard OTEL_* environment, no Python of the user's: `mcp-tasks run` sets up
     the SDK itself, says where spans go, and an OTLP/HTTP receiver (what a collector gets, decoded with
     opentelemetry-proto) receives them; the MCP peer sees each task's trace id on its tools/call, every tasks/get
@@ -159,13 +186,29 @@ async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts
     service = unique("svc")
     mark = ts_http_stateful.log_mark()
     with OtlpReceiver() as receiver:
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": service,
-               "MCP_TASKS_STATE_DIR": str(tmp_path)}
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_SERVICE_NAME": service,
+            "MCP_TASKS_STATE_DIR": str(tmp_path),
+        }
         outcomes = []
         for _ in range(2):
-            rc, out, err = await cli("run", "slow_echo", "--server", "peer", "--config", str(config), "--args",
-                                     json.dumps({"seconds": 0.5, "text": unique("traced")}), "--id", unique("otlp"),
-                                     "--json", "--address", address_of(temporal_env), env=env)
+            rc, out, err = await cli(
+                "run",
+                "slow_echo",
+                "--server",
+                "peer",
+                "--config",
+                str(config),
+                "--args",
+                json.dumps({"seconds": 0.5, "text": unique("traced")}),
+                "--id",
+                unique("otlp"),
+                "--json",
+                "--address",
+                address_of(temporal_env),
+                env=env,
+            )
             assert rc == 0, err[-2000:]
             assert f"note: tracing: spans go to OTLP/HTTP {receiver.url}/v1/traces as service '{service}'" in err, err
             outcomes.append(one_json(out))
@@ -184,8 +227,12 @@ async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts
         traces.append(format(trace_id, "032x"))
         # What the receiver got: the task's spans in that trace, from the service OTEL_SERVICE_NAME named.
         names = {s["name"] for s in spans if s["trace_id"] == traces[-1]}
-        assert {"StartWorkflow:McpTaskWorkflow", "RunWorkflow:McpTaskWorkflow", "RunActivity:mcp-tasks.start_call.v1",
-                "RunActivity:mcp-tasks.await_task.v1"} <= names, sorted(names)
+        assert {
+            "StartWorkflow:McpTaskWorkflow",
+            "RunWorkflow:McpTaskWorkflow",
+            "RunActivity:mcp-tasks.start_call.v1",
+            "RunActivity:mcp-tasks.await_task.v1",
+        } <= names, sorted(names)
     assert traces[0] != traces[1]
     assert {s["service"] for s in spans} == {service}
     # The live view's status queries are not traced (they would be a trace each, twice a second).
@@ -194,8 +241,9 @@ async def test_a_cli_worker_with_tracing_exports_over_otlp_one_trace_per_task(ts
     )
 
 
-async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(ts_http_stateful: Peer, temporal_env: Any,
-                                                                            tmp_path: Path) -> None:
+async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(
+    ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     """`mcp-tasks worker` with `[worker] tracing = true`, the task started by `run --no-worker` without tracing (as
     another SDK, a schedule or the UI would): still one trace per task, rooted at the workflow, on its tools/call,
     every tasks/get and its tasks/result; and no trace for the status queries nobody traced."""
@@ -208,16 +256,33 @@ async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(ts
     plain.write_text(f'[servers.peer]\nurl = "{ts_http_stateful.url}"\n')
     queue, mark = unique("untraced-start"), ts_http_stateful.log_mark()
     with OtlpReceiver() as receiver:
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": unique("svc"),
-               "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_SERVICE_NAME": unique("svc"),
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
         with worker_process(address_of(temporal_env), queue, traced, env=env):
             outcomes = []
             for _ in range(2):
-                rc, out, err = await cli("run", "slow_echo", "--server", "peer", "--config", str(plain), "--no-worker",
-                                         "--task-queue", queue, "--args",
-                                         json.dumps({"seconds": 0.5, "text": unique("untraced")}),
-                                         "--id", unique("untraced"), "--json", "--address", address_of(temporal_env),
-                                         env={"MCP_TASKS_STATE_DIR": str(tmp_path)})
+                rc, out, err = await cli(
+                    "run",
+                    "slow_echo",
+                    "--server",
+                    "peer",
+                    "--config",
+                    str(plain),
+                    "--no-worker",
+                    "--task-queue",
+                    queue,
+                    "--args",
+                    json.dumps({"seconds": 0.5, "text": unique("untraced")}),
+                    "--id",
+                    unique("untraced"),
+                    "--json",
+                    "--address",
+                    address_of(temporal_env),
+                    env={"MCP_TASKS_STATE_DIR": str(tmp_path)},
+                )
                 assert rc == 0, err[-2000:]
                 outcomes.append(one_json(out))
         spans = list(receiver.spans)  # the worker flushed them on its way out
@@ -227,7 +292,7 @@ async def test_a_cli_worker_traces_a_task_whose_starter_does_not_as_one_trace(ts
         reads = [x for x in log if x.get("taskId") == outcome["task_id"]]
         assert {"tasks/get", "tasks/result"} <= {x["method"] for x in reads}, reads
         ids = {trace_id_of(x.get("traceparent")) for x in reads}
-        assert len(ids) == 1 and None not in ids, [(x['method'], x.get('traceparent')) for x in reads]
+        assert len(ids) == 1 and None not in ids, [(x["method"], x.get("traceparent")) for x in reads]
         trace_id = ids.pop()
         calls = [x for x in log if x.get("method") == "tools/call" and trace_id_of(x.get("traceparent")) == trace_id]
         assert len(calls) == 1, calls

@@ -22,25 +22,38 @@ def _outcome(**fields: object) -> McpTaskOutcome:
 
 
 def test_a_failed_tasks_details_and_message_word_the_classification_apart_from_the_retry_flag() -> None:
-    outcome = _outcome(outcome=Outcome.TOOL_ERROR, classification=Classification.RETRYABLE, retry_after_s=30,
-                       error=RpcErrorInfo(code=-32603, message="HTTP 429 Too Many Requests; retry-after=30"),
-                       task_id="t-1", task_status="completed")
+    outcome = _outcome(
+        outcome=Outcome.TOOL_ERROR,
+        classification=Classification.RETRYABLE,
+        retry_after_s=30,
+        error=RpcErrorInfo(code=-32603, message="HTTP 429 Too Many Requests; retry-after=30"),
+        task_id="t-1",
+        task_status="completed",
+    )
     details = finished_details(outcome)
     assert details.startswith("**rate\\_limited** on `demo` ended **tool_error**"), details
-    assert "MCP outcome class retryable, retry after 30 s (a new tools/call only as the tool's replay policy " \
-           "allows; the workflow itself is never retried)" in details
+    assert (
+        "MCP outcome class retryable, retry after 30 s (a new tools/call only as the tool's replay policy "
+        "allows; the workflow itself is never retried)" in details
+    )
     assert (
         "server: HTTP 429 Too Many Requests; retry\\-after=30" in details and "task t\\-1 · status completed" in details
     )
     error = McpTaskError(outcome)
     assert error.non_retryable and error.message == (
         "MCP task rate_limited on demo ended tool_error (MCP outcome class retryable, retry after 30 s; the workflow "
-        "is not retried): HTTP 429 Too Many Requests; retry-after=30")
+        "is not retried): HTTP 429 Too Many Requests; retry-after=30"
+    )
 
 
 def test_a_cancelled_tasks_details_name_the_reason_and_the_servers_words() -> None:
-    outcome = _outcome(outcome=Outcome.CANCELLED, reason="cancelled by request", task_id="t-2",
-                       task_status="cancelled", status_message="stopped at [step 3](http://evil.example)")
+    outcome = _outcome(
+        outcome=Outcome.CANCELLED,
+        reason="cancelled by request",
+        task_id="t-2",
+        task_status="cancelled",
+        status_message="stopped at [step 3](http://evil.example)",
+    )
     details = finished_details(outcome)
     assert "ended **cancelled**" in details and "reason: cancelled by request" in details, details
     # Server text cannot add a link (the UI renders markdown): its markup is escaped.

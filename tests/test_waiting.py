@@ -57,19 +57,27 @@ def slow_poll_peer(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
             yield peer
 
 
-async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_poll_peer: Peer, temporal_env: Any,
-                                                                             tmp_path: Path) -> None:
+async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(
+    slow_poll_peer: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     peer = slow_poll_peer
     address, queue = address_of(temporal_env), unique("wait")
     mark = peer.log_mark()
-    cfg = write_config(tmp_path / "w.toml", {"srv": {
-        "url": peer.url, "polling": {"after_s": AFTER_S, "age_fraction": FRACTION, "max_interval_s": MAX_S}}},
-        worker=NO_LIST)
+    cfg = write_config(
+        tmp_path / "w.toml",
+        {"srv": {"url": peer.url, "polling": {"after_s": AFTER_S, "age_fraction": FRACTION, "max_interval_s": MAX_S}}},
+        worker=NO_LIST,
+    )
     text = unique("waited")
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": text}, timeouts=TIMEOUTS),
-            workflow_id=unique("wait"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(
+                server="srv", tool="slow_echo", arguments={"seconds": TASK_S, "text": text}, timeouts=TIMEOUTS
+            ),
+            workflow_id=unique("wait"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         started = time.monotonic()
         await asyncio.sleep(max(0.0, KILL_AT_AGE_S - (time.monotonic() - started)))
@@ -80,8 +88,9 @@ async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_
     assert out.result is not None and out.result["structuredContent"] == {"echo": text}
     assert len(tool_calls(peer, mark, "slow_echo")) == 1, "the tool was called again"
 
-    gets = sorted(x["ts"] / 1000 for x in peer.log_since(mark)
-                  if x["method"] == "tasks/get" and x.get("taskId") == view.task_id)
+    gets = sorted(
+        x["ts"] / 1000 for x in peer.log_since(mark) if x["method"] == "tasks/get" and x.get("taskId") == view.task_id
+    )
     created = gets[0]
     gaps = [b - a for a, b in zip(gets, gets[1:], strict=False)]
     # Never sooner than the server asked (a little slack for the two clocks' ms rounding).
@@ -100,16 +109,23 @@ async def test_a_long_wait_survives_kill_minus_9_on_the_stretched_schedule(slow_
     # O(1) whatever the polls: a short task has 21, a few more for the hand-over and when the kill strands workflow
     # tasks on the dead worker's sticky queue; the activities are the submit, the first wait (heartbeating, while
     # the gaps are shorter than 0.8 × the heartbeat timeout) and the idle polls (one attempt each, no events).
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
-                 if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
     assert scheduled == ["mcp-tasks.start_call.v1", "mcp-tasks.await_task.v1", "mcp-tasks.poll_task.v1"], scheduled
     assert len(events) <= 34, f"{len(events)} history events"
-    print(f"[measured] {peer.name}: {len(gets)} tasks/get in {gets[-1] - created:.1f}s, {len(late)} after "
-          f"{AFTER_S:g}s of age (at pollInterval: {at_interval:.0f}); {len(events)} history events", flush=True)
+    print(
+        f"[measured] {peer.name}: {len(gets)} tasks/get in {gets[-1] - created:.1f}s, {len(late)} after "
+        f"{AFTER_S:g}s of age (at pollInterval: {at_interval:.0f}); {len(events)} history events",
+        flush=True,
+    )
 
 
 async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_kill_minus_9(
-        slow_poll_peer: Peer, temporal_env: Any, tmp_path: Path) -> None:
+    slow_poll_peer: Peer, temporal_env: Any, tmp_path: Path
+) -> None:
     """Past ``long_wait_after_s`` the wait is handed to one more activity whose heartbeat timeout is
     ``long_wait_heartbeat_s``: fewer heartbeats for the rest of a long task, one activity more in its history,
     and a worker killed during it is replaced after that longer timeout."""
@@ -117,12 +133,21 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
     address, queue = address_of(temporal_env), unique("long")
     mark = peer.log_mark()
     cfg = write_config(tmp_path / "w.toml", {"srv": {"url": peer.url, "polling": {"age_fraction": 0}}}, worker=NO_LIST)
-    timeouts = Timeouts(heartbeat_s=2.0, long_wait_after_s=4.0, long_wait_heartbeat_s=5.0, poll_floor_s=0.05,
-                        owner_pickup_s=4, submit_s=60)
+    timeouts = Timeouts(
+        heartbeat_s=2.0,
+        long_wait_after_s=4.0,
+        long_wait_heartbeat_s=5.0,
+        poll_floor_s=0.05,
+        owner_pickup_s=4,
+        submit_s=60,
+    )
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="srv", tool="slow_echo", arguments={"seconds": 16, "text": "old"}, timeouts=timeouts),
-            workflow_id=unique("long"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="srv", tool="slow_echo", arguments={"seconds": 16, "text": "old"}, timeouts=timeouts),
+            workflow_id=unique("long"),
+            task_queue=queue,
+        )
         await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         await eventually(lambda: on_the_long_heartbeat(handle), 30, "the wait handed to the long-heartbeat activity")
         first.kill()
@@ -132,26 +157,37 @@ async def test_an_old_task_is_waited_on_under_the_long_heartbeat_and_survives_ki
     assert out.outcome == Outcome.COMPLETED, (out.outcome, out.reason)
     assert len(tool_calls(peer, mark, "slow_echo")) == 1
     events = [e async for e in handle.fetch_history_events()]
-    waits = [e.activity_task_scheduled_event_attributes for e in events
-             if e.HasField("activity_task_scheduled_event_attributes")
-             and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"]
+    waits = [
+        e.activity_task_scheduled_event_attributes
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"
+    ]
     assert [w.heartbeat_timeout.ToTimedelta().total_seconds() for w in waits] == [2.0, 5.0]
     assert any(e.HasField("marker_recorded_event_attributes") for e in events), "the hand-over is patch-guarded"
     # 21 + 8 for the one hand-over, a few more when the kill strands workflow tasks on the dead worker's sticky queue.
     assert len(events) <= 38, f"{len(events)} history events"
     await keep_history(handle, f"long_wait_{peer.flavour}")
-    print(f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
-          f"{time.monotonic() - killed:.1f}s after the kill", flush=True)
+    print(
+        f"[measured] {peer.name}: long wait, {len(events)} history events, outcome "
+        f"{time.monotonic() - killed:.1f}s after the kill",
+        flush=True,
+    )
 
 
 async def on_the_long_heartbeat(handle: WorkflowHandle[Any, Any]) -> bool:
     """The wait has been handed on: an ``await_task`` scheduled with the long heartbeat timeout is running."""
-    long_waits = {e.activity_task_scheduled_event_attributes.activity_id async for e in handle.fetch_history_events()
-                  if e.HasField("activity_task_scheduled_event_attributes")
-                  and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"
-                  and e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta().total_seconds() == 5.0}
-    return any(a.activity_id in long_waits and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-               for a in (await handle.describe()).raw_description.pending_activities)
+    long_waits = {
+        e.activity_task_scheduled_event_attributes.activity_id
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "mcp-tasks.await_task.v1"
+        and e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta().total_seconds() == 5.0
+    }
+    return any(
+        a.activity_id in long_waits and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for a in (await handle.describe()).raw_description.pending_activities
+    )
 
 
 def _two_hours_earlier(message: dict[str, Any]) -> dict[str, Any]:
@@ -166,8 +202,9 @@ def _two_hours_earlier(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def test_a_server_clock_hours_behind_does_not_stretch_a_fresh_tasks_polls(ts_http_stateful: Peer, client: Any,
-                                                                                queue: str, worker: Any) -> None:
+async def test_a_server_clock_hours_behind_does_not_stretch_a_fresh_tasks_polls(
+    ts_http_stateful: Peer, client: Any, queue: str, worker: Any
+) -> None:
     """A task cannot be older than the tools/call that created it: its age is our own send time, so a createdAt
     2 h in the past (the default schedule would then poll 6 minutes apart) changes nothing for a 10 s task."""
     from mcp_temporal_tasks.activities.wire import Endpoint
@@ -177,9 +214,17 @@ async def test_a_server_clock_hours_behind_does_not_stretch_a_fresh_tasks_polls(
         skew = proxy.add("*", Rewrite(_two_hours_earlier), times=10_000)
         mark = ts_http_stateful.log_mark()
         t0 = time.monotonic()
-        handle = await start_mcp_task(client, McpTaskRequest(
-            server=Endpoint(url=proxy.url), tool="slow_echo", arguments={"seconds": 10, "text": unique("skew")},
-            timeouts=Timeouts(heartbeat_s=5.0)), workflow_id=unique("skew"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server=Endpoint(url=proxy.url),
+                tool="slow_echo",
+                arguments={"seconds": 10, "text": unique("skew")},
+                timeouts=Timeouts(heartbeat_s=5.0),
+            ),
+            workflow_id=unique("skew"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id, timeout_s=30)
         out = await asyncio.wait_for(outcome_of(handle), 60)
         elapsed = time.monotonic() - t0

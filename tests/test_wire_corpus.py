@@ -115,26 +115,31 @@ def json_chunked(i: Any, *chunks: bytes, sizes: list[str] | None = None, end: by
 
 
 def halves(data: bytes) -> tuple[bytes, bytes]:
-    return data[: len(data) // 2], data[len(data) // 2:]
+    return data[: len(data) // 2], data[len(data) // 2 :]
 
 
 def huge_chunk(size: int) -> Callable[[Any], Reply]:
     """One chunk of ``size`` bytes, announced in one size line and written piece by piece."""
+
     async def stream(writer: asyncio.StreamWriter) -> None:
         await pieces(writer, size)
         writer.write(b"\r\n0\r\n\r\n")
+
     return lambda i: Reply(head("200 OK", *JSON_CHUNKED) + f"{size:x}\r\n".encode(), stream=stream, then="close")
 
 
 def huge_length(size: int) -> Callable[[Any], Reply]:
     async def stream(writer: asyncio.StreamWriter) -> None:
         await pieces(writer, size)
-    return lambda i: Reply(head("200 OK", "content-type: application/json", f"content-length: {size}"),
-                           stream=stream, then="close")
+
+    return lambda i: Reply(
+        head("200 OK", "content-type: application/json", f"content-length: {size}"), stream=stream, then="close"
+    )
 
 
 def huge_event(size: int) -> Callable[[Any], Reply]:
     """An SSE event whose data line is ``size`` bytes, in 1 MiB chunks, never ended."""
+
     async def stream(writer: asyncio.StreamWriter) -> None:
         piece = b"x" * (1 << 20)
         writer.write(b"%x\r\ndata: \r\n" % 6)
@@ -142,6 +147,7 @@ def huge_event(size: int) -> Callable[[Any], Reply]:
             writer.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
             await writer.drain()
         writer.write(b"0\r\n\r\n")
+
     return lambda i: Reply(head("200 OK", *SSE_CHUNKED), stream=stream, then="close")
 
 
@@ -151,33 +157,102 @@ CASES: list[Case] = [
     # --- controls: good replies, both framings, both content types -------------------------------------------
     Case("json-content-length", R(lambda i: json_reply(body(i))), OK, drops=False),
     Case("json-chunked", R(lambda i: json_chunked(i)), OK, drops=False),
-    Case("json-chunked-7-byte-pieces",
-         R(lambda i: json_chunked(i, *[body(i)[k:k + 7] for k in range(0, len(body(i)), 7)])), OK, drops=False),
-    Case("json-chunked-uppercase-hex-and-trailer", R(lambda i: json_chunked(
-        i, body(i), sizes=[f"{len(body(i)):X}"], end=b"0\r\nx-trailer: 1\r\n\r\n")), OK, drops=False),
-    Case("chunk-extension", R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):x};name=value"])), OK,
-         drops=False),
-    Case("chunk-size-trailing-whitespace", R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):x} \t"])), OK,
-         drops=False),
-    Case("sse-content-length", R(lambda i: head("200 OK", "content-type: text/event-stream",
-                                                f"content-length: {len(sse(i))}") + sse(i)), OK, drops=False),
+    Case(
+        "json-chunked-7-byte-pieces",
+        R(lambda i: json_chunked(i, *[body(i)[k : k + 7] for k in range(0, len(body(i)), 7)])),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "json-chunked-uppercase-hex-and-trailer",
+        R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):X}"], end=b"0\r\nx-trailer: 1\r\n\r\n")),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "chunk-extension",
+        R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):x};name=value"])),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "chunk-size-trailing-whitespace",
+        R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)):x} \t"])),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-content-length",
+        R(lambda i: head("200 OK", "content-type: text/event-stream", f"content-length: {len(sse(i))}") + sse(i)),
+        OK,
+        drops=False,
+    ),
     Case("sse-chunked", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse(i))), OK, drops=False),
-    Case("duplicate-identical-content-length", R(lambda i: head(
-        "200 OK", "content-type: application/json", f"content-length: {len(body(i))}",
-        f"content-length: {len(body(i))}") + body(i)), OK, drops=False),
-    Case("transfer-encoding-case", R(lambda i: head("200 OK", "content-type: application/json",
-                                                   "transfer-encoding: Chunked") + chunked(body(i))), OK, drops=False),
+    Case(
+        "duplicate-identical-content-length",
+        R(
+            lambda i: (
+                head(
+                    "200 OK",
+                    "content-type: application/json",
+                    f"content-length: {len(body(i))}",
+                    f"content-length: {len(body(i))}",
+                )
+                + body(i)
+            )
+        ),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "transfer-encoding-case",
+        R(lambda i: head("200 OK", "content-type: application/json", "transfer-encoding: Chunked") + chunked(body(i))),
+        OK,
+        drops=False,
+    ),
     Case("1xx-100-continue-first", R(lambda i: head("100 Continue") + json_reply(body(i))), OK, drops=False),
-    Case("1xx-103-early-hints-first", R(lambda i: head("103 Early Hints", "link: </x>; rel=preload")
-                                        + json_reply(body(i))), OK, drops=False),
-    Case("obs-fold-header", R(lambda i: head("200 OK", "content-type: application/json", "x-folded: a",
-                                             "  b", f"content-length: {len(body(i))}") + body(i)), OK, drops=False),
+    Case(
+        "1xx-103-early-hints-first",
+        R(lambda i: head("103 Early Hints", "link: </x>; rel=preload") + json_reply(body(i))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "obs-fold-header",
+        R(
+            lambda i: (
+                head(
+                    "200 OK", "content-type: application/json", "x-folded: a", "  b", f"content-length: {len(body(i))}"
+                )
+                + body(i)
+            )
+        ),
+        OK,
+        drops=False,
+    ),
     Case("unknown-content-encoding", R(lambda i: json_reply(body(i), "content-encoding: x-unknown")), OK, drops=False),
-    Case("content-encoding-gzip", R(lambda i: head("200 OK", *GZIP, f"content-length: {len(gzip.compress(body(i)))}")
-                                    + gzip.compress(body(i))), OK, drops=False),
-    Case("content-encoding-deflate", R(lambda i: head(
-        "200 OK", "content-type: application/json", "content-encoding: deflate",
-        f"content-length: {len(zlib.compress(body(i)))}") + zlib.compress(body(i))), OK, drops=False),
+    Case(
+        "content-encoding-gzip",
+        R(lambda i: head("200 OK", *GZIP, f"content-length: {len(gzip.compress(body(i)))}") + gzip.compress(body(i))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "content-encoding-deflate",
+        R(
+            lambda i: (
+                head(
+                    "200 OK",
+                    "content-type: application/json",
+                    "content-encoding: deflate",
+                    f"content-length: {len(zlib.compress(body(i)))}",
+                )
+                + zlib.compress(body(i))
+            )
+        ),
+        OK,
+        drops=False,
+    ),
     # --- chunk sizes ------------------------------------------------------------------------------------------
     Case("chunk-size-0x5", R(lambda i: json_chunked(i, body(i)[:5], sizes=["0x5"])), FAULT),
     Case("chunk-size-minus-1", R(lambda i: json_chunked(i, body(i), sizes=["-1"])), FAULT),
@@ -186,67 +261,159 @@ CASES: list[Case] = [
     Case("chunk-size-empty", R(lambda i: json_chunked(i, body(i), sizes=[""])), FAULT),
     Case("chunk-size-not-hex", R(lambda i: json_chunked(i, body(i), sizes=["zz"])), FAULT),
     Case("chunk-size-21-hex-digits", R(lambda i: json_chunked(i, body(i), sizes=["1" + "0" * 20])), FAULT),
-    Case("chunk-size-huge-then-close", R(lambda i: head("200 OK", *JSON_CHUNKED) + b"FFFFFFFFFFFFFFFF\r\n" + body(i),
-                                         then="close"), FAULT),
-    Case("chunk-size-bare-lf", R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\n".encode() + body(i)
-                                 + b"\r\n0\r\n\r\n"), FAULT),
+    Case(
+        "chunk-size-huge-then-close",
+        R(lambda i: head("200 OK", *JSON_CHUNKED) + b"FFFFFFFFFFFFFFFF\r\n" + body(i), then="close"),
+        FAULT,
+    ),
+    Case(
+        "chunk-size-bare-lf",
+        R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\n".encode() + body(i) + b"\r\n0\r\n\r\n"),
+        FAULT,
+    ),
     Case("chunk-longer-than-its-size", R(lambda i: json_chunked(i, body(i), sizes=[f"{len(body(i)) - 10:x}"])), FAULT),
-    Case("chunk-data-without-crlf", R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\r\n".encode()
-                                      + body(i) + b"0\r\n\r\n"), FAULT),
-    Case("chunk-data-then-xx-not-crlf", R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\r\n".encode()
-                                          + body(i) + b"XX0\r\n\r\n"), FAULT),
+    Case(
+        "chunk-data-without-crlf",
+        R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\r\n".encode() + body(i) + b"0\r\n\r\n"),
+        FAULT,
+    ),
+    Case(
+        "chunk-data-then-xx-not-crlf",
+        R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)):x}\r\n".encode() + body(i) + b"XX0\r\n\r\n"),
+        FAULT,
+    ),
     Case("chunked-no-last-chunk-then-close", R(lambda i: json_chunked(i, body(i), end=b""), then="close"), FAULT),
-    Case("chunk-cut-short-then-close", R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)) + 50:x}\r\n".encode()
-                                         + body(i), then="close"), FAULT),
+    Case(
+        "chunk-cut-short-then-close",
+        R(lambda i: head("200 OK", *JSON_CHUNKED) + f"{len(body(i)) + 50:x}\r\n".encode() + body(i), then="close"),
+        FAULT,
+    ),
     Case("one-96-MiB-chunk", huge_chunk(96 << 20), TOO_BIG, huge=True),
     # --- Content-Length / Transfer-Encoding -----------------------------------------------------------------
-    Case("two-different-content-lengths", R(lambda i: head(
-        "200 OK", "content-type: application/json", f"content-length: {len(body(i))}",
-        f"content-length: {len(body(i)) + 1}") + body(i)), FAULT),
-    Case("content-length-list-conflicting", R(lambda i: head(
-        "200 OK", "content-type: application/json", f"content-length: {len(body(i))}, {len(body(i)) + 1}") + body(i)),
-        FAULT),
-    Case("content-length-negative", R(lambda i: head("200 OK", "content-type: application/json",
-                                                     "content-length: -1") + body(i)), FAULT),
-    Case("content-length-not-a-number", R(lambda i: head("200 OK", "content-type: application/json",
-                                                         "content-length: 12abc") + body(i)), FAULT),
+    Case(
+        "two-different-content-lengths",
+        R(
+            lambda i: (
+                head(
+                    "200 OK",
+                    "content-type: application/json",
+                    f"content-length: {len(body(i))}",
+                    f"content-length: {len(body(i)) + 1}",
+                )
+                + body(i)
+            )
+        ),
+        FAULT,
+    ),
+    Case(
+        "content-length-list-conflicting",
+        R(
+            lambda i: (
+                head("200 OK", "content-type: application/json", f"content-length: {len(body(i))}, {len(body(i)) + 1}")
+                + body(i)
+            )
+        ),
+        FAULT,
+    ),
+    Case(
+        "content-length-negative",
+        R(lambda i: head("200 OK", "content-type: application/json", "content-length: -1") + body(i)),
+        FAULT,
+    ),
+    Case(
+        "content-length-not-a-number",
+        R(lambda i: head("200 OK", "content-type: application/json", "content-length: 12abc") + body(i)),
+        FAULT,
+    ),
     # RFC 9112 6.3: Transfer-Encoding overrides Content-Length (h11 reads it so; "ought to be handled as an error").
-    Case("content-length-and-chunked", R(lambda i: head(
-        "200 OK", *JSON_CHUNKED, f"content-length: {len(body(i)) + 99}") + chunked(body(i))), OK, drops=False),
-    Case("transfer-encoding-gzip-chunked", R(lambda i: head(
-        "200 OK", "content-type: application/json", "transfer-encoding: gzip, chunked") + chunked(body(i))), FAULT),
-    Case("transfer-encoding-twice", R(lambda i: head(
-        "200 OK", *JSON_CHUNKED, "transfer-encoding: chunked") + chunked(body(i))), FAULT),
-    Case("transfer-encoding-identity", R(lambda i: head(
-        "200 OK", "content-type: application/json", "transfer-encoding: identity") + body(i), then="close"), FAULT),
-    Case("body-cut-short", R(lambda i: head("200 OK", "content-type: application/json",
-                                            f"content-length: {len(body(i)) + 500}") + body(i), then="close"), FAULT),
+    Case(
+        "content-length-and-chunked",
+        R(lambda i: head("200 OK", *JSON_CHUNKED, f"content-length: {len(body(i)) + 99}") + chunked(body(i))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "transfer-encoding-gzip-chunked",
+        R(
+            lambda i: (
+                head("200 OK", "content-type: application/json", "transfer-encoding: gzip, chunked") + chunked(body(i))
+            )
+        ),
+        FAULT,
+    ),
+    Case(
+        "transfer-encoding-twice",
+        R(lambda i: head("200 OK", *JSON_CHUNKED, "transfer-encoding: chunked") + chunked(body(i))),
+        FAULT,
+    ),
+    Case(
+        "transfer-encoding-identity",
+        R(
+            lambda i: head("200 OK", "content-type: application/json", "transfer-encoding: identity") + body(i),
+            then="close",
+        ),
+        FAULT,
+    ),
+    Case(
+        "body-cut-short",
+        R(
+            lambda i: (
+                head("200 OK", "content-type: application/json", f"content-length: {len(body(i)) + 500}") + body(i)
+            ),
+            then="close",
+        ),
+        FAULT,
+    ),
     Case("content-length-96-MiB", huge_length(96 << 20), TOO_BIG, huge=True),
     # --- bytes after a complete reply -----------------------------------------------------------------------
-    Case("stale-404-after-good-json", R(lambda i: json_reply(body(i)) + STALE_404), OK,
-         httpcore2_gap=("SessionGone", False, False)),
-    Case("stale-404-after-good-chunked", R(lambda i: json_chunked(i) + STALE_404), OK,
-         httpcore2_gap=("SessionGone", False, False)),
+    Case(
+        "stale-404-after-good-json",
+        R(lambda i: json_reply(body(i)) + STALE_404),
+        OK,
+        httpcore2_gap=("SessionGone", False, False),
+    ),
+    Case(
+        "stale-404-after-good-chunked",
+        R(lambda i: json_chunked(i) + STALE_404),
+        OK,
+        httpcore2_gap=("SessionGone", False, False),
+    ),
     Case("stale-404-after-good-sse", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse(i)) + STALE_404), OK),
     # The stale reply arrives after the good one was read and before the next request (httpcore's is_readable check).
-    Case("stale-404-a-moment-after-good-json", R(lambda i: json_reply(body(i)), later=STALE_404, later_s=0.02), OK,
-         pause_s=0.2),
-    Case("garbage-after-good-json", R(lambda i: json_reply(body(i)) + b"\x00\x01garbage"), OK,
-         httpcore2_gap=FAULT),
+    Case(
+        "stale-404-a-moment-after-good-json",
+        R(lambda i: json_reply(body(i)), later=STALE_404, later_s=0.02),
+        OK,
+        pause_s=0.2,
+    ),
+    Case("garbage-after-good-json", R(lambda i: json_reply(body(i)) + b"\x00\x01garbage"), OK, httpcore2_gap=FAULT),
     # --- status lines, 1xx/3xx --------------------------------------------------------------------------------
-    Case("redirect-302", R(lambda i: head("302 Found", "location: http://127.0.0.1:9/mcp", "content-length: 0")),
-         GARBLED, drops=False),
+    Case(
+        "redirect-302",
+        R(lambda i: head("302 Found", "location: http://127.0.0.1:9/mcp", "content-length: 0")),
+        GARBLED,
+        drops=False,
+    ),
     Case("not-modified-304", R(head("304 Not Modified")), GARBLED, drops=False),
-    Case("1xx-101-switching-protocols", R(head("101 Switching Protocols", "upgrade: websocket",
-                                               "connection: upgrade"), then="close"), FAULT),
+    Case(
+        "1xx-101-switching-protocols",
+        R(head("101 Switching Protocols", "upgrade: websocket", "connection: upgrade"), then="close"),
+        FAULT,
+    ),
     Case("status-line-not-http", R(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"), FAULT),
     Case("status-code-not-a-number", R(lambda i: b"HTTP/1.1 2xx OK\r\ncontent-length: 0\r\n\r\n"), FAULT),
     Case("http-2-status-line", R(lambda i: head("200 OK", "content-length: 0", version="HTTP/2")), FAULT),
     # --- HTTP/1.0, Connection: close --------------------------------------------------------------------------
-    Case("http-1.0-with-content-length", R(lambda i: json_reply(body(i)).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
-                                           then="close"), OK),
-    Case("http-1.0-body-ends-with-close", R(lambda i: head("200 OK", "content-type: application/json",
-                                                           version="HTTP/1.0") + body(i), then="close"), OK),
+    Case(
+        "http-1.0-with-content-length",
+        R(lambda i: json_reply(body(i)).replace(b"HTTP/1.1", b"HTTP/1.0", 1), then="close"),
+        OK,
+    ),
+    Case(
+        "http-1.0-body-ends-with-close",
+        R(lambda i: head("200 OK", "content-type: application/json", version="HTTP/1.0") + body(i), then="close"),
+        OK,
+    ),
     Case("connection-close", R(lambda i: json_reply(body(i), "connection: close"), then="close"), OK),
     # --- truncation ----------------------------------------------------------------------------------------
     Case("closed-mid-header", R(b"HTTP/1.1 200 OK\r\ncontent-ty", then="close"), FAULT),
@@ -262,35 +429,92 @@ CASES: list[Case] = [
     Case("header-block-200-KiB", R(lambda i: json_reply(body(i), "x-big: " + "a" * (200 * 1024))), FAULT),
     # --- encodings that cannot be read ---------------------------------------------------------------------
     Case("gzip-that-is-not-gzip", R(lambda i: json_reply(body(i), "content-encoding: gzip")), FAULT),
-    Case("content-encoding-br-without-brotli", R(lambda i: json_reply(b"\x0b\x02\x80" + body(i),
-                                                                      "content-encoding: br")), GARBLED, drops=False),
+    Case(
+        "content-encoding-br-without-brotli",
+        R(lambda i: json_reply(b"\x0b\x02\x80" + body(i), "content-encoding: br")),
+        GARBLED,
+        drops=False,
+    ),
     # --- SSE oddities ------------------------------------------------------------------------------------------
-    Case("sse-priming-event-first", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b"id: 0\ndata: \n\n", sse(i))),
-         OK, drops=False),
-    Case("sse-cr-only-line-ends", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse_event(body(i), eol=b"\r"))),
-         OK, drops=False),
-    Case("sse-crlf-split-across-chunks", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(
-        *halves(sse_event(body(i), eol=b"\r\n")[:-1]), b"\n")), OK, drops=False),
-    Case("sse-comments-id-retry", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(
-        b": keep-alive\n\nretry: 100\nid: 7\n" + sse(i))), OK, drops=False),
-    Case("sse-event-split-across-chunks", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(*halves(sse(i)))), OK,
-         drops=False),
-    Case("sse-data-split-over-lines", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(
-        b"event: message\ndata: " + body(i)[:10] + b"\ndata: " + body(i)[10:] + b"\n\n")), OK, drops=False),
-    Case("sse-notification-before-answer", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(
-        sse_event(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {}}'), sse(i))), OK, drops=False),
-    Case("sse-stream-ends-without-answer", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b"id: 0\ndata: \n\n")),
-         STREAM_LOST, drops=False),
-    Case("sse-stream-never-answers", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b": waiting\n\n", end=b""),
-                                       then="hang"), FAULT),
-    Case("sse-malformed-json", R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse_event(b"{not json"))), GARBLED,
-         drops=False),
+    Case(
+        "sse-priming-event-first",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b"id: 0\ndata: \n\n", sse(i))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-cr-only-line-ends",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse_event(body(i), eol=b"\r"))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-crlf-split-across-chunks",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(*halves(sse_event(body(i), eol=b"\r\n")[:-1]), b"\n")),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-comments-id-retry",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b": keep-alive\n\nretry: 100\nid: 7\n" + sse(i))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-event-split-across-chunks",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(*halves(sse(i)))),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-data-split-over-lines",
+        R(
+            lambda i: (
+                head("200 OK", *SSE_CHUNKED)
+                + chunked(b"event: message\ndata: " + body(i)[:10] + b"\ndata: " + body(i)[10:] + b"\n\n")
+            )
+        ),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-notification-before-answer",
+        R(
+            lambda i: (
+                head("200 OK", *SSE_CHUNKED)
+                + chunked(sse_event(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {}}'), sse(i))
+            )
+        ),
+        OK,
+        drops=False,
+    ),
+    Case(
+        "sse-stream-ends-without-answer",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b"id: 0\ndata: \n\n")),
+        STREAM_LOST,
+        drops=False,
+    ),
+    Case(
+        "sse-stream-never-answers",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(b": waiting\n\n", end=b""), then="hang"),
+        FAULT,
+    ),
+    Case(
+        "sse-malformed-json",
+        R(lambda i: head("200 OK", *SSE_CHUNKED) + chunked(sse_event(b"{not json"))),
+        GARBLED,
+        drops=False,
+    ),
     Case("sse-event-40-MiB", huge_event(40 << 20), TOO_BIG, huge=True),
     # --- what the server means: answered as on any path ------------------------------------------------------
     Case("status-404-fresh", R(STALE_404), ("SessionGone", False, False), drops=False),
     Case("status-500", R(head("500 Internal Server Error", "content-length: 0")), FAULT, drops=False),
-    Case("status-429-retry-after", R(head("429 Too Many Requests", "retry-after: 3", "content-length: 0")),
-         ("RateLimited", False, True), drops=False),
+    Case(
+        "status-429-retry-after",
+        R(head("429 Too Many Requests", "retry-after: 3", "content-length: 0")),
+        ("RateLimited", False, True),
+        drops=False,
+    ),
     Case("json-malformed", R(lambda i: json_reply(b"{not json")), GARBLED, drops=False),
 ]
 
@@ -367,8 +591,14 @@ def kept_alive_is_on(transport: HttpTransport) -> bool:
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "corpus", "version": "1"}}
 
 
-async def through(server: ScriptedMcpServer, path: str, reply: Callable[[dict[str, Any]], Reply],
-                  *, measure: bool = False, pause_s: float = 0.0) -> tuple[Outcome, Outcome, set[int], int | None, int]:
+async def through(
+    server: ScriptedMcpServer,
+    path: str,
+    reply: Callable[[dict[str, Any]], Reply],
+    *,
+    measure: bool = False,
+    pause_s: float = 0.0,
+) -> tuple[Outcome, Outcome, set[int], int | None, int]:
     """initialize, a good read (a connection now pooled), the read answered by ``reply``, a good read.
     Returns (outcome of the hostile read, outcome of the next, the connections the hostile read came on, the one
     the next came on, peak RSS growth during the hostile read)."""
@@ -401,8 +631,9 @@ async def test_hostile_reply(
     case: Case, path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     set_path(monkeypatch, path)
-    hostile, after, conns, nxt, growth = await through(scripted, path, lambda m: case.reply(m["id"]), measure=case.huge,
-                                                       pause_s=case.pause_s)
+    hostile, after, conns, nxt, growth = await through(
+        scripted, path, lambda m: case.reply(m["id"]), measure=case.huge, pause_s=case.pause_s
+    )
     if case.huge:
         print(f"{case.name} [{path}]: peak RSS growth {growth / 2**20:.1f} MiB (bound {MEMORY_BOUND / 2**20:.0f} MiB)")
     problems = []
@@ -412,7 +643,8 @@ async def test_hostile_reply(
     if gap is not None:
         assert after == gap, (
             f"{case.name} [httpx]: httpcore2 no longer reads what followed a reply as the next answer ({after}): its "
-            "reuse gap is closed; drop httpcore2_gap here and say so in activities/wire/http11.py")
+            "reuse gap is closed; drop httpcore2_gap here and say so in activities/wire/http11.py"
+        )
     elif after != OK:
         problems.append(f"the next read got {after}, not the good reply")
     if case.drops and gap is None and nxt in conns:
@@ -428,8 +660,13 @@ def test_the_corpus_is_at_least_40_cases_with_unique_names() -> None:
 
 # --- property tests over chunked framing -------------------------------------------------------------------
 
-PROPERTY = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -476,8 +713,9 @@ def h11_reads(raw: bytes) -> bytes | None:
 
 
 @pytest.mark.parametrize("path", ["httpx", "ours"])
-async def test_every_valid_chunking_is_read_as_its_body(path: str, scripted: ScriptedMcpServer,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_valid_chunking_is_read_as_its_body(
+    path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     set_path(monkeypatch, path)
     failures: list[str] = []
 
@@ -488,6 +726,7 @@ async def test_every_valid_chunking_is_read_as_its_body(path: str, scripted: Scr
 
         def reply(m: dict[str, Any]) -> Reply:
             return Reply(head("200 OK", *JSON_CHUNKED) + frame(body(m["id"]), cuts, spell, trailer))
+
         assert h11_reads(head("200 OK", *JSON_CHUNKED) + frame(body("x"), cuts, spell, trailer)) == body("x")
         got = asyncio.run_coroutine_threadsafe(through(scripted, path, reply), loop).result(30)
         if got[0] != OK or got[1] != OK:
@@ -499,8 +738,9 @@ async def test_every_valid_chunking_is_read_as_its_body(path: str, scripted: Scr
 
 
 @pytest.mark.parametrize("path", ["httpx", "ours"])
-async def test_a_corrupted_chunking_is_classified_as_h11_frames_it(path: str, scripted: ScriptedMcpServer,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_corrupted_chunking_is_classified_as_h11_frames_it(
+    path: str, scripted: ScriptedMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One byte of the framing (never of the body) replaced, inserted or deleted: h11 either still frames the body
     (then the read is answered) or refuses (then it is a transport fault); never SessionGone, never a stale
     reply (the body is followed by a stale 404 on the same connection)."""
@@ -508,8 +748,12 @@ async def test_a_corrupted_chunking_is_classified_as_h11_frames_it(path: str, sc
     failures: list[str] = []
 
     @PROPERTY
-    @given(chunkings(), st.integers(0, 10_000), st.sampled_from(["replace", "insert", "delete"]),
-           st.sampled_from(list(b"0x-+ ;\r\n\tAz\x00")))
+    @given(
+        chunkings(),
+        st.integers(0, 10_000),
+        st.sampled_from(["replace", "insert", "delete"]),
+        st.sampled_from(list(b"0x-+ ;\r\n\tAz\x00")),
+    )
     def check(drawn: tuple[list[int], list[str], bool], where: int, how: str, byte: int) -> None:
         cuts, spell, trailer = drawn
 
@@ -518,10 +762,10 @@ async def test_a_corrupted_chunking_is_classified_as_h11_frames_it(path: str, sc
             framing = [k for k in range(len(raw)) if not _in_data(raw, data, k)]
             k = framing[where % len(framing)]
             if how == "replace":
-                return raw[:k] + bytes([byte]) + raw[k + 1:]
+                return raw[:k] + bytes([byte]) + raw[k + 1 :]
             if how == "insert":
                 return raw[:k] + bytes([byte]) + raw[k:]
-            return raw[:k] + raw[k + 1:]
+            return raw[:k] + raw[k + 1 :]
 
         references: list[Outcome] = []  # what h11 makes of each reply sent (the last one decided the read)
 
@@ -555,4 +799,3 @@ def _in_data(raw: bytes, data: bytes, k: int) -> bool:
             return True
         pos = start + size + 2
     return False
-

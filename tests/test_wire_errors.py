@@ -70,8 +70,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
-    def _reply(self, status: int, body: bytes | str = b"", ctype: str | None = "application/json",
-               headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes | str = b"",
+        ctype: str | None = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = body.encode() if isinstance(body, str) else body
         self.send_response(status)
         if ctype:
@@ -99,8 +104,12 @@ class _Handler(BaseHTTPRequestHandler):
         route = parts[0]
         if isinstance(body, dict) and "method" not in body:  # our answer to a server->client request
             if route == "404-session":
-                return self._reply(404, json.dumps({"jsonrpc": "2.0", "id": None,
-                                                    "error": {"code": -32001, "message": "Session not found"}}))
+                return self._reply(
+                    404,
+                    json.dumps(
+                        {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}}
+                    ),
+                )
             return self._reply(202, b"", ctype=None)
         msg_id = body.get("id") if isinstance(body, dict) else None
 
@@ -152,18 +161,27 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200, "<html>hi</html>", "text/html")
         if route == "ok":  # echoes a task or a result by method
             if body["method"] in ("tasks/get", "tasks/cancel"):
-                return self._reply(200, rpc_result({"taskId": body["params"]["taskId"], "status": "working",
-                                                    "resultType": "complete"}))
+                return self._reply(
+                    200, rpc_result({"taskId": body["params"]["taskId"], "status": "working", "resultType": "complete"})
+                )
             if body["method"] == "tools/call":
                 return self._reply(200, rpc_result({"resultType": "weird"}))
             return self._reply(200, rpc_result({}))
         if route.startswith("sse"):
-            events = [": comment\n\n", "data:\n\n", "data: \n\n",  # priming/empty events
-                      "event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
-                                                              "params": {"progress": 1}}) + "\n\n",
-                      "data: " + json.dumps({"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create",
-                                             "params": {"message": "?"}}) + "\n\n",
-                      "data: " + json.dumps({"jsonrpc": "2.0", "id": "someone-else", "result": {}}) + "\n\n"]
+            events = [
+                ": comment\n\n",
+                "data:\n\n",
+                "data: \n\n",  # priming/empty events
+                "event: message\ndata: "
+                + json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})
+                + "\n\n",
+                "data: "
+                + json.dumps(
+                    {"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create", "params": {"message": "?"}}
+                )
+                + "\n\n",
+                "data: " + json.dumps({"jsonrpc": "2.0", "id": "someone-else", "result": {}}) + "\n\n",
+            ]
             if route == "sse":
                 events.append("data: " + rpc_result({"taskId": "t-sse", "status": "completed"}) + "\n\n")
             elif route == "sse-bad":
@@ -213,8 +231,14 @@ def fake() -> Iterator[_FakeServer]:
     server.server_close()
 
 
-async def _request(url: str, method: str = "tasks/get", params: dict[str, Any] | None = None, *,
-                   session_id: str | None = None, **kw: Any) -> dict[str, Any]:
+async def _request(
+    url: str,
+    method: str = "tasks/get",
+    params: dict[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     transport = HttpTransport(url, session_id=session_id, protocol_version=LEGACY if session_id else None)
     try:
         return await transport.request(method, params if params is not None else {"taskId": "t-1"}, **kw)
@@ -331,19 +355,23 @@ async def test_404_with_session_is_session_gone(fake: _FakeServer) -> None:
 # --- JSON-RPC error codes through the transport -------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "method", "expected"), [
-    (-32601, "tasks/result", MethodNotFound),
-    (-32021, "tasks/get", MissingCapability),
-    (-32003, "tasks/get", MissingCapability),
-    (-32020, "tasks/get", HeaderMismatch),
-    (-32022, "tasks/get", UnsupportedProtocolVersion),
-    (-32602, "tasks/get", TaskNotFound),
-    (-32602, "tools/call", InvalidParams),
-    (-32000, "tools/call", JsonRpcError),
-])
+@pytest.mark.parametrize(
+    ("code", "method", "expected"),
+    [
+        (-32601, "tasks/result", MethodNotFound),
+        (-32021, "tasks/get", MissingCapability),
+        (-32003, "tasks/get", MissingCapability),
+        (-32020, "tasks/get", HeaderMismatch),
+        (-32022, "tasks/get", UnsupportedProtocolVersion),
+        (-32602, "tasks/get", TaskNotFound),
+        (-32602, "tools/call", InvalidParams),
+        (-32000, "tools/call", JsonRpcError),
+    ],
+)
 @pytest.mark.parametrize("http_status", [200, 400])
-async def test_jsonrpc_codes_map_to_types(fake: _FakeServer, code: int, method: str, expected: type,
-                                          http_status: int) -> None:
+async def test_jsonrpc_codes_map_to_types(
+    fake: _FakeServer, code: int, method: str, expected: type, http_status: int
+) -> None:
     with pytest.raises(expected) as info:
         await _request(f"{fake.base}/rpc/{code}/{http_status}", method)
     exc = info.value
@@ -362,8 +390,13 @@ async def test_sse_skips_priming_and_notifications_and_refuses_server_requests(f
     assert result == {"taskId": "t-sse", "status": "completed"}
     # Without a handler the elicitation/create was answered -32601, so the server is never left waiting.
     answers = [r["body"] for r in fake.requests[before:] if r["body"] and "method" not in r["body"]]
-    assert answers == [{"jsonrpc": "2.0", "id": "srv-1",
-                        "error": {"code": -32601, "message": "client has no handler for elicitation/create"}}]
+    assert answers == [
+        {
+            "jsonrpc": "2.0",
+            "id": "srv-1",
+            "error": {"code": -32601, "message": "client has no handler for elicitation/create"},
+        }
+    ]
 
 
 async def test_sse_server_request_goes_to_handler(fake: _FakeServer) -> None:
@@ -443,8 +476,13 @@ def _header_values(request: dict[str, Any], name: str) -> list[str]:
 
 async def test_extension_envelope_and_routing_headers(fake: _FakeServer) -> None:
     url = f"{fake.base}/ok"
-    client = WireSession(HttpTransport(url, protocol_version=EXTENSION), Endpoint(url=url), era=EXTENSION,
-                           protocol_version=EXTENSION, tasks_offered=True)
+    client = WireSession(
+        HttpTransport(url, protocol_version=EXTENSION),
+        Endpoint(url=url),
+        era=EXTENSION,
+        protocol_version=EXTENSION,
+        tasks_offered=True,
+    )
     try:
         before = len(fake.requests)
         state = await client.get("task-1")
@@ -483,8 +521,7 @@ async def test_legacy_requests_carry_session_and_no_routing_headers(fake: _FakeS
     # aclose() keeps a persisted session; terminate=True DELETEs it.
     await client.aclose()
     assert not [r for r in fake.requests[before:] if r["verb"] == "DELETE"]
-    other = WireSession(HttpTransport(url, session_id="sess-9"), Endpoint(url=url), era=LEGACY,
-                          protocol_version=LEGACY)
+    other = WireSession(HttpTransport(url, session_id="sess-9"), Endpoint(url=url), era=LEGACY, protocol_version=LEGACY)
     await other.aclose(terminate=True)
     deletes = [r for r in fake.requests[before:] if r["verb"] == "DELETE"]
     assert len(deletes) == 1 and _header_values(deletes[0], "mcp-session-id") == ["sess-9"]
@@ -497,46 +534,89 @@ def test_parse_task_lenient() -> None:
     legacy = parse_task({"taskId": "a", "status": "working"}, LEGACY)
     assert (legacy.ttl_ms, legacy.poll_interval_ms, legacy.status_message) == (None, None, None)  # ttl omitted
     assert parse_task({"taskId": "a", "status": "completed", "ttl": None}, LEGACY).ttl_ms == UNLIMITED
-    full = parse_task({"taskId": "a", "status": "working", "ttl": 5000, "pollInterval": 250,
-                       "statusMessage": "busy", "createdAt": "2025-01-01T00:00:00Z", "extra": 1}, LEGACY)
+    full = parse_task(
+        {
+            "taskId": "a",
+            "status": "working",
+            "ttl": 5000,
+            "pollInterval": 250,
+            "statusMessage": "busy",
+            "createdAt": "2025-01-01T00:00:00Z",
+            "extra": 1,
+        },
+        LEGACY,
+    )
     assert (full.ttl_ms, full.poll_interval_ms, full.status_message, full.created_at) == (
-        5000, 250, "busy", "2025-01-01T00:00:00Z")
-    ext = parse_task({"resultType": "task", "taskId": "b", "status": "failed", "ttlMs": 900000,
-                      "pollIntervalMs": 100, "error": {"code": -32602, "message": "bad"},
-                      "inputRequests": {}}, EXTENSION)
+        5000,
+        250,
+        "busy",
+        "2025-01-01T00:00:00Z",
+    )
+    ext = parse_task(
+        {
+            "resultType": "task",
+            "taskId": "b",
+            "status": "failed",
+            "ttlMs": 900000,
+            "pollIntervalMs": 100,
+            "error": {"code": -32602, "message": "bad"},
+            "inputRequests": {},
+        },
+        EXTENSION,
+    )
     assert (ext.ttl_ms, ext.poll_interval_ms, ext.terminal) == (900000, 100, True)
     assert (ext.error.code, ext.error.message) == (-32602, "bad")
     assert ext.input_requests is None
-    asking = parse_task({"taskId": "c", "status": "input_required",
-                         "inputRequests": {"k": {"method": "elicitation/create", "params": {"message": "?"}}}},
-                        EXTENSION)
+    asking = parse_task(
+        {
+            "taskId": "c",
+            "status": "input_required",
+            "inputRequests": {"k": {"method": "elicitation/create", "params": {"message": "?"}}},
+        },
+        EXTENSION,
+    )
     assert asking.input_requests["k"].method == "elicitation/create"
     assert not asking.terminal
     # Junk in optional fields is dropped, not fatal.
-    odd = parse_task({"taskId": "d", "status": "working", "ttl": "soon", "pollInterval": True,
-                      "statusMessage": 5}, LEGACY)
+    odd = parse_task(
+        {"taskId": "d", "status": "working", "ttl": "soon", "pollInterval": True, "statusMessage": 5}, LEGACY
+    )
     assert (odd.ttl_ms, odd.poll_interval_ms, odd.status_message) == (None, None, None)
 
 
-@pytest.mark.parametrize("obj", [
-    "not a dict", {"status": "working"}, {"taskId": "", "status": "working"}, {"taskId": "a"},
-    {"taskId": "a", "status": "running"},
-    {"taskId": "a", "status": "input_required", "inputRequests": {"k": {"params": {}}}},
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        "not a dict",
+        {"status": "working"},
+        {"taskId": "", "status": "working"},
+        {"taskId": "a"},
+        {"taskId": "a", "status": "running"},
+        {"taskId": "a", "status": "input_required", "inputRequests": {"k": {"params": {}}}},
+    ],
+)
 def test_parse_task_rejects_what_it_cannot_rely_on(obj: Any) -> None:
     with pytest.raises(ProtocolViolation) as info:
         parse_task(obj, LEGACY, raw={"wrapped": obj})
     assert info.value.raw is not None
 
 
-@pytest.mark.parametrize(("code", "method", "expected"), [
-    (-32602, "tasks/get", TaskNotFound), (-32602, "tasks/cancel", TaskNotFound),
-    (-32602, "tasks/result", TaskNotFound), (-32602, "tools/call", InvalidParams),
-    (-32601, "tasks/list", MethodNotFound), (-32021, "tools/call", MissingCapability),
-    (-32003, "tools/call", MissingCapability), (-32020, "tasks/get", HeaderMismatch),
-    (-32022, "server/discover", UnsupportedProtocolVersion), (-32603, "tasks/result", JsonRpcError),
-    (-32600, "tools/call", JsonRpcError),
-])
+@pytest.mark.parametrize(
+    ("code", "method", "expected"),
+    [
+        (-32602, "tasks/get", TaskNotFound),
+        (-32602, "tasks/cancel", TaskNotFound),
+        (-32602, "tasks/result", TaskNotFound),
+        (-32602, "tools/call", InvalidParams),
+        (-32601, "tasks/list", MethodNotFound),
+        (-32021, "tools/call", MissingCapability),
+        (-32003, "tools/call", MissingCapability),
+        (-32020, "tasks/get", HeaderMismatch),
+        (-32022, "server/discover", UnsupportedProtocolVersion),
+        (-32603, "tasks/result", JsonRpcError),
+        (-32600, "tools/call", JsonRpcError),
+    ],
+)
 def test_error_from_rpc(code: int, method: str, expected: type) -> None:
     exc = error_from_rpc({"code": code, "message": "m", "data": {"x": 1}}, method=method)
     assert type(exc) is expected
@@ -556,17 +636,34 @@ def test_payload_from_error_strips_the_method_prefix() -> None:
     assert (payload.error.code, payload.error.message) == (-32602, "invalid account id: acct-0")
 
 
-@pytest.mark.parametrize(("value", "expected", "note"), [
-    (None, None, None), ("", None, None), ("7", 7.0, None), (" 2.5 ", 2.5, None), ("+5", 5.0, None),
-    ("-3", 0.0, "negative"), ("soon", None, "ignored"), ("inf", None, "ignored"), ("-inf", None, "ignored"),
-    ("nan", None, "ignored"), ("1e15", None, "ignored"), ("0x10", None, "ignored"), ("5\x00", None, "ignored"),
-    ("86400", 86400.0, None), ("86401", 86400.0, "clamped"), ("99999999999999999999999999", 86400.0, "clamped"),
-    ("9" * 500, None, "ignored"),
-    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, None),  # a date in the past: retry now
-    ("Fri, 31 Dec 9999 23:59:59 GMT", 86400.0, "clamped"), ("Mon, 99 Foo 2020 99:99:99 GMT", None, "ignored"),
-])
-def test_retry_after_is_digits_or_a_date_and_bounded(value: str | None, expected: float | None,
-                                                     note: str | None) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected", "note"),
+    [
+        (None, None, None),
+        ("", None, None),
+        ("7", 7.0, None),
+        (" 2.5 ", 2.5, None),
+        ("+5", 5.0, None),
+        ("-3", 0.0, "negative"),
+        ("soon", None, "ignored"),
+        ("inf", None, "ignored"),
+        ("-inf", None, "ignored"),
+        ("nan", None, "ignored"),
+        ("1e15", None, "ignored"),
+        ("0x10", None, "ignored"),
+        ("5\x00", None, "ignored"),
+        ("86400", 86400.0, None),
+        ("86401", 86400.0, "clamped"),
+        ("99999999999999999999999999", 86400.0, "clamped"),
+        ("9" * 500, None, "ignored"),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0, None),  # a date in the past: retry now
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 86400.0, "clamped"),
+        ("Mon, 99 Foo 2020 99:99:99 GMT", None, "ignored"),
+    ],
+)
+def test_retry_after_is_digits_or_a_date_and_bounded(
+    value: str | None, expected: float | None, note: str | None
+) -> None:
     """Every shape: a number ``timedelta`` can hold (at most a day) or None, and a note that names what was clamped
     or ignored; never an exception (an ``OverflowError`` here once made a 429 on tools/call look unknown)."""
     read = read_retry_after(value)

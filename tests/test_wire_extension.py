@@ -56,8 +56,9 @@ async def test_era_detected_as_extension(fastmcp_server: Peer, pin: str | None) 
         assert client.transport.session_id is None  # the extension era is stateless
         # Not pinned: initialize first; fastmcp answers 2025-11-25 without tasks, and its tools/list shows tools with
         # execution.taskSupport: its tasks live in 2026-07-28, so server/discover, once. Pinned: server/discover alone.
-        expected = ["server/discover"] if pin else ["initialize", "notifications/initialized", "tools/list",
-                                                    "server/discover"]
+        expected = (
+            ["server/discover"] if pin else ["initialize", "notifications/initialized", "tools/list", "server/discover"]
+        )
         assert [line["method"] for line in fastmcp_server.log_since(mark)] == expected
     finally:
         await client.aclose()
@@ -223,7 +224,7 @@ async def test_envelope_on_every_request(fastmcp_server: Peer) -> None:
     lines = fastmcp_server.log_since(mark)
     # The initialize handshake that chose the era (initialize, notifications/initialized, tools/list), then the
     # extension.
-    lines = lines[[line["method"] for line in lines].index("server/discover"):]
+    lines = lines[[line["method"] for line in lines].index("server/discover") :]
     assert lines[0]["method"] == "server/discover"
     assert {line["method"] for line in lines} >= {"tools/list", "tools/call", "tasks/get", "tasks/cancel"}
     for line in lines[1:]:
@@ -234,7 +235,8 @@ async def test_envelope_on_every_request(fastmcp_server: Peer) -> None:
 
 
 async def test_every_tasks_request_in_all_fastmcp_logs_carries_mcp_name(
-        peer_logs: Path, fastmcp_server: Peer, ext_client: WireSession) -> None:
+    peer_logs: Path, fastmcp_server: Peer, ext_client: WireSession
+) -> None:
     started = await ext_client.start("slow_echo", {"seconds": 0.05})
     await poll_until_terminal(ext_client, started.task.task_id)
     checked = 0
@@ -252,17 +254,21 @@ async def test_real_server_refusals_are_typed(fastmcp_server: Peer) -> None:
     meta = {"_meta": sdk_compat.extension_meta()}
     try:
         with pytest.raises(HeaderMismatch) as info:  # Mcp-Name disagrees with params.taskId
-            await transport.request("tasks/get", {"taskId": "a", **meta},
-                                    headers=sdk_compat.extension_headers("tasks/get", "b"))
+            await transport.request(
+                "tasks/get", {"taskId": "a", **meta}, headers=sdk_compat.extension_headers("tasks/get", "b")
+            )
         assert info.value.code == -32020
         with pytest.raises(MethodNotFound):  # the extension has no tasks/result
-            await transport.request("tasks/result", {"taskId": "a", **meta},
-                                    headers=sdk_compat.extension_headers("tasks/result", "a"))
+            await transport.request(
+                "tasks/result", {"taskId": "a", **meta}, headers=sdk_compat.extension_headers("tasks/result", "a")
+            )
         bad = {"_meta": {**sdk_compat.extension_meta(), "io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
         with pytest.raises(UnsupportedProtocolVersion) as unsupported:
-            await transport.request("tasks/get", {"taskId": "a", **bad},
-                                    headers={**sdk_compat.extension_headers("tasks/get", "a"),
-                                             "mcp-protocol-version": "2099-01-01"})
+            await transport.request(
+                "tasks/get",
+                {"taskId": "a", **bad},
+                headers={**sdk_compat.extension_headers("tasks/get", "a"), "mcp-protocol-version": "2099-01-01"},
+            )
         assert EXTENSION in unsupported.value.data["supported"]
     finally:
         await transport.aclose()

@@ -68,7 +68,8 @@ async def test_era_detected_as_legacy_with_tasks(ts_peer: Peer) -> None:
         elif ts_peer.stateful:
             assert client.transport.session_id, "stateful HTTP must hand out an Mcp-Session-Id"
             assert {line["session"] for line in ts_peer.log_since(mark) if line["method"] != "initialize"} <= {
-                client.transport.session_id}
+                client.transport.session_id
+            }
         else:
             assert client.transport.session_id is None
         methods = [line["method"] for line in ts_peer.log_since(mark)]
@@ -295,9 +296,16 @@ async def test_reattach_from_another_process(ts_http_stateful: Peer) -> None:
     )
     mark = peer.log_mark()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", snippet, started.task.task_id, cwd=REPO_ROOT,
+        sys.executable,
+        "-c",
+        snippet,
+        started.task.task_id,
+        cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(started.session.model_dump_json().encode()), 60)
     try:
         assert proc.returncode == 0, err.decode()
@@ -504,8 +512,9 @@ async def test_pool_idle_close(ts_http_stateful: Peer, ts_stdio: Peer) -> None:
 # --- the invariant that must hold after all of the above --------------------------------------------
 
 
-async def test_no_tasks_result_before_terminal(peer_logs: Path, ts_stdio: Peer, ts_http_stateful: Peer,
-                                                ts_http_stateless: Peer) -> None:
+async def test_no_tasks_result_before_terminal(
+    peer_logs: Path, ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer
+) -> None:
     """Every ``tasks/result`` any test sent to a TS peer arrived when the task was already terminal.
 
     Runs last in this module to scan everything above (and whatever ran earlier in the session against the

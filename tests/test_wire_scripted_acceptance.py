@@ -23,9 +23,23 @@ from tests.wire_scripted_server import FRAMINGS, RESULT_TEXT, acceptance_server,
 async def test_broken_framing_then_a_stale_404_is_read_again_never_replayed(temporal_env: Any, framing: str) -> None:
     server = await acceptance_server(framing).start()
     try:
-        code, out, err = await cli("run", "charge", "--url", server.url, "--replay", "always", "--idempotent",
-                                   "--args", json.dumps({"amount": 42}), "--json", "--id", unique(f"charge-{framing}"),
-                                   "--address", address_of(temporal_env), timeout=120)
+        code, out, err = await cli(
+            "run",
+            "charge",
+            "--url",
+            server.url,
+            "--replay",
+            "always",
+            "--idempotent",
+            "--args",
+            json.dumps({"amount": 42}),
+            "--json",
+            "--id",
+            unique(f"charge-{framing}"),
+            "--address",
+            address_of(temporal_env),
+            timeout=120,
+        )
     finally:
         await server.stop()
     seen = summary(server)
@@ -34,6 +48,7 @@ async def test_broken_framing_then_a_stale_404_is_read_again_never_replayed(temp
     assert outcome is not None, f"exit {code}, no outcome; {seen}; stderr: {err[-2000:]}"
     calls = len(server.seen("tools/call"))
     assert (code, outcome.outcome.value, calls) == (0, "completed", 1), (
-        f"{framing}: exit {code}, {outcome.outcome.value} ({outcome.reason}), {calls} tools/call; {seen}")
+        f"{framing}: exit {code}, {outcome.outcome.value} ({outcome.reason}), {calls} tools/call; {seen}"
+    )
     assert outcome.result is not None and outcome.result["content"][0]["text"] == RESULT_TEXT
     assert len(outcome.operation_attempts) == 1

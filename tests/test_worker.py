@@ -21,8 +21,12 @@ from tests.temporal_harness import WorkerProcess, unique, write_config
 
 async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) -> None:
     # A server started WITHOUT our search attributes: the worker must register them and say so.
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), ui=False,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        ui=False,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
     try:
         address = env.client.service_client.config.target_host
         before = await env.client.operator_service.list_search_attributes(
@@ -38,16 +42,22 @@ async def test_worker_on_a_bare_namespace(fastmcp_server: Peer, tmp_path: Path) 
             log = "\n".join(proc.lines)
             assert "registered search attributes McpServer, McpTool, McpTaskId, McpTaskStatus, McpOutcome" in log
             after = await env.client.operator_service.list_search_attributes(
-                ListSearchAttributesRequest(namespace="default"))
+                ListSearchAttributesRequest(namespace="default")
+            )
             assert set(SEARCH_ATTRIBUTE_NAMES) <= set(after.custom_attributes)
 
-            handle = await start_mcp_task(env.client, McpTaskRequest(
-                server="demo", tool="slow_echo", arguments={"seconds": 0.3}, timeouts=Timeouts(heartbeat_s=5)),
-                workflow_id=unique("m"), task_queue=queue)
+            handle = await start_mcp_task(
+                env.client,
+                McpTaskRequest(
+                    server="demo", tool="slow_echo", arguments={"seconds": 0.3}, timeouts=Timeouts(heartbeat_s=5)
+                ),
+                workflow_id=unique("m"),
+                task_queue=queue,
+            )
             assert (await asyncio.wait_for(outcome_of(handle), 60)).outcome == Outcome.COMPLETED
 
             metrics = await asyncio.to_thread(_scrape, port)
-            assert 'mcp_tasks_outcomes{' in metrics and 'outcome="completed"' in metrics
+            assert "mcp_tasks_outcomes{" in metrics and 'outcome="completed"' in metrics
             assert "mcp_tasks_polls" in metrics and "mcp_tasks_tool_calls" in metrics
             assert "temporal_workflow_completed" in metrics or "temporal_activity_execution_latency" in metrics
 

@@ -88,8 +88,9 @@ async def test_completed(
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
-async def test_tool_error_429_recovered_and_classified(request: pytest.FixtureRequest, peer_name: str,
-                                                       client: Client, queue: str, worker: Any) -> None:
+async def test_tool_error_429_recovered_and_classified(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     handle = await start_mcp_task(client, req(peer, "rate_limited"), workflow_id=unique("429"), task_queue=queue)
     out = await asyncio.wait_for(outcome_of(handle), 60)
@@ -107,8 +108,9 @@ async def test_tool_error_429_recovered_and_classified(request: pytest.FixtureRe
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateless", "fastmcp_server"])
-async def test_jsonrpc_failure(request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str,
-                               worker: Any) -> None:
+async def test_jsonrpc_failure(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
     out = await run_to_end(client, req(peer, "rpc_error"), queue=queue)
     assert out.outcome == Outcome.FAILED and out.task_status == "failed"
@@ -119,11 +121,13 @@ async def test_jsonrpc_failure(request: pytest.FixtureRequest, peer_name: str, c
 
 
 @pytest.mark.parametrize("peer_name", ["ts_http_stateful", "fastmcp_server"])
-async def test_cancel_via_workflow_cancellation(request: pytest.FixtureRequest, peer_name: str, client: Client,
-                                                queue: str, worker: Any) -> None:
+async def test_cancel_via_workflow_cancellation(
+    request: pytest.FixtureRequest, peer_name: str, client: Client, queue: str, worker: Any
+) -> None:
     peer: Peer = request.getfixturevalue(peer_name)
-    handle = await start_mcp_task(client, req(peer, "cancellable", {"seconds": 60}), workflow_id=unique("cx"),
-                                  task_queue=queue)
+    handle = await start_mcp_task(
+        client, req(peer, "cancellable", {"seconds": 60}), workflow_id=unique("cx"), task_queue=queue
+    )
     view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(McpTaskWorkflow.approve_replay)  # the validator refuses; nothing in history
@@ -137,14 +141,19 @@ async def test_cancel_via_workflow_cancellation(request: pytest.FixtureRequest, 
         await keep_history(handle, "cancelled_legacy")
 
 
-async def test_cancel_after_task_finished_keeps_true_outcome(client: Client, queue: str, worker: Any,
-                                                             tmp_path: Path) -> None:
+async def test_cancel_after_task_finished_keeps_true_outcome(
+    client: Client, queue: str, worker: Any, tmp_path: Path
+) -> None:
     # Polls 8 s apart on a server that never notifies: the task completes on the server long before the workflow
     # looks again (a notifying server would have ended the wait at once: tests/test_push.py).
     slow_poll = Timeouts(heartbeat_s=30, poll_floor_s=8, poll_ceiling_s=8)
     with ts_http_peer(tmp_path, notify=False, name="ts-http-silent-late") as silent:
-        handle = await start_mcp_task(client, req(silent, "slow_echo", {"seconds": 0.3, "text": "kept"},
-                                                  timeouts=slow_poll), workflow_id=unique("late"), task_queue=queue)
+        handle = await start_mcp_task(
+            client,
+            req(silent, "slow_echo", {"seconds": 0.3, "text": "kept"}, timeouts=slow_poll),
+            workflow_id=unique("late"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.phase == Phase.WORKING and v.task_id)
         # The task has ended at the server (its own line), while the workflow's next poll is seconds away.
         await until(lambda: f"TASK {view.task_id} completed" in silent.stderr_lines, 20, "the task's end at the server")
@@ -163,8 +172,9 @@ async def test_expired_before_read(ts_http_stateless: Peer, client: Client, queu
     assert [a.reason for a in out.operation_attempts] == ["initial"]
 
 
-async def test_forbidden_tool_runs_synchronously(ts_http_stateful: Peer, client: Client, queue: str,
-                                                 worker: Any) -> None:
+async def test_forbidden_tool_runs_synchronously(
+    ts_http_stateful: Peer, client: Client, queue: str, worker: Any
+) -> None:
     mark = ts_http_stateful.log_mark()
     out = await run_to_end(client, req(ts_http_stateful, "forbidden_tool"), queue=queue)
     assert out.outcome == Outcome.COMPLETED and out.task_id is None
@@ -189,12 +199,18 @@ async def test_worker_killed_while_polling(ts_http_stateful: Peer, temporal_env:
     mark = ts_http_stateful.log_mark()
     text = unique("survives")
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="legacy", tool="slow_echo", arguments={"seconds": 6, "text": text}, timeouts=FAST),
-            workflow_id=unique("kp"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="legacy", tool="slow_echo", arguments={"seconds": 6, "text": text}, timeouts=FAST),
+            workflow_id=unique("kp"),
+            task_queue=queue,
+        )
         view = await wait_for_view(handle, lambda v: v.task_id)
-        await asyncio.to_thread(wait_until, lambda: [line for line in ts_http_stateful.log_since(mark)
-                                                     if line["method"] == "tasks/get"], timeout_s=10)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: [line for line in ts_http_stateful.log_since(mark) if line["method"] == "tasks/get"],
+            timeout_s=10,
+        )
         first.kill()
     with worker_process(address, queue, cfg):
         out = await asyncio.wait_for(outcome_of(handle), 60)
@@ -207,21 +223,40 @@ async def test_worker_killed_while_polling(ts_http_stateful: Peer, temporal_env:
     await keep_history(handle, "worker_killed_while_polling")
 
 
-@pytest.mark.parametrize("policy, idempotent, expected, calls", [
-    ("never", None, Outcome.UNKNOWN_OUTCOME, 1),
-    ("if_idempotent", True, Outcome.COMPLETED, 2),
-])
-async def test_worker_killed_after_sending_tools_call(ts_http_stateful: Peer, temporal_env: Any, tmp_path: Path,
-                                                      policy: str, idempotent: bool | None, expected: Outcome,
-                                                      calls: int) -> None:
+@pytest.mark.parametrize(
+    "policy, idempotent, expected, calls",
+    [
+        ("never", None, Outcome.UNKNOWN_OUTCOME, 1),
+        ("if_idempotent", True, Outcome.COMPLETED, 2),
+    ],
+)
+async def test_worker_killed_after_sending_tools_call(
+    ts_http_stateful: Peer,
+    temporal_env: Any,
+    tmp_path: Path,
+    policy: str,
+    idempotent: bool | None,
+    expected: Outcome,
+    calls: int,
+) -> None:
     cfg = write_config(tmp_path / "w.toml", {"legacy": {"url": ts_http_stateful.url}})
     queue = unique("kill-send")
     address = address_of(temporal_env)
     mark = ts_http_stateful.log_mark()
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="legacy", tool="slow_sync", arguments={"seconds": 4}, replay=policy, idempotent=idempotent,
-            timeouts=FAST), workflow_id=unique("ks"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(
+                server="legacy",
+                tool="slow_sync",
+                arguments={"seconds": 4},
+                replay=policy,
+                idempotent=idempotent,
+                timeouts=FAST,
+            ),
+            workflow_id=unique("ks"),
+            task_queue=queue,
+        )
         await asyncio.to_thread(wait_until, lambda: tool_calls(ts_http_stateful, mark, "slow_sync"), timeout_s=15)
         first.kill()  # tools/call has reached the server; its reply never will reach anyone
     with worker_process(address, queue, cfg):
@@ -232,20 +267,29 @@ async def test_worker_killed_after_sending_tools_call(ts_http_stateful: Peer, te
     if calls == 2:
         assert out.operation_attempts[1].reason == "replay_unknown_outcome"
         assert out.result is not None and out.result["content"][0]["text"] == "slept 4s"
-    assert await settled_calls(ts_http_stateful, mark, "slow_sync", client=temporal_env.client,
-                               workflows=[handle.id], workers_stopped=True) == calls
+    assert (
+        await settled_calls(
+            ts_http_stateful, mark, "slow_sync", client=temporal_env.client, workflows=[handle.id], workers_stopped=True
+        )
+        == calls
+    )
     await keep_history(handle, f"unknown_outcome_{policy}")
 
 
 async def test_stdio_owner_death_ends_lost(ts_stdio: Peer, temporal_env: Any, tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "w.toml", {"local": {"command": ts_stdio.endpoint.command,
-                                                       "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO"}}}})
+    cfg = write_config(
+        tmp_path / "w.toml",
+        {"local": {"command": ts_stdio.endpoint.command, "env": {"PEER_LOG": {"env": "MCP_TEST_PEER_LOG_TS_STDIO"}}}},
+    )
     queue = unique("stdio")
     address = address_of(temporal_env)
     with worker_process(address, queue, cfg) as first:
-        handle = await start_mcp_task(temporal_env.client, McpTaskRequest(
-            server="local", tool="slow_echo", arguments={"seconds": 30}, timeouts=FAST),
-            workflow_id=unique("sd"), task_queue=queue)
+        handle = await start_mcp_task(
+            temporal_env.client,
+            McpTaskRequest(server="local", tool="slow_echo", arguments={"seconds": 30}, timeouts=FAST),
+            workflow_id=unique("sd"),
+            task_queue=queue,
+        )
         await wait_for_view(handle, lambda v: v.task_id and v.phase == Phase.WORKING)
         first.kill()
     with worker_process(address, queue, cfg):
@@ -273,23 +317,31 @@ async def test_start_is_idempotent(fastmcp_server: Peer, client: Client, queue: 
 async def test_fan_out_parent_aggregates_children(fastmcp_server: Peer, client: Client) -> None:
     """The example (examples/fanout/) on the worker it asks for: its own workflow beside ``McpTasksPlugin``, which
     registers McpTaskWorkflow and the activities (and never the example)."""
-    tasks = [req(fastmcp_server, "slow_echo", {"seconds": 0.3, "text": "a"}), req(fastmcp_server, "rate_limited"),
-             req(fastmcp_server, "quick_sync", {"text": "b"})]
+    tasks = [
+        req(fastmcp_server, "slow_echo", {"seconds": 0.3, "text": "a"}),
+        req(fastmcp_server, "rate_limited"),
+        req(fastmcp_server, "quick_sync", {"text": "b"}),
+    ]
     parent, queue = unique("fan"), unique("q-fan")
-    async with Worker(client, task_queue=queue, workflows=[McpFanOutWorkflow],
-                      plugins=[McpTasksPlugin(settings=TRUSTED, register_search_attributes=False)]):
-        result = await client.execute_workflow(McpFanOutWorkflow.run, FanOutRequest(tasks=tasks), id=parent,
-                                               task_queue=queue, result_type=FanOutResult)
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[McpFanOutWorkflow],
+        plugins=[McpTasksPlugin(settings=TRUSTED, register_search_attributes=False)],
+    ):
+        result = await client.execute_workflow(
+            McpFanOutWorkflow.run, FanOutRequest(tasks=tasks), id=parent, task_queue=queue, result_type=FanOutResult
+        )
     assert result.counts == {"completed": 2, "tool_error": 1} and not result.all_completed
     assert [o.workflow_id for o in result.outcomes] == [f"{parent}/step-{i}" for i in range(3)]
     assert result.outcomes[1].retry_after_s == 30
 
 
-async def test_large_result_kept_outside_history(fastmcp_server: Peer, client: Client, queue: str,
-                                                 worker: Any) -> None:
+async def test_large_result_kept_outside_history(fastmcp_server: Peer, client: Client, queue: str, worker: Any) -> None:
     text = "x" * (300 * 1024)
-    handle = await start_mcp_task(client, req(fastmcp_server, "quick_sync", {"text": text}), workflow_id=unique("big"),
-                                  task_queue=queue)
+    handle = await start_mcp_task(
+        client, req(fastmcp_server, "quick_sync", {"text": text}), workflow_id=unique("big"), task_queue=queue
+    )
     out = await outcome_of(handle)
     assert out.outcome == Outcome.COMPLETED and out.result is None and out.result_ref is not None
     stored = ResultStore.get(out.result_ref.model_dump())
@@ -297,13 +349,15 @@ async def test_large_result_kept_outside_history(fastmcp_server: Peer, client: C
     assert out.result_ref.size > 300 * 1024
 
 
-async def test_history_is_constant_in_task_duration(fastmcp_server: Peer, client: Client, queue: str,
-                                                    worker: Any) -> None:
+async def test_history_is_constant_in_task_duration(
+    fastmcp_server: Peer, client: Client, queue: str, worker: Any
+) -> None:
     """O(1) history per wait: 5 polls or 40 polls cost the same events."""
     lengths = []
     for seconds in (0.5, 4.0):
-        handle = await start_mcp_task(client, req(fastmcp_server, "slow_echo", {"seconds": seconds}),
-                                      workflow_id=unique("len"), task_queue=queue)
+        handle = await start_mcp_task(
+            client, req(fastmcp_server, "slow_echo", {"seconds": seconds}), workflow_id=unique("len"), task_queue=queue
+        )
         assert (await outcome_of(handle)).outcome == Outcome.COMPLETED
         lengths.append(await history_len(handle))
     assert abs(lengths[0] - lengths[1]) <= 2, lengths
@@ -324,7 +378,6 @@ async def test_search_attributes_find_outcomes(client: Client, fastmcp_server: P
     assert [r.id for r in rows] == [out.workflow_id]
 
 
-
 async def test_decode_failed_keeps_the_raw_payload(fastmcp_server: Peer, client: Client) -> None:
     """The work finished; its payload breaks the pinned contract: decode_failed, raw kept, never re-run."""
     from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
@@ -334,9 +387,13 @@ async def test_decode_failed_keeps_the_raw_payload(fastmcp_server: Peer, client:
     servers = {"strict": ServerConfig(url=fastmcp_server.url, tools={"slow_echo": pinned})}
     mark = fastmcp_server.log_mark()
     async with in_process_worker(client, task_queue=queue, servers=servers):
-        out = await run_to_end(client, McpTaskRequest(server="strict", tool="slow_echo",
-                                                      arguments={"seconds": 0.2, "text": "paid"}, timeouts=FAST),
-                               queue=queue)
+        out = await run_to_end(
+            client,
+            McpTaskRequest(
+                server="strict", tool="slow_echo", arguments={"seconds": 0.2, "text": "paid"}, timeouts=FAST
+            ),
+            queue=queue,
+        )
     assert out.outcome == Outcome.DECODE_FAILED and out.task_status == "completed"
     assert out.reason and "'receipt' is a required property" in out.reason
     assert out.raw_payload["structuredContent"] == {"echo": "paid"}

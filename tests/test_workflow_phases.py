@@ -32,13 +32,20 @@ def test_every_entry_point_the_base_names_is_defined_by_a_phase() -> None:
     defined by one of the composed phases, or the call would fail only when a task got there."""
     tree = ast.parse(inspect.getsource(base))
     machine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TaskMachine")
-    declared = {f.name for n in machine.body if isinstance(n, ast.If) for f in n.body
-                if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+    declared = {
+        f.name
+        for n in machine.body
+        if isinstance(n, ast.If)
+        for f in n.body
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
     assert len(declared) >= 8
     for name in declared:
         owner = next(c for c in McpTaskWorkflow.__mro__ if name in vars(c))
-        assert owner.__module__.startswith("mcp_temporal_tasks.workflows.phases.") and owner is not base.TaskMachine, \
-            (name, owner)
+        assert owner.__module__.startswith("mcp_temporal_tasks.workflows.phases.") and owner is not base.TaskMachine, (
+            name,
+            owner,
+        )
 
 
 def test_the_patch_ids_are_the_registers() -> None:

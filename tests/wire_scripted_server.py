@@ -44,8 +44,15 @@ RESULT_TEXT = "charged 42"
 
 
 def task(status: str = "working", task_id: str = TASK_ID, **extra: Any) -> dict[str, Any]:
-    return {"taskId": task_id, "status": status, "createdAt": CREATED, "lastUpdatedAt": CREATED, "ttl": 600000,
-            "pollInterval": 100, **extra}
+    return {
+        "taskId": task_id,
+        "status": status,
+        "createdAt": CREATED,
+        "lastUpdatedAt": CREATED,
+        "ttl": 600000,
+        "pollInterval": 100,
+        **extra,
+    }
 
 
 def rpc(msg_id: Any, result: Any) -> bytes:
@@ -120,9 +127,16 @@ class ScriptedMcpServer:
     reads: Reads = good_read
     session_id: str = SESSION_ID
     #: tools/call answer (a 2025-11-25 CreateTaskResult by default) and tasks/result answer.
-    tools: list[dict[str, Any]] = field(default_factory=lambda: [
-        {"name": "charge", "description": "charge a card (scripted)", "inputSchema": {"type": "object"},
-         "execution": {"taskSupport": "required"}}])
+    tools: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {
+                "name": "charge",
+                "description": "charge a card (scripted)",
+                "inputSchema": {"type": "object"},
+                "execution": {"taskSupport": "required"},
+            }
+        ]
+    )
     requests: list[Seen] = field(default_factory=list)
     connections: int = 0
     server: asyncio.Server | None = None
@@ -155,9 +169,11 @@ class ScriptedMcpServer:
         if msg_id is None:  # a notification
             return Reply(head("202 Accepted", "content-length: 0"))
         if method == "initialize":
-            result = {"protocolVersion": "2025-11-25", "serverInfo": {"name": "scripted", "version": "1"},
-                      "capabilities": {"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}, "list": {},
-                                                             "cancel": {}}}}
+            result = {
+                "protocolVersion": "2025-11-25",
+                "serverInfo": {"name": "scripted", "version": "1"},
+                "capabilities": {"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}, "list": {}, "cancel": {}}},
+            }
             return Reply(json_reply(rpc(msg_id, result), f"mcp-session-id: {self.session_id}"))
         if method == "tools/list":
             return Reply(json_reply(rpc(msg_id, {"tools": self.tools})))
@@ -166,8 +182,11 @@ class ScriptedMcpServer:
         if method == "tasks/get":
             return self.reads(message)
         if method == "tasks/result":
-            result = {"content": [{"type": "text", "text": RESULT_TEXT}], "isError": False,
-                      "_meta": {"io.modelcontextprotocol/related-task": {"taskId": TASK_ID}}}
+            result = {
+                "content": [{"type": "text", "text": RESULT_TEXT}],
+                "isError": False,
+                "_meta": {"io.modelcontextprotocol/related-task": {"taskId": TASK_ID}},
+            }
             return Reply(json_reply(rpc(msg_id, result)))
         return Reply(json_reply(rpc_error(msg_id, -32601, f"Method not found: {method}")))
 
@@ -202,8 +221,16 @@ class ScriptedMcpServer:
                 else:
                     message = json.loads(body)
                     params = message.get("params") or {}
-                    self.requests.append(Seen(len(self.requests) + 1, conn_id, "POST", message.get("method"),
-                                              message.get("id"), params.get("name")))
+                    self.requests.append(
+                        Seen(
+                            len(self.requests) + 1,
+                            conn_id,
+                            "POST",
+                            message.get("method"),
+                            message.get("id"),
+                            params.get("name"),
+                        )
+                    )
                     reply = self.answer(message)
                 writer.write(reply.data)
                 if reply.stream is not None:
@@ -273,6 +300,7 @@ def acceptance_server(framing: str, *, broken: tuple[int, ...] = (2, 3, 4)) -> S
 
 # --- the acceptance scenario of issue 39 ----------------------------------------------------------------------
 
+
 def gone_after_first_read(**fields: Any) -> ScriptedMcpServer:
     """A 2025-11-25 server whose task records (the ``tools/call`` reply and ``tasks/get`` #1) carry ``fields`` (a
     hostile ``ttl``, a ``createdAt`` in year 1 or 9999, ...) and whose ``tasks/get`` #2 and later answer ``-32602``
@@ -299,8 +327,11 @@ def summary(server: ScriptedMcpServer) -> str:
     counts: dict[str, int] = {}
     for r in server.requests:
         counts[r.method or r.http_method] = counts.get(r.method or r.http_method, 0) + 1
-    return (f"connections: {server.connections}; " + ", ".join(f"{k}: {v}" for k, v in counts.items())
-            + f"; tools/call: {counts.get('tools/call', 0)}")
+    return (
+        f"connections: {server.connections}; "
+        + ", ".join(f"{k}: {v}" for k, v in counts.items())
+        + f"; tools/call: {counts.get('tools/call', 0)}"
+    )
 
 
 #: Issue 39's scenarios (``--gone-after-first-read NAME``): the task record's hostile fields.
@@ -315,12 +346,16 @@ async def _serve(args: argparse.Namespace) -> None:
     if args.gone_after_first_read:
         fields = GONE_AFTER_FIRST_READ[args.gone_after_first_read]
         server = await gone_after_first_read(**fields).start(port=args.port)
-        print(f"scripted MCP server (task records {json.dumps(fields)}; tasks/get #2 and later -32602): {server.url}",
-              flush=True)
+        print(
+            f"scripted MCP server (task records {json.dumps(fields)}; tasks/get #2 and later -32602): {server.url}",
+            flush=True,
+        )
     else:
         server = await acceptance_server(args.framing).start(port=args.port)
-        print(f"scripted MCP server ({args.framing} framing on tasks/get #2-#4, then a stale 404): {server.url}",
-              flush=True)
+        print(
+            f"scripted MCP server ({args.framing} framing on tasks/get #2-#4, then a stale 404): {server.url}",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -334,8 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.wire_scripted_server", description=__doc__.split("\n")[0])
     parser.add_argument("--framing", choices=sorted(FRAMINGS), default="0x5")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--gone-after-first-read", choices=sorted(GONE_AFTER_FIRST_READ),
-                        help="issue 39: hostile task records, then -32602 from tasks/get #2 on")
+    parser.add_argument(
+        "--gone-after-first-read",
+        choices=sorted(GONE_AFTER_FIRST_READ),
+        help="issue 39: hostile task records, then -32602 from tasks/get #2 on",
+    )
     asyncio.run(_serve(parser.parse_args(argv)))
     return 0
 

@@ -95,8 +95,14 @@ def is_host_port(address: str) -> bool:
     ``[temporal] address``): a host (``[v6]`` bracketed), a colon, a port 1–65535; no spaces, no scheme or path."""
     host, sep, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536 and "/" not in host
-                and not any(c.isspace() for c in address))
+    return bool(
+        sep
+        and host
+        and port.isdigit()
+        and 0 < int(port) < 65536
+        and "/" not in host
+        and not any(c.isspace() for c in address)
+    )
 
 
 class StorageSettings(_Strict):
@@ -142,7 +148,7 @@ class StorageSettings(_Strict):
         if self.kind in ("s3", "gcs") and not self.bucket:
             raise ValueError(f"driver {self.kind!r} needs a bucket")
         if self.kind == "local" and self.bucket:
-            raise ValueError("driver 'local' takes no bucket (set driver = \"s3\" or \"gcs\")")
+            raise ValueError('driver \'local\' takes no bucket (set driver = "s3" or "gcs")')
         return self
 
 
@@ -248,13 +254,21 @@ def _refs(table: Any, where: str) -> dict[str, str]:
         if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and value["env"]:
             out[name] = value["env"]
         else:
-            raise ConfigError(f"{where}.{name}: values are given by reference only, as {{ env = \"VAR_NAME\" }}")
+            raise ConfigError(f'{where}.{name}: values are given by reference only, as {{ env = "VAR_NAME" }}')
     return out
 
 
 AUTH_TYPES = ("client_credentials", "private_key_jwt")
-_AUTH_KEYS = {"type", "client_id", "client_secret", "private_key", "scope", "issuer", "token_endpoint_auth_method",
-              "signing_alg"}
+_AUTH_KEYS = {
+    "type",
+    "client_id",
+    "client_secret",
+    "private_key",
+    "scope",
+    "issuer",
+    "token_endpoint_auth_method",
+    "signing_alg",
+}
 
 
 def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
@@ -274,8 +288,9 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
     if not isinstance(raw.get("client_id"), str) or not raw["client_id"]:
         raise ConfigError(f"{where}.client_id: missing (the OAuth client id this worker authenticates as)")
     out = {k: v for k, v in raw.items() if k not in ("client_secret", "private_key")}
-    secret_key, other = ("client_secret", "private_key") if kind == "client_credentials" else ("private_key",
-                                                                                                "client_secret")
+    secret_key, other = (
+        ("client_secret", "private_key") if kind == "client_credentials" else ("private_key", "client_secret")
+    )
     if other in raw:
         raise ConfigError(f"{where}.{other}: not used by auth type {kind!r} (it takes {secret_key})")
     ref = raw.get(secret_key)
@@ -286,8 +301,13 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
         if not env.get(ref["env"]):
             raise ConfigError(f"{where}.{secret_key}: environment variable {ref['env']} is not set")
         out[f"{secret_key}_env"] = ref["env"]
-    elif (secret_key == "private_key" and isinstance(ref, dict) and len(ref) == 1 and isinstance(ref.get("file"), str)
-          and ref["file"]):
+    elif (
+        secret_key == "private_key"
+        and isinstance(ref, dict)
+        and len(ref) == 1
+        and isinstance(ref.get("file"), str)
+        and ref["file"]
+    ):
         if not os.access(ref["file"], os.R_OK) or not Path(ref["file"]).is_file():
             raise ConfigError(f"{where}.private_key: file {ref['file']} does not exist or cannot be read")
         out["private_key_file"] = ref["file"]
@@ -319,8 +339,11 @@ def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
             return None
 
     # An unknown key is named first, even when it also leaves a required one missing (`ulr` for `url`).
-    problems += [f"{where}.{key}: unknown key{_did_you_mean(key, ServerConfig.model_fields)}"
-                 for key in raw if key not in ServerConfig.model_fields]
+    problems += [
+        f"{where}.{key}: unknown key{_did_you_mean(key, ServerConfig.model_fields)}"
+        for key in raw
+        if key not in ServerConfig.model_fields
+    ]
     if "auth" in raw:
         raw["auth"] = check(_auth, raw["auth"], f"{where}.auth", env)
         if "command" in raw:
@@ -330,7 +353,7 @@ def _server(name: str, raw: Any, env: Mapping[str, str]) -> ServerConfig:
     if "env" in raw:
         raw["env"] = check(_refs, raw["env"], f"{where}.env")
     if isinstance(raw.get("command"), str):
-        problems.append(f"{where}.command: must be a list of arguments, e.g. [\"node\", \"server.mjs\"]")
+        problems.append(f'{where}.command: must be a list of arguments, e.g. ["node", "server.mjs"]')
     if ("url" in raw) == ("command" in raw):
         problems.append(f"{where}: needs exactly one of 'url' or 'command'")
     tools = raw.get("tools", {})
@@ -416,8 +439,9 @@ STORAGE_ENV_OVERRIDES = {
 }
 
 
-def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = None,
-                temporal_only: bool = False) -> WorkerConfig:
+def load_config(
+    path: str | Path | None = None, *, env: dict[str, str] | None = None, temporal_only: bool = False
+) -> WorkerConfig:
     """Load ``path`` (or ``$MCP_TASKS_CONFIG``; none = defaults), then apply environment overrides.
 
     ``temporal_only``: what a command that only talks to Temporal (``status``, ``result``, ``list``...) reads of the
@@ -441,8 +465,10 @@ def load_config(path: str | Path | None = None, *, env: dict[str, str] | None = 
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     # Every problem of the file at once (issue 43), each unknown key with the known one closest to it.
     sections = ("temporal", "worker", "servers")
-    problems = [f"unknown top-level key(s): {key}{_did_you_mean(key, sections)} (expected temporal, worker, servers)"
-                for key in sorted(set(raw) - set(sections))]
+    problems = [
+        f"unknown top-level key(s): {key}{_did_you_mean(key, sections)} (expected temporal, worker, servers)"
+        for key in sorted(set(raw) - set(sections))
+    ]
     raw = {k: v for k, v in raw.items() if k in sections}
     for var, (section, key) in ENV_OVERRIDES.items():
         if env.get(var) and isinstance(raw.setdefault(section, {}), dict):

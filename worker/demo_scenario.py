@@ -33,16 +33,33 @@ from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest
 
 EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled", "report": "completed"}
 #: The demo server's job tools, bound as one job (README "Three shapes of long work").
-REPORT_JOB = JobBinding(submit="start_export", status="get_export_status", result="download_export",
-                        cancel="cancel_export", poll_interval_s=0.5,
-                        states={"running": "working", "succeeded": "completed", "failed": "failed",
-                                "cancelled": "cancelled"})
+REPORT_JOB = JobBinding(
+    submit="start_export",
+    status="get_export_status",
+    result="download_export",
+    cancel="cancel_export",
+    poll_interval_s=0.5,
+    states={"running": "working", "succeeded": "completed", "failed": "failed", "cancelled": "cancelled"},
+)
 
 
 def start_demo_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1",
-                             "--port", "0", "--poll-interval-ms", "250"], stderr=subprocess.PIPE, text=True,
-                            preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mcp_temporal_tasks.demo.server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--poll-interval-ms",
+            "250",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
     assert proc.stderr is not None
     line = proc.stderr.readline()
     if not line.startswith("LISTENING "):
@@ -53,9 +70,19 @@ def start_demo_server() -> tuple[subprocess.Popen[str], str]:
 
 def demo_config(url: str, task_queue: str) -> WorkerConfig:
     """The worker configuration of the demo: the demo server at ``url``, its tools' policies and its job."""
-    cfg = WorkerConfig(servers={"demo": ServerConfig(url=url, principal="demo", tools={
-        "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
-        "charge_card": ToolPolicy(idempotent=False, replay="with_approval")}, jobs={"monthly_report": REPORT_JOB})})
+    cfg = WorkerConfig(
+        servers={
+            "demo": ServerConfig(
+                url=url,
+                principal="demo",
+                tools={
+                    "slow_echo": ToolPolicy(idempotent=True, replay="if_idempotent"),
+                    "charge_card": ToolPolicy(idempotent=False, replay="with_approval"),
+                },
+                jobs={"monthly_report": REPORT_JOB},
+            )
+        }
+    )
     cfg.temporal.task_queue = task_queue
     return cfg
 
@@ -63,8 +90,9 @@ def demo_config(url: str, task_queue: str) -> WorkerConfig:
 def demo_requests() -> dict[str, McpTaskRequest]:
     """The four tasks, by name (``EXPECTED`` says how each should end)."""
     return {
-        "build": McpTaskRequest(server="demo", tool="slow_echo",
-                                arguments={"seconds": 3, "text": "build #42: 118 tests passed"}),
+        "build": McpTaskRequest(
+            server="demo", tool="slow_echo", arguments={"seconds": 3, "text": "build #42: 118 tests passed"}
+        ),
         "export": McpTaskRequest(server="demo", tool="rate_limited"),
         "payment": McpTaskRequest(server="demo", tool="cancellable", arguments={"seconds": 60}),
         "report": McpTaskRequest(server="demo", tool="monthly_report", arguments={"seconds": 2, "rows": 3}),
@@ -80,6 +108,9 @@ def detail(o: McpTaskOutcome) -> str:
         return "result: " + " ".join(b.get("text", "") for b in o.result.get("content", []))
     if o.classification is not None:
         text = " ".join(b.get("text", "") for b in (o.result or {}).get("content", []))
-        return (f"{o.classification.value}, retry after {o.retry_after_s:g}s — stored diagnostic recovered: “{text}”"
-                if o.retry_after_s is not None else f"{o.classification.value}: {text}")
+        return (
+            f"{o.classification.value}, retry after {o.retry_after_s:g}s — stored diagnostic recovered: “{text}”"
+            if o.retry_after_s is not None
+            else f"{o.classification.value}: {text}"
+        )
     return o.reason or ""

@@ -51,9 +51,11 @@ class StateInUse(DevServerError):
         pid = holder.get("pid", "?")
         if isinstance(pid, int) and not pid_alive(pid) and isinstance(holder.get("server_pid"), int):
             pid = holder["server_pid"]  # its starter is gone; the server itself still holds the file
-        super().__init__(f"the state file {db} is in use by another Temporal dev server (pid {pid}, "
-                         f"serving at {address}): use that one (--address {address}) or stop it, "
-                         "or give this one another state file (--db FILE)")
+        super().__init__(
+            f"the state file {db} is in use by another Temporal dev server (pid {pid}, "
+            f"serving at {address}): use that one (--address {address}) or stop it, "
+            "or give this one another state file (--db FILE)"
+        )
         self.db = db
         self.holder = holder
 
@@ -154,8 +156,16 @@ class DevServer:
     """A ``temporal server start-dev`` child process. Use as a context manager or call start/stop; from async code,
     ``async with`` or start_async/stop_async (the sync ones block the loop while Temporal starts or stops)."""
 
-    def __init__(self, *, db: str | Path | None = None, port: int = 7233, ui_port: int | None = 8233,
-                 ip: str = "127.0.0.1", log_level: str = "error", extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        db: str | Path | None = None,
+        port: int = 7233,
+        ui_port: int | None = 8233,
+        ip: str = "127.0.0.1",
+        log_level: str = "error",
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.db = Path(db) if db else state_dir() / "temporal.db"
         self.port = port
         self.ui_port = ui_port
@@ -174,8 +184,19 @@ class DevServer:
         return f"http://localhost:{self.ui_port}" if self.ui_port else None
 
     def command(self) -> list[str]:
-        cmd = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
-               "--db-filename", str(self.db), "--log-level", self.log_level]
+        cmd = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            self.ip,
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.db),
+            "--log-level",
+            self.log_level,
+        ]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         for name in SEARCH_ATTRIBUTE_NAMES:
             cmd += ["--search-attribute", f"{name}=Keyword"]
@@ -196,8 +217,15 @@ class DevServer:
     def _write_lock(self) -> None:
         if self._lock_fd is None:
             return
-        body = json.dumps({"pid": os.getpid(), "server_pid": self.proc.pid if self.proc else None,
-                           "address": self.address, "ui": self.ui_url, "db": str(self.db)}).encode()
+        body = json.dumps(
+            {
+                "pid": os.getpid(),
+                "server_pid": self.proc.pid if self.proc else None,
+                "address": self.address,
+                "ui": self.ui_url,
+                "db": str(self.db),
+            }
+        ).encode()
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, body, 0)
 
@@ -232,12 +260,13 @@ class DevServer:
     def _launch(self, foreground: bool) -> None:
         """Take the state file, check the ports, and start the process (returns at once)."""
         self._lock()
-        for port, what, flag in ((self.port, "its frontend (gRPC)", "--port"),
-                                 (self.ui_port, "its UI", "--ui-port")):
+        for port, what, flag in ((self.port, "its frontend (gRPC)", "--port"), (self.ui_port, "its UI", "--ui-port")):
             if port and port_open(self.ip if what != "its UI" else "127.0.0.1", port):
                 self._unlock()
-                raise PortInUse(f"port {port} is already in use, and the Temporal dev server wanted it for {what}: "
-                                     f"pick another with {flag}")
+                raise PortInUse(
+                    f"port {port} is already in use, and the Temporal dev server wanted it for {what}: "
+                    f"pick another with {flag}"
+                )
         out = None if foreground else subprocess.DEVNULL
         assert self._lock_fd is not None
         # The server inherits the lock: the state file stays held as long as the server runs, whatever happens
@@ -245,9 +274,15 @@ class DevServer:
         # foreground (`mcp-tasks dev-server`): in our process group, so a terminal's Ctrl-C reaches it too;
         # otherwise in a session of its own, so the Ctrl-C that `run` turns into a cancel does not stop Temporal
         # under the cancel. Either way it dies with us (die_with_parent) and stop() ends it.
-        self.proc = _LAUNCHER.submit(subprocess.Popen, self.command(), stdout=out, stderr=out,
-                                     start_new_session=not foreground, pass_fds=(self._lock_fd,),
-                                     preexec_fn=die_with_parent).result()
+        self.proc = _LAUNCHER.submit(
+            subprocess.Popen,
+            self.command(),
+            stdout=out,
+            stderr=out,
+            start_new_session=not foreground,
+            pass_fds=(self._lock_fd,),
+            preexec_fn=die_with_parent,
+        ).result()
         self._write_lock()
 
     def _check_starting(self, deadline: float) -> bool:
@@ -257,17 +292,29 @@ class DevServer:
             code = self.proc.returncode
             self.proc = None
             self._unlock()
-            raise DevServerError(f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
-                                 f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
-                                 "the same options shows its own output")
+            raise DevServerError(
+                f"the Temporal dev server exited with code {code} as it started (port {self.port}, "
+                f"UI port {self.ui_port or 'none'}, state {self.db}); `mcp-tasks dev-server` with "
+                "the same options shows its own output"
+            )
         return time.monotonic() > deadline
 
     def _not_ready(self, timeout_s: float) -> DevServerError:
         return DevServerError(f"temporal dev server did not become ready on {self.address} within {timeout_s:.0f}s")
 
     def _probe(self) -> list[str]:
-        return [temporal_binary(), "operator", "namespace", "describe", "--address", self.address,
-                "--namespace", "default", "--output", "json"]
+        return [
+            temporal_binary(),
+            "operator",
+            "namespace",
+            "describe",
+            "--address",
+            self.address,
+            "--namespace",
+            "default",
+            "--output",
+            "json",
+        ]
 
     def _ready(self) -> bool:
         """The frontend serves the default namespace.
@@ -278,8 +325,9 @@ class DevServer:
         if not port_open(self.ip, self.port):
             return False
         try:
-            probe = subprocess.run(self._probe(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
-                                   check=False)
+            probe = subprocess.run(
+                self._probe(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False
+            )
         except subprocess.TimeoutExpired:
             return False
         return probe.returncode == 0
@@ -288,8 +336,9 @@ class DevServer:
         """:meth:`_ready` without blocking the loop (the port check is a local connect: refused or accepted at once)."""
         if not port_open(self.ip, self.port):
             return False
-        probe = await asyncio.create_subprocess_exec(*self._probe(), stdout=subprocess.DEVNULL,
-                                                     stderr=subprocess.DEVNULL)
+        probe = await asyncio.create_subprocess_exec(
+            *self._probe(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             return await asyncio.wait_for(probe.wait(), timeout=10) == 0
         except TimeoutError:

@@ -68,11 +68,16 @@ def is_tracing(interceptor: Any) -> bool:
 #: ``McpTasksClientSession`` returns) reads through properties of our own (``google_genai.py``).
 #: ``tests/test_sandbox_imports.py`` lists what a workflow run loads in the sandbox.
 PASSTHROUGH = (
-    "mcp_temporal_tasks.workflows", "mcp_temporal_tasks.protocol",
-    "mcp_temporal_tasks.activities.defs", "mcp_temporal_tasks.activities.activity_io",
+    "mcp_temporal_tasks.workflows",
+    "mcp_temporal_tasks.protocol",
+    "mcp_temporal_tasks.activities.defs",
+    "mcp_temporal_tasks.activities.activity_io",
     "mcp_temporal_tasks.activities.relay",
-    "mcp_temporal_tasks._agent_tools", "mcp_temporal_tasks.pydantic_ai", "mcp_temporal_tasks.openai_agents",
-    "mcp_temporal_tasks.google_adk", "mcp_temporal_tasks.google_genai",
+    "mcp_temporal_tasks._agent_tools",
+    "mcp_temporal_tasks.pydantic_ai",
+    "mcp_temporal_tasks.openai_agents",
+    "mcp_temporal_tasks.google_adk",
+    "mcp_temporal_tasks.google_genai",
 )
 
 
@@ -88,7 +93,8 @@ def handles_pydantic(converter: DataConverter) -> bool:
         return False
     converters = getattr(payload_converter, "converters", None)
     return isinstance(converters, Mapping) and any(
-        isinstance(c, PydanticJSONPlainPayloadConverter) for c in converters.values())
+        isinstance(c, PydanticJSONPlainPayloadConverter) for c in converters.values()
+    )
 
 
 def with_pydantic(converter: DataConverter | None) -> DataConverter:
@@ -144,8 +150,10 @@ class McpTasksPlugin(SimplePlugin):
         tracing: bool = False,
         storage: StorageSettings | Mapping[str, Any] | None = None,
     ) -> None:
-        parsed = {name: cfg if isinstance(cfg, ServerConfig) else server_config(name, cfg)
-                  for name, cfg in (servers or {}).items()}
+        parsed = {
+            name: cfg if isinstance(cfg, ServerConfig) else server_config(name, cfg)
+            for name, cfg in (servers or {}).items()
+        }
         self.config = McpWorkerConfig(servers=parsed, worker=settings or WorkerSettings())
         try:
             chosen = storage if isinstance(storage, StorageSettings) else StorageSettings.model_validate(storage or {})
@@ -162,9 +170,14 @@ class McpTasksPlugin(SimplePlugin):
         #: The running owner-queue workers, by (connection, namespace).
         self._owners: dict[tuple[int, str], _Owner] = {}
         # (SimplePlugin keeps its own `activities` attribute: ours is `mcp_activities`.)
-        super().__init__("mcp_temporal_tasks.McpTasksPlugin", data_converter=self._data_converter,
-                         activities=self.mcp_activities.all(), workflows=list(WORKFLOWS), workflow_runner=_sandbox,
-                         interceptors=[tracing_interceptor()] if tracing or self.config.worker.tracing else None)
+        super().__init__(
+            "mcp_temporal_tasks.McpTasksPlugin",
+            data_converter=self._data_converter,
+            activities=self.mcp_activities.all(),
+            workflows=list(WORKFLOWS),
+            workflow_runner=_sandbox,
+            interceptors=[tracing_interceptor()] if tracing or self.config.worker.tracing else None,
+        )
 
     @classmethod
     def from_config(cls, path: str | Path | None = None, **kw: Any) -> McpTasksPlugin:
@@ -185,10 +198,11 @@ class McpTasksPlugin(SimplePlugin):
         # Listed before OpenAIAgentsPlugin on one client: that plugin refuses any payload converter but the default
         # one (which it replaces with its own, handling pydantic models too), so ours leaves the default to it.
         plugins = list(config.get("plugins") or [])
-        later = plugins[plugins.index(self) + 1:] if self in plugins else []
+        later = plugins[plugins.index(self) + 1 :] if self in plugins else []
         current = config.get("data_converter") or DataConverter.default
-        leave_to_later = (current.payload_converter_class is DefaultPayloadConverter
-                          and any(map(_is_openai_agents_plugin, later)))
+        leave_to_later = current.payload_converter_class is DefaultPayloadConverter and any(
+            map(_is_openai_agents_plugin, later)
+        )
         config = super().configure_client(config)
         if leave_to_later:
             config["data_converter"] = current
@@ -200,7 +214,8 @@ class McpTasksPlugin(SimplePlugin):
             raise ConfigError(
                 "McpTasksPlugin: the worker's client has no pydantic payload converter; give the plugin to "
                 "Client.connect(..., plugins=[plugin]) (workers on that client inherit it), or connect with "
-                "data_converter=temporalio.contrib.pydantic.pydantic_data_converter")
+                "data_converter=temporalio.contrib.pydantic.pydantic_data_converter"
+            )
         ours = self.interceptors
         if ours and any(is_tracing(i) for i in client.config().get("interceptors") or []):
             # The client traces already (its worker inherits that interceptor): a second one would double every span.
@@ -226,11 +241,15 @@ class McpTasksPlugin(SimplePlugin):
         key = (id(client.service_client), client.namespace)
         owner = self._owners.get(key)
         if owner is None:
-            owner = _Owner(Worker(
-                client, task_queue=self.owner_queue,
-                activities=[] if self in client.config().get("plugins", []) else self.mcp_activities.all(),
-                max_concurrent_activities=self.config.worker.max_concurrent_activities,
-                graceful_shutdown_timeout=timedelta(seconds=5)))
+            owner = _Owner(
+                Worker(
+                    client,
+                    task_queue=self.owner_queue,
+                    activities=[] if self in client.config().get("plugins", []) else self.mcp_activities.all(),
+                    max_concurrent_activities=self.config.worker.max_concurrent_activities,
+                    graceful_shutdown_timeout=timedelta(seconds=5),
+                )
+            )
             owner.run = asyncio.create_task(owner.worker.run())
             self._owners[key] = owner
         owner.users += 1
@@ -260,6 +279,7 @@ async def _register_search_attributes(client: Client) -> None:
             f"McpTasksPlugin: cannot check or register the search attributes {', '.join(SEARCH_ATTRIBUTE_NAMES)} "
             f"(Keyword) in namespace {client.namespace!r}: {exc.message}. Register them once, e.g. "
             "`temporal operator search-attribute create --name McpTaskStatus --type Keyword`, or pass "
-            "register_search_attributes=False") from None
+            "register_search_attributes=False"
+        ) from None
     if added:
         log.info("registered search attributes %s in namespace %s", ", ".join(added), client.namespace)

@@ -63,8 +63,12 @@ class JsonFormatter(logging.Formatter):
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
-                               "logger": record.name, "msg": record.getMessage()}
+        out: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         for key in ("workflow_id", "task_queue", "event"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
@@ -89,11 +93,16 @@ class TypedFailureOneLine(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if (isinstance(exc, ApplicationError) and exc.type and isinstance(record.msg, str)
-                and record.msg.startswith("Completing activity as failed")):
+        if (
+            isinstance(exc, ApplicationError)
+            and exc.type
+            and isinstance(record.msg, str)
+            and record.msg.startswith("Completing activity as failed")
+        ):
             words = " ".join(str(exc.message).split())[:500]
-            record.msg = record.msg.replace("Completing activity as failed",
-                                            f"Completing activity as failed: {exc.type}: {words}", 1)
+            record.msg = record.msg.replace(
+                "Completing activity as failed", f"Completing activity as failed: {exc.type}: {words}", 1
+            )
             record.exc_info, record.exc_text = None, None
         return True
 
@@ -128,12 +137,16 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     (constants, pydantic models, pure functions), so sharing them is safe; determinism is still guarded
     by the replay tests over committed histories.
     """
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
 
 
-def build_workers(client: Client, task_queue: str, activities: McpActivities,
-                  settings: WorkerSettings | None = None, **shared_overrides: Any) -> list[Worker]:
+def build_workers(
+    client: Client,
+    task_queue: str,
+    activities: McpActivities,
+    settings: WorkerSettings | None = None,
+    **shared_overrides: Any,
+) -> list[Worker]:
     """The worker of ``mcp-tasks worker``: a plain ``Worker`` with :class:`McpTasksPlugin`, which registers
     the workflows and activities and runs this process's owner queue beside it (stdio tasks live here).
 
@@ -146,16 +159,19 @@ def build_workers(client: Client, task_queue: str, activities: McpActivities,
     options: dict[str, Any] = dict(
         max_concurrent_activities=s.max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S),
-        max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks, max_cached_workflows=s.max_cached_workflows,
+        max_concurrent_workflow_tasks=s.max_concurrent_workflow_tasks,
+        max_cached_workflows=s.max_cached_workflows,
         workflow_task_executor=concurrent.futures.ThreadPoolExecutor(
-            s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"),
+            s.workflow_threads, thread_name_prefix="mcp_tasks_workflow_"
+        ),
         # A workflow task waits this long on a dead worker's sticky queue before any worker may take it: with the
         # SDK's 10 s default, recovery from a killed worker took heartbeat + 10 s (tests/test_fault_recovery.py).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.sticky_schedule_to_start_s),
         # The SDK sends one heartbeat per min(0.8 × timeout, this): at its 60 s default, a long wait's 120 s
         # heartbeat timeout would still cost 60 heartbeats per task-hour instead of 37.5 (bench/README.md).
         max_heartbeat_throttle_interval=timedelta(seconds=s.max_heartbeat_throttle_s),
-        workflow_runner=workflow_runner())
+        workflow_runner=workflow_runner(),
+    )
     return [Worker(client, task_queue=task_queue, plugins=[plugin], **{**options, **shared_overrides})]
 
 
@@ -166,8 +182,14 @@ _SERVERS_TAG = re.compile(r"mcp-tasks servers=(?P<names>\S*)#(?P<digest>[0-9a-f]
 def servers_digest(servers: Mapping[str, Any]) -> str:
     """8 hex digits of the server set a worker serves (names, endpoints, tool policies, jobs; references to
     variables, never their values): two workers on one queue with different digests split its tasks."""
-    body = json.dumps({name: cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg
-                       for name, cfg in sorted(servers.items())}, sort_keys=True, default=str)
+    body = json.dumps(
+        {
+            name: cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg
+            for name, cfg in sorted(servers.items())
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(body.encode()).hexdigest()[:8]
 
 
@@ -185,8 +207,12 @@ async def foreign_workers(client: Client, task_queue: str, identity: str) -> lis
     identity), or that does not say its set (another program, an older mcp-tasks)."""
     ours = _SERVERS_TAG.search(identity)
     try:
-        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=task_queue))), 10)
+        resp = await asyncio.wait_for(
+            client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=task_queue))
+            ),
+            10,
+        )
     except Exception:  # noqa: BLE001  (a check at start; the worker runs either way)
         return []
     lines = []
@@ -195,12 +221,15 @@ async def foreign_workers(client: Client, task_queue: str, identity: str) -> lis
             continue
         theirs = _SERVERS_TAG.search(poller.identity)
         if theirs is None:
-            lines.append(f"worker {poller.identity!r} does not say which servers it has (not mcp-tasks, or an older "
-                         "one)")
+            lines.append(
+                f"worker {poller.identity!r} does not say which servers it has (not mcp-tasks, or an older one)"
+            )
         elif ours is None or theirs["digest"] != ours["digest"]:
-            lines.append(f"worker {poller.identity.split(' mcp-tasks', 1)[0]!r} serves "
-                         f"{theirs['names'].replace(',', ', ') if theirs['names'] != '-' else 'no servers'} "
-                         f"(configuration {theirs['digest']})")
+            lines.append(
+                f"worker {poller.identity.split(' mcp-tasks', 1)[0]!r} serves "
+                f"{theirs['names'].replace(',', ', ') if theirs['names'] != '-' else 'no servers'} "
+                f"(configuration {theirs['digest']})"
+            )
     return lines
 
 
@@ -213,12 +242,24 @@ def shutdown_executors(workers: list[Worker]) -> None:
 
 
 #: Answers of a busy or briefly unavailable server to ``DescribeTaskQueue``: asked again within the wait's bound.
-_TRANSIENT = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE,
-                        RPCStatusCode.RESOURCE_EXHAUSTED})
+_TRANSIENT = frozenset(
+    {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 
 
-async def wait_until_polling(client: Client, task_queue: str, identity: str, timeout_s: float = 15.0, *,
-                             tasks: list[asyncio.Task[None]] | None = None) -> bool:
+async def wait_until_polling(
+    client: Client,
+    task_queue: str,
+    identity: str,
+    timeout_s: float = 15.0,
+    *,
+    tasks: list[asyncio.Task[None]] | None = None,
+) -> bool:
     """True once the server lists ``identity`` among the workflow pollers of ``task_queue``; False after
     ``timeout_s``, or at once when one of the workers' ``tasks`` has ended (it failed to start: the caller raises
     its error). Each ``DescribeTaskQueue`` is bounded by what is left of ``timeout_s``; one that a loaded server
@@ -230,9 +271,10 @@ async def wait_until_polling(client: Client, task_queue: str, identity: str, tim
         if tasks and any(t.done() for t in tasks):
             return False
         try:
-            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=task_queue)),
-                timeout=timedelta(seconds=max(1.0, min(5.0, end - loop.time()))))
+            resp = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=task_queue)),
+                timeout=timedelta(seconds=max(1.0, min(5.0, end - loop.time()))),
+            )
         except RPCError as exc:
             if exc.status in _TRANSIENT:
                 await asyncio.sleep(0.5)
@@ -248,9 +290,15 @@ async def wait_until_polling(client: Client, task_queue: str, identity: str, tim
     return False
 
 
-async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event | None = None,
-                      on_ready: Callable[[], None] | None = None, activities: McpActivities | None = None,
-                      handle_signals: bool = True) -> None:
+async def run_workers(
+    client: Client,
+    cfg: WorkerConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
+    activities: McpActivities | None = None,
+    handle_signals: bool = True,
+) -> None:
     """Run until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT), then shut down gracefully and
     close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S + STDIO_SHUTDOWN_S`` (+ 1 s) whatever the
     activities and the stdio children do."""
@@ -274,12 +322,17 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
                 on_ready()
             others = await foreign_workers(client, cfg.temporal.task_queue, identity)
             if others:
-                log.warning("task queue %s has workers with another server set, so they split its tasks and a task "
-                            "naming a server only one of them has ends rejected: UnknownServer on the other: %s; ours: "
-                            "%s (configuration %s). Give every worker on a queue the same [servers], or each "
-                            "configuration its own --task-queue", cfg.temporal.task_queue, "; ".join(others),
-                            ", ".join(sorted(activities.servers)) or "no servers", servers_digest(activities.servers),
-                            extra={"event": "foreign_workers", "task_queue": cfg.temporal.task_queue})
+                log.warning(
+                    "task queue %s has workers with another server set, so they split its tasks and a task "
+                    "naming a server only one of them has ends rejected: UnknownServer on the other: %s; ours: "
+                    "%s (configuration %s). Give every worker on a queue the same [servers], or each "
+                    "configuration its own --task-queue",
+                    cfg.temporal.task_queue,
+                    "; ".join(others),
+                    ", ".join(sorted(activities.servers)) or "no servers",
+                    servers_digest(activities.servers),
+                    extra={"event": "foreign_workers", "task_queue": cfg.temporal.task_queue},
+                )
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in done:
@@ -290,8 +343,10 @@ async def run_workers(client: Client, cfg: WorkerConfig, *, stop: asyncio.Event 
         # Bounded: the SDK waits GRACEFUL_SHUTDOWN_S for running activities, then cancels them and waits for
         # them again, without limit; an activity (or an MCP session) that ignores cancellation must not hold
         # the process. Not asyncio.wait_for: on its timeout it waits for the cancelled work to end, unbounded.
-        await _within(asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
-                      GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S)
+        await _within(
+            asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True),
+            GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S,
+        )
         shutdown_executors(workers)
         # The notification listeners first (their streams hold the sessions' connections), bounded.
         await _within(activities.push.aclose(), SHUTDOWN_GRACE_S)

@@ -104,14 +104,20 @@ class LocalStorageDriver(StorageDriver):
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
         target = context.target
         ns = _segment(target.namespace) if target is not None else "null"
-        owner = (f"wf/{_segment(target.id)}" if isinstance(target, StorageDriverWorkflowInfo)
-                 else f"act/{_segment(target.id)}" if isinstance(target, StorageDriverActivityInfo) else "none")
+        owner = (
+            f"wf/{_segment(target.id)}"
+            if isinstance(target, StorageDriverWorkflowInfo)
+            else f"act/{_segment(target.id)}"
+            if isinstance(target, StorageDriverActivityInfo)
+            else "none"
+        )
         claims = []
         for payload in payloads:
             data = payload.SerializeToString()
             if len(data) > MAX_PAYLOAD_BYTES:
-                raise PayloadStoreError(f"payload of {len(data)} bytes is over the store's bound of "
-                                        f"{MAX_PAYLOAD_BYTES}", retryable=False)
+                raise PayloadStoreError(
+                    f"payload of {len(data)} bytes is over the store's bound of {MAX_PAYLOAD_BYTES}", retryable=False
+                )
             digest = hashlib.sha256(data).hexdigest()
             rel = f"v0/{ns}/{owner}/{digest}.bin"
             await asyncio.to_thread(self._write, self.root / rel, data)
@@ -145,24 +151,29 @@ class LocalStorageDriver(StorageDriver):
             or ".." in Path(rel).parts
             or not path.is_relative_to(self.root.resolve())
         ):
-            raise PayloadStoreError(f"local payload store {self.root}: claim path {rel[:200]!r} is not inside it",
-                                    retryable=False)
+            raise PayloadStoreError(
+                f"local payload store {self.root}: claim path {rel[:200]!r} is not inside it", retryable=False
+            )
         return path
 
-    async def retrieve(self, context: StorageDriverRetrieveContext,
-                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
         out = []
         for claim in claims:
             path = self._path(claim)
             try:
                 data = await asyncio.to_thread(_read_bounded, path)
             except FileNotFoundError:
-                raise PayloadStoreError(f"local payload store {self.root}: {claim.claim_data.get('path')} does not "
-                                        "exist (deleted by cleanup, or written on another machine)",
-                                        retryable=False) from None
+                raise PayloadStoreError(
+                    f"local payload store {self.root}: {claim.claim_data.get('path')} does not "
+                    "exist (deleted by cleanup, or written on another machine)",
+                    retryable=False,
+                ) from None
             except OSError as exc:
-                raise PayloadStoreError(f"local payload store {self.root}: cannot read {path}: "
-                                        f"{exc.strerror or exc}", retryable=False) from None
+                raise PayloadStoreError(
+                    f"local payload store {self.root}: cannot read {path}: {exc.strerror or exc}", retryable=False
+                ) from None
             _check_digest(claim, data, f"local payload store {self.root}: {claim.claim_data.get('path')}")
             payload = Payload()
             payload.ParseFromString(data)
@@ -183,9 +194,11 @@ def _check_digest(claim: StorageDriverClaim, data: bytes, where: str) -> None:
         raise PayloadStoreError(f"{where}: the claim carries no sha256 digest", retryable=False)
     actual = hashlib.sha256(data).hexdigest()
     if actual != claim.claim_data["hash_value"].lower():
-        raise PayloadStoreError(f"{where}: digest mismatch (claim sha256:{claim.claim_data['hash_value'][:64]}, "
-                                f"stored sha256:{actual}): the object was changed after it was written",
-                                retryable=False)
+        raise PayloadStoreError(
+            f"{where}: digest mismatch (claim sha256:{claim.claim_data['hash_value'][:64]}, "
+            f"stored sha256:{actual}): the object was changed after it was written",
+            retryable=False,
+        )
 
 
 def prune_local_store(root: str | Path, older_than_s: float, *, now: float | None = None) -> int:
@@ -243,18 +256,30 @@ def _s3_driver(settings: StorageSettings) -> StorageDriver:
         from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
     except ImportError as exc:
-        raise ConfigError(f"[temporal.storage] driver = \"s3\" needs aioboto3: pip install 'mcp-temporal-tasks[s3]' "
-                          f"({exc})") from None
+        raise ConfigError(
+            f"[temporal.storage] driver = \"s3\" needs aioboto3: pip install 'mcp-temporal-tasks[s3]' ({exc})"
+        ) from None
     clients = _PerLoop()
     timeout = settings.request_timeout_s
 
     async def open_client(stack: contextlib.AsyncExitStack) -> Any:
         session: Any = aioboto3.Session()
-        raw = await stack.enter_async_context(session.client(
-            "s3", endpoint_url=settings.endpoint, region_name=settings.region or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1},
-                          s3={"addressing_style": "path"} if settings.endpoint else None)))
+        raw = await stack.enter_async_context(
+            session.client(
+                "s3",
+                endpoint_url=settings.endpoint,
+                region_name=settings.region
+                or os.environ.get("AWS_REGION")
+                or os.environ.get("AWS_DEFAULT_REGION")
+                or "us-east-1",
+                config=Config(
+                    connect_timeout=timeout,
+                    read_timeout=timeout,
+                    retries={"max_attempts": 1},
+                    s3={"addressing_style": "path"} if settings.endpoint else None,
+                ),
+            )
+        )
         return new_aioboto3_client(raw)
 
     class LazyClient(S3StorageDriverClient):
@@ -304,13 +329,16 @@ def _gcs_driver(settings: StorageSettings) -> StorageDriver:
         from temporalio.contrib.gcp.gcsdriver import GCSStorageDriver, GCSStorageDriverClient
         from temporalio.contrib.gcp.gcsdriver.gcloud_aio import new_gcloud_aio_client
     except ImportError as exc:
-        raise ConfigError(f"[temporal.storage] driver = \"gcs\" needs gcloud-aio-storage: pip install "
-                          f"'mcp-temporal-tasks[gcs]' ({exc})") from None
+        raise ConfigError(
+            f'[temporal.storage] driver = "gcs" needs gcloud-aio-storage: pip install '
+            f"'mcp-temporal-tasks[gcs]' ({exc})"
+        ) from None
     clients = _PerLoop()
 
     async def open_client(stack: contextlib.AsyncExitStack) -> Any:
-        session = await stack.enter_async_context(aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=settings.request_timeout_s)))
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=settings.request_timeout_s))
+        )
         kw: dict[str, Any] = {"session": session}
         if settings.endpoint:
             kw["api_root"] = settings.endpoint
@@ -318,12 +346,16 @@ def _gcs_driver(settings: StorageSettings) -> StorageDriver:
 
     class LazyClient(GCSStorageDriverClient):
         async def put_object(self, *, bucket: str, object_name: str, data: bytes) -> None:
-            await (await clients.get(open_client)).put_object(bucket=bucket, object_name=self_prefix + object_name,
-                                                              data=data)
+            await (await clients.get(open_client)).put_object(
+                bucket=bucket, object_name=self_prefix + object_name, data=data
+            )
 
         async def object_exists(self, *, bucket: str, object_name: str) -> bool:
-            return bool(await (await clients.get(open_client)).object_exists(
-                bucket=bucket, object_name=self_prefix + object_name))
+            return bool(
+                await (await clients.get(open_client)).object_exists(
+                    bucket=bucket, object_name=self_prefix + object_name
+                )
+            )
 
         async def get_object(self, *, bucket: str, object_name: str) -> bytes:
             return bytes(await (await clients.get(open_client)).get_object(bucket=bucket, object_name=object_name))
@@ -398,16 +430,23 @@ class ManagedDriver(StorageDriver):
             raise
         except Exception as exc:
             why, retryable = _explain(exc)
-            raise PayloadStoreError(f"cannot store a payload of {sum(p.ByteSize() for p in payloads)} bytes in "
-                                    f"{self.where}: {why}", retryable=retryable) from None
+            raise PayloadStoreError(
+                f"cannot store a payload of {sum(p.ByteSize() for p in payloads)} bytes in {self.where}: {why}",
+                retryable=retryable,
+            ) from None
         if self.prefix:  # the client wrote under the prefix: the claim names the object where it is
             field = "key" if self.inner.type() == "aws.s3driver" else "object_name"
-            claims = [StorageDriverClaim({**c.claim_data, field: self.prefix + c.claim_data[field]})
-                      if field in c.claim_data else c for c in claims]
+            claims = [
+                StorageDriverClaim({**c.claim_data, field: self.prefix + c.claim_data[field]})
+                if field in c.claim_data
+                else c
+                for c in claims
+            ]
         return claims
 
-    async def retrieve(self, context: StorageDriverRetrieveContext,
-                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_s
         delay, attempt = 0.5, 0
@@ -419,13 +458,18 @@ class ManagedDriver(StorageDriver):
                 err = exc
             except Exception as exc:
                 why, retryable = _explain(exc)
-                names = ", ".join(str(c.claim_data.get("key") or c.claim_data.get("path")
-                                      or c.claim_data.get("object_name") or "?")[:300] for c in claims)
+                names = ", ".join(
+                    str(c.claim_data.get("key") or c.claim_data.get("path") or c.claim_data.get("object_name") or "?")[
+                        :300
+                    ]
+                    for c in claims
+                )
                 err = PayloadStoreError(f"cannot read {names} from {self.where}: {why}", retryable=retryable)
             if not err.retryable or loop.time() + delay > deadline:
                 if err.retryable:
-                    err = PayloadStoreError(f"{err} (gave up after {attempt} attempts in {self.retry_s:.0f}s)",
-                                            retryable=True)
+                    err = PayloadStoreError(
+                        f"{err} (gave up after {attempt} attempts in {self.retry_s:.0f}s)", retryable=True
+                    )
                 raise err
             log.warning("payload store read failed (attempt %d, retrying in %.1fs): %s", attempt, delay, err)
             await asyncio.sleep(delay)
@@ -448,8 +492,9 @@ def storage_driver(settings: StorageSettings) -> StorageDriver:
         root = local_root(settings)
         where = f"local payload store {root}"
         inner = LocalStorageDriver(root)
-    return ManagedDriver(inner, where=where, prefix=settings.prefix if kind != "local" else "",
-                         retry_s=settings.read_retry_s)
+    return ManagedDriver(
+        inner, where=where, prefix=settings.prefix if kind != "local" else "", retry_s=settings.read_retry_s
+    )
 
 
 def external_storage(settings: StorageSettings | None = None) -> ExternalStorage:
@@ -473,14 +518,17 @@ def prepare(settings: StorageSettings) -> None:
     try:
         LocalStorageDriver(root).ensure_writable()
     except OSError as exc:
-        raise ConfigError(f"temporal.storage: the local payload store {root} is not writable "
-                          f"({type(exc).__name__}: {exc.strerror or exc}); set [temporal.storage] local_dir, "
-                          "[worker] state_dir or MCP_TASKS_STATE_DIR to a writable directory") from None
+        raise ConfigError(
+            f"temporal.storage: the local payload store {root} is not writable "
+            f"({type(exc).__name__}: {exc.strerror or exc}); set [temporal.storage] local_dir, "
+            "[worker] state_dir or MCP_TASKS_STATE_DIR to a writable directory"
+        ) from None
     if settings.retention_days is not None:
         removed = prune_local_store(root, settings.retention_days * 86400)
         if removed:
-            log.info("local payload store %s: removed %d payloads older than %s days", root, removed,
-                     settings.retention_days)
+            log.info(
+                "local payload store %s: removed %d payloads older than %s days", root, removed, settings.retention_days
+            )
 
 
 async def aclose_storage(converter: DataConverter) -> None:

@@ -29,8 +29,14 @@ from mcp_temporal_tasks.worker.config import ConfigError
 
 EXPORTERS = ("otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
-SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
-            "parentbased_traceidratio")
+SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
 DEFAULT_SERVICE_NAME = "mcp-tasks"
 #: How long the last spans get to leave when the process ends (``run`` exits with ``os._exit``).
 FLUSH_S = 5.0
@@ -57,13 +63,19 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 
 
 def _otlp_exporter(env: Mapping[str, str]) -> tuple[Any, str]:
-    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip()
-    var = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") else \
-        "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    ).strip()
+    var = (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+        if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"tracing: {var}={protocol!r} is not supported (one of: {', '.join(PROTOCOLS)}; the "
-                          "OpenTelemetry Python SDK has no http/json exporter)")
+        raise ConfigError(
+            f"tracing: {var}={protocol!r} is not supported (one of: {', '.join(PROTOCOLS)}; the "
+            "OpenTelemetry Python SDK has no http/json exporter)"
+        )
     for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
         value = env.get(name)
         if value and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc):
@@ -74,16 +86,22 @@ def _otlp_exporter(env: Mapping[str, str]) -> tuple[Any, str]:
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        package = "opentelemetry-exporter-otlp-proto-grpc==1.44.0" if protocol == "grpc" else \
-            "'mcp-temporal-tasks[tracing]'"
+        package = (
+            "opentelemetry-exporter-otlp-proto-grpc==1.44.0" if protocol == "grpc" else "'mcp-temporal-tasks[tracing]'"
+        )
         raise ConfigError(f"tracing: OTLP over {protocol} needs its exporter: pip install {package} ({exc})") from None
     try:
         exporter = OTLPSpanExporter()
     except Exception as exc:  # noqa: BLE001  (a header or certificate setting the exporter refuses)
-        raise ConfigError(f"tracing: the OTLP exporter refuses its OTEL_EXPORTER_OTLP_* settings: "
-                          f"{type(exc).__name__}: {exc}") from None
-    endpoint = getattr(exporter, "_endpoint", None) or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \
-        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default endpoint"
+        raise ConfigError(
+            f"tracing: the OTLP exporter refuses its OTEL_EXPORTER_OTLP_* settings: {type(exc).__name__}: {exc}"
+        ) from None
+    endpoint = (
+        getattr(exporter, "_endpoint", None)
+        or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or "the default endpoint"
+    )
     kind = "OTLP/gRPC" if protocol == "grpc" else "OTLP/HTTP"
     return exporter, f"{kind} {endpoint}"
 
@@ -97,8 +115,10 @@ def _sampler_text(env: Mapping[str, str]) -> str:
         try:
             ratio = float(arg)
         except ValueError:
-            raise ConfigError(f"tracing: OTEL_TRACES_SAMPLER={sampler} needs OTEL_TRACES_SAMPLER_ARG, a ratio from 0 "
-                              f"to 1 (got {arg!r})") from None
+            raise ConfigError(
+                f"tracing: OTEL_TRACES_SAMPLER={sampler} needs OTEL_TRACES_SAMPLER_ARG, a ratio from 0 "
+                f"to 1 (got {arg!r})"
+            ) from None
         if not 0.0 <= ratio <= 1.0:
             raise ConfigError(f"tracing: OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio from 0 to 1")
         return f"{sampler} {ratio:g}"
@@ -115,19 +135,24 @@ def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     except ImportError as exc:
-        raise ConfigError(f"tracing needs OpenTelemetry's SDK: pip install 'mcp-temporal-tasks[tracing]' ({exc})") \
-            from None
+        raise ConfigError(
+            f"tracing needs OpenTelemetry's SDK: pip install 'mcp-temporal-tasks[tracing]' ({exc})"
+        ) from None
     current = trace.get_tracer_provider()
     if not isinstance(current, trace.ProxyTracerProvider):
-        return Tracing(f"spans go to the TracerProvider this process already has ({type(current).__module__}."
-                       f"{type(current).__name__}), left as it is")
+        return Tracing(
+            f"spans go to the TracerProvider this process already has ({type(current).__module__}."
+            f"{type(current).__name__}), left as it is"
+        )
     if _flag(env, "OTEL_SDK_DISABLED"):
         return Tracing("OTEL_SDK_DISABLED=true: no spans are recorded, MCP requests carry no trace context")
     names = [n.strip().lower() for n in (env.get("OTEL_TRACES_EXPORTER") or "otlp").split(",") if n.strip()]
     unknown = [n for n in names if n not in EXPORTERS]
     if unknown:
-        raise ConfigError(f"tracing: OTEL_TRACES_EXPORTER={','.join(names)!r}: {', '.join(unknown)} is not supported "
-                          f"by mcp-tasks (one or more of: {', '.join(EXPORTERS)})")
+        raise ConfigError(
+            f"tracing: OTEL_TRACES_EXPORTER={','.join(names)!r}: {', '.join(unknown)} is not supported "
+            f"by mcp-tasks (one or more of: {', '.join(EXPORTERS)})"
+        )
     sampler = _sampler_text(env)
     exporters: list[tuple[Any, str]] = []
     for name in dict.fromkeys(names):
@@ -142,6 +167,8 @@ def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     service = resource.attributes.get("service.name", DEFAULT_SERVICE_NAME)
-    where = " and ".join(text for _, text in exporters) or "nowhere (OTEL_TRACES_EXPORTER=none; MCP requests still " \
-        "carry the trace context)"
+    where = (
+        " and ".join(text for _, text in exporters)
+        or "nowhere (OTEL_TRACES_EXPORTER=none; MCP requests still carry the trace context)"
+    )
     return Tracing(f"spans go to {where} as service {service!r} (sampler {sampler})", provider)

@@ -60,8 +60,14 @@ def runtime(metrics_port: int = 0) -> Runtime:
 
 # A server that is starting (or restarting) refuses connections, then answers UNAVAILABLE ("Frontend is not
 # healthy yet") for a moment after its port opens. Those are worth waiting out; TLS, auth and DNS errors are not.
-_TRANSIENT_CONNECT = ("Unavailable", "not healthy yet", "tcp connect error", "Connection refused", "Connection reset",
-                      "ConnectionReset")  # hyper's Kind(ConnectionReset): the frontend dropped us while starting
+_TRANSIENT_CONNECT = (
+    "Unavailable",
+    "not healthy yet",
+    "tcp connect error",
+    "Connection refused",
+    "Connection reset",
+    "ConnectionReset",
+)  # hyper's Kind(ConnectionReset): the frontend dropped us while starting
 
 
 def transient_connect_error(exc: BaseException) -> bool:
@@ -71,8 +77,9 @@ def transient_connect_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(marker in str(exc) for marker in _TRANSIENT_CONNECT)
 
 
-def connect_options(*, address: str | None = None, namespace: str | None = None,
-                    cfg: WorkerConfig | None = None) -> tuple[dict[str, Any], bool]:
+def connect_options(
+    *, address: str | None = None, namespace: str | None = None, cfg: WorkerConfig | None = None
+) -> tuple[dict[str, Any], bool]:
     """``Client.connect`` keyword arguments and whether an address was given (not defaulted).
 
     The one address rule of every command and of ``mcp-tasks worker``, first that says wins (the namespace
@@ -109,8 +116,15 @@ def connect_options(*, address: str | None = None, namespace: str | None = None,
     return options, given
 
 
-async def connect(address: str | None = None, namespace: str | None = None, *, cfg: WorkerConfig | None = None,
-                  metrics_port: int = 0, wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
+async def connect(
+    address: str | None = None,
+    namespace: str | None = None,
+    *,
+    cfg: WorkerConfig | None = None,
+    metrics_port: int = 0,
+    wait_s: float = 0.0,
+    interceptors: list[Any] | None = None,
+) -> Client:
     """Connect to Temporal (see :func:`connect_options`); with ``wait_s``, keep retrying for that long while
     the server is not up yet. The last error is raised unchanged once the wait is over, and at once when it is
     not transient."""
@@ -118,22 +132,34 @@ async def connect(address: str | None = None, namespace: str | None = None, *, c
     return await connect_to(options, cfg=cfg, metrics_port=metrics_port, wait_s=wait_s, interceptors=interceptors)
 
 
-async def connect_to(options: Mapping[str, Any], *, cfg: WorkerConfig | None = None, metrics_port: int = 0,
-                     wait_s: float = 0.0, interceptors: list[Any] | None = None) -> Client:
+async def connect_to(
+    options: Mapping[str, Any],
+    *,
+    cfg: WorkerConfig | None = None,
+    metrics_port: int = 0,
+    wait_s: float = 0.0,
+    interceptors: list[Any] | None = None,
+) -> Client:
     """:func:`connect` with the rule applied already: ``options`` are what :func:`connect_options` gave (a CLI
     command works them out once, at its start), used as they are."""
     given = dict(options)
     target = given.pop("target_host")
     # Large payloads through Temporal's External Storage, as [temporal.storage] says (default: the embedded store).
-    data_converter = with_storage(DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir)
-                                  if cfg is not None else None)
+    data_converter = with_storage(
+        DATA_CONVERTER, settings_of(cfg.temporal.storage, cfg.worker.state_dir) if cfg is not None else None
+    )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     delay = 0.1
     while True:
         try:
-            return await Client.connect(target, data_converter=data_converter, runtime=runtime(metrics_port),
-                                        interceptors=interceptors or [], **given)
+            return await Client.connect(
+                target,
+                data_converter=data_converter,
+                runtime=runtime(metrics_port),
+                interceptors=interceptors or [],
+                **given,
+            )
         except Exception as exc:
             if not transient_connect_error(exc) or loop.time() + delay > deadline:
                 raise
@@ -166,8 +192,9 @@ def tracing_interceptor() -> Any:
                     return None
                 run_id = str((params.attributes or {}).get("temporalRunID") or "")
                 if run_id:
-                    params = dataclasses.replace(params, context={"traceparent": run_trace_parent(run_id)},
-                                                 parent_missing=False)
+                    params = dataclasses.replace(
+                        params, context={"traceparent": run_trace_parent(run_id)}, parent_missing=False
+                    )
             return super()._completed_workflow_span(params)
 
     return TaskTracing()

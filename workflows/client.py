@@ -49,9 +49,11 @@ class NoWorker(RuntimeError):
 
 
 def no_worker_message(workflow_id: str, task_queue: str, waited_s: float) -> str:
-    return (f"no worker has polled task queue {task_queue!r} for {waited_s:g} s, so MCP task {workflow_id} waits "
-            f"until one does: start one with `mcp-tasks worker --task-queue {task_queue} --config YOUR.toml` "
-            "(the configuration with its [servers])")
+    return (
+        f"no worker has polled task queue {task_queue!r} for {waited_s:g} s, so MCP task {workflow_id} waits "
+        f"until one does: start one with `mcp-tasks worker --task-queue {task_queue} --config YOUR.toml` "
+        "(the configuration with its [servers])"
+    )
 
 
 async def connect(target_host: str | None = None, **kwargs: Any) -> Client:
@@ -83,8 +85,10 @@ class RequestMismatch(ValueError):
     """
 
     def __init__(self, workflow_id: str, existing_digest: str, request_digest: str, detail: str) -> None:
-        super().__init__(f"workflow id {workflow_id!r} is already used by a different request ({detail}); "
-                         "use another workflow id (or idempotency key) for a new request")
+        super().__init__(
+            f"workflow id {workflow_id!r} is already used by a different request ({detail}); "
+            "use another workflow id (or idempotency key) for a new request"
+        )
         self.workflow_id = workflow_id
         self.existing_digest = existing_digest
         self.request_digest = request_digest
@@ -130,8 +134,9 @@ async def _check_same_request(handle: WorkflowHandle[Any, Any], request: McpTask
     if tool != request.tool:
         raise RequestMismatch(handle.id, existing_digest, wanted, f"tool {tool!r}, not {request.tool!r}")
     if existing_digest != wanted:
-        raise RequestMismatch(handle.id, existing_digest, wanted,
-                              f"arguments digest {existing_digest[:19]}…, not {wanted[:19]}…")
+        raise RequestMismatch(
+            handle.id, existing_digest, wanted, f"arguments digest {existing_digest[:19]}…, not {wanted[:19]}…"
+        )
 
 
 def default_workflow_id(request: McpTaskRequest) -> str:
@@ -168,14 +173,21 @@ async def start_mcp_task(
     wid = workflow_id or default_workflow_id(request)
     try:
         handle = await client.start_workflow(
-            McpTaskWorkflow.run, request, id=wid, task_queue=task_queue,
+            McpTaskWorkflow.run,
+            request,
+            id=wid,
+            task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY if replace_failed
-                             else WorkflowIDReusePolicy.REJECT_DUPLICATE),
-            search_attributes=initial_search_attributes(request), memo=memo,
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
+                if replace_failed
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE
+            ),
+            search_attributes=initial_search_attributes(request),
+            memo=memo,
             static_summary=f"MCP {request.tool} on {request.server_label()}",
             static_details=f"tool `{request.tool}` · server `{request.server_label()}` · "
-                           f"replay `{(request.replay.value if request.replay else 'configured')}`",
+            f"replay `{(request.replay.value if request.replay else 'configured')}`",
         )
     except WorkflowAlreadyStartedError:
         handle = client.get_workflow_handle_for(McpTaskWorkflow.run, wid)
@@ -187,8 +199,13 @@ async def start_mcp_task(
     return handle
 
 
-async def get_outcome(client: Client, workflow_id: str, *, no_worker_s: float | None = NO_WORKER_S,
-                      no_worker: Literal["warn", "raise"] = "warn") -> McpTaskOutcome:
+async def get_outcome(
+    client: Client,
+    workflow_id: str,
+    *,
+    no_worker_s: float | None = NO_WORKER_S,
+    no_worker: Literal["warn", "raise"] = "warn",
+) -> McpTaskOutcome:
     """Wait for and return the outcome of an MCP task workflow, whatever it is (see :func:`outcome_of`).
 
     While it waits it looks at the task's queue: once no worker has polled it for ``no_worker_s`` (default
@@ -214,13 +231,20 @@ async def get_outcome(client: Client, workflow_id: str, *, no_worker_s: float | 
 async def _pollers(client: Client, queue: str) -> int | None:
     """How many live workers poll ``queue`` for workflow tasks; None when the server cannot say."""
     try:
-        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=queue))), 5)
+        resp = await asyncio.wait_for(
+            client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=queue))
+            ),
+            5,
+        )
     except Exception:  # noqa: BLE001  (e.g. the time-skipping test server: unknown, say nothing)
         return None
     now = time.time()
-    return sum(1 for p in resp.pollers
-               if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < _POLLER_GONE_S)
+    return sum(
+        1
+        for p in resp.pollers
+        if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < _POLLER_GONE_S
+    )
 
 
 async def _watch_queue(client: Client, handle: WorkflowHandle[Any, Any], bound_s: float, mode: str) -> None:

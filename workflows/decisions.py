@@ -31,20 +31,38 @@ from mcp_temporal_tasks.workflows.records import Classification, Outcome, Replay
 
 _RATE = re.compile(r"\b429\b|rate[\s_-]?limit|too many requests|resource[_\s]exhausted|quota exceeded", re.I)
 _RETRY_AFTER = re.compile(
-    r"retry[\s_-]?after\s*[=:]?\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?)?", re.I)
+    r"retry[\s_-]?after\s*[=:]?\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?)?", re.I
+)
 _AUTH = re.compile(
     r"\b40[13]\b|unauthori[sz]ed|(?<!task )forbidden(?! tool)|permission denied|access denied|"
-    r"(invalid|expired|missing) (api )?(token|credentials?|key)|authenticat", re.I)
+    r"(invalid|expired|missing) (api )?(token|credentials?|key)|authenticat",
+    re.I,
+)
 _TRANSIENT = re.compile(
     r"time[sd]?[\s-]?out|temporar(y|ily)|unavailable|\b50[234]\b|connection (reset|refused)|try again|"
-    r"overloaded|econnreset|transient", re.I)
-_INPUT = re.compile(r"invalid|validation|must be|missing required|required (field|parameter|argument)|"
-                    r"not found|\b40[04]\b|\b422\b|malformed", re.I)
-_PERMANENT = re.compile(r"not supported|unsupported|not implemented|method not found|no such tool|unknown tool|"
-                        r"-3260[01]\b|requires task augmentation", re.I)
+    r"overloaded|econnreset|transient",
+    re.I,
+)
+_INPUT = re.compile(
+    r"invalid|validation|must be|missing required|required (field|parameter|argument)|"
+    r"not found|\b40[04]\b|\b422\b|malformed",
+    re.I,
+)
+_PERMANENT = re.compile(
+    r"not supported|unsupported|not implemented|method not found|no such tool|unknown tool|"
+    r"-3260[01]\b|requires task augmentation",
+    re.I,
+)
 
-_UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "m": 60.0, "min": 60.0, "minute": 60.0,
-           "minutes": 60.0}
+_UNIT_S = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+}
 
 
 def payload_text(result: dict[str, Any] | None, error: RpcErrorInfo | None, status_message: str | None) -> str:
@@ -174,8 +192,9 @@ def unretrieved_outcome(status: str, status_message: str | None) -> tuple[Outcom
     if status == "cancelled":
         return Outcome.CANCELLED, None
     if status == "failed":
-        return Outcome.FAILED, RpcErrorInfo(code=-32603, message=status_message or "task failed; its stored payload "
-                                                                                   "could not be read")
+        return Outcome.FAILED, RpcErrorInfo(
+            code=-32603, message=status_message or "task failed; its stored payload could not be read"
+        )
     return Outcome.RESULT_UNAVAILABLE, None
 
 
@@ -193,8 +212,9 @@ def decide_replay(policy: ReplayPolicy, *, idempotent: bool, replays_used: int, 
     return "await_approval"
 
 
-def annotation_idempotent(*, trusted: bool, idempotent_hint: bool | None, read_only_hint: bool | None,
-                          read_only_alone: bool = True) -> bool | None:
+def annotation_idempotent(
+    *, trusted: bool, idempotent_hint: bool | None, read_only_hint: bool | None, read_only_alone: bool = True
+) -> bool | None:
     """What a tool's annotations say about sending its call again, or None when they do not count.
 
     They count only for a server configuration trusts (``trust_annotations``). ``readOnlyHint: true`` makes a tool
@@ -220,17 +240,24 @@ class ReplayRule:
         return f"ReplayRule({self.policy.value}, idempotent={self.idempotent}, max_replays={self.max_replays})"
 
 
-def replay_rule(*, requested_policy: ReplayPolicy | None = None, configured_policy: str | None = None,
-                requested_idempotent: bool | None = None, configured_idempotent: bool | None = None,
-                annotated_idempotent: bool | None = None, requested_max: int | None = None,
-                configured_max: int | None = None) -> ReplayRule:
+def replay_rule(
+    *,
+    requested_policy: ReplayPolicy | None = None,
+    configured_policy: str | None = None,
+    requested_idempotent: bool | None = None,
+    configured_idempotent: bool | None = None,
+    annotated_idempotent: bool | None = None,
+    requested_max: int | None = None,
+    configured_max: int | None = None,
+) -> ReplayRule:
     """The precedence, in one place: for each of the policy, idempotency and the replay budget, the request (a
     trusted caller's start input: ``--replay``, ``--idempotent``, ``--max-replays``) first, then the worker's
     configuration (``[servers.NAME.tools.TOOL]``), then, for idempotency only, the annotations of a server
     configuration trusts (:func:`annotation_idempotent`); else policy ``never``, not idempotent, one replay."""
     policy = requested_policy or (ReplayPolicy(configured_policy) if configured_policy else ReplayPolicy.NEVER)
-    idempotent = next((v for v in (requested_idempotent, configured_idempotent, annotated_idempotent)
-                       if v is not None), False)
+    idempotent = next(
+        (v for v in (requested_idempotent, configured_idempotent, annotated_idempotent) if v is not None), False
+    )
     max_replays = next((v for v in (requested_max, configured_max) if v is not None), 1)
     return ReplayRule(policy, bool(idempotent), max_replays)
 
@@ -247,8 +274,9 @@ def may_replay(rule: ReplayRule, *, replays_used: int = 0, repeat: bool = False)
     """
     if repeat:
         return "replay" if rule.idempotent or rule.policy == ReplayPolicy.ALWAYS else "stop"
-    return decide_replay(rule.policy, idempotent=rule.idempotent, replays_used=replays_used,
-                         max_replays=rule.max_replays)
+    return decide_replay(
+        rule.policy, idempotent=rule.idempotent, replays_used=replays_used, max_replays=rule.max_replays
+    )
 
 
 #: Outcomes that can ever justify a replay (each only at the stages :func:`replay_reason` names).
@@ -271,8 +299,11 @@ def replay_reason(stage: Stage, outcome: Outcome, classification: Classification
         return f"replay_{outcome.value}"
     if stage == Stage.SUBMITTING and outcome == Outcome.UNKNOWN_OUTCOME:
         return "replay_unknown_outcome"
-    if (stage in (Stage.SUBMITTING, Stage.PAYLOAD) and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED)
-            and classification == Classification.RETRYABLE):
+    if (
+        stage in (Stage.SUBMITTING, Stage.PAYLOAD)
+        and outcome in (Outcome.TOOL_ERROR, Outcome.FAILED)
+        and classification == Classification.RETRYABLE
+    ):
         return "replay_retryable"
     return None
 
@@ -283,12 +314,28 @@ SubmitFailure = Literal["resend", "rejected", "unknown_outcome", "unreachable"]
 #: Failures of a submit that are answers, not faults: resending the same request gets the same refusal. Those of
 #: ``tools/list`` itself (``UnknownTool``: not listed; ``InvalidArguments``: against its ``inputSchema``) come before
 #: ``tools/call`` is sent.
-REFUSALS = frozenset({"InvalidParams", "MethodNotFound", "MissingCapability", "HeaderMismatch", "CapabilityUnavailable",
-                      "UnsupportedProtocolVersion", "AuthorizationRequired", "JsonRpcError", "HttpRefusal",
-                      "UnknownTool", "InvalidArguments", "RequestRefused"})
+REFUSALS = frozenset(
+    {
+        "InvalidParams",
+        "MethodNotFound",
+        "MissingCapability",
+        "HeaderMismatch",
+        "CapabilityUnavailable",
+        "UnsupportedProtocolVersion",
+        "AuthorizationRequired",
+        "JsonRpcError",
+        "HttpRefusal",
+        "UnknownTool",
+        "InvalidArguments",
+        "RequestRefused",
+    }
+)
 #: How a refusal of our own before sending is classified, whatever its text says.
-REFUSAL_CLASSES = {"AuthorizationRequired": Classification.AUTHORIZATION_REQUIRED,
-                   "UnknownTool": Classification.PERMANENT, "InvalidArguments": Classification.INPUT_CORRECTABLE}
+REFUSAL_CLASSES = {
+    "AuthorizationRequired": Classification.AUTHORIZATION_REQUIRED,
+    "UnknownTool": Classification.PERMANENT,
+    "InvalidArguments": Classification.INPUT_CORRECTABLE,
+}
 
 
 def after_submit_failure(
@@ -302,8 +349,13 @@ def after_submit_failure(
     return "unknown_outcome"
 
 
-def retrieval_budget_s(created_at: str | None, ttl_ms: int | str | None, now: datetime,
-                       deadline: datetime | None, default_s: float = 3600.0) -> float:
+def retrieval_budget_s(
+    created_at: str | None,
+    ttl_ms: int | str | None,
+    now: datetime,
+    deadline: datetime | None,
+    default_s: float = 3600.0,
+) -> float:
     """How long a retrieval may keep retrying: until the task's TTL or the deadline, whichever is first."""
     candidates = [default_s]
     expires = task_expires_at(created_at, ttl_ms)

@@ -43,5 +43,8 @@ def last_read_failure(err: ActivityError) -> tuple[str, dict[str, Any], RpcError
 def attempts_text(info: dict[str, Any], since: datetime) -> str:
     attempts = info.get("attempt")
     seconds = (workflow.now() - since).total_seconds()
-    return f"{attempts} attempt{'s' if attempts != 1 else ''} over {seconds:.0f}s" if isinstance(attempts, int) \
+    return (
+        f"{attempts} attempt{'s' if attempts != 1 else ''} over {seconds:.0f}s"
+        if isinstance(attempts, int)
         else f"attempts over {seconds:.0f}s"
+    )

@@ -134,12 +134,22 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
             request = _placeholder_request(request)
         self.req = request
         #: Everything the machine knows, in one typed model (queries read it; nothing else holds state).
-        self.m = MachineState(invalid_request=invalid, ledger=Ledger(
-            server=request.server_label(), tool=request.tool, principal=request.principal,
-            request_digest=digest(request.arguments), created_at=workflow.now(),
-            idempotency={"key": request.idempotency_key, "replay": (request.replay or ReplayPolicy.NEVER).value,
-                         "max_replays": request.max_replays, "idempotent": request.idempotent},
-        ))
+        self.m = MachineState(
+            invalid_request=invalid,
+            ledger=Ledger(
+                server=request.server_label(),
+                tool=request.tool,
+                principal=request.principal,
+                request_digest=digest(request.arguments),
+                created_at=workflow.now(),
+                idempotency={
+                    "key": request.idempotency_key,
+                    "replay": (request.replay or ReplayPolicy.NEVER).value,
+                    "max_replays": request.max_replays,
+                    "idempotent": request.idempotent,
+                },
+            ),
+        )
 
     @workflow.run
     async def run(self, request: Any) -> McpTaskOutcome:
@@ -150,43 +160,66 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
         # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only
         # for those outcomes, so a completed task's history does not grow.
         if outcome.outcome != Outcome.COMPLETED and workflow.patched(FAIL_UNLESS_COMPLETED):
-            if (outcome.outcome == Outcome.CANCELLED and self.m.cancel_requested
-                    and workflow.patched(CANCELLED_SHOWS_CANCELED)):
+            if (
+                outcome.outcome == Outcome.CANCELLED
+                and self.m.cancel_requested
+                and workflow.patched(CANCELLED_SHOWS_CANCELED)
+            ):
                 # Cancelled on purpose (mcp-tasks cancel, handle.cancel(), a cancelled parent): Temporal shows it
                 # as Canceled. A cancellation carries no details, so the outcome goes to the memo, where
                 # outcome_of and the fetch_outcome activity read it.
                 workflow.upsert_memo({OUTCOME_MEMO: outcome.model_dump(mode="json")})
-                raise CancelledError(f"MCP task {self.req.tool} on {outcome.ledger.server} cancelled: "
-                                     f"{outcome.reason or 'by request'}")
+                raise CancelledError(
+                    f"MCP task {self.req.tool} on {outcome.ledger.server} cancelled: {outcome.reason or 'by request'}"
+                )
             raise McpTaskError(outcome)
         return outcome
 
     async def _run(self) -> McpTaskOutcome:
         request = self.req
         if self.m.invalid_request is not None:
-            return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
-                code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
-                classification=Classification.INPUT_CORRECTABLE, reason=f"invalid request: {self.m.invalid_request}"))
+            return self._finish(
+                Ending(
+                    outcome=Outcome.REJECTED,
+                    stage=Stage.REQUEST,
+                    error=RpcErrorInfo(code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
+                    classification=Classification.INPUT_CORRECTABLE,
+                    reason=f"invalid request: {self.m.invalid_request}",
+                )
+            )
         try:
             self.m.profile = await workflow.execute_local_activity_method(
-                McpActivities.resolve, ResolveInput(server=request.server, tool=request.tool,
-                                                    principal=request.principal, era=request.era),
-                start_to_close_timeout=timedelta(seconds=10), retry_policy=RetryPolicy(maximum_attempts=3),
-                summary="resolve server configuration")
+                McpActivities.resolve,
+                ResolveInput(server=request.server, tool=request.tool, principal=request.principal, era=request.era),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="resolve server configuration",
+            )
         except (asyncio.CancelledError, ActivityError, ApplicationError) as err:
             # Cancelled before anything was sent (the cancel reaches the local activity): a cancelled outcome,
             # readable from the memo, instead of a bare cancel or a "rejected". Histories from before: unchanged.
             cancelled = isinstance(err, asyncio.CancelledError) or isinstance(err.cause, CancelledError)
             if cancelled and workflow.patched(CANCELLED_SHOWS_CANCELED):
                 self._cancelled_by_temporal()
-                return self._finish(Ending(outcome=Outcome.CANCELLED, stage=Stage.REQUEST,
-                                           reason=f"{self.m.cancel_reason} before tools/call was sent"))
+                return self._finish(
+                    Ending(
+                        outcome=Outcome.CANCELLED,
+                        stage=Stage.REQUEST,
+                        reason=f"{self.m.cancel_reason} before tools/call was sent",
+                    )
+                )
             if isinstance(err, asyncio.CancelledError):
                 raise
             kind, _, info = failure_info(err)
-            return self._finish(Ending(outcome=Outcome.REJECTED, stage=Stage.REQUEST, error=RpcErrorInfo(
-                code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
-                classification=Classification.INPUT_CORRECTABLE, reason=kind))
+            return self._finish(
+                Ending(
+                    outcome=Outcome.REJECTED,
+                    stage=Stage.REQUEST,
+                    error=RpcErrorInfo(code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
+                    classification=Classification.INPUT_CORRECTABLE,
+                    reason=kind,
+                )
+            )
         self._apply_profile()
         reason = "initial"
         while True:
@@ -220,6 +253,10 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
 
 def initial_search_attributes(request: McpTaskRequest) -> TypedSearchAttributes:
     """Set at start so a workflow is findable before its first task runs."""
-    return TypedSearchAttributes([SearchAttributePair(SA_SERVER, search_attribute_value(request.server_label())),
-                                  SearchAttributePair(SA_TOOL, search_attribute_value(request.tool)),
-                                  SearchAttributePair(SA_STATUS, "submitting")])
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_SERVER, search_attribute_value(request.server_label())),
+            SearchAttributePair(SA_TOOL, search_attribute_value(request.tool)),
+            SearchAttributePair(SA_STATUS, "submitting"),
+        ]
+    )

@@ -16,8 +16,9 @@ from temporalio.workflow import ActivityConfig
 #: tools/call: one attempt. Whether a failed send may be repeated is the workflow's decision, never a retry's.
 SUBMIT = ActivityConfig(retry_policy=RetryPolicy(maximum_attempts=1))
 #: Waiting on a task (poll, relay): retried while the worker dies or the server hiccups, bounded by the caller.
-WAIT = ActivityConfig(retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                               maximum_interval=timedelta(seconds=30)))
+WAIT = ActivityConfig(
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+)
 #: Reading a terminal task's payload; the caller bounds it by the task's TTL or the deadline.
 RETRIEVE = ActivityConfig(start_to_close_timeout=timedelta(minutes=5))
 #: One idempotent request on an existing task (tasks/cancel, tasks/update).
@@ -25,9 +26,12 @@ TASK_STEP = ActivityConfig(start_to_close_timeout=timedelta(seconds=60), retry_p
 #: Waiting on a task with nothing running between polls (``poll_task``): each attempt is one poll, retried at the
 #: gap the attempt names (``next_retry_delay``), so the backoff here only paces attempts a worker's death cut short.
 #: No schedule-to-close: a deadline is a workflow timer (a retry past schedule-to-close would be refused early).
-IDLE_POLL = ActivityConfig(start_to_close_timeout=timedelta(minutes=5),
-                           retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                                                    maximum_interval=timedelta(seconds=60)))
+IDLE_POLL = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=5),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=60)
+    ),
+)
 LONG_WAIT = timedelta(days=7)
 #: Longest Retry-After honoured before a resend of a tools/call that never reached the tool; a longer one
 #: ends the task (``rejected``, ``retryable``, with ``retry_after_s``) so the caller decides when to come back.

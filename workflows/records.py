@@ -83,8 +83,10 @@ def check_request_size(arguments: dict[str, Any]) -> None:
     """Raise :class:`RequestTooLarge` naming the limit. Pure: the workflow runs it too."""
     size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "replace"))
     if size > MAX_ARGUMENTS_BYTES:
-        raise RequestTooLarge(f"arguments are {size} bytes of JSON, over the {MAX_ARGUMENTS_BYTES}-byte limit: "
-                              "pass large inputs by reference (a URL or a file name the tool can read)")
+        raise RequestTooLarge(
+            f"arguments are {size} bytes of JSON, over the {MAX_ARGUMENTS_BYTES}-byte limit: "
+            "pass large inputs by reference (a URL or a file name the tool can read)"
+        )
 
 
 def validation_message(error: Any) -> str:
@@ -97,7 +99,7 @@ def validation_message(error: Any) -> str:
     msg = str(error.get("msg", ""))
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
-            return msg[len(prefix):]
+            return msg[len(prefix) :]
     return msg
 
 
@@ -107,12 +109,31 @@ def validation_message(error: Any) -> str:
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # CANCELLING: a cancel while a resend waits out a Retry-After settles the previous attempt's task, if any.
     # INPUT_REQUIRED: the server asked for input on the stream of a plain tools/call, which goes on once answered.
-    Phase.SUBMITTING: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.INPUT_REQUIRED, Phase.CANCELLING,
-                                 Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
-    Phase.WORKING: frozenset({Phase.WORKING, Phase.INPUT_REQUIRED, Phase.RETRIEVING, Phase.CANCELLING,
-                              Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
-    Phase.INPUT_REQUIRED: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL,
-                                     Phase.REPLAYING, Phase.DONE}),
+    Phase.SUBMITTING: frozenset(
+        {
+            Phase.SUBMITTING,
+            Phase.WORKING,
+            Phase.INPUT_REQUIRED,
+            Phase.CANCELLING,
+            Phase.AWAITING_APPROVAL,
+            Phase.REPLAYING,
+            Phase.DONE,
+        }
+    ),
+    Phase.WORKING: frozenset(
+        {
+            Phase.WORKING,
+            Phase.INPUT_REQUIRED,
+            Phase.RETRIEVING,
+            Phase.CANCELLING,
+            Phase.AWAITING_APPROVAL,
+            Phase.REPLAYING,
+            Phase.DONE,
+        }
+    ),
+    Phase.INPUT_REQUIRED: frozenset(
+        {Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}
+    ),
     Phase.RETRIEVING: frozenset({Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
     Phase.CANCELLING: frozenset({Phase.RETRIEVING, Phase.DONE}),
     Phase.AWAITING_APPROVAL: frozenset({Phase.REPLAYING, Phase.DONE}),
@@ -222,9 +243,11 @@ class McpTaskRequest(_Model):
         # Arguments are stored in history: refuse the obvious credential shapes outright.
         for key in self.arguments:
             if key.lower() in {"authorization", "api_key", "apikey", "password", "secret", "token", "access_token"}:
-                raise ValueError(f"argument {key!r} looks like a credential: pass credentials by reference "
-                                 "(a server's `headers` / `env` tables in the worker's configuration, "
-                                 "e.g. Authorization = { env = \"VAR\" }), never inline")
+                raise ValueError(
+                    f"argument {key!r} looks like a credential: pass credentials by reference "
+                    "(a server's `headers` / `env` tables in the worker's configuration, "
+                    'e.g. Authorization = { env = "VAR" }), never inline'
+                )
         return self
 
     def server_label(self) -> str:
@@ -235,8 +258,9 @@ class OperationAttempt(_Model):
     """One ``tools/call`` that was (or may have been) sent."""
 
     n: int
-    reason: Literal["initial", "replay_lost", "replay_expired", "replay_unknown_outcome", "replay_retryable",
-                    "input_response"]
+    reason: Literal[
+        "initial", "replay_lost", "replay_expired", "replay_unknown_outcome", "replay_retryable", "input_response"
+    ]
     #: When ``tools/call`` was sent (workflow time), for a task and a synchronous call alike.
     at: datetime
     task_id: str | None = None
@@ -380,8 +404,13 @@ class PendingInput(_Model):
         """From a server's request: a ``message`` that is not text or a ``requestedSchema`` that is not an object is
         left out (kept in ``params``), never a validation error in workflow code (a workflow task failing forever)."""
         message, schema = params.get("message"), params.get("requestedSchema")
-        return cls(key=key, method=method, message=message if isinstance(message, str) else None,
-                   requested_schema=schema if isinstance(schema, dict) else None, params=params)
+        return cls(
+            key=key,
+            method=method,
+            message=message if isinstance(message, str) else None,
+            requested_schema=schema if isinstance(schema, dict) else None,
+            params=params,
+        )
 
 
 class TaskView(_Model):

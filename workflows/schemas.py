@@ -29,8 +29,10 @@ INTERFACE: dict[str, tuple[str, Any, Any]] = {
     INPUT_DELIVERED_SIGNAL: ("signal", str, None),
 }
 
-_TITLES = {"cancel": "the reason (default: cancelled by request)",
-           "provide_input": "answers to pending input requests, by request key: each the requested object"}
+_TITLES = {
+    "cancel": "the reason (default: cancelled by request)",
+    "provide_input": "answers to pending input requests, by request key: each the requested object",
+}
 
 
 def _schema(tp: Any, title: str) -> dict[str, Any]:

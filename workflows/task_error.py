@@ -58,8 +58,10 @@ def finished_details(outcome: McpTaskOutcome) -> str:
     no failure, so this is where its page shows the outcome, the reason and the server's words)."""
     lines = [f"**{_md(outcome.ledger.tool)}** on `{_md(outcome.ledger.server)}` ended **{outcome.outcome.value}**"]
     if outcome.classification is not None:
-        lines.append(f"{classification_words(outcome)} (a new tools/call only as the tool's replay policy allows; "
-                     "the workflow itself is never retried)")
+        lines.append(
+            f"{classification_words(outcome)} (a new tools/call only as the tool's replay policy allows; "
+            "the workflow itself is never retried)"
+        )
     server = outcome.error.message if outcome.error is not None else None
     if server is None and outcome.result is not None and outcome.outcome != Outcome.COMPLETED:
         server = _detail(outcome)
@@ -92,10 +94,14 @@ class McpTaskError(ApplicationError):
         detail = _detail(outcome)
         where = f"{outcome.ledger.tool} on {outcome.ledger.server}"
         classified = classification_words(outcome)
-        super().__init__(f"MCP task {where} ended {outcome.outcome.value}"
-                         + (f" ({classified}; the workflow is not retried)" if classified else "")
-                         + (f": {detail}" if detail else ""),
-                         outcome.model_dump(mode="json"), type=failure_type(outcome.outcome), non_retryable=True)
+        super().__init__(
+            f"MCP task {where} ended {outcome.outcome.value}"
+            + (f" ({classified}; the workflow is not retried)" if classified else "")
+            + (f": {detail}" if detail else ""),
+            outcome.model_dump(mode="json"),
+            type=failure_type(outcome.outcome),
+            non_retryable=True,
+        )
         self.outcome = outcome
 
     @staticmethod

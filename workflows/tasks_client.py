@@ -84,8 +84,16 @@ class McpTasksClient:
         child_id: str | None = None,
     ) -> mcp_types.CallToolResult:
         """Call a tool as a durable task. ``completed``/``tool_error`` → the result; else :class:`McpTaskError`."""
-        outcome = await self.run(name, arguments, idempotency_key=idempotency_key, replay=replay,
-                                 idempotent=idempotent, ttl_s=ttl_s, deadline=deadline, child_id=child_id)
+        outcome = await self.run(
+            name,
+            arguments,
+            idempotency_key=idempotency_key,
+            replay=replay,
+            idempotent=idempotent,
+            ttl_s=ttl_s,
+            deadline=deadline,
+            child_id=child_id,
+        )
         return call_tool_result(outcome)
 
     async def run(
@@ -106,17 +114,29 @@ class McpTasksClient:
         adapters use the parent's id, the tool and an argument digest); default: the parent's id and a sequence
         number (or the idempotency key)."""
         request = McpTaskRequest(
-            server=self._server, tool=name, arguments=arguments or {}, era=self._era, ttl_s=ttl_s,
-            deadline=deadline, idempotency_key=idempotency_key,
-            replay=ReplayPolicy(replay) if replay is not None else None, idempotent=idempotent,
-            principal=self._principal, timeouts=self._timeouts or Timeouts())
+            server=self._server,
+            tool=name,
+            arguments=arguments or {},
+            era=self._era,
+            ttl_s=ttl_s,
+            deadline=deadline,
+            idempotency_key=idempotency_key,
+            replay=ReplayPolicy(replay) if replay is not None else None,
+            idempotent=idempotent,
+            principal=self._principal,
+            timeouts=self._timeouts or Timeouts(),
+        )
         child_id = child_id or self._child_id(idempotency_key)
         try:
             # REJECT_DUPLICATE: a reset parent must find the child its earlier run started, never start another.
             return await workflow.execute_child_workflow(
-                McpTaskWorkflow.run, request, id=child_id, task_queue=self._task_queue,
+                McpTaskWorkflow.run,
+                request,
+                id=child_id,
+                task_queue=self._task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                static_summary=f"MCP {name} on {request.server_label()}"[:200])
+                static_summary=f"MCP {name} on {request.server_label()}"[:200],
+            )
         except ChildWorkflowError as err:
             outcome = McpTaskError.outcome_of(err)
             if outcome is None and isinstance(err.cause, CancelledError):
@@ -132,18 +152,27 @@ class McpTasksClient:
         """An existing child's outcome, through the ``fetch_outcome`` activity (it waits for the child's end)."""
         # On the children's queue: that is where the plugin (and this activity) is registered.
         return await workflow.execute_activity(
-            FETCH_OUTCOME, FetchOutcomeInput(workflow_id=child_id), result_type=McpTaskOutcome,
-            start_to_close_timeout=timedelta(days=30), heartbeat_timeout=timedelta(seconds=60),
-            task_queue=self._task_queue, summary=f"outcome of {child_id}")
+            FETCH_OUTCOME,
+            FetchOutcomeInput(workflow_id=child_id),
+            result_type=McpTaskOutcome,
+            start_to_close_timeout=timedelta(days=30),
+            heartbeat_timeout=timedelta(seconds=60),
+            task_queue=self._task_queue,
+            summary=f"outcome of {child_id}",
+        )
 
     async def list_tools(self) -> mcp_types.ListToolsResult:
         """The server's tools (one activity, every page), cached on this object."""
         if self._cache_tools_list and self._tools is not None:
             return self._tools
         value = await workflow.execute_activity(
-            LIST_TOOLS, ListToolsInput(server=self._server, principal=self._principal, era=self._era),
-            result_type=dict[str, Any], start_to_close_timeout=timedelta(minutes=1),
-            task_queue=self._task_queue, summary=f"tools/list {self.name}"[:200])
+            LIST_TOOLS,
+            ListToolsInput(server=self._server, principal=self._principal, era=self._era),
+            result_type=dict[str, Any],
+            start_to_close_timeout=timedelta(minutes=1),
+            task_queue=self._task_queue,
+            summary=f"tools/list {self.name}"[:200],
+        )
         tools = mcp_types.ListToolsResult.model_validate(value)
         if self._cache_tools_list:
             self._tools = tools
@@ -173,6 +202,10 @@ def call_tool_result(outcome: McpTaskOutcome) -> mcp_types.CallToolResult:
         return mcp_types.CallToolResult.model_validate(outcome.result)
     ref = outcome.result_ref
     assert ref is not None, "a completed task carries a result or a reference to it"
-    return mcp_types.CallToolResult.model_validate({
-        "content": [{"type": "text", "text": f"result of {ref.size} bytes kept by reference: {ref.uri}"}],
-        "isError": ref.is_error, "_meta": {RESULT_REF_META: ref.model_dump(mode="json")}})
+    return mcp_types.CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": f"result of {ref.size} bytes kept by reference: {ref.uri}"}],
+            "isError": ref.is_error,
+            "_meta": {RESULT_REF_META: ref.model_dump(mode="json")},
+        }
+    )

@@ -111,9 +111,15 @@ if TYPE_CHECKING:
 
 #: Loaded on first use: importing this package for its error and model names (``protocol``'s, re-exported) must not
 #: load the connection layers (httpx2, h11, sockets, processes).
-_LAZY = {"WireSession": "session", "parse_task": "session", "contract_of": "mcp_temporal_tasks.protocol.contract",
-         "decode_result": "mcp_temporal_tasks.protocol.contract", "digest": "mcp_temporal_tasks.protocol.contract",
-         "PROCESS_ID": "pool", "SessionPool": "pool"}
+_LAZY = {
+    "WireSession": "session",
+    "parse_task": "session",
+    "contract_of": "mcp_temporal_tasks.protocol.contract",
+    "decode_result": "mcp_temporal_tasks.protocol.contract",
+    "digest": "mcp_temporal_tasks.protocol.contract",
+    "PROCESS_ID": "pool",
+    "SessionPool": "pool",
+}
 
 
 #: Old names kept for one release (0.1.x), each warning once per use: name -> its replacement.
@@ -122,8 +128,12 @@ _DEPRECATED = {"McpTaskClient": "WireSession"}  # old name
 
 def __getattr__(name: str) -> Any:
     if name in _DEPRECATED:
-        warnings.warn(f"{__name__}.{name} is deprecated: use {_DEPRECATED[name]} (renamed apart from the "
-                      "workflow-side McpTasksClient)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: use {_DEPRECATED[name]} (renamed apart from the "
+            "workflow-side McpTasksClient)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         name = _DEPRECATED[name]
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -131,12 +141,44 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AuthorizationRequired", "CapabilityUnavailable", "ERROR_TYPES", "EXTENSION", "Endpoint", "Era",
-    "HeaderMismatch", "InputRequest", "InvalidParams", "JsonRpcError", "LEGACY", "WireSession",
-    "McpWireError", "MethodNotFound", "MissingCapability", "PROCESS_ID", "ProcessGone", "ProtocolViolation",
-    "RateLimited", "ResultDecodeError", "RpcErrorInfo", "SessionGone", "SessionPool", "SessionRef",
-    "StartResult", "TERMINAL_STATUSES", "TaskNotFound", "TaskPayload", "TaskState", "TaskUnreachable",
-    "ToolInfo", "TransportError", "UnknownProtocolVersion", "UnsupportedProtocolVersion", "INITIALIZE_VERSIONS",
-    "KNOWN_VERSIONS", "contract_of", "decode_result", "digest",
+    "AuthorizationRequired",
+    "CapabilityUnavailable",
+    "ERROR_TYPES",
+    "EXTENSION",
+    "Endpoint",
+    "Era",
+    "HeaderMismatch",
+    "InputRequest",
+    "InvalidParams",
+    "JsonRpcError",
+    "LEGACY",
+    "WireSession",
+    "McpWireError",
+    "MethodNotFound",
+    "MissingCapability",
+    "PROCESS_ID",
+    "ProcessGone",
+    "ProtocolViolation",
+    "RateLimited",
+    "ResultDecodeError",
+    "RpcErrorInfo",
+    "SessionGone",
+    "SessionPool",
+    "SessionRef",
+    "StartResult",
+    "TERMINAL_STATUSES",
+    "TaskNotFound",
+    "TaskPayload",
+    "TaskState",
+    "TaskUnreachable",
+    "ToolInfo",
+    "TransportError",
+    "UnknownProtocolVersion",
+    "UnsupportedProtocolVersion",
+    "INITIALIZE_VERSIONS",
+    "KNOWN_VERSIONS",
+    "contract_of",
+    "decode_result",
+    "digest",
     "parse_task",
 ]

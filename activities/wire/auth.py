@@ -110,14 +110,16 @@ def read_secret(spec: OAuthClient) -> str:
     elif spec.private_key_env is not None:
         value = os.environ.get(spec.private_key_env)
         if not value:
-            raise CapabilityUnavailable(f"auth private_key refers to environment variable {spec.private_key_env!r}, "
-                                        "which is not set")
+            raise CapabilityUnavailable(
+                f"auth private_key refers to environment variable {spec.private_key_env!r}, which is not set"
+            )
     else:
         try:
             value = Path(spec.private_key_file or "").read_text(encoding="utf-8")
         except OSError as exc:
-            raise CapabilityUnavailable(f"auth private_key file {spec.private_key_file!r} cannot be read: "
-                                        f"{exc.strerror or type(exc).__name__}") from None
+            raise CapabilityUnavailable(
+                f"auth private_key file {spec.private_key_file!r} cannot be read: {exc.strerror or type(exc).__name__}"
+            ) from None
     redact.register([value, *value.splitlines()])
     return value
 
@@ -249,9 +251,11 @@ class TokenSource:
             found = self._found
             wanted = _union(self._scope, challenge.scope)
             if found is None or not challenge.scope or wanted == self._scope:
-                raise self._error(f"the server refuses the token for insufficient scope (it names "
-                                  f"{challenge.scope!r}; the token was requested with scope {self._scope!r})",
-                                  status=403)
+                raise self._error(
+                    f"the server refuses the token for insufficient scope (it names "
+                    f"{challenge.scope!r}; the token was requested with scope {self._scope!r})",
+                    status=403,
+                )
             self.step_ups += 1
             await self._bounded(self._request_token(found, wanted))
             assert self._token is not None
@@ -260,8 +264,10 @@ class TokenSource:
     # --- discovery ------------------------------------------------------------------------------------------
 
     def _error(self, reason: str, *, status: int | None = None) -> AuthorizationRequired:
-        return AuthorizationRequired(f"no access token for {self.server} (OAuth client {self.spec.client_id!r}): "
-                                     f"{redact.scrub(reason)}", status=status)
+        return AuthorizationRequired(
+            f"no access token for {self.server} (OAuth client {self.spec.client_id!r}): {redact.scrub(reason)}",
+            status=status,
+        )
 
     async def _bounded(self, work: Any) -> None:
         try:
@@ -276,8 +282,9 @@ class TokenSource:
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > MAX_AUTH_BODY:
-                raise self._error(f"{what} at {redact_url(str(response.request.url))} is larger than "
-                                  f"{MAX_AUTH_BODY} bytes")
+                raise self._error(
+                    f"{what} at {redact_url(str(response.request.url))} is larger than {MAX_AUTH_BODY} bytes"
+                )
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -298,8 +305,9 @@ class TokenSource:
                         errors = exc.errors()
                         where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
                         msg = str(errors[0]["msg"])[:120] if errors else "invalid"
-                        raise self._error(f"{what} at {redact_url(url)} does not parse ({where or 'body'}: "
-                                          f"{msg})") from None
+                        raise self._error(
+                            f"{what} at {redact_url(url)} does not parse ({where or 'body'}: {msg})"
+                        ) from None
                 if resp.status_code >= 500 or resp.status_code == 429:
                     raise self._error(f"{what} at {redact_url(url)} answered HTTP {resp.status_code}")
                 log.debug("no %s at %s (HTTP %s)", what, redact_url(url), resp.status_code)
@@ -327,17 +335,20 @@ class TokenSource:
                 if prm is not None:
                     named = str(prm.resource)
                     if not check_resource_allowed(requested_resource=own_resource, configured_resource=named):
-                        raise self._error(f"its protected resource metadata is for resource {named}, not for "
-                                          f"{own_resource}")
+                        raise self._error(
+                            f"its protected resource metadata is for resource {named}, not for {own_resource}"
+                        )
                     resource = named
                     advertised = " ".join(prm.scopes_supported) if prm.scopes_supported else None
                     servers = [str(s) for s in prm.authorization_servers]
                     if issuer_pin is not None:
                         chosen = next((s for s in servers if issuers_match(s, issuer_pin)), None)
                         if chosen is None:
-                            raise self._error(f"its protected resource metadata names authorization server(s) "
-                                              f"{', '.join(redact_url(s) for s in servers[:5])}, not the configured "
-                                              f"issuer {issuer_pin}")
+                            raise self._error(
+                                f"its protected resource metadata names authorization server(s) "
+                                f"{', '.join(redact_url(s) for s in servers[:5])}, not the configured "
+                                f"issuer {issuer_pin}"
+                            )
                     else:
                         chosen = servers[0]
                 elif issuer_pin is not None:
@@ -349,21 +360,27 @@ class TokenSource:
                     raise self._error(
                         f"it publishes no protected resource metadata (tried {', '.join(map(redact_url, prm_urls))}) "
                         f"and negotiated protocol {protocol or 'none yet'}, not {LEGACY_PROTOCOL}: no authorization "
-                        "server is named to send the client's credentials to (set auth.issuer to name it)")
-                asm_urls = build_oauth_authorization_server_metadata_discovery_urls(None if legacy else chosen,
-                                                                                    self.url)
+                        "server is named to send the client's credentials to (set auth.issuer to name it)"
+                    )
+                asm_urls = build_oauth_authorization_server_metadata_discovery_urls(
+                    None if legacy else chosen, self.url
+                )
                 asm = await self._metadata(http, asm_urls, OAuthMetadata, "authorization server metadata")
         except httpx2.HTTPError as exc:
             url = getattr(getattr(exc, "request", None), "url", None)
-            raise self._error(f"cannot reach {redact_url(str(url)) if url else 'the metadata endpoint'}: "
-                              f"{type(exc).__name__}") from None
+            raise self._error(
+                f"cannot reach {redact_url(str(url)) if url else 'the metadata endpoint'}: {type(exc).__name__}"
+            ) from None
         if asm is None and not legacy:
-            raise self._error(f"authorization server {chosen} publishes no metadata (tried "
-                              f"{', '.join(map(redact_url, asm_urls))})")
+            raise self._error(
+                f"authorization server {chosen} publishes no metadata (tried {', '.join(map(redact_url, asm_urls))})"
+            )
         if asm is not None:
             if not issuers_match(str(asm.issuer), chosen):
-                raise self._error(f"the authorization server metadata names issuer {str(asm.issuer)[:200]}, not "
-                                  f"{chosen} where it was found (RFC 8414 §3.3)")
+                raise self._error(
+                    f"the authorization server metadata names issuer {str(asm.issuer)[:200]}, not "
+                    f"{chosen} where it was found (RFC 8414 §3.3)"
+                )
             if issuer_pin is not None and not issuers_match(str(asm.issuer), issuer_pin):
                 raise self._error(f"the authorization server's issuer {asm.issuer} is not the configured {issuer_pin}")
             token_endpoint = str(asm.token_endpoint)
@@ -373,10 +390,22 @@ class TokenSource:
             raise self._error(f"token endpoint {redact_url(token_endpoint)} is not https (http only on loopback)")
         method = self._method(asm.token_endpoint_auth_methods_supported if asm is not None else None)
         scope = self.spec.scope or challenge.scope or advertised
-        found = Discovered(issuer=str(asm.issuer) if asm is not None else chosen, token_endpoint=token_endpoint,
-                           resource=resource, scope=scope, method=method, advertised_scope=advertised)
-        log.debug("OAuth for %s: authorization server %s, token endpoint %s, %s, scope %r", self.server,
-                  redact_url(found.issuer), redact_url(token_endpoint), method, scope)
+        found = Discovered(
+            issuer=str(asm.issuer) if asm is not None else chosen,
+            token_endpoint=token_endpoint,
+            resource=resource,
+            scope=scope,
+            method=method,
+            advertised_scope=advertised,
+        )
+        log.debug(
+            "OAuth for %s: authorization server %s, token endpoint %s, %s, scope %r",
+            self.server,
+            redact_url(found.issuer),
+            redact_url(token_endpoint),
+            method,
+            scope,
+        )
         await self._request_token(found, scope)
         self._found = found
 
@@ -391,9 +420,11 @@ class TokenSource:
             return "client_secret_post"
         if "none" in supported:
             return "none"  # the server authenticates no client: the client id alone, the secret stays here
-        raise self._error(f"the authorization server supports token endpoint auth methods "
-                          f"{', '.join(m[:40] for m in supported[:8]) or 'none'}; this client has a client secret "
-                          "(client_secret_basic or client_secret_post)")
+        raise self._error(
+            f"the authorization server supports token endpoint auth methods "
+            f"{', '.join(m[:40] for m in supported[:8]) or 'none'}; this client has a client secret "
+            "(client_secret_basic or client_secret_post)"
+        )
 
     # --- the token request: the only request carrying the credentials -----------------------------------------
 
@@ -408,16 +439,25 @@ class TokenSource:
         secret = read_secret(self.spec)
         basic: httpx2.BasicAuth | None = None
         if found.method == "private_key_jwt":
-            signer = SignedJWTParameters(issuer=self.spec.client_id, subject=self.spec.client_id, signing_key=secret,
-                                         signing_algorithm=self.spec.signing_alg, lifetime_seconds=60)
+            signer = SignedJWTParameters(
+                issuer=self.spec.client_id,
+                subject=self.spec.client_id,
+                signing_key=secret,
+                signing_algorithm=self.spec.signing_alg,
+                lifetime_seconds=60,
+            )
             try:
                 assertion = await signer.create_assertion_provider()(found.issuer)
             except Exception as exc:  # PyJWT: a key that does not load or does not fit the algorithm
-                raise self._error(f"cannot sign the client assertion with {self.spec.signing_alg}: "
-                                  f"{type(exc).__name__}") from None
+                raise self._error(
+                    f"cannot sign the client assertion with {self.spec.signing_alg}: {type(exc).__name__}"
+                ) from None
             redact.register([assertion], lifetime_s=60)
-            data.update(client_id=self.spec.client_id, client_assertion=assertion,
-                        client_assertion_type="urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+            data.update(
+                client_id=self.spec.client_id,
+                client_assertion=assertion,
+                client_assertion_type="urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            )
         elif found.method == "client_secret_post":
             data.update(client_id=self.spec.client_id, client_secret=secret)
         elif found.method == "none":
@@ -427,8 +467,9 @@ class TokenSource:
         where = redact_url(found.token_endpoint)
         try:
             async with httpx2.AsyncClient(timeout=AUTH_SERVER_TIMEOUT_S, follow_redirects=False) as http:
-                async with http.stream("POST", found.token_endpoint, data=data, auth=basic,
-                                       headers={"accept": "application/json"}) as response:
+                async with http.stream(
+                    "POST", found.token_endpoint, data=data, auth=basic, headers={"accept": "application/json"}
+                ) as response:
                     body = await self._body(response, "the token response")
         except httpx2.HTTPError as exc:
             raise self._error(f"cannot reach {where}: {type(exc).__name__}") from None
@@ -438,8 +479,10 @@ class TokenSource:
         try:
             tokens = OAuthToken.model_validate_json(body)
         except ValidationError:
-            raise self._error(f"the authorization server at {where} answered the token request with something "
-                              "that is not a bearer token response") from None
+            raise self._error(
+                f"the authorization server at {where} answered the token request with something "
+                "that is not a bearer token response"
+            ) from None
         if not tokens.access_token:
             raise self._error(f"the authorization server at {where} answered with an empty access token")
         lifetime = float(tokens.expires_in) if tokens.expires_in and tokens.expires_in > 0 else 3600.0
@@ -481,8 +524,11 @@ class BearerAuth(httpx2.Auth):
             request.headers["authorization"] = f"Bearer {token}"
             response = yield request
             if response.status_code == 403:
-                raise self.source._error(f"the server still refuses for insufficient scope after one step-up to "
-                                         f"scope {self.source._scope!r}", status=403)
+                raise self.source._error(
+                    f"the server still refuses for insufficient scope after one step-up to "
+                    f"scope {self.source._scope!r}",
+                    status=403,
+                )
 
 
 _sources: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, TokenSource]] = weakref.WeakKeyDictionary()
@@ -503,5 +549,17 @@ def bearer_auth(url: str, spec: OAuthClient) -> BearerAuth:
     return BearerAuth(token_source(url, spec))
 
 
-__all__ = ["AUTH_FLOW_TIMEOUT_S", "AUTH_SERVER_TIMEOUT_S", "BearerAuth", "Challenge", "Discovered", "TokenSource",
-           "bearer_auth", "negotiated_protocol", "read_secret", "refresh_margin_s", "secure_enough", "token_source"]
+__all__ = [
+    "AUTH_FLOW_TIMEOUT_S",
+    "AUTH_SERVER_TIMEOUT_S",
+    "BearerAuth",
+    "Challenge",
+    "Discovered",
+    "TokenSource",
+    "bearer_auth",
+    "negotiated_protocol",
+    "read_secret",
+    "refresh_margin_s",
+    "secure_enough",
+    "token_source",
+]

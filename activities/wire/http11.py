@@ -234,8 +234,12 @@ class _Conn(asyncio.Protocol):
 
     def finished_cleanly(self) -> bool:
         """Whether the exchange ended as one complete request and reply with nothing after it."""
-        return (self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
-                and not self.h11.trailing_data[0] and self.reusable)
+        return (
+            self.h11.our_state is h11.DONE
+            and self.h11.their_state is h11.DONE
+            and not self.h11.trailing_data[0]
+            and self.reusable
+        )
 
     def close(self) -> None:
         if self.transport is not None:
@@ -315,10 +319,12 @@ class H11Transport(httpx2.AsyncBaseTransport):
         except BaseException:
             self._release(conn, keep=False)
             raise
-        return httpx2.Response(event.status_code, headers=event.headers.raw_items(),
-                               stream=_ReplyBody(self, conn, timeouts.get("read")),
-                               extensions={"http_version": b"HTTP/" + event.http_version,
-                                           "reason_phrase": event.reason})
+        return httpx2.Response(
+            event.status_code,
+            headers=event.headers.raw_items(),
+            stream=_ReplyBody(self, conn, timeouts.get("read")),
+            extensions={"http_version": b"HTTP/" + event.http_version, "reason_phrase": event.reason},
+        )
 
     async def _send(self, conn: _Conn, head: Any, request: httpx2.Request, timeout: float | None) -> None:
         try:
@@ -351,8 +357,13 @@ class H11Transport(httpx2.AsyncBaseTransport):
         conn = _Conn(origin)
         try:
             async with asyncio.timeout(timeout):
-                await loop.create_connection(lambda: conn, host, port, ssl=_tls() if scheme == "https" else None,
-                                             server_hostname=host if scheme == "https" else None)
+                await loop.create_connection(
+                    lambda: conn,
+                    host,
+                    port,
+                    ssl=_tls() if scheme == "https" else None,
+                    server_hostname=host if scheme == "https" else None,
+                )
         except TimeoutError:
             conn.close()
             raise httpx2.ConnectTimeout(f"cannot connect to {host}:{port} within {timeout:g}s") from None

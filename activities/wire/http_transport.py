@@ -114,12 +114,16 @@ class HttpTransport:
         self._secrets = register_secrets(self._headers.values())
         self._auth = auth
         parts = httpx2.URL(url)
-        direct = not _switched_off() and parts.scheme in ("http", "https") and _httpx_goes_direct(
-            f"{parts.scheme}://{parts.netloc.decode('ascii', 'replace')}", _proxy_environment())
+        direct = (
+            not _switched_off()
+            and parts.scheme in ("http", "https")
+            and _httpx_goes_direct(f"{parts.scheme}://{parts.netloc.decode('ascii', 'replace')}", _proxy_environment())
+        )
         #: Our connection layer, where httpx goes direct (None: httpx's own transport, proxies included).
         self.connections: H11Transport | None = H11Transport() if direct else None
-        self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S), auth=auth,
-                                          transport=self.connections)
+        self._client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S), auth=auth, transport=self.connections
+        )
         self._timeout_s = timeout_s
         self.closed = False
 
@@ -160,9 +164,17 @@ class HttpTransport:
         except TimeoutError:
             raise TransportError(f"{method}: no reply within {bound:g}s", sent=True) from None
 
-    async def _exchange(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
-                        on_server_request: ServerRequestHandler | None, on_notification: NotificationHandler | None,
-                        timeout_s: float | None, *, fresh: bool = False) -> dict[str, Any]:
+    async def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        headers: dict[str, str] | None,
+        on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None,
+        timeout_s: float | None,
+        *,
+        fresh: bool = False,
+    ) -> dict[str, Any]:
         """One request and the reading of its reply; every failure mapped to its wire error.
 
         A pooled connection that the server closed just as the request was written into it (:class:`StaleConnection`:
@@ -170,18 +182,27 @@ class HttpTransport:
         requests that may be sent twice ever take a pooled connection: ``tools/call`` always gets a new one
         (:data:`~.http11.FRESH_CONNECTION`)."""
         try:
-            return await self._exchange_once(method, params, headers, on_server_request, on_notification, timeout_s,
-                                             fresh=fresh)
+            return await self._exchange_once(
+                method, params, headers, on_server_request, on_notification, timeout_s, fresh=fresh
+            )
         except TransportError as exc:
             if fresh or not isinstance(exc.__cause__, StaleConnection):
                 raise
-        return await self._exchange_once(method, params, headers, on_server_request, on_notification, timeout_s,
-                                         fresh=True)
+        return await self._exchange_once(
+            method, params, headers, on_server_request, on_notification, timeout_s, fresh=True
+        )
 
-    async def _exchange_once(self, method: str, params: dict[str, Any] | None, headers: dict[str, str] | None,
-                             on_server_request: ServerRequestHandler | None,
-                             on_notification: NotificationHandler | None, timeout_s: float | None, *,
-                             fresh: bool) -> dict[str, Any]:
+    async def _exchange_once(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        headers: dict[str, str] | None,
+        on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None,
+        timeout_s: float | None,
+        *,
+        fresh: bool,
+    ) -> dict[str, Any]:
         msg_id, body = request_body(method, params)
         try:
             req = self._client.build_request(
@@ -264,9 +285,15 @@ class HttpTransport:
             reply = await self._resume(method, msg_id, on_server_request, on_notification, point, timeout_s)
         return reply
 
-    async def _read_events(self, response: httpx2.Response, method: str, msg_id: str,
-                           on_server_request: ServerRequestHandler | None,
-                           on_notification: NotificationHandler | None, point: ResumePoint) -> dict[str, Any] | None:
+    async def _read_events(
+        self,
+        response: httpx2.Response,
+        method: str,
+        msg_id: str,
+        on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None,
+        point: ResumePoint,
+    ) -> dict[str, Any] | None:
         """Every event of one stream until the reply (returned); None when the stream ended or dropped first."""
         try:
             async for event in httpx2.EventSource(response, max_event_size=MAX_REPLY_BYTES):
@@ -290,9 +317,15 @@ class HttpTransport:
             point.last_failure = f"dropped: {type(exc).__name__}"
         return None
 
-    async def _resume(self, method: str, msg_id: str, on_server_request: ServerRequestHandler | None,
-                      on_notification: NotificationHandler | None, point: ResumePoint,
-                      timeout_s: float | None) -> dict[str, Any] | None:
+    async def _resume(
+        self,
+        method: str,
+        msg_id: str,
+        on_server_request: ServerRequestHandler | None,
+        on_notification: NotificationHandler | None,
+        point: ResumePoint,
+        timeout_s: float | None,
+    ) -> dict[str, Any] | None:
         """One resumption: ``GET`` with ``Last-Event-ID``. The reply, or None when this stream too ended first (or the
         GET failed in a way worth another try: a connect error, a 5xx, a 429). Final refusals raise StreamLost."""
         headers = {**self._base_headers({"last-event-id": point.header() or ""}), "accept": "text/event-stream"}
@@ -318,11 +351,15 @@ class HttpTransport:
                 point.last_failure = f"GET answered HTTP {status}"
                 return None
             if status >= 300:
-                raise StreamLost(f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
-                                 f"was answered HTTP {status}: the server cannot resume it")
+                raise StreamLost(
+                    f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
+                    f"was answered HTTP {status}: the server cannot resume it"
+                )
             if not ctype.startswith("text/event-stream"):
-                raise StreamLost(f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
-                                 f"was answered {ctype[:64]!r}, not an event stream")
+                raise StreamLost(
+                    f"{method}: SSE stream ended without a reply; resuming it (GET with Last-Event-ID) "
+                    f"was answered {ctype[:64]!r}, not an event stream"
+                )
             return await self._read_events(response, method, msg_id, on_server_request, on_notification, point)
         finally:
             await response.aclose()
@@ -376,8 +413,9 @@ class HttpTransport:
         while idle < MAX_IDLE_RESUMPTIONS:
             answered = False
             try:
-                async with self.open_event_stream(read_timeout_s=self._timeout_s,
-                                                  last_event_id=point.header()) as response:
+                async with self.open_event_stream(
+                    read_timeout_s=self._timeout_s, last_event_id=point.header()
+                ) as response:
                     ctype = response.headers.get("content-type", "").lower()
                     if response.status_code >= 300 or not ctype.startswith("text/event-stream"):
                         log.debug("no GET stream for server requests: HTTP %s %s", response.status_code, ctype[:64])
@@ -435,8 +473,9 @@ class HttpTransport:
         await self._client.aclose()  # closes our connection layer too, when it is the client's transport
 
 
-async def _read_bounded(response: httpx2.Response, method: str, *, limit: int = MAX_REPLY_BYTES,
-                        truncate: bool = False) -> bytes:
+async def _read_bounded(
+    response: httpx2.Response, method: str, *, limit: int = MAX_REPLY_BYTES, truncate: bool = False
+) -> bytes:
     """The body, never more than ``limit`` bytes: beyond it, cut (error bodies) or refused (replies)."""
     chunks: list[bytes] = []
     size = 0

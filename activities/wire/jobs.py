@@ -65,6 +65,7 @@ class JobSpec(Protocol):
     @property
     def poll_interval_s(self) -> float: ...
 
+
 _MISSING = object()
 
 
@@ -126,8 +127,13 @@ class JobTasks:
         self.binding = binding
 
     def _state(self, job_id: str, status: Any, message: str | None = None) -> TaskState:
-        return TaskState(task_id=job_id, status=status, era=self.client.era, status_message=message,
-                         poll_interval_ms=int(self.binding.poll_interval_s * 1000))
+        return TaskState(
+            task_id=job_id,
+            status=status,
+            era=self.client.era,
+            status_message=message,
+            poll_interval_ms=int(self.binding.poll_interval_s * 1000),
+        )
 
     def job_id(self, reply: dict[str, Any]) -> str:
         """The job id in the submit tool's reply, or :class:`JobReplyMismatch` saying where it was looked for."""
@@ -142,12 +148,15 @@ class JobTasks:
         if isinstance(found, (int, float)) and not isinstance(found, bool):
             found = str(found)
         if not isinstance(found, str) or not found or len(found) > MAX_TASK_ID:
-            raise JobReplyMismatch(f"{b.submit} answered without a job id at {where}: the job may have started "
-                                   "but cannot be followed", raw=reply)
+            raise JobReplyMismatch(
+                f"{b.submit} answered without a job id at {where}: the job may have started but cannot be followed",
+                raw=reply,
+            )
         return found
 
-    async def submit(self, arguments: dict[str, Any], *, timeout_s: float | None = None,
-                     on_progress: ProgressHandler | None = None) -> StartResult:
+    async def submit(
+        self, arguments: dict[str, Any], *, timeout_s: float | None = None, on_progress: ProgressHandler | None = None
+    ) -> StartResult:
         """Call the submit tool. A tool error is returned as the result (nothing to follow); otherwise a task
         whose id is the job's. **Not idempotent**; raises :class:`JobReplyMismatch` without a job id."""
         reply = await self.client.call(self.binding.submit, arguments, timeout_s=timeout_s, on_progress=on_progress)
@@ -164,20 +173,30 @@ class JobTasks:
         b = self.binding
         reply = await self.client.call(b.status, fill(b.status_arguments, task_id))
         if reply.get("isError"):
-            raise ProtocolViolation(f"{b.status} answered isError for job {task_id}: "
-                                    f"{cap_text(text_of(reply), 512)}", raw=reply)
+            raise ProtocolViolation(
+                f"{b.status} answered isError for job {task_id}: {cap_text(text_of(reply), 512)}", raw=reply
+            )
         doc = document_of(reply)
         state = pointer(doc, b.state)
         if state is _MISSING:
             raise JobReplyMismatch(f"{b.status} answered without a state at {b.state}", raw=reply)
         if not isinstance(state, str) or state not in b.states:
             known = ", ".join(sorted(b.states))
-            raise JobReplyMismatch(f"{b.status} answered state {cap_text(repr(state), 200)}, which the binding does "
-                                   f"not map (it maps: {known})", raw=reply)
+            raise JobReplyMismatch(
+                f"{b.status} answered state {cap_text(repr(state), 200)}, which the binding does "
+                f"not map (it maps: {known})",
+                raw=reply,
+            )
         status = b.states[state]
         texts = {name: pointer(doc, p) if p else _MISSING for name, p in (("message", b.message), ("error", b.error))}
-        message = next((t for t in ((texts["error"],) if status == "failed" else ()) + (texts["message"],)
-                        if isinstance(t, str) and t), None)
+        message = next(
+            (
+                t
+                for t in ((texts["error"],) if status == "failed" else ()) + (texts["message"],)
+                if isinstance(t, str) and t
+            ),
+            None,
+        )
         return self._state(task_id, status, cap_text(message, STATUS_MESSAGE_CAP) if message else None)
 
     async def result(self, state: TaskState, **_: Any) -> TaskPayload:
@@ -202,6 +221,7 @@ class JobTasks:
             raise CapabilityUnavailable(f"the job binding of {b.submit} names no cancel tool")
         reply = await self.client.call(b.cancel, fill(b.cancel_arguments, task_id))
         if reply.get("isError"):
-            raise ProtocolViolation(f"{b.cancel} answered isError for job {task_id}: "
-                                    f"{cap_text(text_of(reply), 512)}", raw=reply)
+            raise ProtocolViolation(
+                f"{b.cancel} answered isError for job {task_id}: {cap_text(text_of(reply), 512)}", raw=reply
+            )
         return None

@@ -99,11 +99,13 @@ def json_result(raw_bytes: bytes, method: str, msg_id: str) -> dict[str, Any]:
 async def server_reply(message: dict[str, Any], handler: ServerRequestHandler | None) -> dict[str, Any]:
     method = message["method"]
     if handler is None:
-        return {"jsonrpc": "2.0", "id": message["id"],
-                "error": {"code": -32601, "message": f"client has no handler for {method}"}}
+        return {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {"code": -32601, "message": f"client has no handler for {method}"},
+        }
     try:
         result = await handler(method, message.get("params") or {}, message["id"])
         return {"jsonrpc": "2.0", "id": message["id"], "result": result}
     except McpWireError as exc:
-        return {"jsonrpc": "2.0", "id": message["id"],
-                "error": {"code": exc.code or -32603, "message": exc.message}}
+        return {"jsonrpc": "2.0", "id": message["id"], "error": {"code": exc.code or -32603, "message": exc.message}}

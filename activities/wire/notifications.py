@@ -201,9 +201,14 @@ class Listener:
         if now - self._logged >= 10.0:
             # One debug line per 10 s at most, whatever a server sends: what was ignored, and how much.
             self._logged = now
-            log.debug("notifications %s %s: ignored %d of %d messages so far (%d unreadable)", self.kind, self.name,
-                      self.counts["useless"], self.counts["messages"] + self.counts["malformed"],
-                      self.counts["malformed"])
+            log.debug(
+                "notifications %s %s: ignored %d of %d messages so far (%d unreadable)",
+                self.kind,
+                self.name,
+                self.counts["useless"],
+                self.counts["messages"] + self.counts["malformed"],
+                self.counts["malformed"],
+            )
         second = int(now)
         if second != self._second:
             self._second, self._useless_now = second, 0
@@ -250,12 +255,14 @@ class Listener:
             except _Held:
                 self.counts["held_elsewhere"] += 1
                 self._set(Reach.HELD_ELSEWHERE, "HTTP 409: another client holds this session's stream")
-                delay = min(MAX_HELD_BACKOFF_S, 2.0 * 2 ** held)
+                delay = min(MAX_HELD_BACKOFF_S, 2.0 * 2**held)
                 held += 1
             except _Flooded:
                 delay = self._flood_backoff()
-                self._set(Reach.SHEDDING, f"more than {FLOOD_USELESS_PER_S} useless messages in a second; "
-                                          f"ignored for {delay:.0f}s")
+                self._set(
+                    Reach.SHEDDING,
+                    f"more than {FLOOD_USELESS_PER_S} useless messages in a second; ignored for {delay:.0f}s",
+                )
             except httpx2.ReadTimeout:
                 self.counts["silent"] += 1
                 self._set(Reach.BACKING_OFF, f"silent for {READ_IDLE_S:.0f}s")
@@ -265,10 +272,14 @@ class Listener:
                 oversized = isinstance(exc, httpx2.SSEError) and "exceeded" in str(exc)
                 if oversized:
                     self.counts["oversized"] += 1
-                self._set(Reach.BACKING_OFF, f"an event over {MAX_NOTICE_BYTES} bytes" if oversized
-                          else f"{type(exc).__name__}: {str(exc)[:200]}")
+                self._set(
+                    Reach.BACKING_OFF,
+                    f"an event over {MAX_NOTICE_BYTES} bytes"
+                    if oversized
+                    else f"{type(exc).__name__}: {str(exc)[:200]}",
+                )
                 failures = 0 if time.monotonic() - opened >= MAX_BACKOFF_S else failures
-                delay = self._after_end_s(min(MAX_BACKOFF_S, 2.0 ** failures))
+                delay = self._after_end_s(min(MAX_BACKOFF_S, 2.0**failures))
                 failures += 1
             if self.state != Reach.HELD_ELSEWHERE:
                 held = 0
@@ -299,8 +310,9 @@ class GetStream(Listener):
     async def _stream(self) -> None:
         if self.transport.closed:
             raise _Gone("transport closed")
-        async with self.transport.open_event_stream(read_timeout_s=READ_IDLE_S,
-                                                    last_event_id=self.point.header()) as response:
+        async with self.transport.open_event_stream(
+            read_timeout_s=READ_IDLE_S, last_event_id=self.point.header()
+        ) as response:
             status = response.status_code
             if status == 409:
                 raise _Held()
@@ -357,8 +369,10 @@ class StdioTap(Listener):
             self._flooded = False
             delay = self._flood_backoff()
             self._shed_until = time.monotonic() + delay
-            self._set(Reach.SHEDDING, f"more than {FLOOD_USELESS_PER_S} useless messages in a second; "
-                                      f"ignored for {delay:.0f}s")
+            self._set(
+                Reach.SHEDDING,
+                f"more than {FLOOD_USELESS_PER_S} useless messages in a second; ignored for {delay:.0f}s",
+            )
 
     async def run(self) -> None:
         self.transport.on_notification = self._tap
@@ -379,8 +393,15 @@ class TasksSubscription(Listener):
 
     kind = "subscriptions/listen"
 
-    def __init__(self, client: WireSession, task_ids: Callable[[], list[str]], deliver: Deliver, *,
-                 name: str, on_transport_frames: bool = True) -> None:
+    def __init__(
+        self,
+        client: WireSession,
+        task_ids: Callable[[], list[str]],
+        deliver: Deliver,
+        *,
+        name: str,
+        on_transport_frames: bool = True,
+    ) -> None:
         super().__init__(deliver, name=name)
         self.client = client
         self.task_ids = task_ids
@@ -465,5 +486,16 @@ class TasksSubscription(Listener):
             raise _Dropped(f"{exc.kind}: {exc.message[:200]}") from None
 
 
-__all__ = ["FLOOD_USELESS_PER_S", "GetStream", "Listener", "MAX_NOTICE_BYTES", "MalformedNotice", "Reach",
-           "StdioTap", "TASK_STATUS_METHODS", "TaskNotice", "TasksSubscription", "task_notice"]
+__all__ = [
+    "FLOOD_USELESS_PER_S",
+    "GetStream",
+    "Listener",
+    "MAX_NOTICE_BYTES",
+    "MalformedNotice",
+    "Reach",
+    "StdioTap",
+    "TASK_STATUS_METHODS",
+    "TaskNotice",
+    "TasksSubscription",
+    "task_notice",
+]

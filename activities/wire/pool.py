@@ -93,13 +93,19 @@ class SessionPool:
             if ref.endpoint.command is not None:
                 # The task lives in the very child that created it (named by the ref's session id): a child
                 # re-opened for the same endpoint after a crash does not hold it.
-                entry = self._by_session.get(self._session_key(ref.endpoint, ref.session_id)) if ref.session_id else (
-                    self._by_key.get(self._key(ref.endpoint, principal, None))
-                    or self._by_key.get(self._key(ref.endpoint, principal, ref.era)))
+                entry = (
+                    self._by_session.get(self._session_key(ref.endpoint, ref.session_id))
+                    if ref.session_id
+                    else (
+                        self._by_key.get(self._key(ref.endpoint, principal, None))
+                        or self._by_key.get(self._key(ref.endpoint, principal, ref.era))
+                    )
+                )
                 if ref.owner != self.owner or entry is None or not entry.client.alive:
                     raise TaskUnreachable(
                         f"the stdio server holding this task was started by {ref.owner!r} and is gone "
-                        f"(this is {self.owner!r})")
+                        f"(this is {self.owner!r})"
+                    )
             elif ref.session_id:
                 skey = self._session_key(ref.endpoint, ref.session_id)
                 entry = self._by_session.get(skey)
@@ -115,8 +121,9 @@ class SessionPool:
             entry.last_used = time.monotonic()
             return entry.client
 
-    async def read_task(self, ref: SessionRef, *, principal: str | None,
-                        fn: Callable[[WireSession], Awaitable[T]]) -> tuple[WireSession, T]:
+    async def read_task(
+        self, ref: SessionRef, *, principal: str | None, fn: Callable[[WireSession], Awaitable[T]]
+    ) -> tuple[WireSession, T]:
         """``fn`` (a read of the task) on the session that can reach the task: (that session, what ``fn`` returned).
 
         A session gone is not a task gone. When the server answers 404 to the task's session (restarted, or it purged
@@ -161,8 +168,9 @@ class SessionPool:
             if entry.client is client:
                 (entry.tasks.discard if done else entry.tasks.add)(task_id)
 
-    async def run_new_call(self, endpoint: Endpoint, *, principal: str | None, era: Era | None,
-                           fn: Callable[[WireSession], Awaitable[T]]) -> T:
+    async def run_new_call(
+        self, endpoint: Endpoint, *, principal: str | None, era: Era | None, fn: Callable[[WireSession], Awaitable[T]]
+    ) -> T:
         """Run ``fn`` on a pooled session; if that session proves dead and nothing was sent, re-open once.
 
         A stale pooled session (stdio child exited, HTTP session purged, connection refused) fails

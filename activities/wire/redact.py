@@ -218,5 +218,15 @@ def install_log_redaction(*handlers: logging.Handler) -> None:
             handler.addFilter(RedactingFilter())
 
 
-__all__ = ["REDACTED", "MIN_SECRET_LEN", "RedactingFilter", "install_log_redaction", "register", "registered",
-           "scrub", "scrub_error", "scrub_obj", "secret_forms"]
+__all__ = [
+    "REDACTED",
+    "MIN_SECRET_LEN",
+    "RedactingFilter",
+    "install_log_redaction",
+    "register",
+    "registered",
+    "scrub",
+    "scrub_error",
+    "scrub_obj",
+    "secret_forms",
+]

@@ -94,11 +94,16 @@ class ResumePoint:
             self.idle += 1
         self.seen_message = False
         if self.header() is None:
-            return ("the stream carried no usable event id to resume from" if not self.event_id
-                    else "its last event id cannot be sent back as Last-Event-ID")
+            return (
+                "the stream carried no usable event id to resume from"
+                if not self.event_id
+                else "its last event id cannot be sent back as Last-Event-ID"
+            )
         if self.idle >= MAX_IDLE_RESUMPTIONS:
-            return (f"{self.idle} resumptions in a row (GET with Last-Event-ID) brought nothing"
-                    + (f" (last: {self.last_failure})" if self.last_failure else "")
-                    + f"; at most {MAX_IDLE_RESUMPTIONS} are tried")
+            return (
+                f"{self.idle} resumptions in a row (GET with Last-Event-ID) brought nothing"
+                + (f" (last: {self.last_failure})" if self.last_failure else "")
+                + f"; at most {MAX_IDLE_RESUMPTIONS} are tried"
+            )
         self.resumptions += 1
         return None

@@ -34,8 +34,17 @@ from mcp_temporal_tasks.protocol.sdk_types import SDK_VERSION, validate_call_too
 from mcp_temporal_tasks.protocol.tasks import EXTENSION, TASKS_EXTENSION, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation
 
-__all__ = ["CLIENT_INFO", "SDK_VERSION", "default_stdio_environment", "extension_headers", "load_sdk", "extension_meta",
-           "installed_sdk_version", "tool_info", "validate_call_tool_result"]
+__all__ = [
+    "CLIENT_INFO",
+    "SDK_VERSION",
+    "default_stdio_environment",
+    "extension_headers",
+    "load_sdk",
+    "extension_meta",
+    "installed_sdk_version",
+    "tool_info",
+    "validate_call_tool_result",
+]
 
 
 CLIENT_INFO = {"name": "mcp-temporal-tasks", "version": "0.1.0"}
@@ -114,4 +123,3 @@ def tool_info(raw: Any) -> ToolInfo:
         idempotent_hint=annotations.idempotent_hint if annotations else None,
         destructive_hint=annotations.destructive_hint if annotations else None,
     )
-

@@ -101,8 +101,9 @@ def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
             f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj
         )
     if len(task_id) > MAX_TASK_ID or carry_problem(task_id) is not None:
-        raise ProtocolViolation(f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8",
-                                raw=task_id[:200])
+        raise ProtocolViolation(
+            f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8", raw=task_id[:200]
+        )
 
     # Every number and time is bounded here, where it is parsed (:mod:`.bounds`): what is out of range is clamped or
     # ignored, and its raw value kept in ``unusable``.
@@ -171,8 +172,9 @@ def _rpc_error_info(error: dict[str, Any]) -> RpcErrorInfo:
 
 def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
     if len(obj) > _MAX_INPUT_REQUESTS:
-        raise ProtocolViolation(f"{len(obj)} input requests at once (at most {_MAX_INPUT_REQUESTS} are accepted)",
-                                raw=list(obj)[:10])
+        raise ProtocolViolation(
+            f"{len(obj)} input requests at once (at most {_MAX_INPUT_REQUESTS} are accepted)", raw=list(obj)[:10]
+        )
     out = {}
     for key, req in obj.items():
         if not isinstance(req, dict) or not isinstance(req.get("method"), str):
@@ -187,8 +189,13 @@ def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
 
 def payload_from_error(exc: JsonRpcError) -> TaskPayload:
     # exc.message and exc.data are already bounded by McpWireError.
-    return TaskPayload(error=RpcErrorInfo(code=exc.code if exc.code is not None else INTERNAL_ERROR,
-                                          message=exc.message.split(": ", 1)[-1], data=exc.data))
+    return TaskPayload(
+        error=RpcErrorInfo(
+            code=exc.code if exc.code is not None else INTERNAL_ERROR,
+            message=exc.message.split(": ", 1)[-1],
+            data=exc.data,
+        )
+    )
 
 
 def _is_call_tool_result(reply: dict[str, Any]) -> bool:
@@ -218,8 +225,11 @@ def _progress_listener(params: dict[str, Any], on_progress: ProgressHandler | No
         # NaN, ±∞, a huge int or a negative total: never passed on (a heartbeat detail, a progress bar).
         progress, total, text = finite_number(p.get("progress")), finite_number(p.get("total")), p.get("message")
         if progress is not None:
-            on_progress(progress, total if total is not None and total >= 0 else None,
-                        cap_text(text, 512) if isinstance(text, str) else None)
+            on_progress(
+                progress,
+                total if total is not None and total >= 0 else None,
+                cap_text(text, 512) if isinstance(text, str) else None,
+            )
 
     return listen
 
@@ -280,8 +290,9 @@ class WireSession:
     # --- connecting ----------------------------------------------------------------------------
 
     @staticmethod
-    async def _open_transport(endpoint: Endpoint, *, session_id: str | None = None,
-                              protocol_version: str | None = None) -> Transport:
+    async def _open_transport(
+        endpoint: Endpoint, *, session_id: str | None = None, protocol_version: str | None = None
+    ) -> Transport:
         if endpoint.command or endpoint.auth is not None:
             await sdk_compat.load_sdk()
         if endpoint.url:
@@ -293,8 +304,7 @@ class WireSession:
         env = dict(sdk_compat.default_stdio_environment())
         referenced = resolve_refs(endpoint.env_refs, what="environment variable")
         env.update(referenced)
-        transport = StdioTransport(list(endpoint.command or []), cwd=endpoint.cwd, env=env,
-                                   secrets=referenced.values())
+        transport = StdioTransport(list(endpoint.command or []), cwd=endpoint.cwd, env=env, secrets=referenced.values())
         await transport.start()
         return transport
 
@@ -322,8 +332,15 @@ class WireSession:
             if era == EXTENSION:
                 discovered = await cls._discover(transport, required=True)
                 assert discovered is not None  # required: raises otherwise
-                return cls(transport, endpoint, era=EXTENSION, protocol_version=EXTENSION,
-                           capabilities=discovered, tasks_offered=True, owner=owner)
+                return cls(
+                    transport,
+                    endpoint,
+                    era=EXTENSION,
+                    protocol_version=EXTENSION,
+                    capabilities=discovered,
+                    tasks_offered=True,
+                    owner=owner,
+                )
             try:
                 version, caps = await cls._initialize(transport, announce=False)
             except JsonRpcError:
@@ -333,13 +350,28 @@ class WireSession:
                 discovered = await cls._discover(transport, required=False)
                 if discovered is None:
                     raise
-                return cls(transport, endpoint, era=EXTENSION, protocol_version=EXTENSION,
-                           capabilities=discovered, tasks_offered=True, owner=owner)
+                return cls(
+                    transport,
+                    endpoint,
+                    era=EXTENSION,
+                    protocol_version=EXTENSION,
+                    capabilities=discovered,
+                    tasks_offered=True,
+                    owner=owner,
+                )
             offered = version == LEGACY and bool(
-                ((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None)
+                ((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None
+            )
             await transport.notify("notifications/initialized")
-            client = cls(transport, endpoint, era=LEGACY, protocol_version=version, capabilities=caps,
-                         tasks_offered=offered, owner=owner)
+            client = cls(
+                transport,
+                endpoint,
+                era=LEGACY,
+                protocol_version=version,
+                capabilities=caps,
+                tasks_offered=offered,
+                owner=owner,
+            )
             if era is None and version == LEGACY and not offered:
                 # Tools that say they run as tasks on a server that declares no tasks: its tasks live in the
                 # 2026-07-28 era (a dual-era server). tools/list is kept: start() would ask it anyway.
@@ -348,16 +380,24 @@ class WireSession:
                     switched = await cls._try_extension(transport, endpoint)
                     if switched is not None:
                         extension, discovered = switched
-                        return cls(extension, endpoint, era=EXTENSION, protocol_version=EXTENSION,
-                                   capabilities=discovered, tasks_offered=True, owner=owner)
+                        return cls(
+                            extension,
+                            endpoint,
+                            era=EXTENSION,
+                            protocol_version=EXTENSION,
+                            capabilities=discovered,
+                            tasks_offered=True,
+                            owner=owner,
+                        )
             return client
         except BaseException:
             await transport.aclose(terminate=True)
             raise
 
     @classmethod
-    async def _try_extension(cls, initialized: Transport,
-                             endpoint: Endpoint) -> tuple[Transport, dict[str, Any]] | None:
+    async def _try_extension(
+        cls, initialized: Transport, endpoint: Endpoint
+    ) -> tuple[Transport, dict[str, Any]] | None:
         """After a 2025-11-25 ``initialize`` without tasks: ``server/discover`` once. On HTTP on a fresh, session-less
         transport (the extension is stateless); the ``initialize`` session is ended (``DELETE``) when the extension
         answers. On stdio on the same child. None when the server does not offer the tasks extension."""
@@ -393,8 +433,9 @@ class WireSession:
             # The server answered (e.g. -32601, HTTP 4xx): it does not speak 2026-07-28. A garbled or
             # lost reply is *not* an answer: it propagates, so a transport fault never downgrades the era.
             if required:
-                raise CapabilityUnavailable(f"era 2026-07-28 pinned but server/discover failed: {exc.message}",
-                                            code=exc.code, data=exc.data) from exc
+                raise CapabilityUnavailable(
+                    f"era 2026-07-28 pinned but server/discover failed: {exc.message}", code=exc.code, data=exc.data
+                ) from exc
             return None
         versions = reply.get("supportedVersions") or []
         caps = reply.get("capabilities") or {}
@@ -406,7 +447,9 @@ class WireSession:
         if required:
             raise CapabilityUnavailable(
                 f"era 2026-07-28 pinned but the server offers versions {versions} "
-                f"{'with' if has_ext else 'without'} the {TASKS_EXTENSION} extension", raw=reply)
+                f"{'with' if has_ext else 'without'} the {TASKS_EXTENSION} extension",
+                raw=reply,
+            )
         return None
 
     @staticmethod
@@ -415,19 +458,27 @@ class WireSession:
         capabilities. ``announce``: also send ``notifications/initialized`` (else the caller does, once it keeps
         the session)."""
         # The handshake joins the caller's trace too: a server's spans for it belong to the task that opened it.
-        reply = await transport.request("initialize", with_trace_context({
-            "protocolVersion": LEGACY,
-            # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's held
-            # tasks/result (relay_input) and on a plain tools/call's own stream (start_call): protocol/elicitation.py.
-            "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
-            "clientInfo": sdk_compat.CLIENT_INFO,
-        }))
+        reply = await transport.request(
+            "initialize",
+            with_trace_context(
+                {
+                    "protocolVersion": LEGACY,
+                    # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's
+                    # held tasks/result (relay_input) and on a plain tools/call's own stream (start_call):
+                    # protocol/elicitation.py.
+                    "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
+                    "clientInfo": sdk_compat.CLIENT_INFO,
+                }
+            ),
+        )
         version = reply.get("protocolVersion")
         if not isinstance(version, str) or version not in INITIALIZE_VERSIONS:
             shown = cap_text(version, 64) if isinstance(version, str) else type(version).__name__
             raise UnknownProtocolVersion(
                 f"the server answered initialize with protocol version {shown!r}, which this client does not "
-                f"speak (it speaks {', '.join(KNOWN_VERSIONS)}); nothing else was sent to it", raw=reply)
+                f"speak (it speaks {', '.join(KNOWN_VERSIONS)}); nothing else was sent to it",
+                raw=reply,
+            )
         if isinstance(transport, HttpTransport):
             # Sent on every later request (MCP-Protocol-Version): the version the server chose, not ours.
             transport.protocol_version = version
@@ -448,12 +499,23 @@ class WireSession:
         transport = await cls._open_transport(
             ref.endpoint, session_id=ref.session_id, protocol_version=ref.protocol_version
         )
-        return cls(transport, ref.endpoint, era=ref.era, protocol_version=ref.protocol_version, tasks_offered=True,
-                   owner=ref.owner)
+        return cls(
+            transport,
+            ref.endpoint,
+            era=ref.era,
+            protocol_version=ref.protocol_version,
+            tasks_offered=True,
+            owner=ref.owner,
+        )
 
     def session_ref(self) -> SessionRef:
-        return SessionRef(endpoint=self.endpoint, era=self.era, protocol_version=self.protocol_version,
-                          session_id=self.transport.session_id, owner=self.owner)
+        return SessionRef(
+            endpoint=self.endpoint,
+            era=self.era,
+            protocol_version=self.protocol_version,
+            session_id=self.transport.session_id,
+            owner=self.owner,
+        )
 
     @property
     def alive(self) -> bool:
@@ -464,10 +526,16 @@ class WireSession:
 
     # --- requests ------------------------------------------------------------------------------
 
-    async def _request(self, method: str, params: dict[str, Any], *, name: str | None = None,
-                       on_server_request: ServerRequestHandler | None = None,
-                       timeout_s: float | None = None,
-                       on_notification: NotificationHandler | None = None) -> dict[str, Any]:
+    async def _request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        name: str | None = None,
+        on_server_request: ServerRequestHandler | None = None,
+        timeout_s: float | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> dict[str, Any]:
         headers = None
         params = with_trace_context(params)
         if self.era == EXTENSION:
@@ -475,8 +543,14 @@ class WireSession:
             if isinstance(self.transport, HttpTransport):
                 await sdk_compat.load_sdk()
                 headers = sdk_compat.extension_headers(method, name)
-        return await self.transport.request(method, params, headers=headers, on_server_request=on_server_request,
-                                            timeout_s=timeout_s, on_notification=on_notification)
+        return await self.transport.request(
+            method,
+            params,
+            headers=headers,
+            on_server_request=on_server_request,
+            timeout_s=timeout_s,
+            on_notification=on_notification,
+        )
 
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]:
         if self._tools is not None and not refresh:
@@ -497,10 +571,18 @@ class WireSession:
         self.raw_tools = raw_tools
         return tools
 
-    async def start(self, tool: str, arguments: dict[str, Any], *, ttl_ms: int | None = None,
-                    input_responses: dict[str, Any] | None = None, request_state: str | None = None,
-                    timeout_s: float | None = None, on_progress: ProgressHandler | None = None,
-                    on_server_request: ServerRequestHandler | None = None) -> StartResult:
+    async def start(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        ttl_ms: int | None = None,
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressHandler | None = None,
+        on_server_request: ServerRequestHandler | None = None,
+    ) -> StartResult:
         """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly.
 
         ``timeout_s`` bounds the wait for a reply (a synchronous tool may take that long); ``on_progress``
@@ -530,11 +612,22 @@ class WireSession:
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
-            async with (self.transport.server_requests(on_server_request)
-                        if on_server_request is not None and not task_requested and self.era != EXTENSION
-                        and isinstance(self.transport, HttpTransport) else contextlib.nullcontext()):
-                reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s,
-                                            on_notification=listener, on_server_request=on_server_request)
+            async with (
+                self.transport.server_requests(on_server_request)
+                if on_server_request is not None
+                and not task_requested
+                and self.era != EXTENSION
+                and isinstance(self.transport, HttpTransport)
+                else contextlib.nullcontext()
+            ):
+                reply = await self._request(
+                    "tools/call",
+                    params,
+                    name=tool,
+                    timeout_s=timeout_s,
+                    on_notification=listener,
+                    on_server_request=on_server_request,
+                )
             out = self._start_result(reply, task_requested=task_requested)
         except McpWireError as exc:
             exc.lost_call = call  # type: ignore[attr-defined]
@@ -545,8 +638,14 @@ class WireSession:
             self._known_tasks.add(out.task.task_id)
         return out
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, timeout_s: float | None = None,
-                   on_progress: ProgressHandler | None = None) -> dict[str, Any]:
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressHandler | None = None,
+    ) -> dict[str, Any]:
         """A plain ``tools/call``, never as a task: the reply must be a ``CallToolResult`` (returned as is).
 
         For the tools of a job binding. Whether it is safe to repeat is the tool's business: the caller
@@ -569,9 +668,16 @@ class WireSession:
         """
         call: _LostCall | None = getattr(exc, "lost_call", None)
         listable = bool((self.capabilities.get("tasks") or {}).get("list") is not None)
-        if (call is None or not exc.may_have_reached_server or self.era != LEGACY or not listable
-                or self.transport.session_id is None or self._tainted or not call.alone
-                or self._call_seq != call.seq):
+        if (
+            call is None
+            or not exc.may_have_reached_server
+            or self.era != LEGACY
+            or not listable
+            or self.transport.session_id is None
+            or self._tainted
+            or not call.alone
+            or self._call_seq != call.seq
+        ):
             self._tainted = True
             return None
         unknown: list[TaskState] = []
@@ -600,16 +706,25 @@ class WireSession:
         kind = reply.get("resultType")
         if self.era == LEGACY:
             if isinstance(reply.get("task"), dict):
-                return StartResult(era=self.era, session=ref, task=parse_task(reply["task"], self.era, raw=reply),
-                                   task_requested=task_requested)
+                return StartResult(
+                    era=self.era,
+                    session=ref,
+                    task=parse_task(reply["task"], self.era, raw=reply),
+                    task_requested=task_requested,
+                )
         elif kind == "task":
-            return StartResult(era=self.era, session=ref, task=parse_task(reply, self.era, raw=reply),
-                               task_requested=task_requested)
+            return StartResult(
+                era=self.era, session=ref, task=parse_task(reply, self.era, raw=reply), task_requested=task_requested
+            )
         elif kind == "input_required":
             requests = reply.get("inputRequests")
-            return StartResult(era=self.era, session=ref, task_requested=task_requested,
-                               input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
-                               request_state=reply.get("requestState"))
+            return StartResult(
+                era=self.era,
+                session=ref,
+                task_requested=task_requested,
+                input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
+                request_state=reply.get("requestState"),
+            )
         if _is_call_tool_result(reply):
             return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
         raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
@@ -621,8 +736,9 @@ class WireSession:
             reply = {**reply["task"], **{k: v for k, v in reply.items() if k != "task"}}
         return parse_task(reply, self.era, raw=reply)
 
-    async def result(self, state: TaskState, *, on_server_request: ServerRequestHandler | None = None,
-                     timeout_s: float | None = None) -> TaskPayload:
+    async def result(
+        self, state: TaskState, *, on_server_request: ServerRequestHandler | None = None, timeout_s: float | None = None
+    ) -> TaskPayload:
         """The final payload of a task whose terminal status ``state`` shows.
 
         Legacy: ``tasks/result``, called only with a terminal ``state`` (it blocks otherwise), and also
@@ -641,8 +757,13 @@ class WireSession:
                 return TaskPayload(error=state.error)
             return TaskPayload(empty=True)
         try:
-            reply = await self._request("tasks/result", {"taskId": state.task_id}, name=state.task_id,
-                                        on_server_request=on_server_request, timeout_s=timeout_s)
+            reply = await self._request(
+                "tasks/result",
+                {"taskId": state.task_id},
+                name=state.task_id,
+                on_server_request=on_server_request,
+                timeout_s=timeout_s,
+            )
         except JsonRpcError as exc:
             meaning = read_error_meaning("tasks/result", exc.code, era=self.era, status=state.status)
             if meaning == ReadMeaning.EMPTY:
@@ -690,8 +811,9 @@ class WireSession:
             raise CapabilityUnavailable("tasks/update exists only with the 2026-07-28 tasks extension")
         await self._request("tasks/update", {"taskId": task_id, "inputResponses": input_responses}, name=task_id)
 
-    async def listen_tasks(self, task_ids: list[str], on_notification: NotificationHandler, *,
-                           hold_s: float) -> dict[str, Any]:
+    async def listen_tasks(
+        self, task_ids: list[str], on_notification: NotificationHandler, *, hold_s: float
+    ) -> dict[str, Any]:
         """Extension ``subscriptions/listen`` for task events of ``task_ids`` (the ext-tasks draft, SEP-2575): the
         reply is the stream itself, so this returns only when the server ends the subscription (its empty result)
         or raises when the stream breaks or stays silent for ``hold_s``. Every frame (the acknowledgement first,
@@ -699,8 +821,12 @@ class WireSession:
         acknowledgement (:mod:`.notifications` reads it). No runtime here emits task events yet."""
         if self.era != EXTENSION:
             raise CapabilityUnavailable("subscriptions/listen exists only on 2026-07-28")
-        return await self._request("subscriptions/listen", {"notifications": {"taskIds": list(task_ids)}},
-                                   on_notification=on_notification, timeout_s=hold_s)
+        return await self._request(
+            "subscriptions/listen",
+            {"notifications": {"taskIds": list(task_ids)}},
+            on_notification=on_notification,
+            timeout_s=hold_s,
+        )
 
     async def list_tasks_page(self, cursor: str | None = None) -> dict[str, Any]:
         """One page of legacy ``tasks/list``, as the server sent it (the list reader bounds and reads it)."""

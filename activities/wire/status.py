@@ -19,13 +19,22 @@ from mcp_temporal_tasks.protocol.wire_errors import (
 )
 
 
-def http_error(method: str, status: int, ctype: str, header: Callable[[str], str | None], raw: str, *,
-               url: str, session_id: str | None) -> McpWireError:
+def http_error(
+    method: str,
+    status: int,
+    ctype: str,
+    header: Callable[[str], str | None],
+    raw: str,
+    *,
+    url: str,
+    session_id: str | None,
+) -> McpWireError:
     """What an HTTP status ≥ 400 means, whichever path read it (``raw``: the body, at most 64 KiB)."""
     if status == 429:
         after = read_retry_after(header("retry-after"))
-        return RateLimited(f"{method}: HTTP 429 from {url}", retry_after_s=after.seconds,
-                           retry_after_note=after.note, raw=raw)
+        return RateLimited(
+            f"{method}: HTTP 429 from {url}", retry_after_s=after.seconds, retry_after_note=after.note, raw=raw
+        )
     if status in (401, 403):
         return AuthorizationRequired(f"{method}: HTTP {status} from {url}", status=status, raw=raw)
     rpc_error = None
@@ -36,8 +45,12 @@ def http_error(method: str, status: int, ctype: str, header: Callable[[str], str
         except ValueError:
             pass
     # 404 with a session is "session gone" unless the body says which method is missing.
-    if status == 404 and session_id and method != "initialize" and (
-            rpc_error is None or rpc_error.get("code") not in (-32601, -32602)):
+    if (
+        status == 404
+        and session_id
+        and method != "initialize"
+        and (rpc_error is None or rpc_error.get("code") not in (-32601, -32602))
+    ):
         return SessionGone(f"{method}: session {session_id} is gone (HTTP 404)", raw=raw)
     if status >= 500:
         return TransportError(f"{method}: HTTP {status} from {url}", sent=True, status=status, raw=raw)

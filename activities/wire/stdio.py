@@ -111,8 +111,9 @@ class StdioChild:
         _live.add(self)
 
     @classmethod
-    async def start(cls, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-                    errlog: Any = None) -> StdioChild:
+    async def start(
+        cls, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None, errlog: Any = None
+    ) -> StdioChild:
         """Start ``command`` (its stderr goes to ``errlog``, default ours). Raises :class:`ChildStartError`."""
         if not command or any("\0" in part for part in command):
             raise ChildStartError("empty command or a NUL in it")
@@ -120,10 +121,22 @@ class StdioChild:
         try:
             try:
                 process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-I", "-S", "-c", _SHIM, str(os.getpid()), str(write_fd), *command,
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _SHIM,
+                    str(os.getpid()),
+                    str(write_fd),
+                    *command,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
                     stderr=errlog if errlog is not None else sys.stderr,
-                    env=env, cwd=cwd, start_new_session=True, pass_fds=(write_fd,))
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    pass_fds=(write_fd,),
+                )
             except OSError as exc:  # cwd missing, our own interpreter gone
                 raise ChildStartError(f"{type(exc).__name__}: {exc}") from exc
             os.close(write_fd)
@@ -219,12 +232,17 @@ class StdioChild:
             self._signal(signal.SIGTERM)
             if await self._ended(TERM_WAIT_S):
                 return
-            log.warning("stdio server %s (pid %d) ignored EOF and SIGTERM for %.0f s: killed", self.name, self.pid,
-                        EOF_WAIT_S + TERM_WAIT_S)
+            log.warning(
+                "stdio server %s (pid %d) ignored EOF and SIGTERM for %.0f s: killed",
+                self.name,
+                self.pid,
+                EOF_WAIT_S + TERM_WAIT_S,
+            )
             self._signal(signal.SIGKILL)
             if not await self._ended(KILL_WAIT_S):
-                log.warning("stdio server %s (pid %d) still there %.0f s after SIGKILL", self.name, self.pid,
-                            KILL_WAIT_S)
+                log.warning(
+                    "stdio server %s (pid %d) still there %.0f s after SIGKILL", self.name, self.pid, KILL_WAIT_S
+                )
         finally:
             self._release()
 

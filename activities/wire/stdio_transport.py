@@ -35,8 +35,9 @@ class StdioTransport:
     shutdown within :data:`.stdio.SHUTDOWN_BOUND_S`, whatever it does.
     """
 
-    def __init__(self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-                 secrets: Any = None) -> None:
+    def __init__(
+        self, command: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None, secrets: Any = None
+    ) -> None:
         self.command = command
         self.cwd = cwd
         self.env = env
@@ -118,8 +119,9 @@ class StdioTransport:
         try:
             await self._child.send(message)
         except TimeoutError as exc:
-            raise TransportError(f"stdio server {self.command[0]!r} has not read its input for "
-                                 f"{WRITE_TIMEOUT_S:g} s", sent=True) from exc
+            raise TransportError(
+                f"stdio server {self.command[0]!r} has not read its input for {WRITE_TIMEOUT_S:g} s", sent=True
+            ) from exc
         except OSError as exc:  # the pipe is gone: nothing of this message reached it
             raise ProcessGone(f"stdio server {self.command[0]!r} is gone: {exc}") from exc
 
@@ -183,5 +185,3 @@ class StdioTransport:
                 self._runner.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait({self._runner}, timeout=1.0)
-
-

@@ -36,26 +36,38 @@ def pydantic_ai_model(messages: list[ModelMessage], info: AgentInfo) -> PaiRespo
 
 
 # The one-line change: toolsets=[MCPToolset(url, id="demo")] becomes toolsets=[McpTasksToolset("demo")].
-pydantic_ai_agent = Agent(FunctionModel(pydantic_ai_model), name="demo_agent",
-                          toolsets=[McpTasksToolset("demo", tools=["slow_echo"])],
-                          capabilities=[TemporalDurability()])
+pydantic_ai_agent = Agent(
+    FunctionModel(pydantic_ai_model),
+    name="demo_agent",
+    toolsets=[McpTasksToolset("demo", tools=["slow_echo"])],
+    capabilities=[TemporalDurability()],
+)
 
 
 class ScriptedOpenAIModel(Model):
     """An ``agents.Model`` deciding from the run's input alone (so a restarted worker answers the same)."""
 
-    async def get_response(self, system_instructions: str | None, input: Any, *args: Any,
-                           **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
         items = [] if isinstance(input, str) else list(input)
         outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
         if not outputs:
-            call = ResponseFunctionToolCall(arguments=json.dumps(ECHO), call_id="call-1", name="slow_echo",
-                                            type="function_call", id="fc-1", status="completed")
+            call = ResponseFunctionToolCall(
+                arguments=json.dumps(ECHO),
+                call_id="call-1",
+                name="slow_echo",
+                type="function_call",
+                id="fc-1",
+                status="completed",
+            )
             return ModelResponse(output=[call], usage=Usage(), response_id=None)
-        text = ResponseOutputText(text=f"the tool said: {json.dumps(outputs[0]['output'])}", annotations=[],
-                                  type="output_text")
-        message = ResponseOutputMessage(id="msg-1", content=[text], role="assistant", status="completed",
-                                        type="message")
+        text = ResponseOutputText(
+            text=f"the tool said: {json.dumps(outputs[0]['output'])}", annotations=[], type="output_text"
+        )
+        message = ResponseOutputMessage(
+            id="msg-1", content=[text], role="assistant", status="completed", type="message"
+        )
         return ModelResponse(output=[message], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -69,10 +81,15 @@ class ScriptedAdkModel(BaseLlm):
     def supported_models(cls) -> list[str]:
         return ["scripted-demo"]
 
-    async def generate_content_async(self, llm_request: LlmRequest,
-                                     stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
-        returns = [p.function_response.response for c in llm_request.contents for p in c.parts or []
-                   if p.function_response is not None]
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        returns = [
+            p.function_response.response
+            for c in llm_request.contents
+            for p in c.parts or []
+            if p.function_response is not None
+        ]
         if not returns:
             call = types.Part(function_call=types.FunctionCall(name="slow_echo", args=ECHO))
             yield LlmResponse(content=types.Content(role="model", parts=[call]))
@@ -92,8 +109,12 @@ class ScriptedGemini(GeminiTestServer):
         super().__init__([])
 
     def _next(self) -> str:
-        returns = [p["functionResponse"]["response"] for c in self.requests[-1]["contents"]
-                   for p in c.get("parts", []) if "functionResponse" in p]
+        returns = [
+            p["functionResponse"]["response"]
+            for c in self.requests[-1]["contents"]
+            for p in c.get("parts", [])
+            if "functionResponse" in p
+        ]
         if not returns:
             return function_call_response("slow_echo", ECHO)
         return text_response(f"the tool said: {json.dumps(returns[0])}")

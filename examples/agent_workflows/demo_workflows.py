@@ -58,6 +58,7 @@ class GeminiDemo:
     async def run(self, prompt: str) -> str:
         # The one-line change: tools=[TemporalMcpClientSession("demo")] becomes tools=[McpTasksClientSession("demo")].
         config = types.GenerateContentConfig(tools=[McpTasksClientSession("demo")])
-        response = await TemporalAsyncClient().models.generate_content(model="gemini-2.5-flash", contents=prompt,
-                                                                       config=config)
+        response = await TemporalAsyncClient().models.generate_content(
+            model="gemini-2.5-flash", contents=prompt, config=config
+        )
         return response.text or ""

@@ -35,11 +35,16 @@ async def run_agent(address: str, framework_plugin: object, workflow: type, url:
     queue = f"agents-demo-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[workflow]):
         wid = f"{workflow.__name__}-{uuid.uuid4().hex[:8]}"
-        answer = await client.execute_workflow(workflow.run, "Echo something slowly.", id=wid,  # type: ignore[attr-defined]
-                                               task_queue=queue)
+        answer = await client.execute_workflow(
+            workflow.run,
+            "Echo something slowly.",
+            id=wid,  # type: ignore[attr-defined]
+            task_queue=queue,
+        )
         children = [w.id async for w in client.list_workflows(f"ParentWorkflowId = '{wid}'")]
-    print(f"{workflow.__name__}: {answer}\n  tool call ran as child workflow(s): {', '.join(children) or '?'}",
-          flush=True)
+    print(
+        f"{workflow.__name__}: {answer}\n  tool call ran as child workflow(s): {', '.join(children) or '?'}", flush=True
+    )
 
 
 async def main() -> None:
@@ -52,8 +57,9 @@ async def main() -> None:
         proc, url = start_demo_server()
     try:
         await run_agent(address, PydanticAIPlugin(), PydanticAIDemo, url)
-        await run_agent(address, OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedOpenAIModel())),
-                        OpenAIAgentsDemo, url)
+        await run_agent(
+            address, OpenAIAgentsPlugin(model_provider=TestModelProvider(ScriptedOpenAIModel())), OpenAIAgentsDemo, url
+        )
         await run_agent(address, GoogleAdkPlugin(), GoogleAdkDemo, url)
         await run_agent(address, ScriptedGemini().plugin(), GeminiDemo, url)
     finally:

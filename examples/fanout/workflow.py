@@ -49,9 +49,13 @@ class McpFanOutWorkflow:
         async def child(i: int, task: McpTaskRequest) -> McpTaskOutcome | str:
             try:
                 return await workflow.execute_child_workflow(
-                    WORKFLOW_TYPE, task, id=f"{parent}/step-{i}", result_type=McpTaskOutcome,
+                    WORKFLOW_TYPE,
+                    task,
+                    id=f"{parent}/step-{i}",
+                    result_type=McpTaskOutcome,
                     search_attributes=initial_search_attributes(task),
-                    static_summary=f"step {i}: MCP {task.tool}")
+                    static_summary=f"step {i}: MCP {task.tool}",
+                )
             except ChildWorkflowError as err:
                 # A task that did not complete fails its workflow with the outcome inside: unwrap it.
                 return McpTaskError.outcome_of(err) or f"step {i}: {err.cause or err}"
@@ -61,7 +65,9 @@ class McpFanOutWorkflow:
         counts: dict[str, int] = {}
         for o in outcomes:
             counts[o.outcome.value] = counts.get(o.outcome.value, 0) + 1
-        return FanOutResult(outcomes=outcomes, counts=counts,
-                            all_completed=len(outcomes) == len(results) and all(o.outcome == Outcome.COMPLETED
-                                                                                for o in outcomes),
-                            child_failures=[r for r in results if isinstance(r, str)])
+        return FanOutResult(
+            outcomes=outcomes,
+            counts=counts,
+            all_completed=len(outcomes) == len(results) and all(o.outcome == Outcome.COMPLETED for o in outcomes),
+            child_failures=[r for r in results if isinstance(r, str)],
+        )

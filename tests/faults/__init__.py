@@ -14,5 +14,16 @@ from tests.faults.proxy import (
     Truncated,
 )
 
-__all__ = ["Fault", "FaultProxy", "Malformed", "RateLimit", "Refuse", "ResetAfterSend", "Rewrite", "Rule", "Stall",
-           "Status", "Truncated"]
+__all__ = [
+    "Fault",
+    "FaultProxy",
+    "Malformed",
+    "RateLimit",
+    "Refuse",
+    "ResetAfterSend",
+    "Rewrite",
+    "Rule",
+    "Stall",
+    "Status",
+    "Truncated",
+]

@@ -139,8 +139,19 @@ class Rule:
 
 # --- HTTP plumbing -------------------------------------------------------------------------------------
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
-              "content-length", "content-encoding", "host", "accept-encoding"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    "content-encoding",
+    "host",
+    "accept-encoding",
+}
 
 
 class _Drop(Exception):
@@ -210,8 +221,12 @@ def _event_with_data(event: bytes, data: bytes) -> bytes:
 
 
 def _is_reply(message: Any, rpc_id: Any) -> bool:
-    return isinstance(message, dict) and "method" not in message and message.get("id") == rpc_id \
+    return (
+        isinstance(message, dict)
+        and "method" not in message
+        and message.get("id") == rpc_id
         and ("result" in message or "error" in message)
+    )
 
 
 def _encode(value: dict[str, Any] | str | bytes) -> bytes:
@@ -226,8 +241,16 @@ MALFORMED = b'{"jsonrpc": "2.0", "result": {"content": [ <<FaultProxy: not JSON>
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, *, max_body: int = 64 * 1024 * 1024, io_timeout_s: float = 30.0,
-                 upstream_read_s: float = 300.0, idle_s: float = 120.0, lifetime_s: float = 1800.0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        max_body: int = 64 * 1024 * 1024,
+        io_timeout_s: float = 30.0,
+        upstream_read_s: float = 300.0,
+        idle_s: float = 120.0,
+        lifetime_s: float = 1800.0,
+    ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http":
             raise ValueError(f"only http upstreams are supported: {upstream!r}")
@@ -322,9 +345,11 @@ class FaultProxy:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     async def _start(self) -> None:
-        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(self.upstream_read_s, connect=10.0,
-                                                               write=self.io_timeout_s),
-                                        limits=httpx2.Limits(max_keepalive_connections=20), follow_redirects=False)
+        self._http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(self.upstream_read_s, connect=10.0, write=self.io_timeout_s),
+            limits=httpx2.Limits(max_keepalive_connections=20),
+            follow_redirects=False,
+        )
         await self._listen()
         assert self._loop is not None
         self._loop.call_later(self.lifetime_s, lambda: asyncio.ensure_future(self._expire()))
@@ -336,8 +361,9 @@ class FaultProxy:
         self._loop.stop()
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._on_connection, "127.0.0.1", self.port, reuse_address=True,
-                                                  limit=1024 * 1024)
+        self._server = await asyncio.start_server(
+            self._on_connection, "127.0.0.1", self.port, reuse_address=True, limit=1024 * 1024
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _go_down(self, seconds: float) -> None:
@@ -461,8 +487,9 @@ class FaultProxy:
         if fault is not None:
             self.log.append((rpc_method or "", type(fault).__name__, rpc_id))
         if isinstance(fault, RateLimit):
-            body = json.dumps({"jsonrpc": "2.0", "id": rpc_id,
-                               "error": {"code": -32000, "message": "rate limited by FaultProxy"}}).encode()
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32000, "message": "rate limited by FaultProxy"}}
+            ).encode()
             secs = fault.retry_after_s
             await self._respond(
                 writer,
@@ -479,15 +506,17 @@ class FaultProxy:
             raise _Drop()
         return await self._forward(req, writer, fault, rpc_method, rpc_id)
 
-    async def _forward(self, req: _Request, writer: asyncio.StreamWriter, fault: Fault | None,
-                       rpc_method: str | None, rpc_id: Any) -> bool:
+    async def _forward(
+        self, req: _Request, writer: asyncio.StreamWriter, fault: Fault | None, rpc_method: str | None, rpc_id: Any
+    ) -> bool:
         assert self._http is not None
         headers = [(k, v) for k, v in req.headers if k.lower() not in HOP_BY_HOP]
         headers.append(("accept-encoding", "identity"))
         origin = urlsplit(self.upstream)
         url = f"{origin.scheme}://{origin.netloc}{req.target if req.target.startswith('/') else '/'}"
-        upstream_req = self._http.build_request(req.method, url, headers=headers,
-                                                content=req.body if req.body else None)
+        upstream_req = self._http.build_request(
+            req.method, url, headers=headers, content=req.body if req.body else None
+        )
         if rpc_method is not None:
             with self._lock:
                 self._forwarded[rpc_method] += 1
@@ -522,8 +551,17 @@ class FaultProxy:
                 raise _Drop()
         return bytes(buf)
 
-    async def _deliver(self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]], body: bytes,
-                       fault: Fault | None, rpc_id: Any, *, sse: bool) -> bool:
+    async def _deliver(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        fault: Fault | None,
+        rpc_id: Any,
+        *,
+        sse: bool,
+    ) -> bool:
         """A complete (buffered) reply, with the fault applied."""
         if isinstance(fault, ResetAfterSend):
             self._reset(writer)
@@ -574,8 +612,14 @@ class FaultProxy:
             return _event_with_data(event, new), True
         return event, True
 
-    async def _relay_sse(self, resp: httpx2.Response, writer: asyncio.StreamWriter, headers: list[tuple[str, str]],
-                         fault: Fault | None, rpc_id: Any) -> bool:
+    async def _relay_sse(
+        self,
+        resp: httpx2.Response,
+        writer: asyncio.StreamWriter,
+        headers: list[tuple[str, str]],
+        fault: Fault | None,
+        rpc_id: Any,
+    ) -> bool:
         if fault is not None and fault.buffered:
             # Read up to (and including) the reply event, or the end of the stream; then act on the whole.
             buf = bytearray()
@@ -584,7 +628,7 @@ class FaultProxy:
                 boundary = _has_boundary(bytes(buf[-3:]) + chunk)
                 buf += chunk
                 done = False
-                for event in (_split_events(buf) if boundary else []):
+                for event in _split_events(buf) if boundary else []:
                     collected += event
                     if self._transform_event(event, None, rpc_id)[1]:
                         done = True
@@ -630,14 +674,16 @@ class FaultProxy:
         writer.write(data)
         await asyncio.wait_for(writer.drain(), self.io_timeout_s)
 
-    async def _respond(self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
-                       body: bytes) -> None:
+    async def _respond(
+        self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]], body: bytes
+    ) -> None:
         await self._write(writer, self._head(status, headers + [("Content-Length", str(len(body)))]) + body)
 
     async def _simple(self, writer: asyncio.StreamWriter, status: int, body: bytes, *, close: bool) -> None:
         with contextlib.suppress(Exception):
-            await self._respond(writer, status, [("Content-Type", "text/plain")]
-                                + ([("Connection", "close")] if close else []), body)
+            await self._respond(
+                writer, status, [("Content-Type", "text/plain")] + ([("Connection", "close")] if close else []), body
+            )
 
     @staticmethod
     def _reset(writer: asyncio.StreamWriter) -> None:

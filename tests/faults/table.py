@@ -15,12 +15,35 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT = Path(__file__).with_name("last_matrix.json")
-FAULT_ORDER = ["Refuse", "ResetAfterSend", "Stall", "Malformed", "Truncated", "Status500", "RateLimit",
-               "RpcError-32603×once", "RpcError-32603×thrice", "RpcError-32603×always"]
-METHOD_ORDER = ["initialize", "server/discover", "tools/list", "tools/call", "tasks/get", "tasks/result",
-                "tasks/result:failed", "tasks/update", "tasks/cancel", "hostile"]
-TITLES = {"legacy": "2025-11-25, TS SDK stateful HTTP", "extension": "2026-07-28, fastmcp",
-          "legacy-py1": "2025-11-25, the official Python SDK mcp 1.30.0"}
+FAULT_ORDER = [
+    "Refuse",
+    "ResetAfterSend",
+    "Stall",
+    "Malformed",
+    "Truncated",
+    "Status500",
+    "RateLimit",
+    "RpcError-32603×once",
+    "RpcError-32603×thrice",
+    "RpcError-32603×always",
+]
+METHOD_ORDER = [
+    "initialize",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "tasks/get",
+    "tasks/result",
+    "tasks/result:failed",
+    "tasks/update",
+    "tasks/cancel",
+    "hostile",
+]
+TITLES = {
+    "legacy": "2025-11-25, TS SDK stateful HTTP",
+    "extension": "2026-07-28, fastmcp",
+    "legacy-py1": "2025-11-25, the official Python SDK mcp 1.30.0",
+}
 
 
 def _order(seq: list[str], value: str) -> tuple[int, str]:
@@ -56,13 +79,24 @@ def grids(cells: list[dict[str, Any]]) -> str:
 
 
 def rows(cells: list[dict[str, Any]]) -> str:
-    out = ["| era | method | fault | replay | expected | outcome | tools/call | seconds | ok |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for c in sorted(cells, key=lambda c: (c["era"], _order(METHOD_ORDER, c["method"]),
-                                          _order(FAULT_ORDER, c["fault"]), bool(c.get("replay")))):
-        out.append(f"| {c['era']} | `{c['method']}` | {c['fault']} | {'always' if c.get('replay') else 'never'} "
-                   f"| {c.get('expected')} | {c.get('outcome')} | {c.get('tools_call')} | {c.get('seconds')} "
-                   f"| {'✅' if c.get('passed') else '❌ ' + ', '.join(c.get('failed_checks') or [])} |")
+    out = [
+        "| era | method | fault | replay | expected | outcome | tools/call | seconds | ok |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(
+        cells,
+        key=lambda c: (
+            c["era"],
+            _order(METHOD_ORDER, c["method"]),
+            _order(FAULT_ORDER, c["fault"]),
+            bool(c.get("replay")),
+        ),
+    ):
+        out.append(
+            f"| {c['era']} | `{c['method']}` | {c['fault']} | {'always' if c.get('replay') else 'never'} "
+            f"| {c.get('expected')} | {c.get('outcome')} | {c.get('tools_call')} | {c.get('seconds')} "
+            f"| {'✅' if c.get('passed') else '❌ ' + ', '.join(c.get('failed_checks') or [])} |"
+        )
     return "\n".join(out)
 
 

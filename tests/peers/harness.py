@@ -68,22 +68,32 @@ def require_ts_peer() -> str:
 
 def require_py1_peer() -> Path:
     """Python of the mcp 1.30.0 peer venv; fails the test (never skips) when that venv is missing."""
-    fix = (f"create it: python3 -m venv {PY1_DIR}/.venv && {PY1_DIR}/.venv/bin/pip install -r "
-           f"{PY1_DIR}/requirements.txt (scripts/test.sh does this)")
+    fix = (
+        f"create it: python3 -m venv {PY1_DIR}/.venv && {PY1_DIR}/.venv/bin/pip install -r "
+        f"{PY1_DIR}/requirements.txt (scripts/test.sh does this)"
+    )
     if not PY1_PYTHON.exists():
         pytest.fail(f"{PY1_PYTHON} is missing: the mcp 1.30.0 peer cannot run; {fix}", pytrace=False)
-    probe = subprocess.run([str(PY1_PYTHON), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [str(PY1_PYTHON), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if probe.returncode != 0 or probe.stdout.strip() != "1.30.0":
-        pytest.fail(f"{PY1_PYTHON} does not have mcp==1.30.0 (got {probe.stdout.strip() or probe.stderr.strip()!r}); "
-                    f"{fix}", pytrace=False)
+        pytest.fail(
+            f"{PY1_PYTHON} does not have mcp==1.30.0 (got {probe.stdout.strip() or probe.stderr.strip()!r}); {fix}",
+            pytrace=False,
+        )
     return PY1_PYTHON
 
 
 def require_py0618_peer() -> Path:
     """Python of the mcp 1.12.4 (protocol 2025-06-18) peer venv; fails the test (never skips) when it is missing."""
-    fix = (f"create it: python3 -m venv {PY0618_DIR}/.venv && {PY0618_DIR}/.venv/bin/pip install -r "
-           f"{PY0618_DIR}/requirements.txt (scripts/test.sh does this)")
+    fix = (
+        f"create it: python3 -m venv {PY0618_DIR}/.venv && {PY0618_DIR}/.venv/bin/pip install -r "
+        f"{PY0618_DIR}/requirements.txt (scripts/test.sh does this)"
+    )
     if not PY0618_PYTHON.exists():
         pytest.fail(f"{PY0618_PYTHON} is missing: the mcp 1.12.4 peer cannot run; {fix}", pytrace=False)
     return PY0618_PYTHON
@@ -134,8 +144,11 @@ class Peer:
     def events(self, **match: Any) -> list[dict[str, Any]]:
         """What the server recorded of its own doing (``{"event": ...}`` lines: a task's end, a GET stream asked
         for...), optionally only those whose fields equal ``match``."""
-        return [line for line in read_peer_log(self.log_path)
-                if "event" in line and all(line.get(k) == v for k, v in match.items())]
+        return [
+            line
+            for line in read_peer_log(self.log_path)
+            if "event" in line and all(line.get(k) == v for k, v in match.items())
+        ]
 
     def spans(self) -> list[dict[str, Any]]:
         """The server's finished spans so far (``PEER_SPANS`` lines); empty for a peer that exports none."""
@@ -152,11 +165,20 @@ def _fresh_log(directory: Path, name: str) -> Path:
 
 
 @contextlib.contextmanager
-def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, stateful: bool,
-               cwd: Path, extra_env: dict[str, str] | None = None) -> Iterator[Peer]:
+def _http_peer(
+    cmd: list[str],
+    *,
+    name: str,
+    log_path: Path,
+    flavour: str,
+    stateful: bool,
+    cwd: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Peer]:
     env = {**os.environ, "PEER_LOG": str(log_path), **(extra_env or {})}
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     lines: list[str] = []
     listening: list[str] = []
     ready = threading.Event()
@@ -179,12 +201,23 @@ def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, state
         if not listening:
             proc.kill()
             proc.wait(5)
-            pytest.fail(f"peer {name} did not print LISTENING within {START_TIMEOUT_S}s "
-                        f"(exit {proc.poll()}); stderr:\n" + "\n".join(lines[-40:]), pytrace=False)
+            pytest.fail(
+                f"peer {name} did not print LISTENING within {START_TIMEOUT_S}s "
+                f"(exit {proc.poll()}); stderr:\n" + "\n".join(lines[-40:]),
+                pytrace=False,
+            )
         url = listening[0]
         assert url.startswith("http://127.0.0.1:"), url
-        yield Peer(name=name, endpoint=Endpoint(url=url), log_path=log_path, flavour=flavour, transport="http",
-                   stateful=stateful, proc=proc, stderr_lines=lines)
+        yield Peer(
+            name=name,
+            endpoint=Endpoint(url=url),
+            log_path=log_path,
+            flavour=flavour,
+            transport="http",
+            stateful=stateful,
+            proc=proc,
+            stderr_lines=lines,
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -193,9 +226,16 @@ def _http_peer(cmd: list[str], *, name: str, log_path: Path, flavour: str, state
 
 
 @contextlib.contextmanager
-def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None = None,
-                 auth: dict[str, str] | None = None, name: str | None = None, notify: bool = True,
-                 retry_ms: int | None = None) -> Iterator[Peer]:
+def ts_http_peer(
+    log_dir: Path,
+    *,
+    stateless: bool = False,
+    poll_ms: int | None = None,
+    auth: dict[str, str] | None = None,
+    name: str | None = None,
+    notify: bool = True,
+    retry_ms: int | None = None,
+) -> Iterator[Peer]:
     """TS peer over streamable HTTP (stateful, or ``stateless``).
 
     ``auth``: ``{"issuer", "client_id", "client_secret"}`` makes it a protected resource of that authorization
@@ -211,16 +251,27 @@ def ts_http_peer(log_dir: Path, *, stateless: bool = False, poll_ms: int | None 
     if retry_ms is not None:
         extra["PEER_RETRY_MS"] = str(retry_ms)
     if auth is not None:
-        extra.update(PEER_AUTH_ISSUER=auth["issuer"], PEER_AUTH_CLIENT_ID=auth["client_id"],
-                     PEER_AUTH_CLIENT_SECRET=auth["client_secret"])
-    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="legacy",
-                    stateful=not stateless, cwd=TS_DIR, extra_env=extra) as peer:
+        extra.update(
+            PEER_AUTH_ISSUER=auth["issuer"],
+            PEER_AUTH_CLIENT_ID=auth["client_id"],
+            PEER_AUTH_CLIENT_SECRET=auth["client_secret"],
+        )
+    with _http_peer(
+        cmd,
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="legacy",
+        stateful=not stateless,
+        cwd=TS_DIR,
+        extra_env=extra,
+    ) as peer:
         yield peer
 
 
 @contextlib.contextmanager
-def oauth_server(log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int = 600,
-                 name: str = "oauth") -> Iterator[Peer]:
+def oauth_server(
+    log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int = 600, name: str = "oauth"
+) -> Iterator[Peer]:
     """A real authorization server (oidc-provider, ``tests/peers/ts/oauth.mjs``) with these registered clients.
 
     ``Peer.url`` is its issuer; ``Peer.log()`` has one line per issued token (``client``, ``ttl``)."""
@@ -229,14 +280,22 @@ def oauth_server(log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: i
         pytest.fail(f"{TS_DIR}/node_modules/oidc-provider is missing: run npm ci in tests/peers/ts", pytrace=False)
     log_path = _fresh_log(log_dir, name)
     extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
-    with _http_peer([node, str(TS_DIR / "oauth.mjs"), "--port", "0"], name=name, log_path=log_path,
-                    flavour="oauth", stateful=False, cwd=TS_DIR, extra_env=extra) as peer:
+    with _http_peer(
+        [node, str(TS_DIR / "oauth.mjs"), "--port", "0"],
+        name=name,
+        log_path=log_path,
+        flavour="oauth",
+        stateful=False,
+        cwd=TS_DIR,
+        extra_env=extra,
+    ) as peer:
         yield peer
 
 
 @contextlib.contextmanager
-def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO",
-                  child_env: dict[str, str] | None = None) -> Iterator[Peer]:
+def ts_stdio_peer(
+    log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO", child_env: dict[str, str] | None = None
+) -> Iterator[Peer]:
     """TS peer over stdio: an Endpoint only; each client that connects spawns its own child.
 
     All children of this endpoint append to the same PEER_LOG (each line carries its ``pid``). ``child_env``
@@ -251,8 +310,9 @@ def ts_stdio_peer(log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO",
     try:
         refs = {"PEER_LOG": env_var, **{k: f"{env_var}_{k}" for k in (child_env or {})}}
         endpoint = Endpoint(command=[node, str(TS_SERVER), "--transport", "stdio"], env_refs=refs)
-        yield Peer(name="ts-stdio", endpoint=endpoint, log_path=log_path, flavour="legacy", transport="stdio",
-                   stateful=True)
+        yield Peer(
+            name="ts-stdio", endpoint=endpoint, log_path=log_path, flavour="legacy", transport="stdio", stateful=True
+        )
     finally:
         for k, v in previous.items():
             if v is None:
@@ -269,22 +329,38 @@ FASTMCP_IDLE = {"FASTMCP_DOCKET_MINIMUM_CHECK_INTERVAL": "PT0.5S"}
 
 def fastmcp_env() -> dict[str, str]:
     """The environment a fastmcp peer adds: this checkout on its path, and :data:`FASTMCP_IDLE`."""
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-            **FASTMCP_IDLE}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])), **FASTMCP_IDLE}
 
 
 @contextlib.contextmanager
-def fastmcp_peer(log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval_ms: int = 100,
-                 name: str | None = None) -> Iterator[Peer]:
+def fastmcp_peer(
+    log_dir: Path, *, task_ttl_ms: int | None = None, poll_interval_ms: int = 100, name: str | None = None
+) -> Iterator[Peer]:
     """The fastmcp 2026-07-28 tasks-extension demo server over streamable HTTP."""
     name = name or ("fastmcp" if task_ttl_ms is None else f"fastmcp-ttl{task_ttl_ms}")
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", str(poll_interval_ms)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mcp_temporal_tasks.demo.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--poll-interval-ms",
+        str(poll_interval_ms),
+    ]
     if task_ttl_ms is not None:
         cmd += ["--task-ttl-ms", str(task_ttl_ms)]
     extra = fastmcp_env()
-    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
-                    cwd=REPO_ROOT, extra_env=extra) as peer:
+    with _http_peer(
+        cmd,
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="extension",
+        stateful=False,
+        cwd=REPO_ROOT,
+        extra_env=extra,
+    ) as peer:
         yield peer
 
 
@@ -294,27 +370,51 @@ def fastmcp_otel_peer(log_dir: Path, *, poll_interval_ms: int = 100, name: str =
     OpenTelemetry SDK provider exporting every finished span to ``Peer.spans_path`` (``tests/peers/fastmcp_otel.py``).
     Named apart from ``fastmcp*``: its log (the demo server's) records no ``Mcp-Name`` header, which the checks over
     every fastmcp peer log (tests/test_wire_extension.py) read."""
-    cmd = [sys.executable, "-m", "tests.peers.fastmcp_otel", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", str(poll_interval_ms)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.peers.fastmcp_otel",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--poll-interval-ms",
+        str(poll_interval_ms),
+    ]
     spans_path = _fresh_log(log_dir, f"{name}.spans")
     extra = {**fastmcp_env(), "PEER_SPANS": str(spans_path)}
-    with _http_peer(cmd, name=name, log_path=_fresh_log(log_dir, name), flavour="extension", stateful=False,
-                    cwd=REPO_ROOT, extra_env=extra) as peer:
+    with _http_peer(
+        cmd,
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="extension",
+        stateful=False,
+        cwd=REPO_ROOT,
+        extra_env=extra,
+    ) as peer:
         peer.spans_path = spans_path
         yield peer
 
 
 @contextlib.contextmanager
-def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http",
-                  notify: bool = True) -> Iterator[Peer]:
+def py1_http_peer(
+    log_dir: Path, *, poll_ms: int | None = None, name: str = "py1-http", notify: bool = True
+) -> Iterator[Peer]:
     """The official Python SDK 1.30.0 task server (2025-11-25) over stateful streamable HTTP (``notify=False``:
     ``slow_echo`` sends no ``notifications/tasks/status``, ``PEER_NOTIFY=0``)."""
     python = require_py1_peer()
     extra = {"PEER_POLL_MS": str(poll_ms)} if poll_ms is not None else {}
     if not notify:
         extra["PEER_NOTIFY"] = "0"
-    with _http_peer([str(python), str(PY1_SERVER), "--port", "0"], name=name, log_path=_fresh_log(log_dir, name),
-                    flavour="legacy", stateful=True, cwd=PY1_DIR, extra_env=extra) as peer:
+    with _http_peer(
+        [str(python), str(PY1_SERVER), "--port", "0"],
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="legacy",
+        stateful=True,
+        cwd=PY1_DIR,
+        extra_env=extra,
+    ) as peer:
         yield peer
 
 
@@ -322,8 +422,14 @@ def py1_http_peer(log_dir: Path, *, poll_ms: int | None = None, name: str = "py1
 def py0618_http_peer(log_dir: Path, *, name: str = "py0618-http") -> Iterator[Peer]:
     """The official Python SDK 1.12.4 FastMCP server (protocol 2025-06-18, no tasks) over stateful streamable HTTP."""
     python = require_py0618_peer()
-    with _http_peer([str(python), str(PY0618_DIR / "server.py"), "--port", "0"], name=name,
-                    log_path=_fresh_log(log_dir, name), flavour="2025-06-18", stateful=True, cwd=PY0618_DIR) as peer:
+    with _http_peer(
+        [str(python), str(PY0618_DIR / "server.py"), "--port", "0"],
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="2025-06-18",
+        stateful=True,
+        cwd=PY0618_DIR,
+    ) as peer:
         yield peer
 
 
@@ -343,8 +449,9 @@ def wait_until(predicate: Any, *, timeout_s: float = 10.0, interval_s: float = 0
         time.sleep(interval_s)
 
 
-async def poll_until_terminal(client: Any, task_id: str, *, timeout_s: float = 15.0,
-                              stop_on_input: bool = False) -> Any:
+async def poll_until_terminal(
+    client: Any, task_id: str, *, timeout_s: float = 15.0, stop_on_input: bool = False
+) -> Any:
     """``tasks/get`` until the task is terminal (or ``input_required`` if ``stop_on_input``), honouring the
     server's ``pollInterval``. Returns the last :class:`TaskState`; fails the test on timeout."""
     import asyncio
@@ -396,8 +503,11 @@ def ts_http_stateless(peer_logs: Path) -> Iterator[Peer]:
 @pytest.fixture(scope="session", params=["ts-stdio", "ts-http-stateful", "ts-http-stateless"])
 def ts_peer(request: pytest.FixtureRequest) -> Peer:
     """The TS peer on each of its three transports."""
-    fixture = {"ts-stdio": "ts_stdio", "ts-http-stateful": "ts_http_stateful",
-               "ts-http-stateless": "ts_http_stateless"}[request.param]
+    fixture = {
+        "ts-stdio": "ts_stdio",
+        "ts-http-stateful": "ts_http_stateful",
+        "ts-http-stateless": "ts_http_stateless",
+    }[request.param]
     return request.getfixturevalue(fixture)
 
 
@@ -410,11 +520,28 @@ def fastmcp_server(peer_logs: Path) -> Iterator[Peer]:
 @pytest.fixture(scope="session")
 def fastmcp_json(peer_logs: Path) -> Iterator[Peer]:
     """fastmcp answering POSTs with plain JSON bodies (``--json-response``), as the bench server does."""
-    cmd = [sys.executable, "-m", "mcp_temporal_tasks.demo.server", "--host", "127.0.0.1", "--port", "0",
-           "--poll-interval-ms", "100", "--json-response"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mcp_temporal_tasks.demo.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--poll-interval-ms",
+        "100",
+        "--json-response",
+    ]
     extra = fastmcp_env()
-    with _http_peer(cmd, name="fastmcp-json", log_path=_fresh_log(peer_logs, "fastmcp-json"), flavour="extension",
-                    stateful=False, cwd=REPO_ROOT, extra_env=extra) as peer:
+    with _http_peer(
+        cmd,
+        name="fastmcp-json",
+        log_path=_fresh_log(peer_logs, "fastmcp-json"),
+        flavour="extension",
+        stateful=False,
+        cwd=REPO_ROOT,
+        extra_env=extra,
+    ) as peer:
         yield peer
 
 
@@ -445,11 +572,40 @@ def all_peers(ts_stdio: Peer, ts_http_stateful: Peer, ts_http_stateless: Peer, f
 
 
 __all__ = [
-    "Peer", "REPO_ROOT", "TS_DIR", "TS_SERVER", "fastmcp_peer", "fastmcp_otel_peer", "peer_log_dir", "read_peer_log",
-    "require_ts_peer", "ts_http_peer", "ts_stdio_peer", "wait_until", "poll_until_terminal", "stdio_child_pid",
+    "Peer",
+    "REPO_ROOT",
+    "TS_DIR",
+    "TS_SERVER",
+    "fastmcp_peer",
+    "fastmcp_otel_peer",
+    "peer_log_dir",
+    "read_peer_log",
+    "require_ts_peer",
+    "ts_http_peer",
+    "ts_stdio_peer",
+    "wait_until",
+    "poll_until_terminal",
+    "stdio_child_pid",
     # fixtures
-    "peer_logs", "ts_stdio", "ts_http_stateful", "ts_http_stateless", "ts_peer", "fastmcp_server",
-    "fastmcp_json", "fastmcp_short_ttl", "all_peers",
-    "PY1_DIR", "PY1_SERVER", "PY1_PYTHON", "require_py1_peer", "py1_http_peer", "py1_http", "oauth_server",
-    "PY0618_DIR", "PY0618_PYTHON", "require_py0618_peer", "py0618_http_peer", "py0618_http",
+    "peer_logs",
+    "ts_stdio",
+    "ts_http_stateful",
+    "ts_http_stateless",
+    "ts_peer",
+    "fastmcp_server",
+    "fastmcp_json",
+    "fastmcp_short_ttl",
+    "all_peers",
+    "PY1_DIR",
+    "PY1_SERVER",
+    "PY1_PYTHON",
+    "require_py1_peer",
+    "py1_http_peer",
+    "py1_http",
+    "oauth_server",
+    "PY0618_DIR",
+    "PY0618_PYTHON",
+    "require_py0618_peer",
+    "py0618_http_peer",
+    "py0618_http",
 ]

@@ -54,8 +54,14 @@ class OtlpReceiver:
                 attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
-                        self.spans.append({"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                                           "name": span.name, "service": attrs.get("service.name")})
+                        self.spans.append(
+                            {
+                                "trace_id": span.trace_id.hex(),
+                                "span_id": span.span_id.hex(),
+                                "name": span.name,
+                                "service": attrs.get("service.name"),
+                            }
+                        )
 
     def __enter__(self) -> OtlpReceiver:
         self._thread.start()

@@ -20,5 +20,14 @@ from mcp_temporal_tasks.worker.cli.parser import (
     build_parser,
 )
 
-__all__ = ["EXIT_ENDED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE", "RUN_QUEUE_PREFIX",
-           "CliError", "build_parser", "main"]
+__all__ = [
+    "EXIT_ENDED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "RUN_QUEUE_PREFIX",
+    "CliError",
+    "build_parser",
+    "main",
+]

@@ -90,8 +90,11 @@ WORKER_STOP_S = 15.0
 
 
 def _endpoint_of(request: McpTaskRequest, cfg: WorkerConfig) -> Endpoint | None:
-    return request.server if isinstance(request.server, Endpoint) else (
-        cfg.servers[request.server].endpoint() if request.server in cfg.servers else None)
+    return (
+        request.server
+        if isinstance(request.server, Endpoint)
+        else (cfg.servers[request.server].endpoint() if request.server in cfg.servers else None)
+    )
 
 
 async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool) -> None:
@@ -105,9 +108,11 @@ async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool)
         client = await asyncio.wait_for(WireSession.connect(endpoint, era=request.era), timeout=15)
         await client.aclose()
     except (TimeoutError, TransportError, TaskUnreachable) as exc:
-        raise CliError(f"MCP server unreachable at start ({printable(endpoint.identity())}): "
-                       f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
-                       EXIT_UNREACHABLE) from None
+        raise CliError(
+            f"MCP server unreachable at start ({printable(endpoint.identity())}): "
+            f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
+            EXIT_UNREACHABLE,
+        ) from None
     except Exception as exc:  # refused (by the server, or no OAuth token): the workflow reports precisely why
         err(f"note: the handshake with MCP server at {printable(endpoint.identity())} failed: {printable(exc)}")
 
@@ -189,8 +194,11 @@ def _worker_error(task: asyncio.Task[None]) -> CliError:
     exc = None if task.cancelled() else task.exception()
     if isinstance(exc, ConfigError):
         return CliError(f"configuration: {exc}", EXIT_USAGE, kind="config")
-    return CliError(f"this command's worker stopped: {why(exc) if exc is not None else 'it ended by itself'}",
-                    EXIT_UNREACHABLE, kind="worker_failed")
+    return CliError(
+        f"this command's worker stopped: {why(exc) if exc is not None else 'it ended by itself'}",
+        EXIT_UNREACHABLE,
+        kind="worker_failed",
+    )
 
 
 async def _worker_started(task: asyncio.Task[None], polling: asyncio.Event, queue: str) -> None:
@@ -204,9 +212,12 @@ async def _worker_started(task: asyncio.Task[None], polling: asyncio.Event, queu
     if task.done():
         raise _worker_error(task) from None
     if not polling.is_set():
-        raise CliError(f"this command's worker did not start polling task queue {queue!r} within "
-                       f"{WORKER_START_S:g} s; nothing was started (details in {state_dir() / 'run.log'})",
-                       EXIT_UNREACHABLE, kind="worker_failed")
+        raise CliError(
+            f"this command's worker did not start polling task queue {queue!r} within "
+            f"{WORKER_START_S:g} s; nothing was started (details in {state_dir() / 'run.log'})",
+            EXIT_UNREACHABLE,
+            kind="worker_failed",
+        )
 
 
 class _WorkerWatch:
@@ -219,8 +230,11 @@ class _WorkerWatch:
     async def __call__(self) -> str | None:
         if self.task.done():
             error = _worker_error(self.task)
-            raise CliError(f"{error}; {self.wid} has no worker now: resume it with the same command: "
-                           f"{_resume_command(self.wid)}", error.code, kind=error.kind)
+            raise CliError(
+                f"{error}; {self.wid} has no worker now: resume it with the same command: {_resume_command(self.wid)}",
+                error.code,
+                kind=error.kind,
+            )
         return None
 
 
@@ -266,8 +280,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
             await ensure_search_attributes(client, client.namespace)
             cfg.temporal.task_queue = queue
             polling = asyncio.Event()
-            worker_task = asyncio.create_task(run_workers(
-                client, cfg, stop=stop, activities=activities, handle_signals=False, on_ready=polling.set))
+            worker_task = asyncio.create_task(
+                run_workers(client, cfg, stop=stop, activities=activities, handle_signals=False, on_ready=polling.set)
+            )
             # Nothing is started before this command's worker polls: a worker that cannot start ends the command
             # at once with its own error, instead of a task that waits for it forever.
             await _worker_started(worker_task, polling, queue)
@@ -275,64 +290,92 @@ async def cmd_run(args: argparse.Namespace) -> int:
         try:
             try:
                 # Again: only a run refused before anything was sent (a failed one) is replaced.
-                await start_mcp_task(client, request, workflow_id=wid, task_queue=queue, replace_failed=again,
-                                     memo={CONFIG_MEMO: str(Path(args.config).absolute())} if args.config else None)
+                await start_mcp_task(
+                    client,
+                    request,
+                    workflow_id=wid,
+                    task_queue=queue,
+                    replace_failed=again,
+                    memo={CONFIG_MEMO: str(Path(args.config).absolute())} if args.config else None,
+                )
             except RequestMismatch as exc:
                 raise CliError(f"{exc} (mcp-tasks run ... --id NEW)", EXIT_USAGE, kind="request_mismatch") from None
             handle = untraced(client).get_workflow_handle_for(McpTaskWorkflow.run, wid)
             link = ui_link(ui, client.namespace, wid)
             at = f" (UI: {link})" if link else ""
             if again:
-                err(f"note: {wid} was refused before anything was sent (rejected, no tools/call): running it again "
-                    "with the same id")
+                err(
+                    f"note: {wid} was refused before anything was sent (rejected, no tools/call): running it again "
+                    "with the same id"
+                )
             elif existing is not None:
                 when = existing.start_time.strftime("%Y-%m-%d %H:%M:%S UTC") if existing.start_time else "earlier"
                 if existing.status == WorkflowExecutionStatus.RUNNING:
-                    err(f"note: {wid} is already running (started {when}): following it; no new tools/call is sent. "
-                        "To run the tool again as a new task: --id NEW")
+                    err(
+                        f"note: {wid} is already running (started {when}): following it; no new tools/call is sent. "
+                        "To run the tool again as a new task: --id NEW"
+                    )
                 else:
-                    err(f"note: {wid} already ran (started {when}): this is its STORED outcome, no new tools/call "
-                        f"was sent. To run the tool again: mcp-tasks run ... --id NEW (any new workflow id)")
+                    err(
+                        f"note: {wid} already ran (started {when}): this is its STORED outcome, no new tools/call "
+                        f"was sent. To run the tool again: mcp-tasks run ... --id NEW (any new workflow id)"
+                    )
             if args.detach:
                 emit(args, {"workflow_id": wid}, wid)
-                err(f"started; a worker on task queue {queue!r} runs it "
-                    f"({hint('worker', '--task-queue', queue, config=args.config)}).{at}")
+                err(
+                    f"started; a worker on task queue {queue!r} runs it "
+                    f"({hint('worker', '--task-queue', queue, config=args.config)}).{at}"
+                )
                 return EXIT_OK
-            watch = (_WorkerWatch(worker_task, wid) if worker_task is not None
-                     else _QueueWatch(client, queue, wid, on_interrupt="Ctrl-C cancels the task", config=args.config))
+            watch = (
+                _WorkerWatch(worker_task, wid)
+                if worker_task is not None
+                else _QueueWatch(client, queue, wid, on_interrupt="Ctrl-C cancels the task", config=args.config)
+            )
 
             def left() -> str:
                 if in_process:
-                    return (f"{wid} has no worker now (it ran in this command, on task queue {queue}); resume it "
-                            f"with the same command: {_resume_command(wid)}")
+                    return (
+                        f"{wid} has no worker now (it ran in this command, on task queue {queue}); resume it "
+                        f"with the same command: {_resume_command(wid)}"
+                    )
                 if isinstance(watch, _QueueWatch) and watch.none:
-                    return (f"no worker polls task queue {queue}: the task waits (a cancel asked for included) "
-                            f"until one does: {_no_worker_hint(queue, wid, args.config)}; then follow it with: "
-                            f"{hint('result', wid, '--wait')}")
-                return (f"the workers on task queue {queue} finish it; follow it with: {hint('result', wid, '--wait')}")
+                    return (
+                        f"no worker polls task queue {queue}: the task waits (a cancel asked for included) "
+                        f"until one does: {_no_worker_hint(queue, wid, args.config)}; then follow it with: "
+                        f"{hint('result', wid, '--wait')}"
+                    )
+                return f"the workers on task queue {queue} finish it; follow it with: {hint('result', wid, '--wait')}"
 
             cancel_sent = False
             interrupts.leave = lambda: _leave_now(
-                args, f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); "
-                      f"{left()}")
+                args,
+                f"interrupted twice: left {wid} ({'cancel requested' if cancel_sent else 'not cancelled'}); {left()}",
+            )
             interrupts.overdue = lambda: _leave_now(
-                args, f"interrupted: {wid} did not end within {INTERRUPT_EXIT_S:g} s; left it "
-                      f"({'cancel requested' if cancel_sent else 'not cancelled'}); {left()}")
+                args,
+                f"interrupted: {wid} did not end within {INTERRUPT_EXIT_S:g} s; left it "
+                f"({'cancel requested' if cancel_sent else 'not cancelled'}); {left()}",
+            )
             following = asyncio.create_task(follow(handle, ui=link, check=watch, board=board if in_process else None))
             first = asyncio.create_task(interrupts.first.wait())
             await asyncio.wait({following, first}, return_when=asyncio.FIRST_COMPLETED)
             if not following.done():
                 interrupted = True
-                err(f"interrupted: cancelling {wid} through its workflow (tasks/cancel); waiting up to "
-                    f"{CANCEL_WAIT_S:g} s for how it ends. Ctrl-C again to leave at once")
+                err(
+                    f"interrupted: cancelling {wid} through its workflow (tasks/cancel); waiting up to "
+                    f"{CANCEL_WAIT_S:g} s for how it ends. Ctrl-C again to leave at once"
+                )
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(handle.cancel(), CANCEL_WAIT_S)
                     cancel_sent = True
                 await asyncio.wait({following}, timeout=max(0.1, CANCEL_WAIT_S - 0.5))
                 if not following.done():
                     following.cancel()
-                    raise CliError(f"interrupted: {wid} did not end within {CANCEL_WAIT_S:g} s of the cancel; "
-                                   f"{left()}", EXIT_INTERRUPTED)
+                    raise CliError(
+                        f"interrupted: {wid} did not end within {CANCEL_WAIT_S:g} s of the cancel; {left()}",
+                        EXIT_INTERRUPTED,
+                    )
             first.cancel()
             outcome = following.result()
             # Said as soon as it is known, before the worker and its MCP sessions (stdio children) wind down.
@@ -359,18 +402,34 @@ def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -
     from mcp_temporal_tasks.workflows import decisions
 
     policy = (server.tools.get(name) if server else None) or ToolPolicy()
-    annotated = decisions.annotation_idempotent(trusted=bool(server and server.trust_annotations),
-                                                idempotent_hint=info.idempotent_hint if info else None,
-                                                read_only_hint=info.read_only_hint if info else None)
-    rule = decisions.replay_rule(configured_policy=policy.replay, configured_idempotent=policy.idempotent,
-                                 annotated_idempotent=annotated, configured_max=policy.max_replays)
-    source = ("configuration" if policy.idempotent is not None else
-              "annotations (trusted)" if annotated is not None else "default")
-    return {"replay": rule.policy.value, "idempotent": rule.idempotent, "idempotent_from": source,
-            "max_replays": rule.max_replays,
-            "output_schema": "configured" if policy.output_schema is not None else (
-                "server's" if info is not None and info.output_schema is not None else None),
-            "max_call_s": policy.max_call_s}
+    annotated = decisions.annotation_idempotent(
+        trusted=bool(server and server.trust_annotations),
+        idempotent_hint=info.idempotent_hint if info else None,
+        read_only_hint=info.read_only_hint if info else None,
+    )
+    rule = decisions.replay_rule(
+        configured_policy=policy.replay,
+        configured_idempotent=policy.idempotent,
+        annotated_idempotent=annotated,
+        configured_max=policy.max_replays,
+    )
+    source = (
+        "configuration"
+        if policy.idempotent is not None
+        else "annotations (trusted)"
+        if annotated is not None
+        else "default"
+    )
+    return {
+        "replay": rule.policy.value,
+        "idempotent": rule.idempotent,
+        "idempotent_from": source,
+        "max_replays": rule.max_replays,
+        "output_schema": "configured"
+        if policy.output_schema is not None
+        else ("server's" if info is not None and info.output_schema is not None else None),
+        "max_call_s": policy.max_call_s,
+    }
 
 
 def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
@@ -393,8 +452,9 @@ def _arguments_line(schema: Any) -> str:
     parts = []
     for name, prop in schema["properties"].items():
         prop = prop if isinstance(prop, dict) else {}
-        kind = prop.get("type") or ("|".join(str(a.get("type")) for a in prop.get("anyOf", []) if isinstance(a, dict))
-                                    or "any")
+        kind = prop.get("type") or (
+            "|".join(str(a.get("type")) for a in prop.get("anyOf", []) if isinstance(a, dict)) or "any"
+        )
         text = f"{name}: {'|'.join(kind) if isinstance(kind, list) else kind}"
         if "default" in prop:
             text += f" = {json.dumps(prop['default'])[:40]}"
@@ -414,8 +474,10 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         if args.server:
             if args.server not in cfg.servers:
                 known = ", ".join(sorted(cfg.servers)) or "none"
-                raise CliError(f"unknown server {args.server!r} (configured: {known}); use --config, --url or "
-                               "--command", EXIT_USAGE)
+                raise CliError(
+                    f"unknown server {args.server!r} (configured: {known}); use --config, --url or --command",
+                    EXIT_USAGE,
+                )
             server = cfg.servers[args.server]
             check_env_refs(cfg, only=[args.server])
             endpoint = server.endpoint()
@@ -428,14 +490,17 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     run_logging()
     where = printable(endpoint.identity())
     try:
-        client = await asyncio.wait_for(WireSession.connect(endpoint, era=args.era or (server.era if server else None)),
-                                        timeout=15)
+        client = await asyncio.wait_for(
+            WireSession.connect(endpoint, era=args.era or (server.era if server else None)), timeout=15
+        )
     except (TimeoutError, TransportError, TaskUnreachable) as exc:
-        raise CliError(f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}",
-                       EXIT_UNREACHABLE) from None
+        raise CliError(
+            f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}", EXIT_UNREACHABLE
+        ) from None
     except McpWireError as exc:
-        raise CliError(f"the handshake with MCP server at {where} failed: {printable(exc)}", EXIT_ENDED,
-                       kind="refused") from None
+        raise CliError(
+            f"the handshake with MCP server at {where} failed: {printable(exc)}", EXIT_ENDED, kind="refused"
+        ) from None
     try:
         tools = await asyncio.wait_for(client.list_tools(), timeout=15)
         raw = {t.get("name"): t for t in client.raw_tools if isinstance(t, dict)}
@@ -448,53 +513,93 @@ async def cmd_tools(args: argparse.Namespace) -> int:
     for name, info in sorted(tools.items()):
         description = raw.get(name, {}).get("description")
         schema = raw.get(name, {}).get("inputSchema")
-        rows.append({"name": name, "description": description if isinstance(description, str) else None,
-                     "input_schema": schema if isinstance(schema, dict) else None,
-                     "arguments": _arguments_line(schema),
-                     "task_support": info.task_support, "runs_as": _runs_as(client.era, client.tasks_offered,
-                                                                            info.task_support),
-                     "annotations": {"readOnlyHint": info.read_only_hint, "idempotentHint": info.idempotent_hint,
-                                     "destructiveHint": info.destructive_hint},
-                     "policy": tool_policy(name, info, server)})
+        rows.append(
+            {
+                "name": name,
+                "description": description if isinstance(description, str) else None,
+                "input_schema": schema if isinstance(schema, dict) else None,
+                "arguments": _arguments_line(schema),
+                "task_support": info.task_support,
+                "runs_as": _runs_as(client.era, client.tasks_offered, info.task_support),
+                "annotations": {
+                    "readOnlyHint": info.read_only_hint,
+                    "idempotentHint": info.idempotent_hint,
+                    "destructiveHint": info.destructive_hint,
+                },
+                "policy": tool_policy(name, info, server),
+            }
+        )
     jobs: list[dict[str, Any]] = []
     for name, job in sorted((server.jobs if server else {}).items()):
-        jobs.append({"name": name, "submit": job.submit, "status": job.status, "result": job.result,
-                     "cancel": job.cancel, "missing": sorted(t for t in (job.submit, job.status, job.result, job.cancel)
-                                                             if t and t not in tools),
-                     "policy": {"replay": job.replay or "never", "idempotent": bool(job.idempotent),
-                                "max_replays": job.max_replays if job.max_replays is not None else 1}})
+        jobs.append(
+            {
+                "name": name,
+                "submit": job.submit,
+                "status": job.status,
+                "result": job.result,
+                "cancel": job.cancel,
+                "missing": sorted(t for t in (job.submit, job.status, job.result, job.cancel) if t and t not in tools),
+                "policy": {
+                    "replay": job.replay or "never",
+                    "idempotent": bool(job.idempotent),
+                    "max_replays": job.max_replays if job.max_replays is not None else 1,
+                },
+            }
+        )
     label = args.server or endpoint.identity()
-    obj = {"server": label, "identity": endpoint.identity(), "era": client.era,
-           "protocol_version": client.protocol_version, "tasks": client.tasks_offered,
-           "trust_annotations": bool(server and server.trust_annotations), "tools": rows, "jobs": jobs}
+    obj = {
+        "server": label,
+        "identity": endpoint.identity(),
+        "era": client.era,
+        "protocol_version": client.protocol_version,
+        "tasks": client.tasks_offered,
+        "trust_annotations": bool(server and server.trust_annotations),
+        "tools": rows,
+        "jobs": jobs,
+    }
     p = printable
     named = p(label) if label == endpoint.identity() else f"{p(label)} ({where})"  # a URL said once
-    lines = [f"{named} · era {client.era} · protocol {p(protocol_label(client.era, client.protocol_version))}"
-             f" · tasks {'offered' if client.tasks_offered else 'not offered'}"
-             f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"]
+    lines = [
+        f"{named} · era {client.era} · protocol {p(protocol_label(client.era, client.protocol_version))}"
+        f" · tasks {'offered' if client.tasks_offered else 'not offered'}"
+        f" · annotations {'trusted' if obj['trust_annotations'] else 'not trusted (trust_annotations = false)'}"
+    ]
     for r in rows:
         pol, ann = r["policy"], r["annotations"]
-        hints = ", ".join(k for k, v in (("read-only", ann["readOnlyHint"]), ("idempotent", ann["idempotentHint"]),
-                                         ("destructive", ann["destructiveHint"])) if v) or "none"
-        lines.append(f"  {p(r['name'])}: runs as {r['runs_as']}"
-                     + (f" (taskSupport {r['task_support']})" if r["task_support"] else "")
-                     + f" · hints: {hints} · replay {pol['replay']}, "
-                     f"{'idempotent' if pol['idempotent'] else 'not idempotent'} ({pol['idempotent_from']}), "
-                     f"max_replays {pol['max_replays']}"
-                     + (f", output schema {pol['output_schema']}" if pol["output_schema"] else "")
-                     + (f", max_call_s {pol['max_call_s']:g}" if pol["max_call_s"] else ""))
+        hints = (
+            ", ".join(
+                k
+                for k, v in (
+                    ("read-only", ann["readOnlyHint"]),
+                    ("idempotent", ann["idempotentHint"]),
+                    ("destructive", ann["destructiveHint"]),
+                )
+                if v
+            )
+            or "none"
+        )
+        lines.append(
+            f"  {p(r['name'])}: runs as {r['runs_as']}"
+            + (f" (taskSupport {r['task_support']})" if r["task_support"] else "")
+            + f" · hints: {hints} · replay {pol['replay']}, "
+            f"{'idempotent' if pol['idempotent'] else 'not idempotent'} ({pol['idempotent_from']}), "
+            f"max_replays {pol['max_replays']}"
+            + (f", output schema {pol['output_schema']}" if pol["output_schema"] else "")
+            + (f", max_call_s {pol['max_call_s']:g}" if pol["max_call_s"] else "")
+        )
         if r["description"]:
             lines.append(f"      {p(' '.join(r['description'].split())[:200])}")
         if r["arguments"]:
             lines.append(f"      arguments: {p(r['arguments'][:300])}")
     for j in jobs:
-        lines.append(f"  job {p(j['name'])}: submit {p(j['submit'])}, status {p(j['status'])}"
-                     + (f", result {p(j['result'])}" if j["result"] else "")
-                     + (f", cancel {p(j['cancel'])}" if j["cancel"] else "")
-                     + f" · replay {j['policy']['replay']}"
-                     + (f" · NOT LISTED by the server: {p(', '.join(j['missing']))}" if j["missing"] else ""))
+        lines.append(
+            f"  job {p(j['name'])}: submit {p(j['submit'])}, status {p(j['status'])}"
+            + (f", result {p(j['result'])}" if j["result"] else "")
+            + (f", cancel {p(j['cancel'])}" if j["cancel"] else "")
+            + f" · replay {j['policy']['replay']}"
+            + (f" · NOT LISTED by the server: {p(', '.join(j['missing']))}" if j["missing"] else "")
+        )
     if not rows:
         lines.append("  (no tools)")
     emit(args, obj, "\n".join(lines))
     return EXIT_OK
-

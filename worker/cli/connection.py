@@ -49,16 +49,23 @@ def why(exc: BaseException) -> str:
 #: What a failed connect says, in words: (markers in the SDK's error text, the reason a person reads).
 _CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("Connection refused", "ConnectionRefused"), "nothing listens there (connection refused)"),
-    (("dns error", "failed to lookup address", "Name or service not known"),
-     "its host name does not resolve (DNS lookup failed)"),
-    (("grpc-status header missing", "Unimplemented"),
-     "something answers there, but not Temporal's gRPC frontend"),
-    (("certificate", "InvalidCertificate", "tls handshake", "TLS"),
-     "the TLS handshake failed (certificate, or TLS on one side only)"),
-    (("Unauthenticated", "PermissionDenied", "Request unauthorized"),
-     "it refused this client's credentials (API key or client certificate)"),
-    (("Connection reset", "ConnectionReset", "connection closed", "broken pipe"),
-     "the connection was dropped (TLS on one side only, or a proxy in between?)"),
+    (
+        ("dns error", "failed to lookup address", "Name or service not known"),
+        "its host name does not resolve (DNS lookup failed)",
+    ),
+    (("grpc-status header missing", "Unimplemented"), "something answers there, but not Temporal's gRPC frontend"),
+    (
+        ("certificate", "InvalidCertificate", "tls handshake", "TLS"),
+        "the TLS handshake failed (certificate, or TLS on one side only)",
+    ),
+    (
+        ("Unauthenticated", "PermissionDenied", "Request unauthorized"),
+        "it refused this client's credentials (API key or client certificate)",
+    ),
+    (
+        ("Connection reset", "ConnectionReset", "connection closed", "broken pipe"),
+        "the connection was dropped (TLS on one side only, or a proxy in between?)",
+    ),
     (("timed out", "Timeout", "deadline has elapsed"), "no answer in time"),
     (("Unavailable", "not healthy yet"), "it is not ready to serve (still starting?)"),
 )
@@ -82,10 +89,13 @@ def start_hint(address: str, explicit: bool, source: str) -> str:
     if not explicit:
         db = state_dir() / "temporal.db"
         where = f"the tasks `run` started are in {db}" if db.exists() else f"state in {state_dir()}"
-        return (f"start one: {prog()} dev-server (the embedded Temporal stops when the `run` that started it exits; "
-                f"{where})")
-    return (f"check {source} ({address}), or start a local one with `{prog()} dev-server` and use "
-            "--address localhost:7233")
+        return (
+            f"start one: {prog()} dev-server (the embedded Temporal stops when the `run` that started it exits; "
+            f"{where})"
+        )
+    return (
+        f"check {source} ({address}), or start a local one with `{prog()} dev-server` and use --address localhost:7233"
+    )
 
 
 async def check_namespace(client: Client, namespace: str, address: str) -> None:
@@ -94,9 +104,12 @@ async def check_namespace(client: Client, namespace: str, address: str) -> None:
         await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace), timeout=None)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"namespace {namespace!r} does not exist at {address} (--namespace or TEMPORAL_NAMESPACE; "
-                           "create it with `temporal operator namespace create`)", EXIT_USAGE,
-                           kind="namespace") from None
+            raise CliError(
+                f"namespace {namespace!r} does not exist at {address} (--namespace or TEMPORAL_NAMESPACE; "
+                "create it with `temporal operator namespace create`)",
+                EXIT_USAGE,
+                kind="namespace",
+            ) from None
         # Anything else (e.g. not permitted to describe it): the commands themselves will say.
 
 
@@ -108,8 +121,9 @@ def untraced(client: Client) -> Client:
     return Client(client.service_client, namespace=client.namespace, data_converter=client.data_converter)
 
 
-def ui_base(address: str, *, given: str | None = None, configured: str | None = None,
-            started: str | None = None) -> str | None:
+def ui_base(
+    address: str, *, given: str | None = None, configured: str | None = None, started: str | None = None
+) -> str | None:
     """Where the Temporal UI of ``address`` is, or None when nothing says so (no link rather than a dead one):
     ``--ui-url``, then ``$MCP_TASKS_UI_URL``, then ``[temporal] ui_url``, then the dev server this command
     started, then the lock file of a dev server serving the default state at ``address``."""
@@ -131,8 +145,9 @@ def ui_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def temporal(target: Target, *, allow_embedded: bool = False,
-                   detached: bool = False) -> AsyncIterator[tuple[Client, str | None]]:
+async def temporal(
+    target: Target, *, allow_embedded: bool = False, detached: bool = False
+) -> AsyncIterator[tuple[Client, str | None]]:
     """Yield (client, UI base URL or None) for ``target`` (where the command's Temporal is, worked out once from its
     arguments and configuration). Starts the embedded default when allowed and nothing listens at the default.
 
@@ -144,9 +159,12 @@ async def temporal(target: Target, *, allow_embedded: bool = False,
     host, port = split_address(address)
     if not explicit and allow_embedded and not port_open(host, port):
         if detached:
-            raise CliError(f"--detach needs a Temporal that outlives this command, and none serves at {address}: "
-                           "start one with `mcp-tasks dev-server` (and a worker with `mcp-tasks worker`), "
-                           "or run without --detach", EXIT_USAGE)
+            raise CliError(
+                f"--detach needs a Temporal that outlives this command, and none serves at {address}: "
+                "start one with `mcp-tasks dev-server` (and a worker with `mcp-tasks worker`), "
+                "or run without --detach",
+                EXIT_USAGE,
+            )
         try:
             # The UI's usual port may be taken (another dev server's UI): the embedded one takes a free one then.
             server = await DevServer(
@@ -165,14 +183,21 @@ async def temporal(target: Target, *, allow_embedded: bool = False,
             # With [worker] tracing (`run`'s own configuration) this client traces too: the task's start is the root
             # of its trace, so its tools/call, tasks/get and tasks/result share one.
             interceptors = [tracing_interceptor()] if cfg.worker.tracing else None
-            client = await asyncio.wait_for(connect_to(target.options, cfg=cfg, wait_s=wait_s,
-                                                       interceptors=interceptors), timeout=wait_s + 15)
+            client = await asyncio.wait_for(
+                connect_to(target.options, cfg=cfg, wait_s=wait_s, interceptors=interceptors), timeout=wait_s + 15
+            )
         except Exception as exc:
-            raise CliError(f"Temporal is unreachable at {address}: {connect_failure(exc)}; "
-                           f"{start_hint(address, explicit, target.source)}", EXIT_UNREACHABLE) from None
+            raise CliError(
+                f"Temporal is unreachable at {address}: {connect_failure(exc)}; "
+                f"{start_hint(address, explicit, target.source)}",
+                EXIT_UNREACHABLE,
+            ) from None
         await check_namespace(client, namespace, address)
-        yield client, target.ui_url or ui_base(address, configured=cfg.temporal.ui_url,
-                                               started=server.ui_url if server else None)
+        yield (
+            client,
+            target.ui_url
+            or ui_base(address, configured=cfg.temporal.ui_url, started=server.ui_url if server else None),
+        )
     finally:
         if server is not None:
             server.stop()

@@ -80,9 +80,14 @@ async def _last_task_failure(handle: TaskHandle) -> str:
     """The message of the workflow's last ``WorkflowTaskFailed`` event (read from the end of its history)."""
     try:
         execution = WorkflowExecution(workflow_id=handle.id, run_id=handle.result_run_id or "")
-        resp = await asyncio.wait_for(handle._client.workflow_service.get_workflow_execution_history_reverse(
-            GetWorkflowExecutionHistoryReverseRequest(namespace=handle._client.namespace, execution=execution,
-                                                      maximum_page_size=100)), 2)
+        resp = await asyncio.wait_for(
+            handle._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=handle._client.namespace, execution=execution, maximum_page_size=100
+                )
+            ),
+            2,
+        )
     except Exception:
         return "(its error could not be read)"
     for event in resp.history.events:
@@ -179,8 +184,7 @@ def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
     return view.phase.value
 
 
-def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = None, *,
-              protocol: bool = False) -> str:
+def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = None, *, protocol: bool = False) -> str:
     """One progress line (and, for each input request or a pending approval, how to answer it). ``protocol``: also
     the protocol version the server answered and its era (``status`` shows it; ``run``'s ticks do not repeat it)."""
     parts = [shown_phase(view, live)]
@@ -210,8 +214,10 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
         key = printable(p.key)
         # --key=KEY: a key may begin with '-' (servers make them random, base64url), which `--key KEY` would read
         # as another option (issue 43: the hint must work as printed).
-        line += (f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
-                 f"    answer with: {hint('answer', wid, f'--key={key}')}")
+        line += (
+            f"\n    needs input [{key}]: {printable(p.message or p.method)}\n"
+            f"    answer with: {hint('answer', wid, f'--key={key}')}"
+        )
     return line
 
 
@@ -255,7 +261,7 @@ class _Lines:
             width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
             text = f"  … {elapsed:.0f}s · {about}"
             if len(text) > width:
-                text = text[:width - 1] + "…"
+                text = text[: width - 1] + "…"
             sys.stderr.write(f"\r\x1b[K{text}")
             sys.stderr.flush()
             if not self.drawn:
@@ -272,8 +278,14 @@ class _Lines:
         sys.stderr.flush()
 
 
-async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False, check: Check | None = None,
-                 board: LiveBoard | None = None) -> McpTaskOutcome:
+async def follow(
+    handle: TaskHandle,
+    *,
+    ui: str | None,
+    quiet: bool = False,
+    check: Check | None = None,
+    board: LiveBoard | None = None,
+) -> McpTaskOutcome:
     """Print live progress to stderr until the workflow ends; return its outcome. ``check`` runs on every tick
     (whether the task still has a worker); a line it returns is printed, what it raises ends the wait."""
     start = time.monotonic()
@@ -309,8 +321,12 @@ async def follow(handle: TaskHandle, *, ui: str | None, quiet: bool = False, che
                     out.changed(now - start)
                     last = line
             if not quiet and phase:
-                out.tick(now - start, phase, printable(message) if message else None,
-                         now - message_since if message else None)
+                out.tick(
+                    now - start,
+                    phase,
+                    printable(message) if message else None,
+                    now - message_since if message else None,
+                )
             await asyncio.wait({result}, timeout=TICK_S)
     finally:
         out.close()
@@ -337,8 +353,10 @@ def outcome_summary(o: McpTaskOutcome) -> str:
     if o.error is not None:
         lines.append(f"  error {o.error.code}: {p(o.error.message)}")
     if o.classification is not None:
-        lines.append(f"  classification: {o.classification.value}"
-                     + (f" · retry after {o.retry_after_s:g}s" if o.retry_after_s is not None else ""))
+        lines.append(
+            f"  classification: {o.classification.value}"
+            + (f" · retry after {o.retry_after_s:g}s" if o.retry_after_s is not None else "")
+        )
     if o.reason:
         lines.append(f"  reason: {p(o.reason)}")
     lines.append(f"  tools/call sent: {len(o.operation_attempts)}")

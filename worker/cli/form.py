@@ -85,8 +85,11 @@ def prompt_elicitation(p: PendingInput) -> dict[str, Any]:
         label = printable(prop.get("title") or name)
         kind = prop.get("type", "string")
         choices = _choices(prop)
-        hint = "[y/n]" if kind == "boolean" else (
-            "[" + "/".join(printable(c) for c in choices) + "]" if choices else f"({printable(kind)})")
+        hint = (
+            "[y/n]"
+            if kind == "boolean"
+            else ("[" + "/".join(printable(c) for c in choices) + "]" if choices else f"({printable(kind)})")
+        )
         if "default" in prop:
             hint += f" (Enter: {printable(json.dumps(prop['default']))})"
         elif name not in required:

@@ -37,8 +37,12 @@ def command(name: str) -> Command:
     if name in SERVING:
         from mcp_temporal_tasks.worker.cli import serving
 
-        serves: dict[str, Command] = {"worker": serving.cmd_worker, "dev-server": serving.cmd_dev_server,
-                                      "demo": serving.cmd_demo, "demo-server": serving.cmd_demo_server}
+        serves: dict[str, Command] = {
+            "worker": serving.cmd_worker,
+            "dev-server": serving.cmd_dev_server,
+            "demo": serving.cmd_demo,
+            "demo-server": serving.cmd_demo_server,
+        }
         return serves[name]
     if name == "schema":
         from mcp_temporal_tasks.worker.cli.schema import cmd_schema
@@ -51,8 +55,13 @@ def command(name: str) -> Command:
     from mcp_temporal_tasks.worker.cli import operations
 
     operates: dict[str, Command] = {
-        "status": operations.cmd_status, "result": operations.cmd_result, "cancel": operations.cmd_cancel,
-        "approve": operations.cmd_approve, "answer": operations.cmd_answer, "list": operations.cmd_list}
+        "status": operations.cmd_status,
+        "result": operations.cmd_result,
+        "cancel": operations.cmd_cancel,
+        "approve": operations.cmd_approve,
+        "answer": operations.cmd_answer,
+        "list": operations.cmd_list,
+    }
     return operates[name]
 
 
@@ -115,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         elif os.environ.get("MCP_TASKS_DEBUG"):  # a bug of ours: one line, or with MCP_TASKS_DEBUG=1 the traceback
             raise
         else:
-            report(CliError(f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
-                            EXIT_ENDED, kind="internal"), as_json)
+            report(
+                CliError(
+                    f"internal error: {type(exc).__name__}: {exc} (MCP_TASKS_DEBUG=1 shows the traceback)",
+                    EXIT_ENDED,
+                    kind="internal",
+                ),
+                as_json,
+            )
             code = EXIT_ENDED
     for hook in EXIT_HOOKS:
         with contextlib.suppress(Exception):

@@ -104,8 +104,10 @@ class _QueueWatch:
         pollers = await _pollers(self.client, self.queue)
         if pollers == 0 and not self.none:
             self.none = True
-            return (f"note: no worker polls task queue {self.queue!r}, so {self.wid} waits until one does: "
-                    f"{_no_worker_hint(self.queue, self.wid, self.config)} ({self.on_interrupt})")
+            return (
+                f"note: no worker polls task queue {self.queue!r}, so {self.wid} waits until one does: "
+                f"{_no_worker_hint(self.queue, self.wid, self.config)} ({self.on_interrupt})"
+            )
         if pollers and self.none:
             self.none = False
             return f"note: a worker polls task queue {self.queue!r} now"
@@ -120,11 +122,15 @@ async def _handle(client: Client, wid: str) -> tuple[TaskHandle, WorkflowExecuti
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise CliError(f"cannot read task {wid!r}: {exc.message}", EXIT_USAGE) from None
         hint = ""
-        if not wid.startswith("mcp-task-") and len(wid) + 9 <= MAX_ID_CHARS \
-                and await _existing(client, f"mcp-task-{wid}") is not None:
+        if (
+            not wid.startswith("mcp-task-")
+            and len(wid) + 9 <= MAX_ID_CHARS
+            and await _existing(client, f"mcp-task-{wid}") is not None
+        ):
             hint = f"; did you mean mcp-task-{wid} (the workflow id of --idempotency-key {wid})?"
-        raise CliError(f"no such task: {wid!r} in namespace {client.namespace!r}{hint}", EXIT_USAGE,
-                       kind="not_found") from None
+        raise CliError(
+            f"no such task: {wid!r} in namespace {client.namespace!r}{hint}", EXIT_USAGE, kind="not_found"
+        ) from None
     return handle, desc
 
 
@@ -147,8 +153,11 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 # No outcome (terminated, timed out, cancelled before it could record one): say what Temporal says.
                 reason = why(getattr(exc, "cause", None) or exc)
                 name = desc.status.name if desc.status else "UNKNOWN"
-                emit(args, {"workflow_id": args.id, "workflow_status": name, "error": reason},
-                     f"{printable(args.id)}: workflow {name}, no outcome recorded: {reason}")
+                emit(
+                    args,
+                    {"workflow_id": args.id, "workflow_status": name, "error": reason},
+                    f"{printable(args.id)}: workflow {name}, no outcome recorded: {reason}",
+                )
                 return EXIT_ENDED
             emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
             return exit_code(outcome)
@@ -157,14 +166,20 @@ async def cmd_status(args: argparse.Namespace) -> int:
             await query_status(client, handle, desc)
         view, live = await live_state(handle)
         if view is None and stuck:  # its workflow task fails and no query is answered: say that, not "no worker"
-            emit(args, {"workflow_id": args.id, "workflow_status": "RUNNING", TROUBLE: stuck},
-                 f"{printable(args.id)}: {stuck}")
+            emit(
+                args,
+                {"workflow_id": args.id, "workflow_status": "RUNNING", TROUBLE: stuck},
+                f"{printable(args.id)}: {stuck}",
+            )
             return EXIT_ENDED
         if view is None:
             raise CliError(f"{args.id} is running but no worker answered the status query", EXIT_UNREACHABLE)
         if live.get(TROUBLE):  # the JSON says it too (the text says it in place of the phase)
-            emit(args, {**view.model_dump(mode="json"), TROUBLE: live[TROUBLE]},
-                 f"{printable(args.id)}: {view_line(view, args.id, live)}")
+            emit(
+                args,
+                {**view.model_dump(mode="json"), TROUBLE: live[TROUBLE]},
+                f"{printable(args.id)}: {view_line(view, args.id, live)}",
+            )
             return EXIT_ENDED
         # The JSON and the text show the same view (live status and statusMessage included).
         emit(
@@ -182,13 +197,20 @@ async def _pollers(client: Client, queue: str) -> int | None:
     """How many workers poll ``queue`` for workflow tasks (None: unknown). The server lists a worker for minutes
     after it died; one whose last poll began over POLLER_GONE_S ago is not counted."""
     try:
-        resp = await asyncio.wait_for(client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=queue))), 5)
+        resp = await asyncio.wait_for(
+            client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=queue))
+            ),
+            5,
+        )
     except Exception:
         return None
     now = time.time()
-    return sum(1 for p in resp.pollers
-               if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < POLLER_GONE_S)
+    return sum(
+        1
+        for p in resp.pollers
+        if not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < POLLER_GONE_S
+    )
 
 
 #: The memo key where `run` records the configuration it was given (an absolute path: never a secret), so that the
@@ -209,8 +231,10 @@ def _no_worker_hint(queue: str, wid: str, config: str | None = None) -> str:
     """The command that serves ``queue``: with the configuration the task was started with (``config``), so that
     the worker knows its server."""
     if queue.startswith(RUN_QUEUE_PREFIX):
-        return (f"it was started by `mcp-tasks run` with its own worker, which is gone: run that same command again "
-                f"with --id {shlex.quote(wid)} to resume it (its worker runs a cancel too)")
+        return (
+            f"it was started by `mcp-tasks run` with its own worker, which is gone: run that same command again "
+            f"with --id {shlex.quote(wid)} to resume it (its worker runs a cancel too)"
+        )
     return f"start one: {hint('worker', '--task-queue', queue, config=config)}"
 
 
@@ -219,16 +243,22 @@ async def query_status(client: Client, handle: TaskHandle, desc: WorkflowExecuti
     answered within STATUS_QUERY_S."""
     queue = desc.task_queue
     if await _pollers(client, queue) == 0:
-        raise CliError(f"{handle.id} is running but no worker polls its task queue {queue!r}: "
-                       f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
-                       EXIT_UNREACHABLE, kind="no_worker")
+        raise CliError(
+            f"{handle.id} is running but no worker polls its task queue {queue!r}: "
+            f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
+            EXIT_UNREACHABLE,
+            kind="no_worker",
+        )
     try:
         return await asyncio.wait_for(handle.query(McpTaskWorkflow.status), timeout=STATUS_QUERY_S)
     except Exception as exc:
-        raise CliError(f"{handle.id} is running but no worker answered the status query within {STATUS_QUERY_S:g} s "
-                       f"(task queue {queue!r}; {why(exc)}); if its workers have stopped: "
-                       f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
-                       EXIT_UNREACHABLE, kind="no_worker") from None
+        raise CliError(
+            f"{handle.id} is running but no worker answered the status query within {STATUS_QUERY_S:g} s "
+            f"(task queue {queue!r}; {why(exc)}); if its workers have stopped: "
+            f"{_no_worker_hint(queue, handle.id, await started_with(desc))}",
+            EXIT_UNREACHABLE,
+            kind="no_worker",
+        ) from None
 
 
 async def _ended(handle: TaskHandle, desc: WorkflowExecutionDescription) -> str:
@@ -277,10 +307,13 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         await handle.cancel()
         if await _pollers(client, desc.task_queue) == 0:
             # Recorded, but nothing carries it out: the MCP task goes on until a worker does (exit 3, kind no_worker).
-            raise CliError(f"cancel requested for {args.id}, but no worker polls its task queue {desc.task_queue!r}, "
-                           f"so tasks/cancel is sent only once one does: "
-                           f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
-                           EXIT_UNREACHABLE, kind="no_worker")
+            raise CliError(
+                f"cancel requested for {args.id}, but no worker polls its task queue {desc.task_queue!r}, "
+                f"so tasks/cancel is sent only once one does: "
+                f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
+                EXIT_UNREACHABLE,
+                kind="no_worker",
+            )
         # How the task really ended: the workflow sends tasks/cancel and reads the server's answer (a task that
         # finished first keeps its true outcome).
         try:
@@ -293,45 +326,65 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
                 kind="not_ended",
             ) from None
         except Exception as exc:  # ended without an outcome (terminated meanwhile)
-            raise CliError(f"cancel requested for {args.id}; it ended without an outcome: {why(exc)}",
-                           EXIT_ENDED) from None
+            raise CliError(
+                f"cancel requested for {args.id}; it ended without an outcome: {why(exc)}", EXIT_ENDED
+            ) from None
     outcome = _resolve_ref(outcome)
     ended = outcome.outcome.value
     # Exit 0: the cancel was carried out; how the task ended is the outcome (`cancelled`, or its true end when it had
     # finished first or was not running a call: a task awaiting approval keeps the end of its last call).
-    emit(args, {**outcome.model_dump(mode="json"), "cancel_requested": True},
-         f"cancel requested for {args.id}; it ended {ended}\n{outcome_summary(outcome)}")
+    emit(
+        args,
+        {**outcome.model_dump(mode="json"), "cancel_requested": True},
+        f"cancel requested for {args.id}; it ended {ended}\n{outcome_summary(outcome)}",
+    )
     return EXIT_OK
 
 
-async def _update(args: argparse.Namespace, target: Target, name: str, *update_args: object, what: str | None = None,
-                  refused_code: int = EXIT_ENDED) -> Any:
+async def _update(
+    args: argparse.Namespace,
+    target: Target,
+    name: str,
+    *update_args: object,
+    what: str | None = None,
+    refused_code: int = EXIT_ENDED,
+) -> Any:
     what = what or name
     async with temporal(target) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise CliError(f"{what} refused: {args.id} has already ended: {await _ended(handle, desc)}", EXIT_ENDED)
         if await _pollers(client, desc.task_queue) == 0:
-            raise CliError(f"{what}: {args.id} is running but no worker polls its task queue {desc.task_queue!r}: "
-                           f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
-                           EXIT_UNREACHABLE, kind="no_worker")
+            raise CliError(
+                f"{what}: {args.id} is running but no worker polls its task queue {desc.task_queue!r}: "
+                f"{_no_worker_hint(desc.task_queue, args.id, await started_with(desc))}",
+                EXIT_UNREACHABLE,
+                kind="no_worker",
+            )
         try:
             return await asyncio.wait_for(handle.execute_update(name, *update_args), timeout=30)
         except WorkflowUpdateFailedError as exc:
             # The task runs but is not in a state that takes this (nothing to approve, the answer does not fit).
-            raise CliError(f"{what} refused: {getattr(exc.cause, 'message', None) or exc}", refused_code,
-                           kind="refused") from None
+            raise CliError(
+                f"{what} refused: {getattr(exc.cause, 'message', None) or exc}", refused_code, kind="refused"
+            ) from None
         except RPCError as exc:
             raise CliError(f"{what} refused: {exc.message}", EXIT_ENDED, kind="refused") from None
         except TimeoutError:
-            raise CliError(f"{what}: no worker processed the update within 30 s (task queue {desc.task_queue!r})",
-                           EXIT_UNREACHABLE, kind="no_worker") from None
+            raise CliError(
+                f"{what}: no worker processed the update within 30 s (task queue {desc.task_queue!r})",
+                EXIT_UNREACHABLE,
+                kind="no_worker",
+            ) from None
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
     attempt = await _update(args, temporal_target(args), "approve_replay", what="approve")
-    emit(args, {"workflow_id": args.id, "approved": True, "attempt": attempt},
-         f"replay approved for {args.id} (tools/call #{attempt} will be sent)")
+    emit(
+        args,
+        {"workflow_id": args.id, "approved": True, "attempt": attempt},
+        f"replay approved for {args.id} (tools/call #{attempt} will be sent)",
+    )
     return EXIT_OK
 
 
@@ -339,8 +392,7 @@ async def _view_to_answer(args: argparse.Namespace, target: Target) -> TaskView:
     async with temporal(target) as (client, _):
         handle, desc = await _handle(client, args.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to answer",
-                           EXIT_ENDED)
+            raise CliError(f"{args.id} has already ended: {await _ended(handle, desc)}; nothing to answer", EXIT_ENDED)
         return await query_status(client, handle, desc)
 
 
@@ -348,8 +400,11 @@ def cmd_answer(args: argparse.Namespace) -> int:
     """Synchronous on purpose: the prompts run outside the event loop, so the first Ctrl-C stops at once
     (``asyncio.run`` would turn it into a task cancellation that a blocked ``input()`` never sees)."""
     if args.response is None and not sys.stdin.isatty():
-        raise CliError("answer: standard input is not a terminal, so there is nobody to prompt: give the answer "
-                       "with --response, e.g. --response '{\"action\": \"accept\", \"content\": {...}}'", EXIT_USAGE)
+        raise CliError(
+            "answer: standard input is not a terminal, so there is nobody to prompt: give the answer "
+            'with --response, e.g. --response \'{"action": "accept", "content": {...}}\'',
+            EXIT_USAGE,
+        )
     target = temporal_target(args)  # one configuration read, one address rule: for the query and the update
     view = asyncio.run(_view_to_answer(args, target))
     pending = {p.key: p for p in view.pending_inputs}
@@ -378,9 +433,12 @@ def cmd_answer(args: argparse.Namespace) -> int:
         for key in keys:
             responses[key] = prompt_elicitation(pending[key])
     accepted = asyncio.run(_update(args, target, "provide_input", responses, what="answer", refused_code=EXIT_USAGE))
-    emit(args, {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
-         f"answered {printable(', '.join(sorted(responses)))}"
-         + (f"; still outstanding: {printable(accepted)}" if accepted else ""))
+    emit(
+        args,
+        {"workflow_id": args.id, "answered": sorted(responses), "still_outstanding": accepted},
+        f"answered {printable(', '.join(sorted(responses)))}"
+        + (f"; still outstanding: {printable(accepted)}" if accepted else ""),
+    )
     return EXIT_OK
 
 
@@ -389,13 +447,19 @@ LIST_DESCRIBE = 50
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
-    for option, value, allowed in (("--outcome", args.outcome, outcome_values()),
-                                   ("--status", args.status, status_values())):
+    for option, value, allowed in (
+        ("--outcome", args.outcome, outcome_values()),
+        ("--status", args.status, status_values()),
+    ):
         if value is not None and value not in allowed:
             raise CliError(f"{option} {value!r} is not one of: {', '.join(allowed)}", EXIT_USAGE)
     clauses = ["WorkflowType = 'McpTaskWorkflow'"]
-    for attr, value in (("McpOutcome", args.outcome), ("McpTaskStatus", args.status), ("McpServer", args.server),
-                        ("McpTool", args.tool)):
+    for attr, value in (
+        ("McpOutcome", args.outcome),
+        ("McpTaskStatus", args.status),
+        ("McpServer", args.server),
+        ("McpTool", args.tool),
+    ):
         if value:
             if "'" in value or "\\" in value:
                 raise CliError(f"invalid value {value!r}: quotes and backslashes cannot be searched", EXIT_USAGE)
@@ -405,10 +469,18 @@ async def cmd_list(args: argparse.Namespace) -> int:
     async with temporal(temporal_target(args)) as (client, _):
         async for wf in client.list_workflows(query, limit=args.limit):
             sa = {k.name: v for k, v in wf.typed_search_attributes}
-            rows.append({"workflow_id": wf.id, "workflow_status": wf.status.name if wf.status else None,
-                         "server": sa.get("McpServer"), "tool": sa.get("McpTool"), "task_id": sa.get("McpTaskId"),
-                         "task_status": sa.get("McpTaskStatus"), "outcome": sa.get("McpOutcome"),
-                         "started": wf.start_time.isoformat() if wf.start_time else None})
+            rows.append(
+                {
+                    "workflow_id": wf.id,
+                    "workflow_status": wf.status.name if wf.status else None,
+                    "server": sa.get("McpServer"),
+                    "tool": sa.get("McpTool"),
+                    "task_id": sa.get("McpTaskId"),
+                    "task_status": sa.get("McpTaskStatus"),
+                    "outcome": sa.get("McpOutcome"),
+                    "started": wf.start_time.isoformat() if wf.start_time else None,
+                }
+            )
         # A running workflow whose workflow task fails cannot update its search attributes: ask describe (at most
         # LIST_DESCRIBE of them, at once), so it is never listed as `working`.
         running = [r for r in rows if r["workflow_status"] == "RUNNING"][:LIST_DESCRIBE]
@@ -431,12 +503,19 @@ async def cmd_list(args: argparse.Namespace) -> int:
         return r["task_status"] or ""
 
     table = [("WORKFLOW ID", "SERVER", "TOOL", "STATUS", "OUTCOME", "STARTED")] + [
-        (p(r["workflow_id"]), p(r["server"]), p(r["tool"]), p(shown_status(r)), p(r["outcome"] or "-"),
-         (r["started"] or "")[:19].replace("T", " ")) for r in rows]
+        (
+            p(r["workflow_id"]),
+            p(r["server"]),
+            p(r["tool"]),
+            p(shown_status(r)),
+            p(r["outcome"] or "-"),
+            (r["started"] or "")[:19].replace("T", " "),
+        )
+        for r in rows
+    ]
     widths = [min(48, max(len(row[i]) for row in table)) for i in range(5)]
     human = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5] for row in table)
     if not rows:
         human += "\n(none)"
     emit(args, {"query": query, "workflows": rows}, human)
     return EXIT_OK
-

@@ -89,7 +89,7 @@ def hint(*words: str, config: str | None = None) -> str:
     options = list(HINT_OPTIONS)
     if config:
         if "--config" in options:
-            del options[options.index("--config"):options.index("--config") + 2]
+            del options[options.index("--config") : options.index("--config") + 2]
         options += ["--config", str(Path(config).absolute())]
     return f"{prog()} {shlex.join([*words, *options])}"
 
@@ -151,8 +151,9 @@ def check_id(wid: str, what: str = "ID") -> None:
     if not wid.strip():
         raise CliError(f"{what}: a workflow id must not be empty", EXIT_USAGE)
     if len(wid) > MAX_ID_CHARS:
-        raise CliError(f"{what}: a workflow id is at most {MAX_ID_CHARS} characters (this one has {len(wid)})",
-                       EXIT_USAGE)
+        raise CliError(
+            f"{what}: a workflow id is at most {MAX_ID_CHARS} characters (this one has {len(wid)})", EXIT_USAGE
+        )
 
 
 def check_text(args: argparse.Namespace) -> None:
@@ -172,8 +173,18 @@ def check_text(args: argparse.Namespace) -> None:
 #: ``McpTaskStatus`` values: the server's task statuses, our phases before and between them, and the outcome a
 #: finished task without a terminal server status is listed under.
 def status_values() -> list[str]:
-    values = ["submitting", "working", "input_required", "awaiting_approval", "replaying", "retrieving",
-              "cancelling", "completed", "failed", "cancelled"]
+    values = [
+        "submitting",
+        "working",
+        "input_required",
+        "awaiting_approval",
+        "replaying",
+        "retrieving",
+        "cancelling",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
     values += [p.value.lower() for p in Phase if p.value.lower() not in values and p != Phase.DONE]
     return values + [o.value for o in Outcome if o.value not in values]
 
@@ -220,8 +231,9 @@ class _Version(argparse.Action):
     """``--version``: the version is looked up only when asked for."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print the version and exit", **kwargs)
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit", **kwargs
+        )
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
         print(f"{parser.prog} {version()}")
@@ -243,78 +255,116 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def temporal_opts(p: argparse.ArgumentParser, *, config: bool = True) -> None:
-        p.add_argument("--address", help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS, a temporal.toml "
-                                         "profile, the --config file's [temporal] address, else localhost:7233)")
-        p.add_argument("--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE, a temporal.toml "
-                                           "profile, [temporal] namespace, else default)")
+        p.add_argument(
+            "--address",
+            help="Temporal frontend HOST:PORT (default: $TEMPORAL_ADDRESS, a temporal.toml "
+            "profile, the --config file's [temporal] address, else localhost:7233)",
+        )
+        p.add_argument(
+            "--namespace",
+            help="Temporal namespace (default: $TEMPORAL_NAMESPACE, a temporal.toml "
+            "profile, [temporal] namespace, else default)",
+        )
         if config:
-            p.add_argument("--config", help="worker TOML configuration whose [temporal] table says where Temporal is "
-                                            "(default: $MCP_TASKS_CONFIG)")
+            p.add_argument(
+                "--config",
+                help="worker TOML configuration whose [temporal] table says where Temporal is "
+                "(default: $MCP_TASKS_CONFIG)",
+            )
 
     def ui_opt(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--ui-url", metavar="URL",
-                       help="the Temporal UI for printed links, e.g. http://localhost:8080 (default: "
-                            "$MCP_TASKS_UI_URL, [temporal] ui_url, else the dev server's own when mcp-tasks runs it; "
-                            "no link otherwise)")
+        p.add_argument(
+            "--ui-url",
+            metavar="URL",
+            help="the Temporal UI for printed links, e.g. http://localhost:8080 (default: "
+            "$MCP_TASKS_UI_URL, [temporal] ui_url, else the dev server's own when mcp-tasks runs it; "
+            "no link otherwise)",
+        )
 
     def json_opt(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--json", action="store_true",
-                       help="print exactly one JSON object on stdout, also on errors ({\"error\": {...}})")
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help='print exactly one JSON object on stdout, also on errors ({"error": {...}})',
+        )
 
     p = command("run", "run one MCP tool call as a durable task and follow it to its outcome")
     p.add_argument("tool", help="tool name")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--server", help="a server name from the worker configuration")
     target.add_argument("--url", help="streamable HTTP endpoint of the MCP server")
-    target.add_argument("--command", help="stdio MCP server command line, e.g. \"node server.mjs\"")
-    p.add_argument("--args", metavar="JSON|@FILE|-",
-                   help="tool arguments: a JSON object, @FILE to read it from a file, - to read it from stdin "
-                        "(at most 512 KiB)")
-    p.add_argument("--id", help="workflow id (default: mcp-task-KEY with --idempotency-key, else derived from the "
-                                "request). The same id never runs the tool twice: running the same command again "
-                                "shows the stored outcome; a new id runs it again")
+    target.add_argument("--command", help='stdio MCP server command line, e.g. "node server.mjs"')
+    p.add_argument(
+        "--args",
+        metavar="JSON|@FILE|-",
+        help="tool arguments: a JSON object, @FILE to read it from a file, - to read it from stdin (at most 512 KiB)",
+    )
+    p.add_argument(
+        "--id",
+        help="workflow id (default: mcp-task-KEY with --idempotency-key, else derived from the "
+        "request). The same id never runs the tool twice: running the same command again "
+        "shows the stored outcome; a new id runs it again",
+    )
     p.add_argument(
         "--replay",
         choices=["never", "if_idempotent", "always", "with_approval"],
         help="when a new tools/call may be sent after a lost or failed one (default: configured, else never)",
     )
     p.add_argument("--idempotent", action="store_true", help="declare the tool idempotent (trusted: you say so)")
-    p.add_argument("--idempotency-key", metavar="KEY",
-                   help="your key for this operation (recorded in the ledger); the default workflow id becomes "
-                        "mcp-task-KEY, so `mcp-tasks status mcp-task-KEY` finds it")
+    p.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="your key for this operation (recorded in the ledger); the default workflow id becomes "
+        "mcp-task-KEY, so `mcp-tasks status mcp-task-KEY` finds it",
+    )
     p.add_argument("--ttl", type=float, help="requested task TTL in seconds (2025-11-25 servers)")
     p.add_argument("--era", choices=["2025-11-25", "2026-07-28"], help="pin the protocol era")
-    p.add_argument("--principal", help="who the call is made for (recorded in the ledger; sessions are pooled per "
-                                       "principal)")
-    p.add_argument("--detach", action="store_true",
-                   help="exit once the workflow is started and print its id; a running worker runs it (needs a "
-                        "Temporal that outlives this command: --address, or `mcp-tasks dev-server`)")
+    p.add_argument(
+        "--principal", help="who the call is made for (recorded in the ledger; sessions are pooled per principal)"
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="exit once the workflow is started and print its id; a running worker runs it (needs a "
+        "Temporal that outlives this command: --address, or `mcp-tasks dev-server`)",
+    )
     p.add_argument("--no-worker", action="store_true", help="do not run an in-process worker; rely on running ones")
-    p.add_argument("--task-queue", metavar="Q",
-                   help="task queue of the workflow. Default: with the in-process worker, a queue of this command "
-                        f"alone ({RUN_QUEUE_PREFIX}<random>), so no other worker takes the task; with --no-worker "
-                        "or --detach, the queue your workers poll ([temporal] task_queue, $MCP_TASKS_TASK_QUEUE, "
-                        "else mcp-tasks)")
+    p.add_argument(
+        "--task-queue",
+        metavar="Q",
+        help="task queue of the workflow. Default: with the in-process worker, a queue of this command "
+        f"alone ({RUN_QUEUE_PREFIX}<random>), so no other worker takes the task; with --no-worker "
+        "or --detach, the queue your workers poll ([temporal] task_queue, $MCP_TASKS_TASK_QUEUE, "
+        "else mcp-tasks)",
+    )
     ui_opt(p)
     temporal_opts(p, config=False)
-    p.add_argument("--config", help="worker TOML configuration: its [servers] for --server NAME, its [temporal] table "
-                                    "for where Temporal is (default: $MCP_TASKS_CONFIG)")
+    p.add_argument(
+        "--config",
+        help="worker TOML configuration: its [servers] for --server NAME, its [temporal] table "
+        "for where Temporal is (default: $MCP_TASKS_CONFIG)",
+    )
     json_opt(p)
 
     p = command("tools", "list a server's tools: task support, idempotency hints, and the policy a worker applies")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--server", help="a server name from the worker configuration")
     target.add_argument("--url", help="streamable HTTP endpoint of the MCP server")
-    target.add_argument("--command", help="stdio MCP server command line, e.g. \"node server.mjs\"")
+    target.add_argument("--command", help='stdio MCP server command line, e.g. "node server.mjs"')
     p.add_argument("--era", choices=["2025-11-25", "2026-07-28"], help="pin the protocol era")
-    p.add_argument("--config", help="worker TOML configuration: the servers and tool policies a worker of it applies "
-                                    "(default: $MCP_TASKS_CONFIG)")
+    p.add_argument(
+        "--config",
+        help="worker TOML configuration: the servers and tool policies a worker of it applies "
+        "(default: $MCP_TASKS_CONFIG)",
+    )
     json_opt(p)
 
-    for name, helptext in (("status", "show where a task is"),
-                           ("result", "print a task's outcome"),
-                           ("cancel", "cancel a task (tasks/cancel); a finished task keeps its outcome"),
-                           ("approve", "approve the pending replay of a task (policy with_approval)")):
+    for name, helptext in (
+        ("status", "show where a task is"),
+        ("result", "print a task's outcome"),
+        ("cancel", "cancel a task (tasks/cancel); a finished task keeps its outcome"),
+        ("approve", "approve the pending replay of a task (policy with_approval)"),
+    ):
         p = command(name, helptext)
         p.add_argument("id", help="workflow id")
         if name == "result":
@@ -326,21 +376,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("answer", "answer a task's outstanding input request (prompts on a terminal)")
     p.add_argument("id", help="workflow id")
     p.add_argument("--key", help="which input request (default: every outstanding one)")
-    p.add_argument("--response", metavar="JSON",
-                   help='the answer as an ElicitResult, e.g. \'{"action":"accept","content":{"approve":true}}\' '
-                        "(or {KEY: ElicitResult}); needed when stdin is not a terminal")
+    p.add_argument(
+        "--response",
+        metavar="JSON",
+        help='the answer as an ElicitResult, e.g. \'{"action":"accept","content":{"approve":true}}\' '
+        "(or {KEY: ElicitResult}); needed when stdin is not a terminal",
+    )
     temporal_opts(p)
     json_opt(p)
 
-    p = command("schema", "print the JSON Schemas of the workflow's request, outcome, queries, updates and signals "
-                          "(for services in other languages)")
+    p = command(
+        "schema",
+        "print the JSON Schemas of the workflow's request, outcome, queries, updates and signals "
+        "(for services in other languages)",
+    )
     p.add_argument("--out", metavar="DIR", help="write one FILE.json per schema into DIR instead of printing them")
     p.add_argument("--check", action="store_true", help="with --out: exit 1 if DIR's files are not current")
 
     p = command("list", "list MCP task workflows")
     p.add_argument("--outcome", metavar="OUTCOME", help="only tasks that ended so: " + ", ".join(outcome_values()))
-    p.add_argument("--status", metavar="STATUS",
-                   help="only tasks whose McpTaskStatus is STATUS: " + ", ".join(status_values()))
+    p.add_argument(
+        "--status", metavar="STATUS", help="only tasks whose McpTaskStatus is STATUS: " + ", ".join(status_values())
+    )
     p.add_argument("--server", help="configured server name (or the inline endpoint as listed)")
     p.add_argument("--tool", help="tool name")
     p.add_argument("--limit", type=_positive_int, default=50, help="show at most this many (default: 50)")
@@ -350,9 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("worker", "run workflows and activities on a task queue")
     p.add_argument("--config", help="TOML configuration (default: $MCP_TASKS_CONFIG)")
     p.add_argument("--task-queue", help="task queue (default from config, else mcp-tasks)")
-    p.add_argument("--log-level", default=os.environ.get("MCP_TASKS_LOG_LEVEL", "INFO"),
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
-                   help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)")
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("MCP_TASKS_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)",
+    )
     p.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
     temporal_opts(p, config=False)
 
@@ -363,13 +424,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
 
     p = command("demo", "embedded Temporal + demo MCP server + worker: see the point in a minute")
-    p.add_argument("--keep", action="store_true",
-                   help="keep Temporal, the demo server and the worker running after the demo (Ctrl-C stops)")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep Temporal, the demo server and the worker running after the demo (Ctrl-C stops)",
+    )
     ui_opt(p)
 
     p = command("demo-server", "the bundled task-capable demo MCP server (streamable HTTP)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=_port_or_0, default=8000, help="port (default: 8000; 0 picks a free one)")
-    p.add_argument("--poll-interval-ms", type=_positive_int, default=500,
-                   help="pollInterval the server suggests to clients, in ms (default: 500)")
+    p.add_argument(
+        "--poll-interval-ms",
+        type=_positive_int,
+        default=500,
+        help="pollInterval the server suggests to clients, in ms (default: 500)",
+    )
     return parser

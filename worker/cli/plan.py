@@ -57,7 +57,7 @@ def missing_env_refs(where: str, endpoint: Endpoint) -> list[str]:
     for table, refs in (("headers", endpoint.header_refs or {}), ("env", endpoint.env_refs or {})):
         for name, var in refs.items():
             if var not in os.environ:
-                missing.append(f"{where}.{table}.{name} = {{ env = \"{var}\" }}: ${var} is not set")
+                missing.append(f'{where}.{table}.{name} = {{ env = "{var}" }}: ${var} is not set')
     return missing
 
 
@@ -156,8 +156,11 @@ def read_args(spec: str | None) -> str:
         raw, where = sys.stdin.buffer.read(), "--args - (stdin)"
         if not raw.strip():
             # Not `{}`: an empty stdin is a pipe that produced nothing (a failed command before it), not a request.
-            raise CliError("--args -: standard input was empty; give the arguments as a JSON object on stdin "
-                           "(e.g. echo '{}' | mcp-tasks run ...), or leave --args out for none", EXIT_USAGE)
+            raise CliError(
+                "--args -: standard input was empty; give the arguments as a JSON object on stdin "
+                "(e.g. echo '{}' | mcp-tasks run ...), or leave --args out for none",
+                EXIT_USAGE,
+            )
     elif spec.startswith("@"):
         path = spec[1:]
         try:
@@ -191,9 +194,17 @@ def run_request(args: argparse.Namespace) -> McpTaskRequest:
             server = Endpoint(url=args.url)
         else:
             server = Endpoint(command=shlex.split(args.command))
-        request = McpTaskRequest(server=server, tool=args.tool, arguments=arguments, era=args.era,
-                                 ttl_s=args.ttl, replay=args.replay, idempotent=True if args.idempotent else None,
-                                 idempotency_key=args.idempotency_key, principal=args.principal)
+        request = McpTaskRequest(
+            server=server,
+            tool=args.tool,
+            arguments=arguments,
+            era=args.era,
+            ttl_s=args.ttl,
+            replay=args.replay,
+            idempotent=True if args.idempotent else None,
+            idempotency_key=args.idempotency_key,
+            principal=args.principal,
+        )
         check_request_size(request.arguments)  # refused here, before any workflow starts
         return request
     except RequestTooLarge as exc:
@@ -216,10 +227,13 @@ def check_inline_for_workers(request: McpTaskRequest, cfg: WorkerConfig, how: st
         key, flag = "allow_inline_commands", "--command"
     else:
         return
-    raise CliError(f"{how} {flag}: a worker refuses an inline endpoint unless its [worker] {key} = true (see "
-                   f"Trust model), so no worker would run this task; use --server NAME (a configured server), run "
-                   f"without {how} (this command's own worker takes the endpoint you typed), or give --config with "
-                   f"the workers' configuration if it allows it", EXIT_USAGE)
+    raise CliError(
+        f"{how} {flag}: a worker refuses an inline endpoint unless its [worker] {key} = true (see "
+        f"Trust model), so no worker would run this task; use --server NAME (a configured server), run "
+        f"without {how} (this command's own worker takes the endpoint you typed), or give --config with "
+        f"the workers' configuration if it allows it",
+        EXIT_USAGE,
+    )
 
 
 @dataclass(frozen=True)
@@ -249,17 +263,18 @@ def run_plan(args: argparse.Namespace) -> RunPlan:
     server = request.server
     if isinstance(server, str) and server not in cfg.servers and not args.no_worker:
         known = ", ".join(sorted(cfg.servers)) or "none"
-        raise CliError(f"unknown server {server!r} (configured: {known}); use --config, --url or --command",
-                       EXIT_USAGE)
+        raise CliError(f"unknown server {server!r} (configured: {known}); use --config, --url or --command", EXIT_USAGE)
     in_process = not args.no_worker and not args.detach
     if in_process:  # this process is the worker: its configuration must be complete
-        check_env_refs(cfg, only=[server] if isinstance(server, str) else [],
-                       inline=server if isinstance(server, Endpoint) else None)
+        check_env_refs(
+            cfg,
+            only=[server] if isinstance(server, str) else [],
+            inline=server if isinstance(server, Endpoint) else None,
+        )
     else:
         check_inline_for_workers(request, cfg, "--detach" if args.detach else "--no-worker")
     wid = args.id or default_workflow_id(request)
     check_id(wid, "--id")
     target = target_of(args, cfg, ui_url)  # a malformed address is bad input (exit 2), whatever the MCP server does
-    queue = args.task_queue or (f"{RUN_QUEUE_PREFIX}{uuid.uuid4().hex[:12]}" if in_process
-                                else cfg.temporal.task_queue)
+    queue = args.task_queue or (f"{RUN_QUEUE_PREFIX}{uuid.uuid4().hex[:12]}" if in_process else cfg.temporal.task_queue)
     return RunPlan(request, cfg, wid, target, in_process, queue, (server,) if isinstance(server, Endpoint) else ())

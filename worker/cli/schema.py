@@ -20,8 +20,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     if args.check:
-        stale = sorted(name for name, schema in schemas.items()
-                       if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != render(schema))
+        stale = sorted(
+            name
+            for name, schema in schemas.items()
+            if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != render(schema)
+        )
         if stale:
             sys.stderr.write(f"not current in {out}: {', '.join(stale)} (run `mcp-tasks schema --out {out}`)\n")
             return 1

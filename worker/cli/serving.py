@@ -165,12 +165,14 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     if wait_s:
         log.info("connecting to Temporal at %s (waiting up to %.0f s for it to come up)", cfg.temporal.address, wait_s)
     try:
-        client = await asyncio.wait_for(connect_to(options, cfg=cfg, metrics_port=cfg.worker.metrics_port,
-                                                   wait_s=wait_s), timeout=wait_s + 15)
+        client = await asyncio.wait_for(
+            connect_to(options, cfg=cfg, metrics_port=cfg.worker.metrics_port, wait_s=wait_s), timeout=wait_s + 15
+        )
     except Exception as exc:
         waited = f" (waited {wait_s:.0f} s)" if wait_s else ""
-        raise CliError(f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}",
-                       EXIT_UNREACHABLE) from None
+        raise CliError(
+            f"Temporal is unreachable at {cfg.temporal.address}{waited}: {why(exc)}", EXIT_UNREACHABLE
+        ) from None
     await check_namespace(client, cfg.temporal.namespace, cfg.temporal.address)
     added = await ensure_search_attributes(client, cfg.temporal.namespace)
     if added:
@@ -179,10 +181,19 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         log.info("search attributes already registered in namespace %s", cfg.temporal.namespace)
     if cfg.worker.metrics_port:
         log.info("Prometheus metrics on :%d/metrics", cfg.worker.metrics_port)
-    await run_workers(client, cfg, activities=activities, on_ready=lambda: log.info(
-        "ready: polling task queue %s on %s (namespace %s; servers: %s)", cfg.temporal.task_queue,
-        cfg.temporal.address, cfg.temporal.namespace, ", ".join(sorted(cfg.servers)) or "none",
-        extra={"event": "ready", "task_queue": cfg.temporal.task_queue}))
+    await run_workers(
+        client,
+        cfg,
+        activities=activities,
+        on_ready=lambda: log.info(
+            "ready: polling task queue %s on %s (namespace %s; servers: %s)",
+            cfg.temporal.task_queue,
+            cfg.temporal.address,
+            cfg.temporal.namespace,
+            ", ".join(sorted(cfg.servers)) or "none",
+            extra={"event": "ready", "task_queue": cfg.temporal.task_queue},
+        ),
+    )
     log.info("stopped")
     return EXIT_OK
 
@@ -224,8 +235,11 @@ async def cmd_dev_server(args: argparse.Namespace) -> int:
 def _require_demo_extra() -> None:
     """The demo server's fastmcp is an extra: a worker image does not carry it."""
     if importlib.util.find_spec("fastmcp") is None:
-        raise CliError("the demo needs the [demo] extra: pip install 'mcp-temporal-tasks[demo]' "
-                       "(from a checkout: pip install '.[demo]')", EXIT_USAGE)
+        raise CliError(
+            "the demo needs the [demo] extra: pip install 'mcp-temporal-tasks[demo]' "
+            "(from a checkout: pip install '.[demo]')",
+            EXIT_USAGE,
+        )
 
 
 async def _demo_temporal(ui_url: str | None = None) -> tuple[Client, DevServer | None, str, str | None]:
@@ -256,8 +270,10 @@ async def _demo_temporal(ui_url: str | None = None) -> tuple[Client, DevServer |
         try:
             held = await connect(str(holder["address"]), "default", wait_s=5.0)
             ui = ui_base(str(holder["address"]), given=ui_url, started=str(holder["ui"]) if holder.get("ui") else None)
-            err(f"▶ using the Temporal already serving the default state at {holder['address']}"
-                + (f" · UI {ui}" if ui else ""))
+            err(
+                f"▶ using the Temporal already serving the default state at {holder['address']}"
+                + (f" · UI {ui}" if ui else "")
+            )
             return held, None, str(holder["address"]), ui
         except Exception:
             pass
@@ -305,8 +321,10 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         queue = f"mcp-tasks-demo-{run}"
         cfg = demo_config(url, queue)
         worker_task = asyncio.create_task(run_workers(client, cfg, stop=stop, handle_signals=False))
-        handles = {name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}", task_queue=queue)
-                   for name, req in demo_requests().items()}
+        handles = {
+            name: await start_mcp_task(client, req, workflow_id=f"demo-{name}-{run}", task_queue=queue)
+            for name, req in demo_requests().items()
+        }
         links = {name: ui_link(ui, client.namespace, h.id) for name, h in handles.items()}
 
         async def cancel_payment() -> None:
@@ -336,8 +354,10 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\n{'task':<9} {'tool':<15} {'outcome':<11} {'detail'}")
         for name, o in outcomes.items():
             print(f"{name:<9} {o.ledger.tool:<15} {o.outcome.value:<11} {detail(o)}")
-        print(f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect"
-              + (":" if ui else f" (mcp-tasks status ID): {', '.join(h.id for h in handles.values())}"))
+        print(
+            f"\nall four in {time.monotonic() - t0:.1f}s; each is a workflow you can inspect"
+            + (":" if ui else f" (mcp-tasks status ID): {', '.join(h.id for h in handles.values())}")
+        )
         for name, link in links.items():
             if link:
                 print(f"  {name:<9} {link}")
@@ -386,10 +406,11 @@ def cmd_demo_server(args: argparse.Namespace) -> int:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((args.host, args.port))
     except OSError as exc:
-        raise CliError(f"demo-server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-                       + (" (pick another with --port, or --port 0 for a free one)"
-                          if exc.errno == errno.EADDRINUSE else ""),
-                       EXIT_USAGE) from None
+        raise CliError(
+            f"demo-server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+            + (" (pick another with --port, or --port 0 for a free one)" if exc.errno == errno.EADDRINUSE else ""),
+            EXIT_USAGE,
+        ) from None
     argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
     demo_server.main(argv)
     return 0

@@ -196,8 +196,10 @@ class TaskMachine:
         """Wait for ``ready()``; False on cancellation or timeout. Workflow cancellation is remembered."""
         try:
             # No timeout means no timer: a timer would cost two history events per wait.
-            await workflow.wait_condition(lambda: ready() or self.m.cancel_reason is not None,
-                                          timeout=timedelta(seconds=timeout_s) if timeout_s else None)
+            await workflow.wait_condition(
+                lambda: ready() or self.m.cancel_reason is not None,
+                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+            )
         except builtins.TimeoutError:
             return False
         except asyncio.CancelledError:
@@ -224,8 +226,13 @@ class TaskMachine:
         kind, _, info = failure_info(err)
         timeout = err.cause if isinstance(err.cause, TimeoutError) else None
         if timeout is not None and timeout.type == TimeoutType.SCHEDULE_TO_START:  # the owner's process is gone
-            return _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE,
-                                 reason="the worker process that owns this stdio task is gone"))
+            return _Ended(
+                Ending(
+                    outcome=Outcome.LOST,
+                    stage=Stage.GONE,
+                    reason="the worker process that owns this stdio task is gone",
+                )
+            )
         # We could not follow a task the server accepted; it is not known to be gone: never a replay.
         # Histories from before the patch took this for a task gone.
         stage = where if workflow.patched(RETRIEVAL_NEVER_REPLAYS) else Stage.GONE
@@ -234,6 +241,7 @@ class TaskMachine:
     # --- each phase's entry points, defined in its own module (the composed class has them all) -----
 
     if TYPE_CHECKING:
+
         def _ended_from_payload(self, status: str, payload: DecodedPayload, stage: Stage) -> _Ended: ...  # retrieve
         async def _retrieve(self) -> DecodedPayload: ...  # retrieve
         async def _follow(self, task: TaskState) -> NoReturn: ...  # wait

@@ -43,34 +43,67 @@ class CancelPhase(TaskMachine):
         asked = workflow.now()
         try:
             out = await workflow.execute_activity_method(
-                McpActivities.cancel_task, CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id,
-                                                        principal=principal),
+                McpActivities.cancel_task,
+                CancelInput(session=self.m.session, job=self._job(), task_id=task.task_id, principal=principal),
                 # Retried on every read fault, for as long as a poll would be (at most 5 minutes).
-                **self._config(TASK_STEP, **read_budget(min(300.0, self.req.timeouts.unreachable_s)),
-                               summary=f"tasks/cancel {_short(task.task_id)}"))
+                **self._config(
+                    TASK_STEP,
+                    **read_budget(min(300.0, self.req.timeouts.unreachable_s)),
+                    summary=f"tasks/cancel {_short(task.task_id)}",
+                ),
+            )
         except ActivityError as err:
             kind, info, last = last_read_failure(err)
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, error=last, reason=(
-                f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({attempts_text(info, asked)}; last: "
-                f"{kind}): the task may still be running on the server")))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.CANCELLED,
+                    stage=Stage.CANCELLING,
+                    error=last,
+                    reason=(
+                        f"{self.m.cancel_reason}; tasks/cancel got no usable answer ({attempts_text(info, asked)}; "
+                        f"last: {kind}): the task may still be running on the server"
+                    ),
+                )
+            )
         if out.not_found or out.unreachable:
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING,
-                                reason=f"{self.m.cancel_reason}; task already gone on the server"))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.CANCELLED,
+                    stage=Stage.CANCELLING,
+                    reason=f"{self.m.cancel_reason}; task already gone on the server",
+                )
+            )
         # Cancellation is cooperative: the task may still have finished first. Read its real end.
         try:
             aw = await workflow.execute_activity_method(
                 McpActivities.await_task,
-                AwaitInput(session=self.m.session, task_id=task.task_id, principal=principal,
-                           poll_floor_s=self.req.timeouts.poll_floor_s, poll_ceiling_s=2.0,
-                           output_schema=self.m.output_schema, answered_keys=list(self.m.pending),
-                           unreachable_s=min(60.0, self.req.timeouts.unreachable_s),
-                           schedule=PollSchedule(age_fraction=0), job=self._job()),
-                **self._config(WAIT, start_to_close_timeout=timedelta(minutes=2),
-                               schedule_to_close_timeout=timedelta(minutes=3),
-                               summary=f"settle {_short(task.task_id)} after cancel"))
+                AwaitInput(
+                    session=self.m.session,
+                    task_id=task.task_id,
+                    principal=principal,
+                    poll_floor_s=self.req.timeouts.poll_floor_s,
+                    poll_ceiling_s=2.0,
+                    output_schema=self.m.output_schema,
+                    answered_keys=list(self.m.pending),
+                    unreachable_s=min(60.0, self.req.timeouts.unreachable_s),
+                    schedule=PollSchedule(age_fraction=0),
+                    job=self._job(),
+                ),
+                **self._config(
+                    WAIT,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    schedule_to_close_timeout=timedelta(minutes=3),
+                    summary=f"settle {_short(task.task_id)} after cancel",
+                ),
+            )
         except ActivityError:
-            raise _Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING,
-                                reason=f"{self.m.cancel_reason}; final state unknown"))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.CANCELLED,
+                    stage=Stage.CANCELLING,
+                    reason=f"{self.m.cancel_reason}; final state unknown",
+                )
+            )
         if aw.state is not None and aw.state.terminal:
             self.m.task_state = aw.state
             if aw.state.status != "cancelled":

@@ -37,8 +37,9 @@ class InputPhase(TaskMachine):
         self.m.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
         self._enter(Phase.INPUT_REQUIRED, "input_required")
         timeout = self.req.input_timeout_s or self.req.timeouts.input_s
-        answered = await self._interruptible_wait(lambda: all(k in self.m.answers for k in self.m.pending),
-                                                  timeout_s=timeout)
+        answered = await self._interruptible_wait(
+            lambda: all(k in self.m.answers for k in self.m.pending), timeout_s=timeout
+        )
         if self.m.cancel_reason is not None:
             await self._cancel_and_settle(task)
         if not answered:
@@ -75,9 +76,17 @@ class InputPhase(TaskMachine):
                     )
                 )
             # The answers may or may not have arrived; the task is not known to be gone: never a replay.
-            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.INPUT, error=last, reason=(
-                f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "
-                f"{info.get('message', '')}); not replayed: the task may still exist on the server")))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.LOST,
+                    stage=Stage.INPUT,
+                    error=last,
+                    reason=(
+                        f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "
+                        f"{info.get('message', '')}); not replayed: the task may still exist on the server"
+                    ),
+                )
+            )
         self.m.answered_keys.extend(responses)
         self.m.pending = {}
 
@@ -95,16 +104,26 @@ class InputPhase(TaskMachine):
         timeout = self.req.input_timeout_s or self.req.timeouts.input_s
         handle = workflow.start_activity_method(
             McpActivities.relay_input,
-            RelayInput(session=self.m.session, state=self.m.task_state, output_schema=self.m.output_schema,
-                       principal=self._principal(), hold_s=timeout + 3600),
-            **self._config(WAIT, start_to_close_timeout=timedelta(seconds=timeout + 7200),
-                           summary=f"tasks/result {_short(task.task_id)} (relaying input)"))
+            RelayInput(
+                session=self.m.session,
+                state=self.m.task_state,
+                output_schema=self.m.output_schema,
+                principal=self._principal(),
+                hold_s=timeout + 3600,
+            ),
+            **self._config(
+                WAIT,
+                start_to_close_timeout=timedelta(seconds=timeout + 7200),
+                summary=f"tasks/result {_short(task.task_id)} (relaying input)",
+            ),
+        )
         while not handle.done():
             await self._interruptible_wait(lambda: handle.done() or bool(self._unanswered()))
             if self.m.cancel_reason is None and self._unanswered() and not handle.done():
                 self._enter(Phase.INPUT_REQUIRED, "input_required")
-                answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(),
-                                                          timeout_s=timeout)
+                answered = await self._interruptible_wait(
+                    lambda: not self._unanswered() or handle.done(), timeout_s=timeout
+                )
                 if not answered and self.m.cancel_reason is None and self._unanswered():
                     if self.req.on_input_timeout == "cancel":
                         self.m.cancel_reason = f"no answer to input request within {timeout:g}s"

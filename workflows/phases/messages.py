@@ -34,15 +34,20 @@ class Messages(TaskMachine):
     @workflow.query
     def status(self) -> TaskView:
         return TaskView(
-            workflow_id=workflow.info().workflow_id, phase=self.m.phase, tool=self.req.tool,
-            server=self.m.ledger.server, task_id=self.m.task_state.task_id if self.m.task_state else None,
+            workflow_id=workflow.info().workflow_id,
+            phase=self.m.phase,
+            tool=self.req.tool,
+            server=self.m.ledger.server,
+            task_id=self.m.task_state.task_id if self.m.task_state else None,
             task_status=self.m.task_state.status if self.m.task_state else None,
             status_message=self.m.task_state.status_message if self.m.task_state else None,
             era=self.m.task_state.era if self.m.task_state else self.m.ledger.era,
             pending_inputs=list(self.m.pending.values()),
             protocol_version=self.m.ledger.protocol_version,
-            operation_attempts=self.m.attempts, outcome=self.m.outcome.outcome if self.m.outcome else None,
-            ledger=self.m.ledger, delivered_by=self.m.delivered_by,
+            operation_attempts=self.m.attempts,
+            outcome=self.m.outcome.outcome if self.m.outcome else None,
+            ledger=self.m.ledger,
+            delivered_by=self.m.delivered_by,
         )
 
     @workflow.update
@@ -68,8 +73,12 @@ class Messages(TaskMachine):
     @workflow.update
     def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
         # SEP-1034: an accept that omits a property with a default in the form gets the default.
-        self.m.answers.update({k: with_defaults(v, self.m.pending[k].requested_schema) if k in self.m.pending else v
-                               for k, v in responses.items()})
+        self.m.answers.update(
+            {
+                k: with_defaults(v, self.m.pending[k].requested_schema) if k in self.m.pending else v
+                for k, v in responses.items()
+            }
+        )
         return sorted(k for k in self.m.pending if k not in self.m.answers)
 
     @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
@@ -148,5 +157,7 @@ def validate_input_response(pending: PendingInput, response: dict[str, Any]) -> 
             where = "/".join(str(p) for p in exc.absolute_path) or "content"
             raise ValueError(f"input {pending.key!r}: {where}: {exc.message}") from None
         except (jsonschema.SchemaError, RecursionError, TypeError) as exc:
-            raise ValueError(f"input {pending.key!r}: the server's requestedSchema is unusable "
-                             f"({type(exc).__name__}); answer decline or cancel") from None
+            raise ValueError(
+                f"input {pending.key!r}: the server's requestedSchema is unusable "
+                f"({type(exc).__name__}); answer decline or cancel"
+            ) from None

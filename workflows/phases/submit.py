@@ -49,14 +49,18 @@ class SubmitPhase(TaskMachine):
         self.m.ledger.server = self.m.profile.name
         self.m.ledger.server_identity = self.m.profile.identity
         self.m.ledger.principal = self.m.profile.principal
-        self.m.ledger.idempotency.update(replay=self._policy().value, idempotent=self._idempotent(),
-                                       max_replays=self._max_replays())
+        self.m.ledger.idempotency.update(
+            replay=self._policy().value, idempotent=self._idempotent(), max_replays=self._max_replays()
+        )
         self._set_contract()
         # Upsert only what the starter did not already set (each upsert is a history event and a
         # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
         current = workflow.info().typed_search_attributes
-        wanted = {SA_SERVER: search_attribute_value(self.m.profile.name),
-                  SA_TOOL: search_attribute_value(self.req.tool), SA_STATUS: "submitting"}
+        wanted = {
+            SA_SERVER: search_attribute_value(self.m.profile.name),
+            SA_TOOL: search_attribute_value(self.req.tool),
+            SA_STATUS: "submitting",
+        }
         changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
@@ -73,17 +77,29 @@ class SubmitPhase(TaskMachine):
                 end.ending.reason = "; ".join(filter(None, [end.ending.reason, self.m.call_input_note]))
             raise end
         if start.start.input_requests is not None:
-            raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=RpcErrorInfo(
-                code=-32601, message="server asked for input on tools/call itself; answer through a task"),
-                classification=Classification.PERMANENT))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.REJECTED,
+                    stage=Stage.SUBMITTING,
+                    error=RpcErrorInfo(
+                        code=-32601, message="server asked for input on tools/call itself; answer through a task"
+                    ),
+                    classification=Classification.PERMANENT,
+                )
+            )
         task = start.start.task
         if task is None:
             # The server's reply to tools/call was neither a task, nor a result, nor an input request (the wire
             # refuses such a reply; this guards what a history may hold): the call reached the server and gave
             # nothing to follow, as if its reply had been lost. An outcome, never a failing workflow task.
             attempt.ended = Outcome.UNKNOWN_OUTCOME.value
-            raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, stage=Stage.SUBMITTING, reason=(
-                "tools/call was answered with neither a task, a result nor an input request")))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.UNKNOWN_OUTCOME,
+                    stage=Stage.SUBMITTING,
+                    reason=("tools/call was answered with neither a task, a result nor an input request"),
+                )
+            )
         self.m.session = start.start.session
         self.m.owner_queue = start.owner_queue
         self.m.task_state = task
@@ -107,14 +123,23 @@ class SubmitPhase(TaskMachine):
             sent_at = workflow.now()
             handle = workflow.start_activity_method(
                 McpActivities.start_call,
-                StartCallInput(profile=self.m.profile, tool=self.req.tool, arguments=self.req.arguments,
-                               ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None,
-                               # Only a tool with its own bound waits longer than the transport's read timeout.
-                               call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None,
-                               input_wait_s=self._call_input_bound_s(),
-                               input_timeout_action="cancel" if self.req.on_input_timeout == "cancel" else "decline"),
-                **self._config(SUBMIT, start_to_close_timeout=timedelta(seconds=self._call_bound_s()),
-                               summary=f"tools/call {self.req.tool} ({reason})", pinned=False))
+                StartCallInput(
+                    profile=self.m.profile,
+                    tool=self.req.tool,
+                    arguments=self.req.arguments,
+                    ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None,
+                    # Only a tool with its own bound waits longer than the transport's read timeout.
+                    call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None,
+                    input_wait_s=self._call_input_bound_s(),
+                    input_timeout_action="cancel" if self.req.on_input_timeout == "cancel" else "decline",
+                ),
+                **self._config(
+                    SUBMIT,
+                    start_to_close_timeout=timedelta(seconds=self._call_bound_s()),
+                    summary=f"tools/call {self.req.tool} ({reason})",
+                    pinned=False,
+                ),
+            )
             try:
                 out = await self._await_call(handle)
             except ActivityError as err:
@@ -124,16 +149,19 @@ class SubmitPhase(TaskMachine):
                 if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
                     resends += 1
                     # tools/call never reached the tool: resending is safe, after the server's Retry-After.
-                    delay = max(2.0 ** resends, retry_after)
+                    delay = max(2.0**resends, retry_after)
                     if not (self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline):
-                        await workflow.sleep(timedelta(seconds=delay), summary="rate limited; resend"
-                                             if retry_after else "server unreachable; resend")
+                        await workflow.sleep(
+                            timedelta(seconds=delay),
+                            summary="rate limited; resend" if retry_after else "server unreachable; resend",
+                        )
                         continue
                     verdict = "unreachable"
                 elif verdict == "resend":
                     verdict = "unreachable"
-                error = RpcErrorInfo(code=info.get("code") or -32000, message=info.get("message") or str(err.cause),
-                                     data={"kind": kind})
+                error = RpcErrorInfo(
+                    code=info.get("code") or -32000, message=info.get("message") or str(err.cause), data={"kind": kind}
+                )
                 if verdict == "rejected":
                     # operation_attempts holds the calls whose bytes may have left: a refusal before tools/call was
                     # sent (initialize, auth, discovery, tools/list, the input schema) is not one, so the same
@@ -143,17 +171,35 @@ class SubmitPhase(TaskMachine):
                         self._record(reason, sent_at, ended=Outcome.REJECTED.value)
                     cls, _ = decisions.classify_failure(None, error)
                     cls = decisions.REFUSAL_CLASSES.get(kind, cls)
-                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
-                                        classification=cls,
-                                        reason=None if reached else f"refused before tools/call was sent ({kind})"))
+                    raise _Ended(
+                        Ending(
+                            outcome=Outcome.REJECTED,
+                            stage=Stage.SUBMITTING,
+                            error=error,
+                            classification=cls,
+                            reason=None if reached else f"refused before tools/call was sent ({kind})",
+                        )
+                    )
                 if verdict == "unreachable":
-                    raise _Ended(Ending(outcome=Outcome.REJECTED, stage=Stage.SUBMITTING, error=error,
-                                 classification=Classification.RETRYABLE,
-                                 retry_after_s=retry_after or None,
-                                 reason="server unreachable; tools/call was never sent"))
+                    raise _Ended(
+                        Ending(
+                            outcome=Outcome.REJECTED,
+                            stage=Stage.SUBMITTING,
+                            error=error,
+                            classification=Classification.RETRYABLE,
+                            retry_after_s=retry_after or None,
+                            reason="server unreachable; tools/call was never sent",
+                        )
+                    )
                 self._record(reason, sent_at, ended=Outcome.UNKNOWN_OUTCOME.value)
-                raise _Ended(Ending(outcome=Outcome.UNKNOWN_OUTCOME, stage=Stage.SUBMITTING, error=error,
-                             reason=f"tools/call may have reached the server but its reply was lost ({kind})"))
+                raise _Ended(
+                    Ending(
+                        outcome=Outcome.UNKNOWN_OUTCOME,
+                        stage=Stage.SUBMITTING,
+                        error=error,
+                        reason=f"tools/call may have reached the server but its reply was lost ({kind})",
+                    )
+                )
             return self._accepted(out, reason, sent_at)
 
     def _accepted(self, out: StartCallOutput, reason: str, sent_at: datetime) -> StartCallOutput:
@@ -186,21 +232,32 @@ class SubmitPhase(TaskMachine):
             self._enter(Phase.INPUT_REQUIRED, "input_required")
             answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(), timeout_s=bound)
             if not answered and not handle.done():
-                action = "cancel" if self.m.cancel_reason is not None or self.req.on_input_timeout == "cancel" \
-                    else "decline"
-                why = (f"cancelled ({self.m.cancel_reason})" if self.m.cancel_reason
-                       else f"nobody answered within {bound:g}s")
+                action = (
+                    "cancel" if self.m.cancel_reason is not None or self.req.on_input_timeout == "cancel" else "decline"
+                )
+                why = (
+                    f"cancelled ({self.m.cancel_reason})"
+                    if self.m.cancel_reason
+                    else f"nobody answered within {bound:g}s"
+                )
                 for key in self._unanswered():
                     self.m.answers[key] = {"action": action}
                     asked = self.m.pending[key].message or key
-                    self.m.call_input_note = (f"the server asked for input during tools/call ({asked!r}): "
-                                              f"answered {action}: {why}")[:1024]
+                    self.m.call_input_note = (
+                        f"the server asked for input during tools/call ({asked!r}): answered {action}: {why}"
+                    )[:1024]
             self.m.pending = {}
             self._enter(Phase.SUBMITTING, "submitting")
 
     def _record(self, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
-        self.m.attempts.append(OperationAttempt(n=len(self.m.attempts) + 1, reason=reason,  # type: ignore[arg-type]
-                                              at=sent_at, ended=ended))
+        self.m.attempts.append(
+            OperationAttempt(
+                n=len(self.m.attempts) + 1,
+                reason=reason,  # type: ignore[arg-type]
+                at=sent_at,
+                ended=ended,
+            )
+        )
 
     def _learn_tool(self, out: StartCallOutput) -> None:
         if out.tool is None or self.m.profile is None:
@@ -209,9 +266,11 @@ class SubmitPhase(TaskMachine):
             self.m.output_schema = out.tool.output_schema
             self._set_contract()
         # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
-        annotated = decisions.annotation_idempotent(trusted=self.m.profile.trust_annotations,
-                                                    idempotent_hint=out.tool.idempotent_hint,
-                                                    read_only_hint=out.tool.read_only_hint)
+        annotated = decisions.annotation_idempotent(
+            trusted=self.m.profile.trust_annotations,
+            idempotent_hint=out.tool.idempotent_hint,
+            read_only_hint=out.tool.read_only_hint,
+        )
         if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
             annotated = None  # recorded before readOnlyHint alone counted
         if annotated is not None:

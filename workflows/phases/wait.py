@@ -56,25 +56,38 @@ class WaitPhase(TaskMachine):
         while True:
             self._enter(Phase.WORKING)
             arg = AwaitInput(
-                session=self.m.session, task_id=task.task_id, principal=self._principal(),
-                poll_floor_s=timeouts.poll_floor_s, poll_ceiling_s=timeouts.poll_ceiling_s,
-                output_schema=self.m.output_schema, answered_keys=self.m.answered_keys,
+                session=self.m.session,
+                task_id=task.task_id,
+                principal=self._principal(),
+                poll_floor_s=timeouts.poll_floor_s,
+                poll_ceiling_s=timeouts.poll_ceiling_s,
+                output_schema=self.m.output_schema,
+                answered_keys=self.m.answered_keys,
                 unreachable_s=timeouts.unreachable_s,
-                schedule=self.m.profile.polling if self.m.profile else PollSchedule(), job=self._job(),
+                schedule=self.m.profile.polling if self.m.profile else PollSchedule(),
+                job=self._job(),
                 submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None,
                 return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None,
-                hand_over_gap_s=idle_gap or None, first_poll_at=first_poll_at)
+                hand_over_gap_s=idle_gap or None,
+                first_poll_at=first_poll_at,
+            )
             first_poll_at = None
             if idle and not woken_read:
-                waited = await self._wait_idle(arg, summary=f"poll {_short(task.task_id)} until terminal "
-                                                            "(idle between polls)")
+                waited = await self._wait_idle(
+                    arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)"
+                )
             else:
                 # A woken wait reads at once in the heartbeating activity, which polls on, or hands over to the
                 # idle one, as any wait does: a notification that lied costs this one read.
                 waited = await self._wait_for_task(
-                    arg, summary=(f"read {_short(task.task_id)} (notified)" if woken_read else f"poll "
-                                  f"{_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")),
-                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None)
+                    arg,
+                    summary=(
+                        f"read {_short(task.task_id)} (notified)"
+                        if woken_read
+                        else f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")
+                    ),
+                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None,
+                )
             if waited is None:
                 await self._cancel_and_settle(task)
             if isinstance(waited, _Woken):
@@ -119,18 +132,33 @@ class WaitPhase(TaskMachine):
             return
         last = self.m.task_state
         if aw.not_found:
-            outcome = decisions.not_found_outcome(last.created_at if last else None, last.ttl_ms if last else None,
-                                                  workflow.now())
-            raise _Ended(Ending(outcome=outcome, stage=Stage.GONE, reason="tasks/get answered -32602: the task is gone"
-                         + (" after its TTL" if outcome == Outcome.EXPIRED else "") + _unusable_note(last)))
+            outcome = decisions.not_found_outcome(
+                last.created_at if last else None, last.ttl_ms if last else None, workflow.now()
+            )
+            raise _Ended(
+                Ending(
+                    outcome=outcome,
+                    stage=Stage.GONE,
+                    reason="tasks/get answered -32602: the task is gone"
+                    + (" after its TTL" if outcome == Outcome.EXPIRED else "")
+                    + _unusable_note(last),
+                )
+            )
         if aw.no_answer is not None:
             # The server may still hold the task: we lost sight of it, it is not known to be gone.
-            raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.UNREACHABLE, error=aw.last_error,
-                                reason=f"{aw.no_answer}; not replayed: the task may still exist on the server"))
+            raise _Ended(
+                Ending(
+                    outcome=Outcome.LOST,
+                    stage=Stage.UNREACHABLE,
+                    error=aw.last_error,
+                    reason=f"{aw.no_answer}; not replayed: the task may still exist on the server",
+                )
+            )
         raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason=aw.unreachable or "task unreachable"))
 
-    async def _wait_for_task(self, arg: AwaitInput, *, summary: str,
-                             heartbeat_s: float | None = None) -> AwaitOutput | _Woken | None:
+    async def _wait_for_task(
+        self, arg: AwaitInput, *, summary: str, heartbeat_s: float | None = None
+    ) -> AwaitOutput | _Woken | None:
         """Poll until the task moves; None if a cancel (or the deadline) came first, :data:`_WOKEN` if a notification
         did (the activity is then cancelled either way)."""
         deadline = self.req.deadline
@@ -168,8 +196,9 @@ class WaitPhase(TaskMachine):
             config["schedule_to_close_timeout"] = LONG_WAIT
         handle = workflow.start_activity_method(McpActivities.poll_task, arg, **config)
         left = (deadline - workflow.now()).total_seconds() if deadline else None
-        await self._interruptible_wait(lambda: handle.done() or self.m.wake is not None,
-                                       timeout_s=max(left, 0.001) if left is not None else None)
+        await self._interruptible_wait(
+            lambda: handle.done() or self.m.wake is not None, timeout_s=max(left, 0.001) if left is not None else None
+        )
         if not handle.done() and self.m.cancel_reason is None and self.m.wake is not None:
             await self._abandon(handle)
             return _WOKEN

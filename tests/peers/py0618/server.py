@@ -31,12 +31,27 @@ PEER_LOG = os.environ.get("PEER_LOG")
 CALL_COUNTS: Counter[str] = Counter()
 #: Every method of protocol 2025-06-18 a client may send (schema/2025-06-18/schema.ts, ClientRequest and
 #: ClientNotification); anything else in the log is a method this server's version does not have.
-KNOWN_METHODS = frozenset({
-    "initialize", "ping", "tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read",
-    "resources/subscribe", "resources/unsubscribe", "prompts/list", "prompts/get", "logging/setLevel",
-    "completion/complete", "notifications/initialized", "notifications/cancelled", "notifications/progress",
-    "notifications/roots/list_changed",
-})
+KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "logging/setLevel",
+        "completion/complete",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    }
+)
 
 mcp = FastMCP("mcp-temporal-tasks-py0618-peer", stateless_http=False, log_level="WARNING")
 
@@ -64,9 +79,16 @@ def record(msg: dict[str, Any], session: str | None) -> None:
         CALL_COUNTS[tool] += 1
     if not PEER_LOG:
         return
-    line = {"ts": int(time.time() * 1000), "pid": os.getpid(), "method": method, "id": msg.get("id"), "tool": tool,
-            "known": method in KNOWN_METHODS, "session": session,
-            "protocolVersion": params.get("protocolVersion") if method == "initialize" else None}
+    line = {
+        "ts": int(time.time() * 1000),
+        "pid": os.getpid(),
+        "method": method,
+        "id": msg.get("id"),
+        "tool": tool,
+        "known": method in KNOWN_METHODS,
+        "session": session,
+        "protocolVersion": params.get("protocolVersion") if method == "initialize" else None,
+    }
     with open(PEER_LOG, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
 

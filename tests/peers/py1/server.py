@@ -57,30 +57,49 @@ class PeerTaskStore(InMemoryTaskStore):
         task = await super().update_task(task_id, status=status, status_message=status_message)
         if status in ("completed", "failed", "cancelled") and PEER_LOG:
             with open(PEER_LOG, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"ts": int(time.time() * 1000), "pid": os.getpid(), "event": "terminal",
-                                     "taskId": task_id, "status": status}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "ts": int(time.time() * 1000),
+                            "pid": os.getpid(),
+                            "event": "terminal",
+                            "taskId": task_id,
+                            "status": status,
+                        }
+                    )
+                    + "\n"
+                )
         return task
 
 
 def text_result(text: str, *, is_error: bool = False, structured: dict[str, Any] | None = None) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structuredContent=structured,
-                                isError=is_error)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=is_error
+    )
 
 
 TOOLS = [
     types.Tool(
-        name="slow_echo", description="Echoes text after `seconds`.",
-        inputSchema={"type": "object", "properties": {"seconds": {"type": "number", "default": 1},
-                                                      "text": {"type": "string", "default": "hello"}}},
+        name="slow_echo",
+        description="Echoes text after `seconds`.",
+        inputSchema={
+            "type": "object",
+            "properties": {"seconds": {"type": "number", "default": 1}, "text": {"type": "string", "default": "hello"}},
+        },
         outputSchema={"type": "object", "properties": {"echo": {"type": "string"}}, "required": ["echo"]},
-        execution=types.ToolExecution(taskSupport="optional")),
+        execution=types.ToolExecution(taskSupport="optional"),
+    ),
     types.Tool(
-        name="rate_limited", description="Fails like an upstream HTTP 429.",
+        name="rate_limited",
+        description="Fails like an upstream HTTP 429.",
         inputSchema={"type": "object", "properties": {}},
-        execution=types.ToolExecution(taskSupport="required")),
+        execution=types.ToolExecution(taskSupport="required"),
+    ),
     types.Tool(
-        name="counter", description="tools/call count per tool name in this process.",
-        inputSchema={"type": "object", "properties": {}}),
+        name="counter",
+        description="tools/call count per tool name in this process.",
+        inputSchema={"type": "object", "properties": {}},
+    ),
 ]
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 
@@ -186,9 +205,16 @@ def record(msg: dict[str, Any], session: str | None) -> None:
         CALL_COUNTS[tool] += 1
     if not PEER_LOG:
         return
-    line = {"ts": int(time.time() * 1000), "pid": os.getpid(), "method": method, "id": msg["id"], "tool": tool,
-            "task": tool is not None and "task" in params,
-            "taskId": params.get("taskId") if method.startswith("tasks/") else None, "session": session}
+    line = {
+        "ts": int(time.time() * 1000),
+        "pid": os.getpid(),
+        "method": method,
+        "id": msg["id"],
+        "tool": tool,
+        "task": tool is not None and "task" in params,
+        "taskId": params.get("taskId") if method.startswith("tasks/") else None,
+        "session": session,
+    }
     with open(PEER_LOG, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
 
