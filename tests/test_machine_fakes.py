@@ -1009,3 +1009,35 @@ async def test_a_request_refused_before_it_was_written_is_rejected_not_resent(en
     out = await run(env, fakes, **REPLAY)
     assert out.outcome == Outcome.REJECTED and fakes.calls["start_call"] == 1 and not replays(out)
     assert out.error is not None and "Illegal header value" in out.error.message
+
+
+# --- ENDINGS THAT NEED NO PEER ------------------------------------------------------------------------------
+
+
+async def test_a_task_gone_after_its_ttl_is_expired(env: WorkflowEnvironment) -> None:
+    aged = StartCallOutput(
+        start=StartResult(
+            era=LEGACY,
+            session=session(),
+            task=TaskState(task_id="t-1", status="working", era=LEGACY, created_at="2000-01-01T00:00:00Z", ttl_ms=1000),
+        ),
+        sdk_version="fake",
+    )
+    fakes = Fakes(start_call=[aged], await_task=[AwaitOutput(not_found=True)])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.EXPIRED and "after its TTL" in (out.reason or "")
+    assert not replays(out) and fakes.calls["start_call"] == 1
+
+
+async def test_a_stored_tool_error_ends_tool_error(env: WorkflowEnvironment) -> None:
+    fakes = Fakes(start_call=[started()], await_task=[done(text("no such order", is_error=True))])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.TOOL_ERROR and out.task_status == "completed" and not replays(out)
+
+
+async def test_a_stored_failure_ends_failed_with_the_servers_error(env: WorkflowEnvironment) -> None:
+    failure = RpcErrorInfo(code=-32000, message="disk full")
+    fakes = Fakes(start_call=[started(EXTENSION)], await_task=[done(status="failed", era=EXTENSION, error=failure)])
+    out = await run(env, fakes)
+    assert out.outcome == Outcome.FAILED and out.error is not None and out.error.message == "disk full"
+    assert not replays(out) and fakes.calls["start_call"] == 1
