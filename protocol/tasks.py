@@ -22,18 +22,6 @@ INITIALIZE_VERSIONS: tuple[str, ...] = ("2025-11-25", "2025-06-18", "2025-03-26"
 KNOWN_VERSIONS: tuple[str, ...] = ("2026-07-28", *INITIALIZE_VERSIONS)
 
 
-def protocol_label(era: str | None, protocol_version: str | None) -> str | None:
-    """How a task's protocol shows in ``status``, the outcome and the UI: the version the server answered and its
-    era, e.g. ``2025-06-18 (initialize handshake, no tasks in this version)``. None when not known yet."""
-    if protocol_version is None:
-        return era
-    if protocol_version == "2026-07-28":
-        return f"{protocol_version} (tasks extension, no handshake)"
-    if protocol_version == "2025-11-25":
-        return f"{protocol_version} (initialize handshake)"
-    return f"{protocol_version} (initialize handshake, no tasks in this version)"
-
-
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]

@@ -26,7 +26,8 @@ from temporalio.client import (
 from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import state_dir
 from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession, stdio
-from mcp_temporal_tasks.protocol.tasks import Endpoint, ToolInfo, protocol_label
+from mcp_temporal_tasks.protocol.eras import era_rules, protocol_label
+from mcp_temporal_tasks.protocol.tasks import Endpoint, ToolInfo
 from mcp_temporal_tasks.worker.cli.connection import temporal, ui_link, untraced, why
 from mcp_temporal_tasks.worker.cli.following import (
     LiveBoard,
@@ -433,7 +434,7 @@ def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -
 
 
 def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
-    if era != "2025-11-25":
+    if not era_rules(era).client_asks_for_task:
         if support == "required":
             return "task (the server requires one)"
         if support == "forbidden":

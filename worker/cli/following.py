@@ -27,7 +27,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.activity_io import STILL_WORKING
 from mcp_temporal_tasks.activities.defs import START_CALL
-from mcp_temporal_tasks.protocol.tasks import protocol_label
+from mcp_temporal_tasks.protocol.eras import protocol_label
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
 from mcp_temporal_tasks.workflows.client import outcome_of

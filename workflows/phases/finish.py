@@ -6,7 +6,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.protocol.tasks import protocol_label
+    from mcp_temporal_tasks.protocol.eras import protocol_label
     from mcp_temporal_tasks.workflows.phases.base import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import SEARCHABLE_PHASES
     from mcp_temporal_tasks.workflows.records import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
