@@ -42,6 +42,7 @@ ALLOWED = {
     "mcp_temporal_tasks.protocol.sdk_types",
     "mcp_temporal_tasks.protocol.bounds",
     "mcp_temporal_tasks.protocol.elicitation",
+    "mcp_temporal_tasks.protocol.eras",
 }
 #: Never, by top-level package.
 FORBIDDEN = {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "fastmcp", "mcp", "anyio", "uvicorn", "starlette"}
