@@ -1,18 +1,20 @@
-"""``McpTaskWorkflow`` composed from its phases (``workflows/phases/``): the names other code and other languages use
-stay as they were, every phase entry point ``base.TaskMachine`` names is defined by a phase, and the patch ids in
-the code are the ids of ARCHITECTURE.md's register. No Temporal server: the workflow's definition is read."""
+"""``McpTaskWorkflow`` and its steps (``workflows/phases/``): the names other code and other languages use stay as they
+were, every step is dispatched in one place and no step module imports another, and the patch ids in the code are the
+ids of ARCHITECTURE.md's register. No Temporal server: the workflow's definition is read."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+from typing import get_args
 
 import pytest
 from temporalio.workflow import _Definition
 
+from mcp_temporal_tasks.workflows import mcp_task
 from mcp_temporal_tasks.workflows.mcp_task import McpTaskWorkflow
-from mcp_temporal_tasks.workflows.phases import base, patches
+from mcp_temporal_tasks.workflows.phases import patches, steps
 from tests.doc_pages import REPO_ROOT, section
 
 pytestmark = pytest.mark.fast
@@ -27,25 +29,26 @@ def test_the_workflow_keeps_its_names() -> None:
     assert all(defn.updates[name].validator is not None for name in defn.updates)
 
 
-def test_every_entry_point_the_base_names_is_defined_by_a_phase() -> None:
-    """``TaskMachine`` declares (for the type checker only) the methods one phase calls on another: each must be
-    defined by one of the composed phases, or the call would fail only when a task got there."""
-    tree = ast.parse(inspect.getsource(base))
-    machine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TaskMachine")
-    declared = {
-        f.name
-        for n in machine.body
-        if isinstance(n, ast.If)
-        for f in n.body
-        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
-    assert len(declared) >= 8
-    for name in declared:
-        owner = next(c for c in McpTaskWorkflow.__mro__ if name in vars(c))
-        assert owner.__module__.startswith("mcp_temporal_tasks.workflows.phases.") and owner is not base.TaskMachine, (
-            name,
-            owner,
+def test_every_step_has_its_function_in_the_one_dispatch() -> None:
+    """Each step type is dispatched by ``McpTaskWorkflow._take`` (mypy checks the match is exhaustive), and no step
+    function's module imports another's (the import-linter contract of the phases): a step hands over by returning
+    the next step, never by calling it."""
+    source = inspect.getsource(mcp_task.McpTaskWorkflow._take)
+    cases = set(re.findall(r"case (\w+)\(\):", source))
+    assert cases == {t.__name__ for t in get_args(steps.Step)}, cases
+    phases = {"submit", "wait", "input", "retrieve", "cancel", "finish", "messages"}
+    for name in phases:
+        tree = ast.parse(
+            inspect.getsource(getattr(__import__("mcp_temporal_tasks.workflows.phases", fromlist=[name]), name))
         )
+        imported = {
+            n.module.rsplit(".", 1)[-1]
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom)
+            and n.module
+            and n.module.startswith("mcp_temporal_tasks.workflows.phases.")
+        }
+        assert not imported & (phases - {name}), (name, imported)
 
 
 def test_the_patch_ids_are_the_registers() -> None:

@@ -1,4 +1,4 @@
-"""``McpTaskWorkflow``: one MCP task, one durable state machine.
+"""``McpTaskWorkflow``: one MCP task, one durable state machine; its steps dispatched in one loop.
 
 Its phases and the moves between them (``records.TRANSITIONS``, checked on every move; a test keeps this copy equal):
 
@@ -14,38 +14,17 @@ Its phases and the moves between them (``records.TRANSITIONS``, checked on every
     CANCELLING        ─► RETRIEVING · DONE
     DONE              ─► (end)
 
-Every operation ends with an :class:`~.records.Ending` that names its :class:`~.records.Stage`; one pure function,
-``decisions.replay_reason(stage, outcome, classification)``, says whether that ending may justify a new
-``tools/call`` (gone at GONE, a lost reply at SUBMITTING, a retryable tool failure at SUBMITTING or PAYLOAD; never
-anything else); only then is the replay policy asked (AWAITING_APPROVAL or REPLAYING, else DONE).
-
-* **Submit** is the one dangerous step: ``tools/call`` runs with a single attempt. A failure that surely
-  never reached the server is resent; anything else ends ``unknown_outcome`` unless the replay policy
-  allows a new call.
-* **Wait** is one heartbeating activity per wait (``await_task``) while polls are close together; once the next poll
-  is ≥ 0.8 × the heartbeat timeout away, ``poll_task``: one attempt per poll, retried by Temporal at the gap, nothing
-  running in between. O(1) history whatever the duration, either way.
-  A dead worker is noticed by the heartbeat timeout and the next attempt resumes polling elsewhere.
-* **Retrieve** is retried alone (never re-calling the tool), bounded by the task's TTL or the deadline.
-* **Replay** is a new ``tools/call``, only through ``decisions.may_replay``, recorded in
-  ``operation_attempts`` with its reason; a ``Retry-After`` hint becomes a durable timer.
-* **Cancel** (workflow cancellation or the ``cancel`` update) sends ``tasks/cancel`` and then reads the
-  task's true end: a task that had already finished keeps its real outcome.
-
-Decision logic lives in :mod:`mcp_temporal_tasks.workflows.decisions` (plain functions, unit tested without Temporal).
-
-Each phase is one module of :mod:`mcp_temporal_tasks.workflows.phases` (``submit``, ``wait``, ``retrieve``,
-``input``, ``cancel``, ``finish``; ``messages`` for the query, updates and signals): a mixin over one shared state
-(``phases/base.py``, ``TaskMachine``: the request and :class:`~.records.MachineState`). This module composes them and
-runs the operations one after another (resolve, an operation, a replay's approval and ``Retry-After``, the end).
-The patch ids are listed in ``phases/patches.py``.
+An operation is one ``tools/call`` and what it leads to, step by step (``phases/steps.py``: ``Submit`` → ``Follow`` ⇄
+``AskInput`` | ``Relay`` → ``Retrieve`` | ``Cancel`` → ``Ended``); each step function returns the next step. Its
+``Ending`` names a ``Stage``, and only ``decisions.replay_reason`` and the replay policy decide whether a new
+``tools/call`` follows (AWAITING_APPROVAL, REPLAYING) or the task is DONE.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -53,21 +32,30 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 # The phases are this workflow's own code: a sandbox that re-executes this module re-executes them too (each passes
 # its own imports through, as this module does below).
-from mcp_temporal_tasks.workflows.phases.base import _Ended
-from mcp_temporal_tasks.workflows.phases.cancel import CancelPhase
-from mcp_temporal_tasks.workflows.phases.finish import FinishPhase
-from mcp_temporal_tasks.workflows.phases.input import InputPhase
+from mcp_temporal_tasks.workflows.phases.cancel import after_temporal_cancel, cancel
+from mcp_temporal_tasks.workflows.phases.finish import finish
+from mcp_temporal_tasks.workflows.phases.input import ask_input, relay
 from mcp_temporal_tasks.workflows.phases.messages import Messages, validate_input_response
 from mcp_temporal_tasks.workflows.phases.patches import CANCELLED_SHOWS_CANCELED, FAIL_UNLESS_COMPLETED
-from mcp_temporal_tasks.workflows.phases.retrieve import RetrievePhase
-from mcp_temporal_tasks.workflows.phases.submit import SubmitPhase
-from mcp_temporal_tasks.workflows.phases.wait import WaitPhase
+from mcp_temporal_tasks.workflows.phases.retrieve import retrieve
+from mcp_temporal_tasks.workflows.phases.steps import (
+    AskInput,
+    Cancel,
+    Ended,
+    Follow,
+    Relay,
+    Retrieve,
+    Step,
+    Submit,
+)
+from mcp_temporal_tasks.workflows.phases.submit import apply_profile, submit
+from mcp_temporal_tasks.workflows.phases.wait import follow
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from mcp_temporal_tasks.activities.activity_io import OUTCOME_MEMO, ResolveInput
-    from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
+    from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.contract import digest
     from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
@@ -82,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         MachineState,
         McpTaskOutcome,
         McpTaskRequest,
+        OperationAttempt,
         Outcome,
         Phase,
         ReplayPolicy,
@@ -117,14 +106,13 @@ def _placeholder_request(raw: Any) -> McpTaskRequest:
 
 
 @workflow.defn(name="McpTaskWorkflow")
-class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhase, CancelPhase, FinishPhase):
-    """One MCP task: its phases (``workflows/phases/``) over one state, and the loop of operations that runs them."""
+class McpTaskWorkflow(Messages):
+    """One MCP task: its state (``TaskMachine``), its handlers (``Messages``), and the loop that runs its steps."""
 
     @workflow.init
     def __init__(self, request: Any) -> None:
-        # The input is decoded here, not by the data converter: a request that does not validate (a typo'd
-        # field from another SDK, arguments too large) must end the task as `rejected`, not fail its
-        # workflow task forever.
+        # The input is decoded here, not by the data converter: a request that does not validate (a typo'd field from
+        # another SDK, arguments too large) must end the task as `rejected`, not fail its workflow task forever.
         invalid: str | None = None
         try:
             request = request if isinstance(request, McpTaskRequest) else McpTaskRequest.model_validate(request)
@@ -133,7 +121,6 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
             invalid = _explain(exc)
             request = _placeholder_request(request)
         self.req = request
-        #: Everything the machine knows, in one typed model (queries read it; nothing else holds state).
         self.m = MachineState(
             invalid_request=invalid,
             ledger=Ledger(
@@ -157,17 +144,17 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
         :class:`~mcp_temporal_tasks.workflows.task_error.McpTaskError` carrying the outcome (see that module)."""
         outcome = await self._run()
         # Operators must tell a task that did not complete from one that did (UI status, "Failed" filter, SDK
-        # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only
-        # for those outcomes, so a completed task's history does not grow.
+        # metrics). The patch keeps histories that completed with such an outcome replaying; it is asked only for
+        # those outcomes, so a completed task's history does not grow.
         if outcome.outcome != Outcome.COMPLETED and workflow.patched(FAIL_UNLESS_COMPLETED):
             if (
                 outcome.outcome == Outcome.CANCELLED
                 and self.m.cancel_requested
                 and workflow.patched(CANCELLED_SHOWS_CANCELED)
             ):
-                # Cancelled on purpose (mcp-tasks cancel, handle.cancel(), a cancelled parent): Temporal shows it
-                # as Canceled. A cancellation carries no details, so the outcome goes to the memo, where
-                # outcome_of and the fetch_outcome activity read it.
+                # Cancelled on purpose (mcp-tasks cancel, handle.cancel(), a cancelled parent): Temporal shows it as
+                # Canceled. A cancellation carries no details, so the outcome goes to the memo, where outcome_of and
+                # the fetch_outcome activity read it.
                 workflow.upsert_memo({OUTCOME_MEMO: outcome.model_dump(mode="json")})
                 raise CancelledError(
                     f"MCP task {self.req.tool} on {outcome.ledger.server} cancelled: {outcome.reason or 'by request'}"
@@ -176,20 +163,77 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
         return outcome
 
     async def _run(self) -> McpTaskOutcome:
+        refused = self._invalid() or await self._resolve()
+        if refused is not None:
+            return finish(self, refused)
+        apply_profile(self)
+        reason = "initial"
+        while True:
+            ending = await self._operation(reason)
+            replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
+            if replay is None or self.m.cancel_reason is not None:
+                return finish(self, ending)
+            stop = await self._before_replay(ending)
+            if stop is not None:
+                return finish(self, stop)
+            reason = replay
+
+    async def _operation(self, reason: str) -> Ending:
+        """One ``tools/call`` and every step it leads to, until it ends. A task the call started gives that attempt
+        the operation's end; a workflow cancelled mid-step settles the task and keeps its true end."""
+        step: Step = Submit(reason)
+        followed: OperationAttempt | None = None
+        try:
+            while not isinstance(step, Ended):
+                step = await self._take(step)
+                if followed is None and isinstance(step, Follow):
+                    followed = self.m.attempts[-1]
+        except asyncio.CancelledError:
+            step = after_temporal_cancel(self)
+            while not isinstance(step, Ended):
+                step = await self._take(step)
+            return step.ending
+        if followed is not None:
+            followed.ended = step.ending.outcome.value
+        return step.ending
+
+    async def _take(self, step: Step) -> Step:
+        """The one dispatch: each step to its function, which returns the next step."""
+        match step:
+            case Submit():
+                return await submit(self, step)
+            case Follow():
+                return await follow(self, step)
+            case AskInput():
+                return await ask_input(self, step)
+            case Relay():
+                return await relay(self, step)
+            case Retrieve():
+                return await retrieve(self, step)
+            case Cancel():
+                return await cancel(self, step)
+            case Ended():
+                return step
+            case _:
+                assert_never(step)
+
+    def _invalid(self) -> Ending | None:
+        if self.m.invalid_request is None:
+            return None
+        return Ending(
+            outcome=Outcome.REJECTED,
+            stage=Stage.REQUEST,
+            error=RpcErrorInfo(code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
+            classification=Classification.INPUT_CORRECTABLE,
+            reason=f"invalid request: {self.m.invalid_request}",
+        )
+
+    async def _resolve(self) -> Ending | None:
+        """The server's profile from the worker's configuration; the ending when it refuses (nothing was sent)."""
         request = self.req
-        if self.m.invalid_request is not None:
-            return self._finish(
-                Ending(
-                    outcome=Outcome.REJECTED,
-                    stage=Stage.REQUEST,
-                    error=RpcErrorInfo(code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
-                    classification=Classification.INPUT_CORRECTABLE,
-                    reason=f"invalid request: {self.m.invalid_request}",
-                )
-            )
         try:
             self.m.profile = await workflow.execute_local_activity_method(
-                McpActivities.resolve,
+                McpActivityDefs.resolve,
                 ResolveInput(server=request.server, tool=request.tool, principal=request.principal, era=request.era),
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=3),
@@ -200,55 +244,43 @@ class McpTaskWorkflow(Messages, SubmitPhase, WaitPhase, InputPhase, RetrievePhas
             # readable from the memo, instead of a bare cancel or a "rejected". Histories from before: unchanged.
             cancelled = isinstance(err, asyncio.CancelledError) or isinstance(err.cause, CancelledError)
             if cancelled and workflow.patched(CANCELLED_SHOWS_CANCELED):
-                self._cancelled_by_temporal()
-                return self._finish(
-                    Ending(
-                        outcome=Outcome.CANCELLED,
-                        stage=Stage.REQUEST,
-                        reason=f"{self.m.cancel_reason} before tools/call was sent",
-                    )
+                self.cancelled_by_temporal()
+                return Ending(
+                    outcome=Outcome.CANCELLED,
+                    stage=Stage.REQUEST,
+                    reason=f"{self.m.cancel_reason} before tools/call was sent",
                 )
             if isinstance(err, asyncio.CancelledError):
                 raise
             kind, _, info = failure_info(err)
-            return self._finish(
-                Ending(
-                    outcome=Outcome.REJECTED,
-                    stage=Stage.REQUEST,
-                    error=RpcErrorInfo(code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
-                    classification=Classification.INPUT_CORRECTABLE,
-                    reason=kind,
-                )
+            return Ending(
+                outcome=Outcome.REJECTED,
+                stage=Stage.REQUEST,
+                error=RpcErrorInfo(code=-32602, message=info.get("message") or str(err), data={"kind": kind}),
+                classification=Classification.INPUT_CORRECTABLE,
+                reason=kind,
             )
-        self._apply_profile()
-        reason = "initial"
-        while True:
-            try:
-                await self._operation(reason)
-            except _Ended as end:
-                ending = end.ending
-            except asyncio.CancelledError:
-                # Cancelled mid-step (retrieving, answering input): settle the task, keep its true end.
-                ending = await self._settle_after_cancel()
-            replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
-            if replay is None or self.m.cancel_reason is not None:
-                return self._finish(ending)
-            decision = decisions.may_replay(self._rule(), replays_used=len(self.m.attempts) - 1)
-            if decision == "stop":
-                return self._finish(ending)
-            if decision == "await_approval":
-                self._enter(Phase.AWAITING_APPROVAL)
-                if not await self._interruptible_wait(lambda: self.m.approved):
-                    return self._finish(ending.but(reason=f"replay not approved: {self.m.cancel_reason}"))
-                self.m.approved = False
-            self._enter(Phase.REPLAYING)
-            delay = ending.retry_after_s or 0.0
-            if self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline:
-                return self._finish(ending.but(reason="no replay: Retry-After reaches past the deadline"))
-            # A durable timer that a cancel interrupts: the last attempt's outcome then stands.
-            if delay and not await self._interruptible_sleep(delay):
-                return self._finish(ending.but(reason=f"replay cancelled: {self.m.cancel_reason}"))
-            reason = replay
+        return None
+
+    async def _before_replay(self, ending: Ending) -> Ending | None:
+        """An ending that may justify a replay: the policy's answer, an operator's approval, the server's
+        ``Retry-After`` as a durable timer. None: replay now; else the ending that stands."""
+        decision = decisions.may_replay(self.rule(), replays_used=len(self.m.attempts) - 1)
+        if decision == "stop":
+            return ending
+        if decision == "await_approval":
+            self.enter(Phase.AWAITING_APPROVAL)
+            if not await self.interruptible_wait(lambda: self.m.approved):
+                return ending.but(reason=f"replay not approved: {self.m.cancel_reason}")
+            self.m.approved = False
+        self.enter(Phase.REPLAYING)
+        delay = ending.retry_after_s or 0.0
+        if self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline:
+            return ending.but(reason="no replay: Retry-After reaches past the deadline")
+        # A durable timer that a cancel interrupts: the last attempt's outcome then stands.
+        if delay and not await self.interruptible_sleep(delay):
+            return ending.but(reason=f"replay cancelled: {self.m.cancel_reason}")
+        return None
 
 
 def initial_search_attributes(request: McpTaskRequest) -> TypedSearchAttributes:

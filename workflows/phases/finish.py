@@ -1,5 +1,4 @@
-"""DONE: the outcome, once. The last attempt's end, the ledger's terminal state, search attributes, memo, the
-workflow's details and the outcome metrics."""
+"""DONE: the outcome, once: the last attempt's end, the ledger, search attributes, memo, details, metrics."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.protocol.eras import protocol_label
-    from mcp_temporal_tasks.workflows.phases.base import TaskMachine
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import SEARCHABLE_PHASES
     from mcp_temporal_tasks.workflows.records import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
     from mcp_temporal_tasks.workflows.task_error import finished_details
@@ -16,62 +15,54 @@ with workflow.unsafe.imports_passed_through():
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 
 
-class FinishPhase(TaskMachine):
-    """DONE."""
-
-    def _finish(self, ending: Ending) -> McpTaskOutcome:
-        outcome = ending.outcome
-        if self.m.attempts and self.m.attempts[-1].ended == "in_flight":
-            self.m.attempts[-1].ended = outcome.value
-        self.m.ledger.terminal_state = outcome.value
-        self._move(Phase.DONE)
-        self.m.outcome = McpTaskOutcome(
-            workflow_id=workflow.info().workflow_id,
-            outcome=outcome,
-            task_id=self.m.task_state.task_id
-            if self.m.task_state
-            else (self.m.attempts[-1].task_id if self.m.attempts else None),
-            task_status=self.m.task_state.status if self.m.task_state else None,
-            status_message=self.m.task_state.status_message if self.m.task_state else None,
-            era=self.m.ledger.era,
-            protocol_version=self.m.ledger.protocol_version,
-            operation_attempts=self.m.attempts,
-            ledger=self.m.ledger,
-            delivered_by=self.m.delivered_by,
-            **ending.outcome_fields(),
+def finish(mc: TaskMachine, ending: Ending) -> McpTaskOutcome:
+    """The task's outcome from its last operation's ending; the machine moves to DONE."""
+    outcome = ending.outcome
+    if mc.m.attempts and mc.m.attempts[-1].ended == "in_flight":
+        mc.m.attempts[-1].ended = outcome.value
+    mc.m.ledger.terminal_state = outcome.value
+    mc.move(Phase.DONE)
+    mc.m.outcome = McpTaskOutcome(
+        workflow_id=workflow.info().workflow_id,
+        outcome=outcome,
+        task_id=mc.m.task_state.task_id if mc.m.task_state else (mc.m.attempts[-1].task_id if mc.m.attempts else None),
+        task_status=mc.m.task_state.status if mc.m.task_state else None,
+        status_message=mc.m.task_state.status_message if mc.m.task_state else None,
+        era=mc.m.ledger.era,
+        protocol_version=mc.m.ledger.protocol_version,
+        operation_attempts=mc.m.attempts,
+        ledger=mc.m.ledger,
+        delivered_by=mc.m.delivered_by,
+        **ending.outcome_fields(),
+    )
+    final_status = mc.m.task_state.status if mc.m.task_state else outcome.value
+    if final_status not in _TERMINAL_STATUSES and final_status != outcome.value and workflow.patched(SEARCHABLE_PHASES):
+        final_status = outcome.value  # a finished task is not listed as `working`
+    workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
+    workflow.upsert_memo({"ledger": mc.m.ledger.model_dump(mode="json")})
+    # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
+    # too, whose cancellation carries no failure to show (issue 43); and the protocol the task ran on.
+    how = {
+        "notification": "its end was learned from a notification",
+        "poll": "its end was learned by a poll",
+        "list": "its end was learned from the server's tasks/list",
+    }
+    protocol = protocol_label(mc.m.ledger.era, mc.m.ledger.protocol_version)
+    workflow.set_current_details(
+        finished_details(mc.m.outcome)
+        + (f"\n\nprotocol {protocol}" if protocol else "")
+        + (f"\n\n{how[mc.m.delivered_by]}" if mc.m.delivered_by in how else "")
+    )
+    workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
+        1, {"outcome": outcome.value, "tool": mc.req.tool}
+    )
+    if mc.m.delivered_by is not None:
+        workflow.metric_meter().create_counter(
+            "mcp_tasks_deliveries", "task ends learned, by a server's notification or by a poll"
+        ).add(1, {"server": mc.m.ledger.server, "delivered_by": mc.m.delivered_by})
+    replays = max(0, len(mc.m.attempts) - 1)
+    if replays:
+        workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
+            replays, {"tool": mc.req.tool}
         )
-        final_status = self.m.task_state.status if self.m.task_state else outcome.value
-        if (
-            final_status not in _TERMINAL_STATUSES
-            and final_status != outcome.value
-            and workflow.patched(SEARCHABLE_PHASES)
-        ):
-            final_status = outcome.value  # a finished task is not listed as `working`
-        workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
-        workflow.upsert_memo({"ledger": self.m.ledger.model_dump(mode="json")})
-        # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
-        # too, whose cancellation carries no failure to show (issue 43); and the protocol the task ran on.
-        how = {
-            "notification": "its end was learned from a notification",
-            "poll": "its end was learned by a poll",
-            "list": "its end was learned from the server's tasks/list",
-        }
-        protocol = protocol_label(self.m.ledger.era, self.m.ledger.protocol_version)
-        workflow.set_current_details(
-            finished_details(self.m.outcome)
-            + (f"\n\nprotocol {protocol}" if protocol else "")
-            + (f"\n\n{how[self.m.delivered_by]}" if self.m.delivered_by in how else "")
-        )
-        workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
-            1, {"outcome": outcome.value, "tool": self.req.tool}
-        )
-        if self.m.delivered_by is not None:
-            workflow.metric_meter().create_counter(
-                "mcp_tasks_deliveries", "task ends learned, by a server's notification or by a poll"
-            ).add(1, {"server": self.m.ledger.server, "delivered_by": self.m.delivered_by})
-        replays = max(0, len(self.m.attempts) - 1)
-        if replays:
-            workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
-                replays, {"tool": self.req.tool}
-            )
-        return self.m.outcome
+    return mc.m.outcome

@@ -1,152 +1,150 @@
-"""INPUT_REQUIRED: a task that asks a person, in either era.
+"""INPUT_REQUIRED: a task that asks a person, in either era (``era_rules(era).input_on_result_stream`` says which).
 
-2026-07-28: the questions arrive in the task's state, are answered with the ``provide_input`` update (or declined
-after the input timeout) and delivered with ``tasks/update``. 2025-11-25: a relay activity holds ``tasks/result``
-open; questions arrive by signal, the relay reads the answers by query and replies on the wire, and the task's end
-comes back with it.
+2026-07-28 (``AskInput``): the questions arrive in the task's state, are answered with the ``provide_input`` update (or
+declined after the input timeout) and delivered with ``tasks/update``. 2025-11-25 (``Relay``): a relay activity holds
+``tasks/result`` open; questions arrive by signal, the answers are read back by query, and the task's end comes with it.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import NoReturn
+from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.activity_io import AnswerInput, AwaitOutput, RelayInput, RelayOutput
-    from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
+    from mcp_temporal_tasks.activities.activity_io import AnswerInput, RelayInput, RelayOutput
+    from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.tasks import TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import TASK_STEP, WAIT, read_budget
-    from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended, _short
+    from mcp_temporal_tasks.workflows.phases import endings
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug, short
+    from mcp_temporal_tasks.workflows.phases.steps import AskInput, Cancel, Ended, Relay, Step
     from mcp_temporal_tasks.workflows.records import Ending, Outcome, PendingInput, Phase, Stage
 
 
-class InputPhase(TaskMachine):
-    """INPUT_REQUIRED, both eras."""
-
-    async def _input_required(self, task: TaskState) -> None:
-        if self.m.task_state is None or self.m.session is None:
-            raise _bug("_input_required without a task or a session")
-        requests = {k: v for k, v in (self.m.task_state.input_requests or {}).items() if k not in self.m.answered_keys}
-        if not requests:
-            return
-        self.m.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
-        self._enter(Phase.INPUT_REQUIRED, "input_required")
-        timeout = self.req.input_timeout_s or self.req.timeouts.input_s
-        answered = await self._interruptible_wait(
-            lambda: all(k in self.m.answers for k in self.m.pending), timeout_s=timeout
-        )
-        if self.m.cancel_reason is not None:
-            await self._cancel_and_settle(task)
-        if not answered:
-            if self.req.on_input_timeout == "cancel":
-                self.m.cancel_reason = f"no answer to input request within {timeout:g}s"
-                await self._cancel_and_settle(task)
-            for key in self.m.pending:
-                self.m.answers.setdefault(key, {"action": "decline"})
-        responses = {k: self.m.answers[k] for k in self.m.pending}
-        answering = workflow.now()
-        try:
-            await workflow.execute_activity_method(
-                McpActivities.answer_input,
-                AnswerInput(
-                    session=self.m.session, task_id=task.task_id, responses=responses, principal=self._principal()
-                ),
-                # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
-                **self._config(
-                    TASK_STEP,
-                    **read_budget(self.req.timeouts.unreachable_s),
-                    summary=f"tasks/update {_short(task.task_id)}",
-                ),
-            )
-        except ActivityError as err:
-            kind, info, last = last_read_failure(err)
-            if kind == "TaskNotFound":
-                outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
-                raise _Ended(
-                    Ending(
-                        outcome=outcome,
-                        stage=Stage.GONE,
-                        reason="tasks/update answered -32602: the task is gone"
-                        + (" after its TTL" if outcome == Outcome.EXPIRED else ""),
-                    )
-                )
-            # The answers may or may not have arrived; the task is not known to be gone: never a replay.
-            raise _Ended(
-                Ending(
-                    outcome=Outcome.LOST,
-                    stage=Stage.INPUT,
-                    error=last,
-                    reason=(
-                        f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "
-                        f"{info.get('message', '')}); not replayed: the task may still exist on the server"
-                    ),
-                )
-            )
-        self.m.answered_keys.extend(responses)
-        self.m.pending = {}
-
-    def _unanswered(self) -> list[str]:
-        return [k for k in self.m.pending if k not in self.m.answers]
-
-    async def _legacy_relay(self, task: TaskState) -> NoReturn:
-        """2025-11-25 input: a relay activity holds tasks/result open until the task ends.
-
-        Input requests arrive by signal; the human answers through ``provide_input``; the relay reads the
-        answer by query and replies on the wire. Raises :class:`_Ended`.
-        """
-        if self.m.task_state is None or self.m.session is None:
-            raise _bug("_legacy_relay without a task or a session")
-        timeout = self.req.input_timeout_s or self.req.timeouts.input_s
-        handle = workflow.start_activity_method(
-            McpActivities.relay_input,
-            RelayInput(
-                session=self.m.session,
-                state=self.m.task_state,
-                output_schema=self.m.output_schema,
-                principal=self._principal(),
-                hold_s=timeout + 3600,
-            ),
-            **self._config(
-                WAIT,
-                start_to_close_timeout=timedelta(seconds=timeout + 7200),
-                summary=f"tasks/result {_short(task.task_id)} (relaying input)",
+async def ask_input(mc: TaskMachine, step: AskInput) -> Step:
+    """The questions not answered yet put to a person, their answers delivered with ``tasks/update``; then the wait
+    goes on (``step.then``), or a cancel, or the ending when the answers could not be delivered."""
+    task = step.task
+    if mc.m.task_state is None or mc.m.session is None:
+        raise bug("ask_input without a task or a session")
+    requests = {k: v for k, v in (mc.m.task_state.input_requests or {}).items() if k not in mc.m.answered_keys}
+    if not requests:
+        return step.then
+    mc.m.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
+    mc.enter(Phase.INPUT_REQUIRED, "input_required")
+    timeout = mc.req.input_timeout_s or mc.req.timeouts.input_s
+    answered = await mc.interruptible_wait(lambda: all(k in mc.m.answers for k in mc.m.pending), timeout_s=timeout)
+    if mc.m.cancel_reason is not None:
+        return Cancel(task)
+    if not answered:
+        if mc.req.on_input_timeout == "cancel":
+            mc.m.cancel_reason = f"no answer to input request within {timeout:g}s"
+            return Cancel(task)
+        for key in mc.m.pending:
+            mc.m.answers.setdefault(key, {"action": "decline"})
+    responses = {k: mc.m.answers[k] for k in mc.m.pending}
+    answering = workflow.now()
+    try:
+        await workflow.execute_activity_method(
+            McpActivityDefs.answer_input,
+            AnswerInput(session=mc.m.session, task_id=task.task_id, responses=responses, principal=mc.principal()),
+            # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
+            **mc.config(
+                TASK_STEP, **read_budget(mc.req.timeouts.unreachable_s), summary=f"tasks/update {short(task.task_id)}"
             ),
         )
-        while not handle.done():
-            await self._interruptible_wait(lambda: handle.done() or bool(self._unanswered()))
-            if self.m.cancel_reason is None and self._unanswered() and not handle.done():
-                self._enter(Phase.INPUT_REQUIRED, "input_required")
-                answered = await self._interruptible_wait(
-                    lambda: not self._unanswered() or handle.done(), timeout_s=timeout
-                )
-                if not answered and self.m.cancel_reason is None and self._unanswered():
-                    if self.req.on_input_timeout == "cancel":
-                        self.m.cancel_reason = f"no answer to input request within {timeout:g}s"
-                    else:
-                        for key in self._unanswered():
-                            self.m.answers[key] = {"action": "decline"}
-                self.m.pending = {k: v for k, v in self.m.pending.items() if k not in self.m.answers}
-                if self.m.cancel_reason is None:
-                    self._enter(Phase.WORKING, "working")
-            if self.m.cancel_reason is not None and not handle.done():
-                await self._abandon(handle)
-                await self._cancel_and_settle(task)
-        try:
-            out: RelayOutput = await handle
-        except ActivityError as err:
-            raise self._lost(err, "input relay failed", Stage.INPUT)
-        if out.not_found or out.unreachable or out.payload is None:
-            self._after_wait(AwaitOutput(not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
-        if out.payload is None:  # (_after_wait raised for every such reply)
-            raise _bug("a relay ended without a payload")
-        if out.state is not None:
-            self.m.task_state = out.state
-        if out.notified:  # (False in every history from before: the outcome reads as it did)
-            self.m.delivered_by = "notification"
-        status = self.m.task_state.status if self.m.task_state.terminal else "completed"
-        raise self._ended_from_payload(status, out.payload, Stage.PAYLOAD)
+    except ActivityError as err:
+        return Ended(_undelivered(task, err, answering))
+    mc.m.answered_keys.extend(responses)
+    mc.m.pending = {}
+    return step.then
+
+
+def _undelivered(task: TaskState, err: ActivityError, answering: datetime) -> Ending:
+    """``tasks/update`` failed for good: the task gone, or the answers' fate unknown."""
+    kind, info, last = last_read_failure(err)
+    if kind == "TaskNotFound":
+        outcome = decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now())
+        return Ending(
+            outcome=outcome,
+            stage=Stage.GONE,
+            reason="tasks/update answered -32602: the task is gone"
+            + (" after its TTL" if outcome == Outcome.EXPIRED else ""),
+        )
+    # The answers may or may not have arrived; the task is not known to be gone: never a replay.
+    return Ending(
+        outcome=Outcome.LOST,
+        stage=Stage.INPUT,
+        error=last,
+        reason=(
+            f"tasks/update could not deliver the answers ({attempts_text(info, answering)}; last: {kind}: "
+            f"{info.get('message', '')}); not replayed: the task may still exist on the server"
+        ),
+    )
+
+
+async def relay(mc: TaskMachine, step: Relay) -> Step:
+    """2025-11-25 input: a relay activity holds ``tasks/result`` open until the task ends; each question it hands over
+    (signal) is put to a person, whose answer (``provide_input``) it reads back (query) and replies on the wire. Ends
+    with the payload it brings back, or ``Cancel``."""
+    task = step.task
+    if mc.m.task_state is None or mc.m.session is None:
+        raise bug("relay without a task or a session")
+    timeout = mc.req.input_timeout_s or mc.req.timeouts.input_s
+    handle = workflow.start_activity_method(
+        McpActivityDefs.relay_input,
+        RelayInput(
+            session=mc.m.session,
+            state=mc.m.task_state,
+            output_schema=mc.m.output_schema,
+            principal=mc.principal(),
+            hold_s=timeout + 3600,
+        ),
+        **mc.config(
+            WAIT,
+            start_to_close_timeout=timedelta(seconds=timeout + 7200),
+            summary=f"tasks/result {short(task.task_id)} (relaying input)",
+        ),
+    )
+    while not handle.done():
+        await mc.interruptible_wait(lambda: handle.done() or bool(mc.unanswered()))
+        if mc.m.cancel_reason is None and mc.unanswered() and not handle.done():
+            await _put_to_a_person(mc, handle, timeout)
+        if mc.m.cancel_reason is not None and not handle.done():
+            await abandon(handle)
+            return Cancel(task)
+    try:
+        out: RelayOutput = await handle
+    except ActivityError as err:
+        return Ended(endings.lost(err, "input relay failed", Stage.INPUT))
+    if out.not_found or out.unreachable or out.payload is None:
+        return Ended(endings.unread(mc, not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
+    if out.state is not None:
+        mc.m.task_state = out.state
+    if out.notified:  # (False in every history from before: the outcome reads as it did)
+        mc.m.delivered_by = "notification"
+    status = mc.m.task_state.status if mc.m.task_state.terminal else "completed"
+    return Ended(endings.from_payload(mc, status, out.payload, Stage.PAYLOAD))
+
+
+async def _put_to_a_person(mc: TaskMachine, handle: Any, timeout: float) -> None:
+    """INPUT_REQUIRED until the relay's questions are answered, declined at the timeout (or the task cancelled)."""
+    mc.enter(Phase.INPUT_REQUIRED, "input_required")
+    answered = await mc.interruptible_wait(lambda: not mc.unanswered() or handle.done(), timeout_s=timeout)
+    if not answered and mc.m.cancel_reason is None and mc.unanswered():
+        if mc.req.on_input_timeout == "cancel":
+            mc.m.cancel_reason = f"no answer to input request within {timeout:g}s"
+        else:
+            for key in mc.unanswered():
+                mc.m.answers[key] = {"action": "decline"}
+    mc.m.pending = {k: v for k, v in mc.m.pending.items() if k not in mc.m.answers}
+    if mc.m.cancel_reason is None:
+        mc.enter(Phase.WORKING, "working")
+
+
+__all__ = ["ask_input", "relay"]

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import TASK_NOTIFIED_SIGNAL, LegacyInputRequest, TaskNotified
     from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
     from mcp_temporal_tasks.protocol.elicitation import with_defaults
-    from mcp_temporal_tasks.workflows.phases.base import TaskMachine
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import NOTIFIED_WAKES
     from mcp_temporal_tasks.workflows.records import LegacyInputRecord, PendingInput, Phase, TaskView
 

@@ -1,29 +1,30 @@
-"""SUBMITTING: the one dangerous step, ``tools/call`` (a single attempt), and what its answer starts.
+"""SUBMITTING: the one dangerous step, ``tools/call`` (a single attempt per send), and what its answer leads to.
 
-The resolved server profile is applied first (ledger, contract, search attributes). A failure that surely never
-reached the server is resent (after its ``Retry-After``); anything else ends ``rejected`` or ``unknown_outcome``
-(``decisions.after_submit_failure``). A question the server asks on the call's own stream is put to a person
-(INPUT_REQUIRED) while the call goes on. A task the call started is then followed (``wait``).
+A failure that surely never reached the server is resent after its ``Retry-After``; anything else ends ``rejected`` or
+``unknown_outcome`` (``decisions.after_submit_failure``). A question asked on the call's own stream is put to a person
+(INPUT_REQUIRED) while the call goes on. A task the call started is followed (``Follow``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import StartCallInput, StartCallOutput
-    from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
+    from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import failure_info
     from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
-    from mcp_temporal_tasks.workflows.phases.base import TaskMachine, _bug, _Ended
+    from mcp_temporal_tasks.workflows.phases import endings
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
     from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, READ_ONLY_IS_IDEMPOTENT
+    from mcp_temporal_tasks.workflows.phases.steps import Ended, Follow, Step, Submit
     from mcp_temporal_tasks.workflows.records import (
         SA_SERVER,
         SA_STATUS,
@@ -39,240 +40,251 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-class SubmitPhase(TaskMachine):
-    """SUBMITTING (and INPUT_REQUIRED while ``tools/call`` itself asks), up to the task's first WORKING."""
+def apply_profile(mc: TaskMachine) -> None:
+    """The resolved server's profile into the ledger, the contract and the search attributes, once, before any call."""
+    if mc.m.profile is None:
+        raise bug("apply_profile before resolve")
+    mc.m.output_schema = mc.m.profile.policy.output_schema
+    mc.m.ledger.server = mc.m.profile.name
+    mc.m.ledger.server_identity = mc.m.profile.identity
+    mc.m.ledger.principal = mc.m.profile.principal
+    rule = mc.rule()
+    mc.m.ledger.idempotency.update(replay=rule.policy.value, idempotent=rule.idempotent, max_replays=rule.max_replays)
+    mc.set_contract()
+    # Upsert only what the starter did not already set (each upsert is a history event and a visibility write); the
+    # ledger goes to the memo once, at the end (live: the status() query).
+    current = workflow.info().typed_search_attributes
+    wanted = {
+        SA_SERVER: search_attribute_value(mc.m.profile.name),
+        SA_TOOL: search_attribute_value(mc.req.tool),
+        SA_STATUS: "submitting",
+    }
+    changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
+    if changed:
+        workflow.upsert_search_attributes(changed)
+    mc.m.shown_status = "submitting"
 
-    def _apply_profile(self) -> None:
-        if self.m.profile is None:
-            raise _bug("_apply_profile before resolve")
-        self.m.output_schema = self.m.profile.policy.output_schema
-        self.m.ledger.server = self.m.profile.name
-        self.m.ledger.server_identity = self.m.profile.identity
-        self.m.ledger.principal = self.m.profile.principal
-        self.m.ledger.idempotency.update(
-            replay=self._policy().value, idempotent=self._idempotent(), max_replays=self._max_replays()
+
+async def submit(mc: TaskMachine, step: Submit) -> Step:
+    """Send ``tools/call`` and say where its answer leads: an ending (synchronous result, refusal, lost reply) or
+    the task to follow."""
+    start = await _send(mc, step.reason)
+    if isinstance(start, Ending):
+        return Ended(start)
+    attempt = mc.m.attempts[-1]
+    if start.payload is not None:  # the server ran the tool synchronously
+        mc.m.task_state = None
+        ending = endings.from_payload(mc, "completed", start.payload, Stage.SUBMITTING)
+        if mc.m.call_input_note:  # (None in every history from before)
+            ending.reason = "; ".join(filter(None, [ending.reason, mc.m.call_input_note]))
+        return Ended(ending)
+    if start.start.input_requests is not None:
+        return Ended(
+            Ending(
+                outcome=Outcome.REJECTED,
+                stage=Stage.SUBMITTING,
+                error=RpcErrorInfo(
+                    code=-32601, message="server asked for input on tools/call itself; answer through a task"
+                ),
+                classification=Classification.PERMANENT,
+            )
         )
-        self._set_contract()
-        # Upsert only what the starter did not already set (each upsert is a history event and a
-        # visibility write); the ledger goes to the memo once, at the end (live: the status() query).
-        current = workflow.info().typed_search_attributes
-        wanted = {
-            SA_SERVER: search_attribute_value(self.m.profile.name),
-            SA_TOOL: search_attribute_value(self.req.tool),
-            SA_STATUS: "submitting",
-        }
-        changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
-        self.m.shown_status = "submitting"
+    task = start.start.task
+    if task is None:
+        # Neither a task, a result nor an input request (the wire refuses such a reply; this guards what a history
+        # may hold): the call reached the server and gave nothing to follow, as if its reply had been lost.
+        attempt.ended = Outcome.UNKNOWN_OUTCOME.value
+        return Ended(
+            Ending(
+                outcome=Outcome.UNKNOWN_OUTCOME,
+                stage=Stage.SUBMITTING,
+                reason="tools/call was answered with neither a task, a result nor an input request",
+            )
+        )
+    mc.m.session = start.start.session
+    mc.m.owner_queue = start.owner_queue
+    mc.m.task_state = task
+    attempt.task_id = task.task_id
+    mc.m.ledger.task_ids.append(task.task_id)
+    attempt.reconciled = start.reconciled
+    mc.enter(Phase.WORKING, None, SA_TASK_ID.value_set(search_attribute_value(task.task_id)))
+    return Follow(task)
 
-    async def _operation(self, reason: str) -> NoReturn:
-        """Run one ``tools/call`` to its end; always raises :class:`_Ended`."""
-        start = await self._submit(reason)
-        attempt = self.m.attempts[-1]
-        if start.payload is not None:  # the server ran the tool synchronously
-            self.m.task_state = None
-            end = self._ended_from_payload("completed", start.payload, Stage.SUBMITTING)
-            if self.m.call_input_note:  # (None in every history from before)
-                end.ending.reason = "; ".join(filter(None, [end.ending.reason, self.m.call_input_note]))
-            raise end
-        if start.start.input_requests is not None:
-            raise _Ended(
-                Ending(
-                    outcome=Outcome.REJECTED,
-                    stage=Stage.SUBMITTING,
-                    error=RpcErrorInfo(
-                        code=-32601, message="server asked for input on tools/call itself; answer through a task"
-                    ),
-                    classification=Classification.PERMANENT,
-                )
-            )
-        task = start.start.task
-        if task is None:
-            # The server's reply to tools/call was neither a task, nor a result, nor an input request (the wire
-            # refuses such a reply; this guards what a history may hold): the call reached the server and gave
-            # nothing to follow, as if its reply had been lost. An outcome, never a failing workflow task.
-            attempt.ended = Outcome.UNKNOWN_OUTCOME.value
-            raise _Ended(
-                Ending(
-                    outcome=Outcome.UNKNOWN_OUTCOME,
-                    stage=Stage.SUBMITTING,
-                    reason=("tools/call was answered with neither a task, a result nor an input request"),
-                )
-            )
-        self.m.session = start.start.session
-        self.m.owner_queue = start.owner_queue
-        self.m.task_state = task
-        attempt.task_id = task.task_id
-        self.m.ledger.task_ids.append(task.task_id)
-        attempt.reconciled = start.reconciled
-        self._enter(Phase.WORKING, None, SA_TASK_ID.value_set(search_attribute_value(task.task_id)))
+
+async def _send(mc: TaskMachine, reason: str) -> StartCallOutput | Ending:
+    """``tools/call``, resent only while it surely never reached the server; the ending when it did not go through."""
+    if mc.m.profile is None:
+        raise bug("submit before resolve")
+    mc.enter(Phase.SUBMITTING, "submitting")
+    resends = 0
+    while True:
+        # operation_attempts[].at is when tools/call was sent, for a task and a synchronous call alike.
+        sent_at = workflow.now()
+        handle = workflow.start_activity_method(
+            McpActivityDefs.start_call,
+            StartCallInput(
+                profile=mc.m.profile,
+                tool=mc.req.tool,
+                arguments=mc.req.arguments,
+                ttl_ms=int(mc.req.ttl_s * 1000) if mc.req.ttl_s else None,
+                # Only a tool with its own bound waits longer than the transport's read timeout.
+                call_timeout_s=mc.call_bound_s() if mc.job() or mc.own_bound() else None,
+                input_wait_s=_call_input_bound_s(mc),
+                input_timeout_action="cancel" if mc.req.on_input_timeout == "cancel" else "decline",
+            ),
+            **mc.config(
+                SUBMIT,
+                start_to_close_timeout=timedelta(seconds=mc.call_bound_s()),
+                summary=f"tools/call {mc.req.tool} ({reason})",
+                pinned=False,
+            ),
+        )
         try:
-            await self._follow(task)
-        except _Ended as end:
-            attempt.ended = end.ending.outcome.value
-            raise
-
-    async def _submit(self, reason: str) -> StartCallOutput:
-        if self.m.profile is None:
-            raise _bug("_submit before resolve")
-        self._enter(Phase.SUBMITTING, "submitting")
-        resends = 0
-        while True:
-            # operation_attempts[].at is when tools/call was sent, for a task and a synchronous call alike.
-            sent_at = workflow.now()
-            handle = workflow.start_activity_method(
-                McpActivities.start_call,
-                StartCallInput(
-                    profile=self.m.profile,
-                    tool=self.req.tool,
-                    arguments=self.req.arguments,
-                    ttl_ms=int(self.req.ttl_s * 1000) if self.req.ttl_s else None,
-                    # Only a tool with its own bound waits longer than the transport's read timeout.
-                    call_timeout_s=self._call_bound_s() if self._job() or self._own_bound() else None,
-                    input_wait_s=self._call_input_bound_s(),
-                    input_timeout_action="cancel" if self.req.on_input_timeout == "cancel" else "decline",
-                ),
-                **self._config(
-                    SUBMIT,
-                    start_to_close_timeout=timedelta(seconds=self._call_bound_s()),
-                    summary=f"tools/call {self.req.tool} ({reason})",
-                    pinned=False,
-                ),
-            )
-            try:
-                out = await self._await_call(handle)
-            except ActivityError as err:
-                kind, reached, info = failure_info(err)
-                verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
-                retry_after = decisions.bounded_delay_s(info.get("retry_after_s")) or 0.0
-                if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
-                    resends += 1
-                    # tools/call never reached the tool: resending is safe, after the server's Retry-After.
-                    delay = max(2.0**resends, retry_after)
-                    if not (self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline):
-                        await workflow.sleep(
-                            timedelta(seconds=delay),
-                            summary="rate limited; resend" if retry_after else "server unreachable; resend",
-                        )
-                        continue
-                    verdict = "unreachable"
-                elif verdict == "resend":
-                    verdict = "unreachable"
-                error = RpcErrorInfo(
-                    code=info.get("code") or -32000, message=info.get("message") or str(err.cause), data={"kind": kind}
-                )
-                if verdict == "rejected":
-                    # operation_attempts holds the calls whose bytes may have left: a refusal before tools/call was
-                    # sent (initialize, auth, discovery, tools/list, the input schema) is not one, so the same
-                    # request may run again. The commands are the same either way (the workflow fails with the
-                    # outcome at once), so histories from before replay unchanged.
-                    if reached:
-                        self._record(reason, sent_at, ended=Outcome.REJECTED.value)
-                    cls, _ = decisions.classify_failure(None, error)
-                    cls = decisions.REFUSAL_CLASSES.get(kind, cls)
-                    raise _Ended(
-                        Ending(
-                            outcome=Outcome.REJECTED,
-                            stage=Stage.SUBMITTING,
-                            error=error,
-                            classification=cls,
-                            reason=None if reached else f"refused before tools/call was sent ({kind})",
-                        )
+            out = await _await_call(mc, handle)
+        except ActivityError as err:
+            failure = kind, reached, info = failure_info(err)
+            verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
+            retry_after = decisions.bounded_delay_s(info.get("retry_after_s")) or 0.0
+            if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
+                resends += 1
+                # tools/call never reached the tool: resending is safe, after the server's Retry-After.
+                delay = max(2.0**resends, retry_after)
+                if not (mc.req.deadline and workflow.now() + timedelta(seconds=delay) >= mc.req.deadline):
+                    await workflow.sleep(
+                        timedelta(seconds=delay),
+                        summary="rate limited; resend" if retry_after else "server unreachable; resend",
                     )
-                if verdict == "unreachable":
-                    raise _Ended(
-                        Ending(
-                            outcome=Outcome.REJECTED,
-                            stage=Stage.SUBMITTING,
-                            error=error,
-                            classification=Classification.RETRYABLE,
-                            retry_after_s=retry_after or None,
-                            reason="server unreachable; tools/call was never sent",
-                        )
-                    )
-                self._record(reason, sent_at, ended=Outcome.UNKNOWN_OUTCOME.value)
-                raise _Ended(
-                    Ending(
-                        outcome=Outcome.UNKNOWN_OUTCOME,
-                        stage=Stage.SUBMITTING,
-                        error=error,
-                        reason=f"tools/call may have reached the server but its reply was lost ({kind})",
-                    )
-                )
-            return self._accepted(out, reason, sent_at)
+                    continue
+                verdict = "unreachable"
+            elif verdict == "resend":
+                verdict = "unreachable"
+            return _not_through(mc, reason, sent_at, err, failure, verdict, retry_after)
+        return _accepted(mc, out, reason, sent_at)
 
-    def _accepted(self, out: StartCallOutput, reason: str, sent_at: datetime) -> StartCallOutput:
-        """``tools/call`` answered: the attempt recorded, the session's era in the ledger, the tool's contract."""
-        self._record(reason, sent_at)
-        self.m.ledger.sdk_version = out.sdk_version
-        self.m.ledger.era = out.start.era
-        self.m.ledger.protocol_version = out.start.session.protocol_version
-        if out.tool is not None:
-            self._learn_tool(out)
-        return out
 
-    def _call_input_bound_s(self) -> float:
-        return decisions.call_input_bound_s(self.req.input_timeout_s or self.req.timeouts.input_s, self._call_bound_s())
-
-    async def _await_call(self, handle: Any) -> StartCallOutput:
-        """``tools/call`` to its end (never abandoned, a cancel is remembered). A question the server asks on the call's
-        own stream (``elicitation/create``, relayed by start_call as the relay's signal) is put to a person as a task's
-        input is: INPUT_REQUIRED with the questions, answered with ``provide_input``, or declined (cancelled, with
-        ``on_input_timeout = "cancel"`` or once the task is cancelled) after :meth:`_call_input_bound_s`."""
-        while True:
-            try:
-                await workflow.wait_condition(lambda: handle.done() or bool(self._unanswered()))
-            except asyncio.CancelledError:
-                self._cancelled_by_temporal()
-                continue
-            if handle.done() or not workflow.patched(CALL_INPUT):
-                return await self._uninterruptible(handle)
-            bound = self._call_input_bound_s()
-            self._enter(Phase.INPUT_REQUIRED, "input_required")
-            answered = await self._interruptible_wait(lambda: not self._unanswered() or handle.done(), timeout_s=bound)
-            if not answered and not handle.done():
-                action = (
-                    "cancel" if self.m.cancel_reason is not None or self.req.on_input_timeout == "cancel" else "decline"
-                )
-                why = (
-                    f"cancelled ({self.m.cancel_reason})"
-                    if self.m.cancel_reason
-                    else f"nobody answered within {bound:g}s"
-                )
-                for key in self._unanswered():
-                    self.m.answers[key] = {"action": action}
-                    asked = self.m.pending[key].message or key
-                    self.m.call_input_note = (
-                        f"the server asked for input during tools/call ({asked!r}): answered {action}: {why}"
-                    )[:1024]
-            self.m.pending = {}
-            self._enter(Phase.SUBMITTING, "submitting")
-
-    def _record(self, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
-        self.m.attempts.append(
-            OperationAttempt(
-                n=len(self.m.attempts) + 1,
-                reason=reason,  # type: ignore[arg-type]
-                at=sent_at,
-                ended=ended,
-            )
+def _not_through(
+    mc: TaskMachine,
+    reason: str,
+    sent_at: datetime,
+    err: ActivityError,
+    failure: tuple[str, bool, dict[str, Any]],
+    verdict: str,
+    retry_after: float,
+) -> Ending:
+    """The ending of a ``tools/call`` that failed and is not resent: refused, never sent, or its reply lost."""
+    kind, reached, info = failure
+    error = RpcErrorInfo(
+        code=info.get("code") or -32000, message=info.get("message") or str(err.cause), data={"kind": kind}
+    )
+    if verdict == "rejected":
+        # operation_attempts holds the calls whose bytes may have left: a refusal before tools/call was sent
+        # (initialize, auth, discovery, tools/list, the input schema) is not one, so the same request may run again.
+        if reached:
+            _record(mc, reason, sent_at, ended=Outcome.REJECTED.value)
+        cls, _ = decisions.classify_failure(None, error)
+        cls = decisions.REFUSAL_CLASSES.get(kind, cls)
+        return Ending(
+            outcome=Outcome.REJECTED,
+            stage=Stage.SUBMITTING,
+            error=error,
+            classification=cls,
+            reason=None if reached else f"refused before tools/call was sent ({kind})",
         )
-
-    def _learn_tool(self, out: StartCallOutput) -> None:
-        if out.tool is None or self.m.profile is None:
-            raise _bug("_learn_tool without a tool or a profile")
-        if self.m.output_schema is None and out.tool.output_schema is not None:
-            self.m.output_schema = out.tool.output_schema
-            self._set_contract()
-        # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
-        annotated = decisions.annotation_idempotent(
-            trusted=self.m.profile.trust_annotations,
-            idempotent_hint=out.tool.idempotent_hint,
-            read_only_hint=out.tool.read_only_hint,
+    if verdict == "unreachable":
+        return Ending(
+            outcome=Outcome.REJECTED,
+            stage=Stage.SUBMITTING,
+            error=error,
+            classification=Classification.RETRYABLE,
+            retry_after_s=retry_after or None,
+            reason="server unreachable; tools/call was never sent",
         )
-        if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
-            annotated = None  # recorded before readOnlyHint alone counted
-        if annotated is not None:
-            self.m.ledger.idempotency["annotation_idempotent"] = annotated
-            self.m.ledger.idempotency["idempotent"] = self._idempotent()
+    _record(mc, reason, sent_at, ended=Outcome.UNKNOWN_OUTCOME.value)
+    return Ending(
+        outcome=Outcome.UNKNOWN_OUTCOME,
+        stage=Stage.SUBMITTING,
+        error=error,
+        reason=f"tools/call may have reached the server but its reply was lost ({kind})",
+    )
+
+
+def _accepted(mc: TaskMachine, out: StartCallOutput, reason: str, sent_at: datetime) -> StartCallOutput:
+    """``tools/call`` answered: the attempt recorded, the session's era in the ledger, the tool's contract."""
+    _record(mc, reason, sent_at)
+    mc.m.ledger.sdk_version = out.sdk_version
+    mc.m.ledger.era = out.start.era
+    mc.m.ledger.protocol_version = out.start.session.protocol_version
+    if out.tool is not None:
+        _learn_tool(mc, out)
+    return out
+
+
+def _call_input_bound_s(mc: TaskMachine) -> float:
+    return decisions.call_input_bound_s(mc.req.input_timeout_s or mc.req.timeouts.input_s, mc.call_bound_s())
+
+
+async def _await_call(mc: TaskMachine, handle: Any) -> StartCallOutput:
+    """``tools/call`` to its end (never abandoned, a cancel is remembered). A question the server asks on the call's own
+    stream (``elicitation/create``, relayed by start_call as the relay's signal) is put to a person as a task's input
+    is: INPUT_REQUIRED with the questions, answered with ``provide_input``, or declined (cancelled, with
+    ``on_input_timeout = "cancel"`` or once the task is cancelled) after :func:`_call_input_bound_s`."""
+    while True:
+        try:
+            await workflow.wait_condition(lambda: handle.done() or bool(mc.unanswered()))
+        except asyncio.CancelledError:
+            mc.cancelled_by_temporal()
+            continue
+        if handle.done() or not workflow.patched(CALL_INPUT):
+            return await mc.uninterruptible(handle)
+        bound = _call_input_bound_s(mc)
+        mc.enter(Phase.INPUT_REQUIRED, "input_required")
+        answered = await mc.interruptible_wait(lambda: not mc.unanswered() or handle.done(), timeout_s=bound)
+        if not answered and not handle.done():
+            _decline_unanswered(mc, bound)
+        mc.m.pending = {}
+        mc.enter(Phase.SUBMITTING, "submitting")
+
+
+def _decline_unanswered(mc: TaskMachine, bound: float) -> None:
+    cancelling = mc.m.cancel_reason is not None or mc.req.on_input_timeout == "cancel"
+    action = "cancel" if cancelling else "decline"
+    why = f"cancelled ({mc.m.cancel_reason})" if mc.m.cancel_reason else f"nobody answered within {bound:g}s"
+    for key in mc.unanswered():
+        mc.m.answers[key] = {"action": action}
+        asked = mc.m.pending[key].message or key
+        mc.m.call_input_note = (f"the server asked for input during tools/call ({asked!r}): answered {action}: {why}")[
+            :1024
+        ]
+
+
+def _record(mc: TaskMachine, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
+    mc.m.attempts.append(
+        OperationAttempt(
+            n=len(mc.m.attempts) + 1,
+            reason=reason,  # type: ignore[arg-type]
+            at=sent_at,
+            ended=ended,
+        )
+    )
+
+
+def _learn_tool(mc: TaskMachine, out: StartCallOutput) -> None:
+    if out.tool is None or mc.m.profile is None:
+        raise bug("_learn_tool without a tool or a profile")
+    if mc.m.output_schema is None and out.tool.output_schema is not None:
+        mc.m.output_schema = out.tool.output_schema
+        mc.set_contract()
+    # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
+    annotated = decisions.annotation_idempotent(
+        trusted=mc.m.profile.trust_annotations,
+        idempotent_hint=out.tool.idempotent_hint,
+        read_only_hint=out.tool.read_only_hint,
+    )
+    if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
+        annotated = None  # recorded before readOnlyHint alone counted
+    if annotated is not None:
+        mc.m.ledger.idempotency["annotation_idempotent"] = annotated
+        mc.m.ledger.idempotency["idempotent"] = mc.rule().idempotent
+
+
+__all__ = ["apply_profile", "submit"]

@@ -1,213 +1,194 @@
-"""WORKING: following a task the server accepted until it ends or asks for input.
+"""WORKING: one wait for a task the server accepted, in its mode (``WaitMode``), and where the read that ends it leads.
 
-One heartbeating activity per wait (``await_task``) while polls are close together; once the next poll is ≥ 0.8 ×
-the heartbeat timeout away, ``poll_task``: one attempt per poll, retried by Temporal at the gap, nothing running in
-between. A wait on an old task goes on under a longer heartbeat timeout. A server's notification wakes the wait
-(the read that follows decides); a cancel or the deadline ends it (``cancel``). What a read finds leads on:
-RETRIEVING for a terminal task (``retrieve``), INPUT_REQUIRED for a task that asks (``input``).
+Heartbeating (``await_task``) while polls are close together; once the next poll is ≥ 0.8 × the heartbeat timeout away,
+idle (``poll_task``: one attempt per poll, nothing running in between). A notification wakes the wait; the read that
+follows decides. A cancel or the deadline leads to ``Cancel``, a terminal task to its ending, a question to a person.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
-from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import AwaitInput, AwaitOutput, PollSchedule
-    from mcp_temporal_tasks.activities.defs import McpActivityDefs as McpActivities  # stubs: names, no wire
-    from mcp_temporal_tasks.protocol.tasks import LEGACY, TaskState
-    from mcp_temporal_tasks.workflows import decisions
+    from mcp_temporal_tasks.activities.defs import McpActivityDefs
+    from mcp_temporal_tasks.protocol.eras import era_rules
+    from mcp_temporal_tasks.protocol.tasks import SessionRef
     from mcp_temporal_tasks.workflows.options import IDLE_POLL, LONG_WAIT, WAIT
-    from mcp_temporal_tasks.workflows.phases.base import (
-        _WOKEN,
-        TaskMachine,
-        _bug,
-        _Ended,
-        _short,
-        _unusable_note,
-        _Woken,
-    )
+    from mcp_temporal_tasks.workflows.phases import endings
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug, short
     from mcp_temporal_tasks.workflows.phases.patches import IDLE_WAITS, LONG_WAIT_HEARTBEAT
-    from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, Stage
+    from mcp_temporal_tasks.workflows.phases.steps import (
+        AskInput,
+        Cancel,
+        Ended,
+        Follow,
+        Relay,
+        Retrieve,
+        Step,
+        WaitMode,
+    )
+    from mcp_temporal_tasks.workflows.records import Ending, Phase, Stage
 
 
-class WaitPhase(TaskMachine):
-    """WORKING: the two wait modes and what a read leads to."""
+class _Woken:
+    """A wait cut short by a notification (its activity cancelled): the task is read again at once."""
 
-    async def _follow(self, task: TaskState) -> NoReturn:
-        """WORKING ⇄ INPUT_REQUIRED → RETRIEVING → terminal. Raises :class:`_Ended`."""
-        if self.m.session is None:
-            raise _bug("_follow without a session")
-        timeouts = self.req.timeouts
-        # A wait on an old task goes on under a longer heartbeat timeout: one more activity per task, far fewer
-        # heartbeats (billable actions, server writes) for the hours it may still take.
-        hand_over = timeouts.long_wait_heartbeat_s > timeouts.heartbeat_s
-        # Past this gap a poll as an attempt of its own costs less than the heartbeats that would hold it (the SDK
-        # sends one per 0.8 × the heartbeat timeout).
-        idle_gap = timeouts.idle_gap_s if timeouts.idle_gap_s is not None else 0.8 * timeouts.heartbeat_s
-        long_wait = idle = False
-        first_poll_at: float | None = None
-        #: The wait that follows reads the task because a notification woke the one before (delivered_by).
-        woken_read = False
-        woken_via: str | None = None
-        while True:
-            self._enter(Phase.WORKING)
-            arg = AwaitInput(
-                session=self.m.session,
-                task_id=task.task_id,
-                principal=self._principal(),
-                poll_floor_s=timeouts.poll_floor_s,
-                poll_ceiling_s=timeouts.poll_ceiling_s,
-                output_schema=self.m.output_schema,
-                answered_keys=self.m.answered_keys,
-                unreachable_s=timeouts.unreachable_s,
-                schedule=self.m.profile.polling if self.m.profile else PollSchedule(),
-                job=self._job(),
-                submitted_at=self.m.attempts[-1].at.timestamp() if self.m.attempts else None,
-                return_after_age_s=timeouts.long_wait_after_s if hand_over and not long_wait else None,
-                hand_over_gap_s=idle_gap or None,
-                first_poll_at=first_poll_at,
-            )
-            first_poll_at = None
-            if idle and not woken_read:
-                waited = await self._wait_idle(
-                    arg, summary=f"poll {_short(task.task_id)} until terminal (idle between polls)"
-                )
-            else:
-                # A woken wait reads at once in the heartbeating activity, which polls on, or hands over to the
-                # idle one, as any wait does: a notification that lied costs this one read.
-                waited = await self._wait_for_task(
-                    arg,
-                    summary=(
-                        f"read {_short(task.task_id)} (notified)"
-                        if woken_read
-                        else f"poll {_short(task.task_id)} until terminal" + (" (long wait)" if long_wait else "")
-                    ),
-                    heartbeat_s=timeouts.long_wait_heartbeat_s if long_wait else None,
-                )
-            if waited is None:
-                await self._cancel_and_settle(task)
-            if isinstance(waited, _Woken):
-                self.m.wake, woken_read, woken_via = None, True, self.m.wake_via
-                continue
-            aw = waited
-            self._after_wait(aw)
-            if self.m.task_state is None:
-                raise _bug("a wait ended without a task state")
-            if self.m.wake is not None and (self.m.task_state.terminal or self.m.task_state.status == self.m.wake):
-                self.m.wake = None  # this read already shows what the notification said
-            if self.m.task_state.terminal:
-                # How the end was learned: the first read after a wake, or a poll of the schedule.
-                self.m.delivered_by = (woken_via or "notification") if woken_read and aw.polls <= 1 else "poll"  # type: ignore[assignment]
-            woken_read = False
-            if aw.idle and workflow.patched(IDLE_WAITS):
-                idle, first_poll_at = True, aw.next_poll_at
-                continue
-            if aw.long_wait and workflow.patched(LONG_WAIT_HEARTBEAT):
-                long_wait = True
-                continue
-            await self._next_phase(task, aw)
 
-    async def _next_phase(self, task: TaskState, aw: AwaitOutput) -> None:
-        """Where a read leads: RETRIEVING for a terminal task (its payload read again if the read's own failed) and
-        INPUT_REQUIRED for a task asking for input; else (back in WORKING) the wait goes on."""
-        if self.m.task_state is None:
-            raise _bug("a wait ended without a task state")
-        if self.m.task_state.terminal:
-            if aw.payload is None:  # read in the same activity failed: retry the retrieval alone
-                self.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
-            payload = aw.payload if aw.payload is not None else await self._retrieve()
-            raise self._ended_from_payload(self.m.task_state.status, payload, Stage.PAYLOAD)
-        if self.m.task_state.status == "input_required":
-            if self.m.task_state.era == LEGACY:
-                await self._legacy_relay(task)  # ends the task: always raises _Ended
-            await self._input_required(task)
+_WOKEN = _Woken()
 
-    def _after_wait(self, aw: AwaitOutput) -> None:
-        if aw.state is not None:
-            self.m.task_state = aw.state  # the next _enter or _finish shows the new status
-            return
-        last = self.m.task_state
-        if aw.not_found:
-            outcome = decisions.not_found_outcome(
-                last.created_at if last else None, last.ttl_ms if last else None, workflow.now()
-            )
-            raise _Ended(
-                Ending(
-                    outcome=outcome,
-                    stage=Stage.GONE,
-                    reason="tasks/get answered -32602: the task is gone"
-                    + (" after its TTL" if outcome == Outcome.EXPIRED else "")
-                    + _unusable_note(last),
-                )
-            )
-        if aw.no_answer is not None:
-            # The server may still hold the task: we lost sight of it, it is not known to be gone.
-            raise _Ended(
-                Ending(
-                    outcome=Outcome.LOST,
-                    stage=Stage.UNREACHABLE,
-                    error=aw.last_error,
-                    reason=f"{aw.no_answer}; not replayed: the task may still exist on the server",
-                )
-            )
-        raise _Ended(Ending(outcome=Outcome.LOST, stage=Stage.GONE, reason=aw.unreachable or "task unreachable"))
 
-    async def _wait_for_task(
-        self, arg: AwaitInput, *, summary: str, heartbeat_s: float | None = None
-    ) -> AwaitOutput | _Woken | None:
-        """Poll until the task moves; None if a cancel (or the deadline) came first, :data:`_WOKEN` if a notification
-        did (the activity is then cancelled either way)."""
-        deadline = self.req.deadline
-        budget = (deadline - workflow.now()) if deadline else LONG_WAIT
-        config = self._config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary)
-        if heartbeat_s:
-            config["heartbeat_timeout"] = timedelta(seconds=heartbeat_s)
-        handle = workflow.start_activity_method(McpActivities.await_task, arg, **config)
-        await self._interruptible_wait(lambda: handle.done() or self.m.wake is not None)
-        if self.m.cancel_reason is not None and not handle.done():
-            await self._abandon(handle)
-            return None
-        if self.m.wake is not None and not handle.done():
-            await self._abandon(handle)
-            return _WOKEN
-        try:
-            return await handle
-        except ActivityError as err:
-            if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
-                self.m.cancel_reason = "deadline exceeded"
-                return None
-            raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
-
-    async def _wait_idle(self, arg: AwaitInput, *, summary: str) -> AwaitOutput | _Woken | None:
-        """Poll with nothing running between polls (``poll_task``); None if a cancel or the deadline came first,
-        :data:`_WOKEN` if a notification did (the pending attempt is cancelled: Temporal does it at once).
-
-        A cancel cancels the activity wherever it is: between two attempts Temporal cancels it at once, so the cancel
-        reaches the server without waiting for the next poll. The deadline is a timer here (two history events),
-        not a schedule-to-close: Temporal would refuse a retry scheduled past it, up to a whole gap early.
-        """
-        deadline = self.req.deadline
-        config = self._config(IDLE_POLL, summary=summary)
-        if deadline is None:
-            config["schedule_to_close_timeout"] = LONG_WAIT
-        handle = workflow.start_activity_method(McpActivities.poll_task, arg, **config)
-        left = (deadline - workflow.now()).total_seconds() if deadline else None
-        await self._interruptible_wait(
-            lambda: handle.done() or self.m.wake is not None, timeout_s=max(left, 0.001) if left is not None else None
+async def follow(mc: TaskMachine, step: Follow) -> Step:
+    """One wait, then the next step: the same wait again (woken, handed over, or still working), the task's ending,
+    a question to a person, or ``Cancel``."""
+    if mc.m.session is None:
+        raise bug("follow without a session")
+    task = step.task
+    mc.enter(Phase.WORKING)
+    arg = _await_input(mc, mc.m.session, step)
+    if step.mode == WaitMode.IDLE and not step.woken:
+        waited = await _wait_idle(mc, arg, summary=f"poll {short(task.task_id)} until terminal (idle between polls)")
+    else:
+        # A woken wait reads at once in the heartbeating activity, which polls on or hands over to the idle one as
+        # any wait does: a notification that lied costs this one read.
+        waited = await _wait_heartbeating(
+            mc,
+            arg,
+            summary=(
+                f"read {short(task.task_id)} (notified)"
+                if step.woken
+                else f"poll {short(task.task_id)} until terminal" + (" (long wait)" if step.old_task else "")
+            ),
+            heartbeat_s=mc.req.timeouts.long_wait_heartbeat_s if step.old_task else None,
         )
-        if not handle.done() and self.m.cancel_reason is None and self.m.wake is not None:
-            await self._abandon(handle)
-            return _WOKEN
-        if not handle.done():
-            if self.m.cancel_reason is None:
-                self.m.cancel_reason = "deadline exceeded"
-            await self._abandon(handle)
+    if waited is None:
+        return Cancel(task)
+    if isinstance(waited, Ending):
+        return Ended(waited)
+    if isinstance(waited, _Woken):
+        mc.m.wake = None
+        return dataclasses.replace(step, woken=True, woken_via=mc.m.wake_via, first_poll_at=None)
+    return _after_read(mc, step, waited)
+
+
+def _await_input(mc: TaskMachine, session: SessionRef, step: Follow) -> AwaitInput:
+    timeouts = mc.req.timeouts
+    # A wait on an old task goes on under a longer heartbeat timeout: one more activity per task, far fewer
+    # heartbeats (billable actions, server writes) for the hours it may still take.
+    hand_over = timeouts.long_wait_heartbeat_s > timeouts.heartbeat_s
+    # Past this gap a poll as an attempt of its own costs less than the heartbeats that would hold it (the SDK sends
+    # one per 0.8 × the heartbeat timeout).
+    idle_gap = timeouts.idle_gap_s if timeouts.idle_gap_s is not None else 0.8 * timeouts.heartbeat_s
+    return AwaitInput(
+        session=session,
+        task_id=step.task.task_id,
+        principal=mc.principal(),
+        poll_floor_s=timeouts.poll_floor_s,
+        poll_ceiling_s=timeouts.poll_ceiling_s,
+        output_schema=mc.m.output_schema,
+        answered_keys=mc.m.answered_keys,
+        unreachable_s=timeouts.unreachable_s,
+        schedule=mc.m.profile.polling if mc.m.profile else PollSchedule(),
+        job=mc.job(),
+        submitted_at=mc.m.attempts[-1].at.timestamp() if mc.m.attempts else None,
+        return_after_age_s=timeouts.long_wait_after_s if hand_over and not step.old_task else None,
+        hand_over_gap_s=idle_gap or None,
+        first_poll_at=step.first_poll_at,
+    )
+
+
+def _after_read(mc: TaskMachine, step: Follow, aw: AwaitOutput) -> Step:
+    """Where a read leads: the wait again (handed over idle, or to the long heartbeat, or still working), the task's
+    ending (its payload read again if the wait's own read failed), or a question to a person."""
+    if aw.state is None:
+        return Ended(
+            endings.unread(
+                mc, not_found=aw.not_found, no_answer=aw.no_answer, unreachable=aw.unreachable, last_error=aw.last_error
+            )
+        )
+    mc.m.task_state = state = aw.state  # the next enter() or finish() shows the new status
+    if mc.m.wake is not None and (state.terminal or state.status == mc.m.wake):
+        mc.m.wake = None  # this read already shows what the notification said
+    if state.terminal:
+        # How the end was learned: the first read after a wake, or a poll of the schedule.
+        woke = step.woken and aw.polls <= 1
+        mc.m.delivered_by = (step.woken_via or "notification") if woke else "poll"  # type: ignore[assignment]
+    going_on = Follow(step.task, step.mode, step.old_task)
+    if aw.idle and workflow.patched(IDLE_WAITS):
+        return Follow(step.task, WaitMode.IDLE, step.old_task, first_poll_at=aw.next_poll_at)
+    if aw.long_wait and workflow.patched(LONG_WAIT_HEARTBEAT):
+        return Follow(step.task, step.mode, old_task=True)
+    if state.terminal:
+        if aw.payload is None:  # the read in the same activity failed: the retrieval is retried alone
+            mc.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
+            return Retrieve(Stage.PAYLOAD)
+        return Ended(endings.from_payload(mc, state.status, aw.payload, Stage.PAYLOAD))
+    if state.status == "input_required":
+        if era_rules(state.era).input_on_result_stream:
+            return Relay(step.task)
+        return AskInput(step.task, then=going_on)
+    return going_on
+
+
+async def _wait_heartbeating(
+    mc: TaskMachine, arg: AwaitInput, *, summary: str, heartbeat_s: float | None = None
+) -> AwaitOutput | _Woken | Ending | None:
+    """Poll until the task moves; None if a cancel (or the deadline) came first, :data:`_WOKEN` if a notification did
+    (the activity is then cancelled either way), the ending if the wait failed for good."""
+    deadline = mc.req.deadline
+    budget = (deadline - workflow.now()) if deadline else LONG_WAIT
+    config = mc.config(WAIT, start_to_close_timeout=max(budget, timedelta(seconds=1)), summary=summary)
+    if heartbeat_s:
+        config["heartbeat_timeout"] = timedelta(seconds=heartbeat_s)
+    handle = workflow.start_activity_method(McpActivityDefs.await_task, arg, **config)
+    await mc.interruptible_wait(lambda: handle.done() or mc.m.wake is not None)
+    if mc.m.cancel_reason is not None and not handle.done():
+        await abandon(handle)
+        return None
+    if mc.m.wake is not None and not handle.done():
+        await abandon(handle)
+        return _WOKEN
+    try:
+        return await handle
+    except ActivityError as err:
+        if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
+            mc.m.cancel_reason = "deadline exceeded"
             return None
-        try:
-            return await handle
-        except ActivityError as err:
-            raise self._lost(err, "could not follow the task", Stage.UNREACHABLE)
+        return endings.lost(err, "could not follow the task", Stage.UNREACHABLE)
+
+
+async def _wait_idle(mc: TaskMachine, arg: AwaitInput, *, summary: str) -> AwaitOutput | _Woken | Ending | None:
+    """Poll with nothing running between polls (``poll_task``); None if a cancel or the deadline came first,
+    :data:`_WOKEN` if a notification did (the pending attempt is cancelled: Temporal does it at once).
+
+    The deadline is a timer here (two history events), not a schedule-to-close: Temporal would refuse a retry scheduled
+    past it, up to a whole gap early.
+    """
+    deadline = mc.req.deadline
+    config = mc.config(IDLE_POLL, summary=summary)
+    if deadline is None:
+        config["schedule_to_close_timeout"] = LONG_WAIT
+    handle = workflow.start_activity_method(McpActivityDefs.poll_task, arg, **config)
+    left = (deadline - workflow.now()).total_seconds() if deadline else None
+    await mc.interruptible_wait(
+        lambda: handle.done() or mc.m.wake is not None, timeout_s=max(left, 0.001) if left is not None else None
+    )
+    if not handle.done() and mc.m.cancel_reason is None and mc.m.wake is not None:
+        await abandon(handle)
+        return _WOKEN
+    if not handle.done():
+        if mc.m.cancel_reason is None:
+            mc.m.cancel_reason = "deadline exceeded"
+        await abandon(handle)
+        return None
+    try:
+        return await handle
+    except ActivityError as err:
+        return endings.lost(err, "could not follow the task", Stage.UNREACHABLE)
+
+
+__all__ = ["follow"]
