@@ -1,0 +1,1 @@
+"""The package of the processes: the plugin, the CLI, the embedded Temporal, configuration."""
