@@ -121,7 +121,7 @@ class McpTaskWorkflow(Messages):
             invalid = _explain(exc)
             request = _placeholder_request(request)
         self.req = request
-        self.m = MachineState(
+        self.state = MachineState(
             invalid_request=invalid,
             ledger=Ledger(
                 server=request.server_label(),
@@ -149,7 +149,7 @@ class McpTaskWorkflow(Messages):
         if outcome.outcome != Outcome.COMPLETED and workflow.patched(FAIL_UNLESS_COMPLETED):
             if (
                 outcome.outcome == Outcome.CANCELLED
-                and self.m.cancel_requested
+                and self.state.cancel_requested
                 and workflow.patched(CANCELLED_SHOWS_CANCELED)
             ):
                 # Cancelled on purpose (mcp-tasks cancel, handle.cancel(), a cancelled parent): Temporal shows it as
@@ -171,7 +171,7 @@ class McpTaskWorkflow(Messages):
         while True:
             ending = await self._operation(reason)
             replay = decisions.replay_reason(ending.stage, ending.outcome, ending.classification)
-            if replay is None or self.m.cancel_reason is not None:
+            if replay is None or self.state.cancel_reason is not None:
                 return finish(self, ending)
             stop = await self._before_replay(ending)
             if stop is not None:
@@ -187,7 +187,7 @@ class McpTaskWorkflow(Messages):
             while not isinstance(step, Ended):
                 step = await self._take(step)
                 if followed is None and isinstance(step, Follow):
-                    followed = self.m.attempts[-1]
+                    followed = self.state.attempts[-1]
         except asyncio.CancelledError:
             step = after_temporal_cancel(self)
             while not isinstance(step, Ended):
@@ -218,21 +218,21 @@ class McpTaskWorkflow(Messages):
                 assert_never(step)
 
     def _invalid(self) -> Ending | None:
-        if self.m.invalid_request is None:
+        if self.state.invalid_request is None:
             return None
         return Ending(
             outcome=Outcome.REJECTED,
             stage=Stage.REQUEST,
-            error=RpcErrorInfo(code=-32602, message=f"invalid McpTaskRequest: {self.m.invalid_request}"),
+            error=RpcErrorInfo(code=-32602, message=f"invalid McpTaskRequest: {self.state.invalid_request}"),
             classification=Classification.INPUT_CORRECTABLE,
-            reason=f"invalid request: {self.m.invalid_request}",
+            reason=f"invalid request: {self.state.invalid_request}",
         )
 
     async def _resolve(self) -> Ending | None:
         """The server's profile from the worker's configuration; the ending when it refuses (nothing was sent)."""
         request = self.req
         try:
-            self.m.profile = await workflow.execute_local_activity_method(
+            self.state.profile = await workflow.execute_local_activity_method(
                 McpActivityDefs.resolve,
                 ResolveInput(server=request.server, tool=request.tool, principal=request.principal, era=request.era),
                 start_to_close_timeout=timedelta(seconds=10),
@@ -248,7 +248,7 @@ class McpTaskWorkflow(Messages):
                 return Ending(
                     outcome=Outcome.CANCELLED,
                     stage=Stage.REQUEST,
-                    reason=f"{self.m.cancel_reason} before tools/call was sent",
+                    reason=f"{self.state.cancel_reason} before tools/call was sent",
                 )
             if isinstance(err, asyncio.CancelledError):
                 raise
@@ -265,21 +265,21 @@ class McpTaskWorkflow(Messages):
     async def _before_replay(self, ending: Ending) -> Ending | None:
         """An ending that may justify a replay: the policy's answer, an operator's approval, the server's
         ``Retry-After`` as a durable timer. None: replay now; else the ending that stands."""
-        decision = decisions.may_replay(self.rule(), replays_used=len(self.m.attempts) - 1)
+        decision = decisions.may_replay(self.rule(), replays_used=len(self.state.attempts) - 1)
         if decision == "stop":
             return ending
         if decision == "await_approval":
             self.enter(Phase.AWAITING_APPROVAL)
-            if not await self.interruptible_wait(lambda: self.m.approved):
-                return ending.but(reason=f"replay not approved: {self.m.cancel_reason}")
-            self.m.approved = False
+            if not await self.interruptible_wait(lambda: self.state.approved):
+                return ending.but(reason=f"replay not approved: {self.state.cancel_reason}")
+            self.state.approved = False
         self.enter(Phase.REPLAYING)
         delay = ending.retry_after_s or 0.0
         if self.req.deadline and workflow.now() + timedelta(seconds=delay) >= self.req.deadline:
             return ending.but(reason="no replay: Retry-After reaches past the deadline")
         # A durable timer that a cancel interrupts: the last attempt's outcome then stands.
         if delay and not await self.interruptible_sleep(delay):
-            return ending.but(reason=f"replay cancelled: {self.m.cancel_reason}")
+            return ending.but(reason=f"replay cancelled: {self.state.cancel_reason}")
         return None
 
 

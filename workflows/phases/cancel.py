@@ -25,14 +25,14 @@ with workflow.unsafe.imports_passed_through():
 def after_temporal_cancel(mc: TaskMachine) -> Step:
     """The workflow was cancelled mid-step (retrieving, answering input): settle the task, keeping its true end."""
     mc.cancelled_by_temporal()
-    if mc.m.task_state is None or mc.m.session is None:
-        return Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=mc.m.cancel_reason))
-    return Cancel(mc.m.task_state)
+    if mc.state.task_state is None or mc.state.session is None:
+        return Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=mc.state.cancel_reason))
+    return Cancel(mc.state.task_state)
 
 
 async def cancel(mc: TaskMachine, step: Cancel) -> Step:
     """Send ``tasks/cancel``, then read how the task really ended."""
-    if mc.m.session is None:
+    if mc.state.session is None:
         raise bug("cancel without a session")
     task = step.task
     mc.enter(Phase.CANCELLING, "cancelling")
@@ -41,7 +41,7 @@ async def cancel(mc: TaskMachine, step: Cancel) -> Step:
     try:
         out = await workflow.execute_activity_method(
             McpActivityDefs.cancel_task,
-            CancelInput(session=mc.m.session, job=mc.job(), task_id=task.task_id, principal=principal),
+            CancelInput(session=mc.state.session, job=mc.job(), task_id=task.task_id, principal=principal),
             # Retried on every read fault, for as long as a poll would be (at most 5 minutes).
             **mc.config(
                 TASK_STEP,
@@ -57,7 +57,7 @@ async def cancel(mc: TaskMachine, step: Cancel) -> Step:
                 stage=Stage.CANCELLING,
                 error=last,
                 reason=(
-                    f"{mc.m.cancel_reason}; tasks/cancel got no usable answer ({attempts_text(info, asked)}; "
+                    f"{mc.state.cancel_reason}; tasks/cancel got no usable answer ({attempts_text(info, asked)}; "
                     f"last: {kind}): the task may still be running on the server"
                 ),
             )
@@ -67,10 +67,10 @@ async def cancel(mc: TaskMachine, step: Cancel) -> Step:
             Ending(
                 outcome=Outcome.CANCELLED,
                 stage=Stage.CANCELLING,
-                reason=f"{mc.m.cancel_reason}; task already gone on the server",
+                reason=f"{mc.state.cancel_reason}; task already gone on the server",
             )
         )
-    return await _settle(mc, step, mc.m.session, principal)
+    return await _settle(mc, step, mc.state.session, principal)
 
 
 async def _settle(mc: TaskMachine, step: Cancel, session: SessionRef, principal: str | None) -> Step:
@@ -85,8 +85,8 @@ async def _settle(mc: TaskMachine, step: Cancel, session: SessionRef, principal:
                 principal=principal,
                 poll_floor_s=mc.req.timeouts.poll_floor_s,
                 poll_ceiling_s=2.0,
-                output_schema=mc.m.output_schema,
-                answered_keys=list(mc.m.pending),
+                output_schema=mc.state.output_schema,
+                answered_keys=list(mc.state.pending),
                 unreachable_s=min(60.0, mc.req.timeouts.unreachable_s),
                 schedule=PollSchedule(age_fraction=0),
                 job=mc.job(),
@@ -101,16 +101,18 @@ async def _settle(mc: TaskMachine, step: Cancel, session: SessionRef, principal:
     except ActivityError:
         return Ended(
             Ending(
-                outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=f"{mc.m.cancel_reason}; final state unknown"
+                outcome=Outcome.CANCELLED,
+                stage=Stage.CANCELLING,
+                reason=f"{mc.state.cancel_reason}; final state unknown",
             )
         )
     if aw.state is not None:
-        mc.m.task_state = aw.state
+        mc.state.task_state = aw.state
     if aw.state is not None and aw.state.terminal and aw.state.status != "cancelled":
         if aw.payload is None:
             return Retrieve(Stage.CANCELLING)
         return Ended(endings.found_ended(mc, endings.from_payload(mc, aw.state.status, aw.payload, Stage.CANCELLING)))
-    return Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=mc.m.cancel_reason))
+    return Ended(Ending(outcome=Outcome.CANCELLED, stage=Stage.CANCELLING, reason=mc.state.cancel_reason))
 
 
 __all__ = ["after_temporal_cancel", "cancel"]

@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
 def from_payload(mc: TaskMachine, status: str, payload: DecodedPayload, stage: Stage) -> Ending:
     """The task's own end, from the payload read at ``stage`` (SUBMITTING for a synchronous answer, PAYLOAD for a
     task's stored payload, CANCELLING when a cancel found the task already ended)."""
-    task = mc.m.task_state
-    mc.m.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
+    task = mc.state.task_state
+    mc.state.ledger.last_retrieval = "ok" if not payload.decode_error else "decode_failed"
     ref = payload.result_ref
     outcome, error = decisions.terminal_outcome(
         status,
@@ -62,7 +62,7 @@ def from_payload(mc: TaskMachine, status: str, payload: DecodedPayload, stage: S
 
 def found_ended(mc: TaskMachine, ending: Ending) -> Ending:
     """A cancel that found the task already ended keeps that ending, and says so."""
-    ending.reason = f"cancel requested ({mc.m.cancel_reason}) but the task had already ended"
+    ending.reason = f"cancel requested ({mc.state.cancel_reason}) but the task had already ended"
     return ending
 
 
@@ -83,7 +83,7 @@ def unread(
 ) -> Ending:
     """A read that gave no state of the task: gone (``-32602``), no usable answer within its budget (the server may
     still hold the task: never a replay), or its session unreachable."""
-    last = mc.m.task_state
+    last = mc.state.task_state
     if not_found:
         outcome = decisions.not_found_outcome(
             last.created_at if last else None, last.ttl_ms if last else None, workflow.now()

@@ -18,28 +18,30 @@ _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 def finish(mc: TaskMachine, ending: Ending) -> McpTaskOutcome:
     """The task's outcome from its last operation's ending; the machine moves to DONE."""
     outcome = ending.outcome
-    if mc.m.attempts and mc.m.attempts[-1].ended == "in_flight":
-        mc.m.attempts[-1].ended = outcome.value
-    mc.m.ledger.terminal_state = outcome.value
+    if mc.state.attempts and mc.state.attempts[-1].ended == "in_flight":
+        mc.state.attempts[-1].ended = outcome.value
+    mc.state.ledger.terminal_state = outcome.value
     mc.move(Phase.DONE)
-    mc.m.outcome = McpTaskOutcome(
+    mc.state.outcome = McpTaskOutcome(
         workflow_id=workflow.info().workflow_id,
         outcome=outcome,
-        task_id=mc.m.task_state.task_id if mc.m.task_state else (mc.m.attempts[-1].task_id if mc.m.attempts else None),
-        task_status=mc.m.task_state.status if mc.m.task_state else None,
-        status_message=mc.m.task_state.status_message if mc.m.task_state else None,
-        era=mc.m.ledger.era,
-        protocol_version=mc.m.ledger.protocol_version,
-        operation_attempts=mc.m.attempts,
-        ledger=mc.m.ledger,
-        delivered_by=mc.m.delivered_by,
+        task_id=mc.state.task_state.task_id
+        if mc.state.task_state
+        else (mc.state.attempts[-1].task_id if mc.state.attempts else None),
+        task_status=mc.state.task_state.status if mc.state.task_state else None,
+        status_message=mc.state.task_state.status_message if mc.state.task_state else None,
+        era=mc.state.ledger.era,
+        protocol_version=mc.state.ledger.protocol_version,
+        operation_attempts=mc.state.attempts,
+        ledger=mc.state.ledger,
+        delivered_by=mc.state.delivered_by,
         **ending.outcome_fields(),
     )
-    final_status = mc.m.task_state.status if mc.m.task_state else outcome.value
+    final_status = mc.state.task_state.status if mc.state.task_state else outcome.value
     if final_status not in _TERMINAL_STATUSES and final_status != outcome.value and workflow.patched(SEARCHABLE_PHASES):
         final_status = outcome.value  # a finished task is not listed as `working`
     workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
-    workflow.upsert_memo({"ledger": mc.m.ledger.model_dump(mode="json")})
+    workflow.upsert_memo({"ledger": mc.state.ledger.model_dump(mode="json")})
     # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
     # too, whose cancellation carries no failure to show (issue 43); and the protocol the task ran on.
     how = {
@@ -47,22 +49,22 @@ def finish(mc: TaskMachine, ending: Ending) -> McpTaskOutcome:
         "poll": "its end was learned by a poll",
         "list": "its end was learned from the server's tasks/list",
     }
-    protocol = protocol_label(mc.m.ledger.era, mc.m.ledger.protocol_version)
+    protocol = protocol_label(mc.state.ledger.era, mc.state.ledger.protocol_version)
     workflow.set_current_details(
-        finished_details(mc.m.outcome)
+        finished_details(mc.state.outcome)
         + (f"\n\nprotocol {protocol}" if protocol else "")
-        + (f"\n\n{how[mc.m.delivered_by]}" if mc.m.delivered_by in how else "")
+        + (f"\n\n{how[mc.state.delivered_by]}" if mc.state.delivered_by in how else "")
     )
     workflow.metric_meter().create_counter("mcp_tasks_outcomes", "MCP tasks by outcome").add(
         1, {"outcome": outcome.value, "tool": mc.req.tool}
     )
-    if mc.m.delivered_by is not None:
+    if mc.state.delivered_by is not None:
         workflow.metric_meter().create_counter(
             "mcp_tasks_deliveries", "task ends learned, by a server's notification or by a poll"
-        ).add(1, {"server": mc.m.ledger.server, "delivered_by": mc.m.delivered_by})
-    replays = max(0, len(mc.m.attempts) - 1)
+        ).add(1, {"server": mc.state.ledger.server, "delivered_by": mc.state.delivered_by})
+    replays = max(0, len(mc.state.attempts) - 1)
     if replays:
         workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
             replays, {"tool": mc.req.tool}
         )
-    return mc.m.outcome
+    return mc.state.outcome

@@ -30,29 +30,31 @@ async def ask_input(mc: TaskMachine, step: AskInput) -> Step:
     """The questions not answered yet put to a person, their answers delivered with ``tasks/update``; then the wait
     goes on (``step.then``), or a cancel, or the ending when the answers could not be delivered."""
     task = step.task
-    if mc.m.task_state is None or mc.m.session is None:
+    if mc.state.task_state is None or mc.state.session is None:
         raise bug("ask_input without a task or a session")
-    requests = {k: v for k, v in (mc.m.task_state.input_requests or {}).items() if k not in mc.m.answered_keys}
+    requests = {k: v for k, v in (mc.state.task_state.input_requests or {}).items() if k not in mc.state.answered_keys}
     if not requests:
         return step.then
-    mc.m.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
+    mc.state.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
     mc.enter(Phase.INPUT_REQUIRED, "input_required")
     timeout = mc.req.input_timeout_s or mc.req.timeouts.input_s
-    answered = await mc.interruptible_wait(lambda: all(k in mc.m.answers for k in mc.m.pending), timeout_s=timeout)
-    if mc.m.cancel_reason is not None:
+    answered = await mc.interruptible_wait(
+        lambda: all(k in mc.state.answers for k in mc.state.pending), timeout_s=timeout
+    )
+    if mc.state.cancel_reason is not None:
         return Cancel(task)
     if not answered:
         if mc.req.on_input_timeout == "cancel":
-            mc.m.cancel_reason = f"no answer to input request within {timeout:g}s"
+            mc.state.cancel_reason = f"no answer to input request within {timeout:g}s"
             return Cancel(task)
-        for key in mc.m.pending:
-            mc.m.answers.setdefault(key, {"action": "decline"})
-    responses = {k: mc.m.answers[k] for k in mc.m.pending}
+        for key in mc.state.pending:
+            mc.state.answers.setdefault(key, {"action": "decline"})
+    responses = {k: mc.state.answers[k] for k in mc.state.pending}
     answering = workflow.now()
     try:
         await workflow.execute_activity_method(
             McpActivityDefs.answer_input,
-            AnswerInput(session=mc.m.session, task_id=task.task_id, responses=responses, principal=mc.principal()),
+            AnswerInput(session=mc.state.session, task_id=task.task_id, responses=responses, principal=mc.principal()),
             # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
             **mc.config(
                 TASK_STEP, **read_budget(mc.req.timeouts.unreachable_s), summary=f"tasks/update {short(task.task_id)}"
@@ -60,8 +62,8 @@ async def ask_input(mc: TaskMachine, step: AskInput) -> Step:
         )
     except ActivityError as err:
         return Ended(_undelivered(task, err, answering))
-    mc.m.answered_keys.extend(responses)
-    mc.m.pending = {}
+    mc.state.answered_keys.extend(responses)
+    mc.state.pending = {}
     return step.then
 
 
@@ -93,15 +95,15 @@ async def relay(mc: TaskMachine, step: Relay) -> Step:
     (signal) is put to a person, whose answer (``provide_input``) it reads back (query) and replies on the wire. Ends
     with the payload it brings back, or ``Cancel``."""
     task = step.task
-    if mc.m.task_state is None or mc.m.session is None:
+    if mc.state.task_state is None or mc.state.session is None:
         raise bug("relay without a task or a session")
     timeout = mc.req.input_timeout_s or mc.req.timeouts.input_s
     handle = workflow.start_activity_method(
         McpActivityDefs.relay_input,
         RelayInput(
-            session=mc.m.session,
-            state=mc.m.task_state,
-            output_schema=mc.m.output_schema,
+            session=mc.state.session,
+            state=mc.state.task_state,
+            output_schema=mc.state.output_schema,
             principal=mc.principal(),
             hold_s=timeout + 3600,
         ),
@@ -113,9 +115,9 @@ async def relay(mc: TaskMachine, step: Relay) -> Step:
     )
     while not handle.done():
         await mc.interruptible_wait(lambda: handle.done() or bool(mc.unanswered()))
-        if mc.m.cancel_reason is None and mc.unanswered() and not handle.done():
+        if mc.state.cancel_reason is None and mc.unanswered() and not handle.done():
             await _put_to_a_person(mc, handle, timeout)
-        if mc.m.cancel_reason is not None and not handle.done():
+        if mc.state.cancel_reason is not None and not handle.done():
             await abandon(handle)
             return Cancel(task)
     try:
@@ -125,10 +127,10 @@ async def relay(mc: TaskMachine, step: Relay) -> Step:
     if out.not_found or out.unreachable or out.payload is None:
         return Ended(endings.unread(mc, not_found=out.not_found, unreachable=out.unreachable or "task unreachable"))
     if out.state is not None:
-        mc.m.task_state = out.state
+        mc.state.task_state = out.state
     if out.notified:  # (False in every history from before: the outcome reads as it did)
-        mc.m.delivered_by = "notification"
-    status = mc.m.task_state.status if mc.m.task_state.terminal else "completed"
+        mc.state.delivered_by = "notification"
+    status = mc.state.task_state.status if mc.state.task_state.terminal else "completed"
     return Ended(endings.from_payload(mc, status, out.payload, Stage.PAYLOAD))
 
 
@@ -136,14 +138,14 @@ async def _put_to_a_person(mc: TaskMachine, handle: Any, timeout: float) -> None
     """INPUT_REQUIRED until the relay's questions are answered, declined at the timeout (or the task cancelled)."""
     mc.enter(Phase.INPUT_REQUIRED, "input_required")
     answered = await mc.interruptible_wait(lambda: not mc.unanswered() or handle.done(), timeout_s=timeout)
-    if not answered and mc.m.cancel_reason is None and mc.unanswered():
+    if not answered and mc.state.cancel_reason is None and mc.unanswered():
         if mc.req.on_input_timeout == "cancel":
-            mc.m.cancel_reason = f"no answer to input request within {timeout:g}s"
+            mc.state.cancel_reason = f"no answer to input request within {timeout:g}s"
         else:
             for key in mc.unanswered():
-                mc.m.answers[key] = {"action": "decline"}
-    mc.m.pending = {k: v for k, v in mc.m.pending.items() if k not in mc.m.answers}
-    if mc.m.cancel_reason is None:
+                mc.state.answers[key] = {"action": "decline"}
+    mc.state.pending = {k: v for k, v in mc.state.pending.items() if k not in mc.state.answers}
+    if mc.state.cancel_reason is None:
         mc.enter(Phase.WORKING, "working")
 
 

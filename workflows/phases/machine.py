@@ -50,42 +50,46 @@ class TaskMachine:
     #: The request, as validated (or its stand-in when it did not validate).
     req: McpTaskRequest
     #: Everything the machine knows, in one typed model (queries read it; nothing else holds state).
-    m: MachineState
+    state: MachineState
 
     # --- the one move ----------------------------------------------------------------------------
 
     def move(self, phase: Phase) -> None:
-        if phase not in TRANSITIONS[self.m.phase]:
-            raise RuntimeError(f"McpTaskWorkflow: no transition {self.m.phase.value} → {phase.value}")
-        self.m.phase = phase
+        if phase not in TRANSITIONS[self.state.phase]:
+            raise RuntimeError(f"McpTaskWorkflow: no transition {self.state.phase.value} → {phase.value}")
+        self.state.phase = phase
 
     def enter(self, phase: Phase, status: str | None = None, *extra: Any) -> None:
         """Move to ``phase``; upsert search attributes only when they change (each upsert is an event)."""
         self.move(phase)
-        shown = status or (self.m.task_state.status if self.m.task_state else phase.value.lower())
+        shown = status or (self.state.task_state.status if self.state.task_state else phase.value.lower())
         if phase == Phase.AWAITING_APPROVAL and shown != "awaiting_approval" and workflow.patched(SEARCHABLE_PHASES):
             shown = "awaiting_approval"  # findable: `McpTaskStatus = 'awaiting_approval'`
         updates = list(extra)
-        if shown != self.m.shown_status:
+        if shown != self.state.shown_status:
             updates.append(SA_STATUS.value_set(shown))
-            self.m.shown_status = shown
+            self.state.shown_status = shown
         if updates:
             workflow.upsert_search_attributes(updates)
-        msg = self.m.task_state.status_message if self.m.task_state and self.m.task_state.status_message else ""
+        msg = (
+            self.state.task_state.status_message
+            if self.state.task_state and self.state.task_state.status_message
+            else ""
+        )
         workflow.set_current_details(f"**{self.req.tool}** — {phase.value}" + (f": {msg}" if msg else ""))
 
     # --- the replay rule's inputs and the contract -------------------------------------------------
 
     def cancelled_by_temporal(self) -> None:
         """The workflow itself was cancelled (not the ``cancel`` update): remembered, and shown as Canceled."""
-        self.m.cancel_requested = True
-        self.m.cancel_reason = self.m.cancel_reason or "workflow cancelled"
+        self.state.cancel_requested = True
+        self.state.cancel_reason = self.state.cancel_reason or "workflow cancelled"
 
     def rule(self) -> decisions.ReplayRule:
         """Replay policy, idempotency and budget: the request, then configuration, then annotations of a trusted
         server (``decisions.replay_rule``, the one precedence)."""
-        configured = self.m.profile.policy if self.m.profile else None
-        annotated = self.m.ledger.idempotency.get("annotation_idempotent")
+        configured = self.state.profile.policy if self.state.profile else None
+        annotated = self.state.ledger.idempotency.get("annotation_idempotent")
         return decisions.replay_rule(
             requested_policy=self.req.replay,
             configured_policy=configured.replay if configured else None,
@@ -97,11 +101,11 @@ class TaskMachine:
         )
 
     def set_contract(self) -> None:
-        contract = contract_of(self.m.output_schema)
-        self.m.ledger.result_contract_digest = digest(contract)
+        contract = contract_of(self.state.output_schema)
+        self.state.ledger.result_contract_digest = digest(contract)
         if len(canonical_json(contract)) > LEDGER_CONTRACT_CAP:
             contract = {**contract, "outputSchema": f"[omitted: over {LEDGER_CONTRACT_CAP} bytes; see the digest]"}
-        self.m.ledger.result_contract = contract
+        self.state.ledger.result_contract = contract
 
     # --- activity options and bounds ---------------------------------------------------------------
 
@@ -110,21 +114,21 @@ class TaskMachine:
         (``pinned``; a task there whose owner died ends after ``owner_pickup_s`` instead of hanging)."""
         config = ActivityConfig(heartbeat_timeout=timedelta(seconds=self.req.timeouts.heartbeat_s))
         config.update(preset)
-        if pinned and self.m.owner_queue:
-            config["task_queue"] = self.m.owner_queue
+        if pinned and self.state.owner_queue:
+            config["task_queue"] = self.state.owner_queue
             config["schedule_to_start_timeout"] = timedelta(seconds=self.req.timeouts.owner_pickup_s)
         config.update(overrides)  # type: ignore[typeddict-item]
         return config
 
     def principal(self) -> str | None:
-        return self.m.profile.principal if self.m.profile else None
+        return self.state.profile.principal if self.state.profile else None
 
     def job(self) -> JobBinding | None:
         """The job binding when the requested "tool" is a job: its tools stand in for the task methods."""
-        return self.m.profile.job if self.m.profile else None
+        return self.state.profile.job if self.state.profile else None
 
     def own_bound(self) -> float | None:
-        return self.m.profile.policy.max_call_s if self.m.profile else None
+        return self.state.profile.policy.max_call_s if self.state.profile else None
 
     def call_bound_s(self) -> float:
         """How long one tools/call may take: the tool's own bound from configuration, else ``submit_s``."""
@@ -132,7 +136,7 @@ class TaskMachine:
 
     def unanswered(self) -> list[str]:
         """The keys of the questions put to a person that have no answer yet."""
-        return [k for k in self.m.pending if k not in self.m.answers]
+        return [k for k in self.state.pending if k not in self.state.answers]
 
     # --- waiting without losing cancellations ------------------------------------------------------
 
@@ -154,7 +158,7 @@ class TaskMachine:
         try:
             # No timeout means no timer: a timer would cost two history events per wait.
             await workflow.wait_condition(
-                lambda: ready() or self.m.cancel_reason is not None,
+                lambda: ready() or self.state.cancel_reason is not None,
                 timeout=timedelta(seconds=timeout_s) if timeout_s else None,
             )
         except builtins.TimeoutError:
@@ -162,12 +166,12 @@ class TaskMachine:
         except asyncio.CancelledError:
             self.cancelled_by_temporal()
             return False
-        return self.m.cancel_reason is None and ready()
+        return self.state.cancel_reason is None and ready()
 
     async def interruptible_sleep(self, seconds: float) -> bool:
         """A durable timer that a cancel cuts short: True when it ran its course."""
         await self.interruptible_wait(lambda: False, timeout_s=seconds)
-        return self.m.cancel_reason is None
+        return self.state.cancel_reason is None
 
 
 async def abandon(handle: Any) -> None:

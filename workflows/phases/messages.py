@@ -35,63 +35,63 @@ class Messages(TaskMachine):
     def status(self) -> TaskView:
         return TaskView(
             workflow_id=workflow.info().workflow_id,
-            phase=self.m.phase,
+            phase=self.state.phase,
             tool=self.req.tool,
-            server=self.m.ledger.server,
-            task_id=self.m.task_state.task_id if self.m.task_state else None,
-            task_status=self.m.task_state.status if self.m.task_state else None,
-            status_message=self.m.task_state.status_message if self.m.task_state else None,
-            era=self.m.task_state.era if self.m.task_state else self.m.ledger.era,
-            pending_inputs=list(self.m.pending.values()),
-            protocol_version=self.m.ledger.protocol_version,
-            operation_attempts=self.m.attempts,
-            outcome=self.m.outcome.outcome if self.m.outcome else None,
-            ledger=self.m.ledger,
-            delivered_by=self.m.delivered_by,
+            server=self.state.ledger.server,
+            task_id=self.state.task_state.task_id if self.state.task_state else None,
+            task_status=self.state.task_state.status if self.state.task_state else None,
+            status_message=self.state.task_state.status_message if self.state.task_state else None,
+            era=self.state.task_state.era if self.state.task_state else self.state.ledger.era,
+            pending_inputs=list(self.state.pending.values()),
+            protocol_version=self.state.ledger.protocol_version,
+            operation_attempts=self.state.attempts,
+            outcome=self.state.outcome.outcome if self.state.outcome else None,
+            ledger=self.state.ledger,
+            delivered_by=self.state.delivered_by,
         )
 
     @workflow.update
     def cancel(self, reason: str = "cancelled by request") -> str:
-        self.m.cancel_reason = reason
-        return self.m.phase.value
+        self.state.cancel_reason = reason
+        return self.state.phase.value
 
     @cancel.validator
     def _validate_cancel(self, reason: str = "cancelled by request") -> None:
-        if self.m.phase == Phase.DONE:
+        if self.state.phase == Phase.DONE:
             raise ValueError("the task has already ended")
 
     @workflow.update
     def approve_replay(self) -> int:
-        self.m.approved = True
-        return len(self.m.attempts) + 1
+        self.state.approved = True
+        return len(self.state.attempts) + 1
 
     @approve_replay.validator
     def _validate_approve(self) -> None:
-        if self.m.phase != Phase.AWAITING_APPROVAL:
-            raise ValueError(f"nothing to approve: the task is {self.m.phase.value}, not AWAITING_APPROVAL")
+        if self.state.phase != Phase.AWAITING_APPROVAL:
+            raise ValueError(f"nothing to approve: the task is {self.state.phase.value}, not AWAITING_APPROVAL")
 
     @workflow.update
     def provide_input(self, responses: dict[str, dict[str, Any]]) -> list[str]:
         # SEP-1034: an accept that omits a property with a default in the form gets the default.
-        self.m.answers.update(
+        self.state.answers.update(
             {
-                k: with_defaults(v, self.m.pending[k].requested_schema) if k in self.m.pending else v
+                k: with_defaults(v, self.state.pending[k].requested_schema) if k in self.state.pending else v
                 for k, v in responses.items()
             }
         )
-        return sorted(k for k in self.m.pending if k not in self.m.answers)
+        return sorted(k for k in self.state.pending if k not in self.state.answers)
 
     @workflow.signal(name=INPUT_REQUESTED_SIGNAL)
     def _legacy_input_requested(self, req: LegacyInputRequest) -> None:
         # A re-sent request (same content) keeps its first record and, if answered, its answer.
-        self.m.legacy_inputs[req.key] = LegacyInputRecord(rpc_id=req.rpc_id)
-        if req.key not in self.m.answers:
-            self.m.pending[req.key] = PendingInput.from_params(req.key, req.method, req.params)
+        self.state.legacy_inputs[req.key] = LegacyInputRecord(rpc_id=req.rpc_id)
+        if req.key not in self.state.answers:
+            self.state.pending[req.key] = PendingInput.from_params(req.key, req.method, req.params)
 
     @workflow.signal(name=INPUT_DELIVERED_SIGNAL)
     def _legacy_input_delivered(self, key: str) -> None:
-        if key in self.m.legacy_inputs:
-            self.m.legacy_inputs[key].delivered = True
+        if key in self.state.legacy_inputs:
+            self.state.legacy_inputs[key].delivered = True
 
     @workflow.signal(name=TASK_NOTIFIED_SIGNAL)
     def _task_notified(self, notice: Any) -> None:
@@ -103,31 +103,37 @@ class Messages(TaskMachine):
             n = notice if isinstance(notice, TaskNotified) else TaskNotified.model_validate(notice)
         except ValidationError:
             return
-        task = self.m.task_state
-        if task is None or n.task_id != task.task_id or self.m.phase != Phase.WORKING or n.status not in _WAKE_STATUSES:
+        task = self.state.task_state
+        if (
+            task is None
+            or n.task_id != task.task_id
+            or self.state.phase != Phase.WORKING
+            or n.status not in _WAKE_STATUSES
+        ):
             return
-        key = f"{n.status}#{len(self.m.answered_keys)}"
-        if key in self.m.wakes or len(self.m.wakes) >= _MAX_WAKES or not workflow.patched(NOTIFIED_WAKES):
+        key = f"{n.status}#{len(self.state.answered_keys)}"
+        if key in self.state.wakes or len(self.state.wakes) >= _MAX_WAKES or not workflow.patched(NOTIFIED_WAKES):
             return
-        self.m.wakes.append(key)
-        self.m.wake, self.m.wake_via = n.status, n.via
+        self.state.wakes.append(key)
+        self.state.wake, self.state.wake_via = n.status, n.via
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:
         return {
-            k: {**v.model_dump(mode="json"), "answer": self.m.answers.get(k)} for k, v in self.m.legacy_inputs.items()
+            k: {**v.model_dump(mode="json"), "answer": self.state.answers.get(k)}
+            for k, v in self.state.legacy_inputs.items()
         }
 
     @provide_input.validator
     def _validate_input(self, responses: dict[str, dict[str, Any]]) -> None:
-        if self.m.phase != Phase.INPUT_REQUIRED or not self.m.pending:
+        if self.state.phase != Phase.INPUT_REQUIRED or not self.state.pending:
             raise ValueError("no input is outstanding")
         if not responses:
             raise ValueError("no responses given")
         for key, response in responses.items():
-            pending = self.m.pending.get(key)
+            pending = self.state.pending.get(key)
             if pending is None:
-                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.m.pending)})")
+                raise ValueError(f"input {key!r} is not outstanding (outstanding: {sorted(self.state.pending)})")
             validate_input_response(pending, response)
 
 

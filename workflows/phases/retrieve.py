@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
 
 
 async def retrieve(mc: TaskMachine, step: Retrieve) -> Step:
-    """Read the payload of the task ``mc.m.task_state`` shows terminal, within its budget; the ending it makes."""
-    task = mc.m.task_state
-    if task is None or mc.m.session is None:
+    """Read the payload of the task ``mc.state.task_state`` shows terminal, within its budget; the ending it makes."""
+    task = mc.state.task_state
+    if task is None or mc.state.session is None:
         raise bug("retrieve without a task or a session")
     mc.enter(Phase.RETRIEVING)
     started = workflow.now()
@@ -36,11 +36,11 @@ async def retrieve(mc: TaskMachine, step: Retrieve) -> Step:
         out = await workflow.execute_activity_method(
             McpActivityDefs.retrieve_result,
             RetrieveInput(
-                session=mc.m.session,
+                session=mc.state.session,
                 job=mc.job(),
                 state=task,
                 principal=mc.principal(),
-                output_schema=mc.m.output_schema,
+                output_schema=mc.state.output_schema,
             ),
             **mc.config(
                 RETRIEVE, **read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {short(task.task_id)}"
@@ -49,7 +49,7 @@ async def retrieve(mc: TaskMachine, step: Retrieve) -> Step:
     except ActivityError as err:
         return Ended(_gave_up(mc, task, err, started, budget))
     if out.payload is None:
-        mc.m.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
+        mc.state.ledger.last_retrieval = "not_found" if out.not_found else "unreachable"
         outcome = (
             decisions.not_found_outcome(task.created_at, task.ttl_ms, workflow.now()) if out.not_found else Outcome.LOST
         )
@@ -72,7 +72,7 @@ async def retrieve(mc: TaskMachine, step: Retrieve) -> Step:
 def _gave_up(mc: TaskMachine, task: TaskState, err: ActivityError, started: datetime, budget: float) -> Ending:
     """The retrieval's budget ran out: the server's own outcome for the task (or ``result_unavailable``), never lost."""
     kind, info, last = last_read_failure(err)
-    mc.m.ledger.last_retrieval = f"gave up: {kind}"
+    mc.state.ledger.last_retrieval = f"gave up: {kind}"
     why = (
         f"reading its payload failed ({attempts_text(info, started)} of a {budget:.0f}s budget; last: "
         f"{kind}: {info.get('message', '')})"

@@ -42,27 +42,29 @@ with workflow.unsafe.imports_passed_through():
 
 def apply_profile(mc: TaskMachine) -> None:
     """The resolved server's profile into the ledger, the contract and the search attributes, once, before any call."""
-    if mc.m.profile is None:
+    if mc.state.profile is None:
         raise bug("apply_profile before resolve")
-    mc.m.output_schema = mc.m.profile.policy.output_schema
-    mc.m.ledger.server = mc.m.profile.name
-    mc.m.ledger.server_identity = mc.m.profile.identity
-    mc.m.ledger.principal = mc.m.profile.principal
+    mc.state.output_schema = mc.state.profile.policy.output_schema
+    mc.state.ledger.server = mc.state.profile.name
+    mc.state.ledger.server_identity = mc.state.profile.identity
+    mc.state.ledger.principal = mc.state.profile.principal
     rule = mc.rule()
-    mc.m.ledger.idempotency.update(replay=rule.policy.value, idempotent=rule.idempotent, max_replays=rule.max_replays)
+    mc.state.ledger.idempotency.update(
+        replay=rule.policy.value, idempotent=rule.idempotent, max_replays=rule.max_replays
+    )
     mc.set_contract()
     # Upsert only what the starter did not already set (each upsert is a history event and a visibility write); the
     # ledger goes to the memo once, at the end (live: the status() query).
     current = workflow.info().typed_search_attributes
     wanted = {
-        SA_SERVER: search_attribute_value(mc.m.profile.name),
+        SA_SERVER: search_attribute_value(mc.state.profile.name),
         SA_TOOL: search_attribute_value(mc.req.tool),
         SA_STATUS: "submitting",
     }
     changed = [key.value_set(value) for key, value in wanted.items() if current.get(key) != value]
     if changed:
         workflow.upsert_search_attributes(changed)
-    mc.m.shown_status = "submitting"
+    mc.state.shown_status = "submitting"
 
 
 async def submit(mc: TaskMachine, step: Submit) -> Step:
@@ -71,12 +73,12 @@ async def submit(mc: TaskMachine, step: Submit) -> Step:
     start = await _send(mc, step.reason)
     if isinstance(start, Ending):
         return Ended(start)
-    attempt = mc.m.attempts[-1]
+    attempt = mc.state.attempts[-1]
     if start.payload is not None:  # the server ran the tool synchronously
-        mc.m.task_state = None
+        mc.state.task_state = None
         ending = endings.from_payload(mc, "completed", start.payload, Stage.SUBMITTING)
-        if mc.m.call_input_note:  # (None in every history from before)
-            ending.reason = "; ".join(filter(None, [ending.reason, mc.m.call_input_note]))
+        if mc.state.call_input_note:  # (None in every history from before)
+            ending.reason = "; ".join(filter(None, [ending.reason, mc.state.call_input_note]))
         return Ended(ending)
     if start.start.input_requests is not None:
         return Ended(
@@ -101,11 +103,11 @@ async def submit(mc: TaskMachine, step: Submit) -> Step:
                 reason="tools/call was answered with neither a task, a result nor an input request",
             )
         )
-    mc.m.session = start.start.session
-    mc.m.owner_queue = start.owner_queue
-    mc.m.task_state = task
+    mc.state.session = start.start.session
+    mc.state.owner_queue = start.owner_queue
+    mc.state.task_state = task
     attempt.task_id = task.task_id
-    mc.m.ledger.task_ids.append(task.task_id)
+    mc.state.ledger.task_ids.append(task.task_id)
     attempt.reconciled = start.reconciled
     mc.enter(Phase.WORKING, None, SA_TASK_ID.value_set(search_attribute_value(task.task_id)))
     return Follow(task)
@@ -113,7 +115,7 @@ async def submit(mc: TaskMachine, step: Submit) -> Step:
 
 async def _send(mc: TaskMachine, reason: str) -> StartCallOutput | Ending:
     """``tools/call``, resent only while it surely never reached the server; the ending when it did not go through."""
-    if mc.m.profile is None:
+    if mc.state.profile is None:
         raise bug("submit before resolve")
     mc.enter(Phase.SUBMITTING, "submitting")
     resends = 0
@@ -123,7 +125,7 @@ async def _send(mc: TaskMachine, reason: str) -> StartCallOutput | Ending:
         handle = workflow.start_activity_method(
             McpActivityDefs.start_call,
             StartCallInput(
-                profile=mc.m.profile,
+                profile=mc.state.profile,
                 tool=mc.req.tool,
                 arguments=mc.req.arguments,
                 ttl_ms=int(mc.req.ttl_s * 1000) if mc.req.ttl_s else None,
@@ -211,9 +213,9 @@ def _not_through(
 def _accepted(mc: TaskMachine, out: StartCallOutput, reason: str, sent_at: datetime) -> StartCallOutput:
     """``tools/call`` answered: the attempt recorded, the session's era in the ledger, the tool's contract."""
     _record(mc, reason, sent_at)
-    mc.m.ledger.sdk_version = out.sdk_version
-    mc.m.ledger.era = out.start.era
-    mc.m.ledger.protocol_version = out.start.session.protocol_version
+    mc.state.ledger.sdk_version = out.sdk_version
+    mc.state.ledger.era = out.start.era
+    mc.state.ledger.protocol_version = out.start.session.protocol_version
     if out.tool is not None:
         _learn_tool(mc, out)
     return out
@@ -241,26 +243,26 @@ async def _await_call(mc: TaskMachine, handle: Any) -> StartCallOutput:
         answered = await mc.interruptible_wait(lambda: not mc.unanswered() or handle.done(), timeout_s=bound)
         if not answered and not handle.done():
             _decline_unanswered(mc, bound)
-        mc.m.pending = {}
+        mc.state.pending = {}
         mc.enter(Phase.SUBMITTING, "submitting")
 
 
 def _decline_unanswered(mc: TaskMachine, bound: float) -> None:
-    cancelling = mc.m.cancel_reason is not None or mc.req.on_input_timeout == "cancel"
+    cancelling = mc.state.cancel_reason is not None or mc.req.on_input_timeout == "cancel"
     action = "cancel" if cancelling else "decline"
-    why = f"cancelled ({mc.m.cancel_reason})" if mc.m.cancel_reason else f"nobody answered within {bound:g}s"
+    why = f"cancelled ({mc.state.cancel_reason})" if mc.state.cancel_reason else f"nobody answered within {bound:g}s"
     for key in mc.unanswered():
-        mc.m.answers[key] = {"action": action}
-        asked = mc.m.pending[key].message or key
-        mc.m.call_input_note = (f"the server asked for input during tools/call ({asked!r}): answered {action}: {why}")[
-            :1024
-        ]
+        mc.state.answers[key] = {"action": action}
+        asked = mc.state.pending[key].message or key
+        mc.state.call_input_note = (
+            f"the server asked for input during tools/call ({asked!r}): answered {action}: {why}"
+        )[:1024]
 
 
 def _record(mc: TaskMachine, reason: str, sent_at: datetime, *, ended: str = "in_flight") -> None:
-    mc.m.attempts.append(
+    mc.state.attempts.append(
         OperationAttempt(
-            n=len(mc.m.attempts) + 1,
+            n=len(mc.state.attempts) + 1,
             reason=reason,  # type: ignore[arg-type]
             at=sent_at,
             ended=ended,
@@ -269,22 +271,22 @@ def _record(mc: TaskMachine, reason: str, sent_at: datetime, *, ended: str = "in
 
 
 def _learn_tool(mc: TaskMachine, out: StartCallOutput) -> None:
-    if out.tool is None or mc.m.profile is None:
+    if out.tool is None or mc.state.profile is None:
         raise bug("_learn_tool without a tool or a profile")
-    if mc.m.output_schema is None and out.tool.output_schema is not None:
-        mc.m.output_schema = out.tool.output_schema
+    if mc.state.output_schema is None and out.tool.output_schema is not None:
+        mc.state.output_schema = out.tool.output_schema
         mc.set_contract()
     # Annotations count only for servers configuration trusts (decisions.annotation_idempotent, the one rule).
     annotated = decisions.annotation_idempotent(
-        trusted=mc.m.profile.trust_annotations,
+        trusted=mc.state.profile.trust_annotations,
         idempotent_hint=out.tool.idempotent_hint,
         read_only_hint=out.tool.read_only_hint,
     )
     if annotated is not None and out.tool.idempotent_hint is None and not workflow.patched(READ_ONLY_IS_IDEMPOTENT):
         annotated = None  # recorded before readOnlyHint alone counted
     if annotated is not None:
-        mc.m.ledger.idempotency["annotation_idempotent"] = annotated
-        mc.m.ledger.idempotency["idempotent"] = mc.rule().idempotent
+        mc.state.ledger.idempotency["annotation_idempotent"] = annotated
+        mc.state.ledger.idempotency["idempotent"] = mc.rule().idempotent
 
 
 __all__ = ["apply_profile", "submit"]

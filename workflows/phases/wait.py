@@ -45,11 +45,11 @@ _WOKEN = _Woken()
 async def follow(mc: TaskMachine, step: Follow) -> Step:
     """One wait, then the next step: the same wait again (woken, handed over, or still working), the task's ending,
     a question to a person, or ``Cancel``."""
-    if mc.m.session is None:
+    if mc.state.session is None:
         raise bug("follow without a session")
     task = step.task
     mc.enter(Phase.WORKING)
-    arg = _await_input(mc, mc.m.session, step)
+    arg = _await_input(mc, mc.state.session, step)
     if step.mode == WaitMode.IDLE and not step.woken:
         waited = await _wait_idle(mc, arg, summary=f"poll {short(task.task_id)} until terminal (idle between polls)")
     else:
@@ -70,8 +70,8 @@ async def follow(mc: TaskMachine, step: Follow) -> Step:
     if isinstance(waited, Ending):
         return Ended(waited)
     if isinstance(waited, _Woken):
-        mc.m.wake = None
-        return dataclasses.replace(step, woken=True, woken_via=mc.m.wake_via, first_poll_at=None)
+        mc.state.wake = None
+        return dataclasses.replace(step, woken=True, woken_via=mc.state.wake_via, first_poll_at=None)
     return _after_read(mc, step, waited)
 
 
@@ -89,12 +89,12 @@ def _await_input(mc: TaskMachine, session: SessionRef, step: Follow) -> AwaitInp
         principal=mc.principal(),
         poll_floor_s=timeouts.poll_floor_s,
         poll_ceiling_s=timeouts.poll_ceiling_s,
-        output_schema=mc.m.output_schema,
-        answered_keys=mc.m.answered_keys,
+        output_schema=mc.state.output_schema,
+        answered_keys=mc.state.answered_keys,
         unreachable_s=timeouts.unreachable_s,
-        schedule=mc.m.profile.polling if mc.m.profile else PollSchedule(),
+        schedule=mc.state.profile.polling if mc.state.profile else PollSchedule(),
         job=mc.job(),
-        submitted_at=mc.m.attempts[-1].at.timestamp() if mc.m.attempts else None,
+        submitted_at=mc.state.attempts[-1].at.timestamp() if mc.state.attempts else None,
         return_after_age_s=timeouts.long_wait_after_s if hand_over and not step.old_task else None,
         hand_over_gap_s=idle_gap or None,
         first_poll_at=step.first_poll_at,
@@ -110,13 +110,13 @@ def _after_read(mc: TaskMachine, step: Follow, aw: AwaitOutput) -> Step:
                 mc, not_found=aw.not_found, no_answer=aw.no_answer, unreachable=aw.unreachable, last_error=aw.last_error
             )
         )
-    mc.m.task_state = state = aw.state  # the next enter() or finish() shows the new status
-    if mc.m.wake is not None and (state.terminal or state.status == mc.m.wake):
-        mc.m.wake = None  # this read already shows what the notification said
+    mc.state.task_state = state = aw.state  # the next enter() or finish() shows the new status
+    if mc.state.wake is not None and (state.terminal or state.status == mc.state.wake):
+        mc.state.wake = None  # this read already shows what the notification said
     if state.terminal:
         # How the end was learned: the first read after a wake, or a poll of the schedule.
         woke = step.woken and aw.polls <= 1
-        mc.m.delivered_by = (step.woken_via or "notification") if woke else "poll"  # type: ignore[assignment]
+        mc.state.delivered_by = (step.woken_via or "notification") if woke else "poll"  # type: ignore[assignment]
     going_on = Follow(step.task, step.mode, step.old_task)
     if aw.idle and workflow.patched(IDLE_WAITS):
         return Follow(step.task, WaitMode.IDLE, step.old_task, first_poll_at=aw.next_poll_at)
@@ -124,7 +124,7 @@ def _after_read(mc: TaskMachine, step: Follow, aw: AwaitOutput) -> Step:
         return Follow(step.task, step.mode, old_task=True)
     if state.terminal:
         if aw.payload is None:  # the read in the same activity failed: the retrieval is retried alone
-            mc.m.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
+            mc.state.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
             return Retrieve(Stage.PAYLOAD)
         return Ended(endings.from_payload(mc, state.status, aw.payload, Stage.PAYLOAD))
     if state.status == "input_required":
@@ -145,18 +145,18 @@ async def _wait_heartbeating(
     if heartbeat_s:
         config["heartbeat_timeout"] = timedelta(seconds=heartbeat_s)
     handle = workflow.start_activity_method(McpActivityDefs.await_task, arg, **config)
-    await mc.interruptible_wait(lambda: handle.done() or mc.m.wake is not None)
-    if mc.m.cancel_reason is not None and not handle.done():
+    await mc.interruptible_wait(lambda: handle.done() or mc.state.wake is not None)
+    if mc.state.cancel_reason is not None and not handle.done():
         await abandon(handle)
         return None
-    if mc.m.wake is not None and not handle.done():
+    if mc.state.wake is not None and not handle.done():
         await abandon(handle)
         return _WOKEN
     try:
         return await handle
     except ActivityError as err:
         if isinstance(err.cause, TimeoutError) and deadline and workflow.now() >= deadline:
-            mc.m.cancel_reason = "deadline exceeded"
+            mc.state.cancel_reason = "deadline exceeded"
             return None
         return endings.lost(err, "could not follow the task", Stage.UNREACHABLE)
 
@@ -175,14 +175,14 @@ async def _wait_idle(mc: TaskMachine, arg: AwaitInput, *, summary: str) -> Await
     handle = workflow.start_activity_method(McpActivityDefs.poll_task, arg, **config)
     left = (deadline - workflow.now()).total_seconds() if deadline else None
     await mc.interruptible_wait(
-        lambda: handle.done() or mc.m.wake is not None, timeout_s=max(left, 0.001) if left is not None else None
+        lambda: handle.done() or mc.state.wake is not None, timeout_s=max(left, 0.001) if left is not None else None
     )
-    if not handle.done() and mc.m.cancel_reason is None and mc.m.wake is not None:
+    if not handle.done() and mc.state.cancel_reason is None and mc.state.wake is not None:
         await abandon(handle)
         return _WOKEN
     if not handle.done():
-        if mc.m.cancel_reason is None:
-            mc.m.cancel_reason = "deadline exceeded"
+        if mc.state.cancel_reason is None:
+            mc.state.cancel_reason = "deadline exceeded"
         await abandon(handle)
         return None
     try:
