@@ -30,6 +30,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+from mcp_temporal_tasks.workflows.phases import steps
+
 # The phases are this workflow's own code: a sandbox that re-executes this module re-executes them too (each passes
 # its own imports through, as this module does below).
 from mcp_temporal_tasks.workflows.phases.cancel import after_temporal_cancel, cancel
@@ -38,16 +40,6 @@ from mcp_temporal_tasks.workflows.phases.input import ask_input, relay
 from mcp_temporal_tasks.workflows.phases.messages import Messages, validate_input_response
 from mcp_temporal_tasks.workflows.phases.patches import CANCELLED_SHOWS_CANCELED, FAIL_UNLESS_COMPLETED
 from mcp_temporal_tasks.workflows.phases.retrieve import retrieve
-from mcp_temporal_tasks.workflows.phases.steps import (
-    AskInput,
-    Cancel,
-    Ended,
-    Follow,
-    Relay,
-    Retrieve,
-    Step,
-    Submit,
-)
 from mcp_temporal_tasks.workflows.phases.submit import apply_profile, submit
 from mcp_temporal_tasks.workflows.phases.wait import follow
 
@@ -181,38 +173,38 @@ class McpTaskWorkflow(Messages):
     async def _operation(self, reason: str) -> Ending:
         """One ``tools/call`` and every step it leads to, until it ends. A task the call started gives that attempt
         the operation's end; a workflow cancelled mid-step settles the task and keeps its true end."""
-        step: Step = Submit(reason)
+        step: steps.Step = steps.Submit(reason)
         followed: OperationAttempt | None = None
         try:
-            while not isinstance(step, Ended):
+            while not isinstance(step, steps.Ended):
                 step = await self._take(step)
-                if followed is None and isinstance(step, Follow):
+                if followed is None and isinstance(step, steps.Follow):
                     followed = self.state.attempts[-1]
         except asyncio.CancelledError:
             step = after_temporal_cancel(self)
-            while not isinstance(step, Ended):
+            while not isinstance(step, steps.Ended):
                 step = await self._take(step)
             return step.ending
         if followed is not None:
             followed.ended = step.ending.outcome.value
         return step.ending
 
-    async def _take(self, step: Step) -> Step:
+    async def _take(self, step: steps.Step) -> steps.Step:
         """The one dispatch: each step to its function, which returns the next step."""
         match step:
-            case Submit():
+            case steps.Submit():
                 return await submit(self, step)
-            case Follow():
+            case steps.Follow():
                 return await follow(self, step)
-            case AskInput():
+            case steps.AskInput():
                 return await ask_input(self, step)
-            case Relay():
+            case steps.Relay():
                 return await relay(self, step)
-            case Retrieve():
+            case steps.Retrieve():
                 return await retrieve(self, step)
-            case Cancel():
+            case steps.Cancel():
                 return await cancel(self, step)
-            case Ended():
+            case steps.Ended():
                 return step
             case _:
                 assert_never(step)
