@@ -110,10 +110,10 @@ def _after_read(mc: TaskMachine, step: Follow, aw: AwaitOutput) -> Step:
                 mc, not_found=aw.not_found, no_answer=aw.no_answer, unreachable=aw.unreachable, last_error=aw.last_error
             )
         )
-    mc.state.task_state = state = aw.state  # the next enter() or finish() shows the new status
-    if mc.state.wake is not None and (state.terminal or state.status == mc.state.wake):
+    mc.state.task_state = seen = aw.state  # the next enter() or finish() shows the new status
+    if mc.state.wake is not None and (seen.terminal or seen.status == mc.state.wake):
         mc.state.wake = None  # this read already shows what the notification said
-    if state.terminal:
+    if seen.terminal:
         # How the end was learned: the first read after a wake, or a poll of the schedule.
         woke = step.woken and aw.polls <= 1
         mc.state.delivered_by = (step.woken_via or "notification") if woke else "poll"  # type: ignore[assignment]
@@ -122,13 +122,13 @@ def _after_read(mc: TaskMachine, step: Follow, aw: AwaitOutput) -> Step:
         return Follow(step.task, WaitMode.IDLE, step.old_task, first_poll_at=aw.next_poll_at)
     if aw.long_wait and workflow.patched(LONG_WAIT_HEARTBEAT):
         return Follow(step.task, step.mode, old_task=True)
-    if state.terminal:
+    if seen.terminal:
         if aw.payload is None:  # the read in the same activity failed: the retrieval is retried alone
             mc.state.ledger.last_retrieval = f"retrying: {aw.retrieval_error}"
             return Retrieve(Stage.PAYLOAD)
-        return Ended(endings.from_payload(mc, state.status, aw.payload, Stage.PAYLOAD))
-    if state.status == "input_required":
-        if era_rules(state.era).input_on_result_stream:
+        return Ended(endings.from_payload(mc, seen.status, aw.payload, Stage.PAYLOAD))
+    if seen.status == "input_required":
+        if era_rules(seen.era).input_on_result_stream:
             return Relay(step.task)
         return AskInput(step.task, then=going_on)
     return going_on
