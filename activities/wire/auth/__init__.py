@@ -1,0 +1,66 @@
+"""OAuth access tokens for MCP servers that demand them: one module per grant, chosen from configuration.
+
+``source`` (the token held, its refresh, the server's challenges) → ``grants`` (the one place a grant is chosen, by
+``OAuthClient.type``) → ``client_credentials`` | ``private_key_jwt`` (one module per grant, side by side) →
+``discovery`` | ``token_endpoint`` → ``base``. The rules, and why neither the SDK's ``OAuthClientProvider`` nor
+authlib does this: docs/security.md ("Authenticated servers"). Tokens never leave this process's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+
+from mcp_temporal_tasks.activities.wire.auth.base import AUTH_SERVER_TIMEOUT_S
+from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, secure_enough
+from mcp_temporal_tasks.activities.wire.auth.grants import Grant, grant_for
+from mcp_temporal_tasks.activities.wire.auth.source import (
+    AUTH_FLOW_TIMEOUT_S,
+    BearerAuth,
+    TokenSource,
+    negotiated_protocol,
+    refresh_margin_s,
+)
+from mcp_temporal_tasks.protocol.tasks import OAuthClient
+
+#: Each event loop's token sources, by server and OAuth client.
+_sources: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, TokenSource]] = weakref.WeakKeyDictionary()
+
+
+def token_source(url: str, spec: OAuthClient) -> TokenSource:
+    """The one :class:`TokenSource` of this server and OAuth client in the running event loop (its lock is bound
+    to one loop)."""
+    per_loop = _sources.setdefault(asyncio.get_running_loop(), {})
+    key = json.dumps([url, spec.model_dump(mode="json")], sort_keys=True)
+    source = per_loop.get(key)
+    if source is None:
+        source = per_loop[key] = TokenSource(url, spec)
+    return source
+
+
+def bearer_auth(url: str, spec: OAuthClient) -> BearerAuth:
+    return BearerAuth(token_source(url, spec))
+
+
+def read_secret(spec: OAuthClient) -> str:
+    """The client secret or the private key (PEM) ``spec`` refers to, registered for scrubbing."""
+    return grant_for(spec).read_secret()
+
+
+__all__ = [
+    "AUTH_FLOW_TIMEOUT_S",
+    "AUTH_SERVER_TIMEOUT_S",
+    "BearerAuth",
+    "Challenge",
+    "Discovered",
+    "Grant",
+    "TokenSource",
+    "bearer_auth",
+    "grant_for",
+    "negotiated_protocol",
+    "read_secret",
+    "refresh_margin_s",
+    "secure_enough",
+    "token_source",
+]
