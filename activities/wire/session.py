@@ -12,43 +12,32 @@ import os
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from mcp_temporal_tasks.activities.wire import redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
+from mcp_temporal_tasks.activities.wire.replies import (
+    input_requests_of,
+    is_call_tool_result,
+    parse_task,
+    payload_from_error,
+)
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import Transport
-from mcp_temporal_tasks.protocol.bounds import (
-    MAX_POLL_INTERVAL_MS,
-    MAX_TTL_MS,
-    bounded_int,
-    finite_number,
-    parse_time,
-    raw_text,
-)
+from mcp_temporal_tasks.protocol.bounds import finite_number
 from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
-from mcp_temporal_tasks.protocol.limits import (
-    MAX_TASK_ID,
-    STATUS_MESSAGE_CAP,
-    TEXT_CAP,
-    cap_text,
-    carry_problem,
-    safe_raw,
-)
+from mcp_temporal_tasks.protocol.limits import cap_text
 from mcp_temporal_tasks.protocol.tasks import (
     EXTENSION,
     INITIALIZE_VERSIONS,
     KNOWN_VERSIONS,
     LEGACY,
     TASKS_EXTENSION,
-    UNLIMITED,
     Endpoint,
     Era,
-    InputRequest,
-    RpcErrorInfo,
     SessionRef,
     StartResult,
     TaskPayload,
@@ -56,7 +45,6 @@ from mcp_temporal_tasks.protocol.tasks import (
     ToolInfo,
 )
 from mcp_temporal_tasks.protocol.wire_errors import (
-    INTERNAL_ERROR,
     CapabilityUnavailable,
     JsonRpcError,
     McpWireError,
@@ -71,9 +59,7 @@ from mcp_temporal_tasks.protocol.wire_errors import (
 
 log = logging.getLogger(__name__)
 
-_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
-_INPUT_PARAMS_CAP = 64 * 1024
-_MAX_INPUT_REQUESTS = 32
+__all__ = ["ProgressHandler", "WireSession", "parse_task", "payload_from_error", "resolve_refs"]
 
 
 def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
@@ -89,118 +75,6 @@ def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
         out[name] = value
     redact.register(out.values())
     return out
-
-
-def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
-    """Normalise a task object of either era. Only ``taskId`` and ``status`` are required."""
-    if not isinstance(obj, dict):
-        raise ProtocolViolation("task is not an object", raw=raw if raw is not None else obj)
-    task_id, status = obj.get("taskId"), obj.get("status")
-    if not isinstance(task_id, str) or not task_id or status not in _STATUSES:
-        raise ProtocolViolation(
-            f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj
-        )
-    if len(task_id) > MAX_TASK_ID or carry_problem(task_id) is not None:
-        raise ProtocolViolation(
-            f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8", raw=task_id[:200]
-        )
-
-    # Every number and time is bounded here, where it is parsed (:mod:`.bounds`): what is out of range is clamped or
-    # ignored, and its raw value kept in ``unusable``.
-    unusable: dict[str, str] = {}
-
-    def ttl(key: str) -> int | Literal["unlimited"] | None:
-        if key not in obj:
-            return None
-        value = obj[key]
-        if value is None:
-            return UNLIMITED
-        ms, usable = bounded_int(value, low=0, high=MAX_TTL_MS)
-        if not usable:
-            unusable[key] = raw_text(value)
-        return ms
-
-    def number(*keys: str) -> int | None:
-        for key in keys:
-            if key not in obj or obj[key] is None:
-                continue
-            ms, usable = bounded_int(obj[key], low=0, high=MAX_POLL_INTERVAL_MS)
-            if not usable:
-                unusable[key] = raw_text(obj[key])
-            if ms is not None:
-                return ms
-        return None
-
-    def time(key: str) -> str | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if parse_time(value) is None:  # not a date-time, or far past or far future: ignored
-            unusable[key] = raw_text(value)
-            return None
-        return str(value)
-
-    error = obj.get("error")
-    input_requests = obj.get("inputRequests")
-    status_message = obj.get("statusMessage")
-    if status_message is not None and not isinstance(status_message, str):
-        unusable["statusMessage"] = raw_text(status_message)
-    return TaskState(
-        task_id=task_id,
-        status=status,
-        era=era,
-        status_message=cap_text(status_message, STATUS_MESSAGE_CAP) if isinstance(status_message, str) else None,
-        created_at=time("createdAt"),
-        last_updated_at=time("lastUpdatedAt"),
-        ttl_ms=ttl("ttlMs") if "ttlMs" in obj else ttl("ttl"),
-        poll_interval_ms=number("pollIntervalMs", "pollInterval"),
-        result=obj.get("result") if isinstance(obj.get("result"), dict) else None,
-        error=_rpc_error_info(error) if isinstance(error, dict) else None,
-        input_requests=_input_requests(input_requests) if isinstance(input_requests, dict) and input_requests else None,
-        unusable=unusable or None,
-    )
-
-
-def _rpc_error_info(error: dict[str, Any]) -> RpcErrorInfo:
-    code = error.get("code")
-    return RpcErrorInfo(
-        code=code if isinstance(code, int) else INTERNAL_ERROR,
-        message=cap_text(str(error.get("message", "")), TEXT_CAP),
-        data=safe_raw(error.get("data")),
-    )
-
-
-def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
-    if len(obj) > _MAX_INPUT_REQUESTS:
-        raise ProtocolViolation(
-            f"{len(obj)} input requests at once (at most {_MAX_INPUT_REQUESTS} are accepted)", raw=list(obj)[:10]
-        )
-    out = {}
-    for key, req in obj.items():
-        if not isinstance(req, dict) or not isinstance(req.get("method"), str):
-            raise ProtocolViolation(f"input request {key!r} has no method", raw=obj)
-        params = req.get("params") or {}
-        # Shown in queries and the CLI, and kept in workflow state: bounded like any other server value.
-        if len(key) > 256 or not isinstance(params, dict) or safe_raw(params, _INPUT_PARAMS_CAP) is not params:
-            raise ProtocolViolation(f"input request {key[:64]!r} is too large, too deep or not UTF-8", raw=obj)
-        out[key] = InputRequest(method=req["method"][:128], params=params)
-    return out
-
-
-def payload_from_error(exc: JsonRpcError) -> TaskPayload:
-    # exc.message and exc.data are already bounded by McpWireError.
-    return TaskPayload(
-        error=RpcErrorInfo(
-            code=exc.code if exc.code is not None else INTERNAL_ERROR,
-            message=exc.message.split(": ", 1)[-1],
-            data=exc.data,
-        )
-    )
-
-
-def _is_call_tool_result(reply: dict[str, Any]) -> bool:
-    """A ``tools/call`` reply that is a plain ``CallToolResult`` (not a task, not an input request)."""
-    return "content" in reply or "structuredContent" in reply or reply.get("isError") is not None
 
 
 #: (progress, total, message) of a call's ``notifications/progress``.
@@ -653,7 +527,7 @@ class WireSession:
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
         reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
-        if _is_call_tool_result(reply):
+        if is_call_tool_result(reply):
             return reply
         raise ProtocolViolation(f"tools/call {tool}: the reply is not a CallToolResult", raw=reply)
 
@@ -722,10 +596,10 @@ class WireSession:
                 era=self.era,
                 session=ref,
                 task_requested=task_requested,
-                input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
+                input_requests=input_requests_of(requests) if isinstance(requests, dict) else {},
                 request_state=reply.get("requestState"),
             )
-        if _is_call_tool_result(reply):
+        if is_call_tool_result(reply):
             return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
         raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
 
