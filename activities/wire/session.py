@@ -1,13 +1,14 @@
 """One MCP session with one server: ``WireSession``, the interface every caller of the wire uses.
 
 Era-neutral: what differs between eras is asked of the session's room (:mod:`.eras`), chosen once when the session is
-opened or attached.
+opened (:mod:`.handshake`) or attached.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire import eras, redact, sdk_compat
+from mcp_temporal_tasks.activities.wire import eras, handshake, redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
@@ -24,30 +25,14 @@ from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import Transport
 from mcp_temporal_tasks.protocol.bounds import finite_number
-from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
 from mcp_temporal_tasks.protocol.limits import cap_text
-from mcp_temporal_tasks.protocol.tasks import (
-    EXTENSION,
-    INITIALIZE_VERSIONS,
-    KNOWN_VERSIONS,
-    LEGACY,
-    TASKS_EXTENSION,
-    Endpoint,
-    Era,
-    SessionRef,
-    StartResult,
-    TaskPayload,
-    TaskState,
-    ToolInfo,
-)
+from mcp_temporal_tasks.protocol.tasks import Endpoint, Era, SessionRef, StartResult, TaskPayload, TaskState, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import (
     CapabilityUnavailable,
-    JsonRpcError,
     McpWireError,
     ProtocolViolation,
     TaskNotFound,
     TaskUnreachable,
-    UnknownProtocolVersion,
     is_transient_read_error,
 )
 
@@ -182,182 +167,18 @@ class WireSession:
 
     @classmethod
     async def connect(cls, endpoint: Endpoint, *, era: Era | None = None, owner: str | None = None) -> WireSession:
-        """Open a session. With ``era`` pinned, speak only that era; otherwise ask each server only what it has.
+        """Open a session. With ``era`` pinned, speak only that era (:class:`CapabilityUnavailable` if the server
+        offers no tasks there); otherwise ask each server only what it has (the order: :func:`.handshake.negotiate`).
 
-        * ``era="2026-07-28"`` pinned: ``server/discover`` only (it must advertise ``io.modelcontextprotocol/tasks``).
-        * ``era="2025-11-25"`` pinned: ``initialize`` only; the server may answer 2025-11-25, 2025-06-18 or
-          2025-03-26 (:data:`INITIALIZE_VERSIONS`): tasks only on 2025-11-25 with ``capabilities.tasks``.
-        * Not pinned: ``initialize`` first, which every server before 2026-07-28 knows, and its answer decides.
-          2025-03-26 / 2025-06-18 (such a server predates 2026-07-28: it would have answered 2025-11-25 if it spoke
-          a newer version), or 2025-11-25 *with* tasks: that session, and nothing else is asked. 2025-11-25
-          *without* tasks: ``tools/list`` (which a call needs anyway); only if a tool there declares
-          ``execution.taskSupport`` although the server declares no tasks (a dual-era server, whose tasks live in
-          2026-07-28) is ``server/discover`` asked, once; when it advertises the tasks extension the client speaks
-          that and the ``initialize`` session is ended. An ``initialize`` the server refuses with a JSON-RPC error
-          (a server of 2026-07-28 alone): ``server/discover``, once.
-        * A protocol version this client does not know: :class:`UnknownProtocolVersion` (nothing more is sent).
-
-        ``protocol_version`` is the version the server answered (``2026-07-28`` on the extension).
+        ``era``, ``protocol_version`` (the version the server answered; ``2026-07-28`` on the extension) and
+        ``tasks_offered`` report the choice. A version this client does not speak: :class:`UnknownProtocolVersion`;
+        transport failures: :class:`TransportError`.
         """
-        transport = await cls._open_transport(endpoint)
-        try:
-            if era == EXTENSION:
-                discovered = await cls._discover(transport, required=True)
-                assert discovered is not None  # required: raises otherwise
-                return cls(
-                    transport,
-                    endpoint,
-                    era=EXTENSION,
-                    protocol_version=EXTENSION,
-                    capabilities=discovered,
-                    tasks_offered=True,
-                    owner=owner,
-                )
-            try:
-                version, caps = await cls._initialize(transport, announce=False)
-            except JsonRpcError:
-                # Refused (not garbled, not lost): a server of 2026-07-28 alone may refuse initialize.
-                if era == LEGACY:
-                    raise
-                discovered = await cls._discover(transport, required=False)
-                if discovered is None:
-                    raise
-                return cls(
-                    transport,
-                    endpoint,
-                    era=EXTENSION,
-                    protocol_version=EXTENSION,
-                    capabilities=discovered,
-                    tasks_offered=True,
-                    owner=owner,
-                )
-            offered = version == LEGACY and bool(
-                ((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None
-            )
-            await transport.notify("notifications/initialized")
-            client = cls(
-                transport,
-                endpoint,
-                era=LEGACY,
-                protocol_version=version,
-                capabilities=caps,
-                tasks_offered=offered,
-                owner=owner,
-            )
-            if era is None and version == LEGACY and not offered:
-                # Tools that say they run as tasks on a server that declares no tasks: its tasks live in the
-                # 2026-07-28 era (a dual-era server). tools/list is kept: start() would ask it anyway.
-                tools = await client.list_tools()
-                if any(t.task_support in ("optional", "required") for t in tools.values()):
-                    switched = await cls._try_extension(transport, endpoint)
-                    if switched is not None:
-                        extension, discovered = switched
-                        return cls(
-                            extension,
-                            endpoint,
-                            era=EXTENSION,
-                            protocol_version=EXTENSION,
-                            capabilities=discovered,
-                            tasks_offered=True,
-                            owner=owner,
-                        )
-            return client
-        except BaseException:
-            await transport.aclose(terminate=True)
-            raise
-
-    @classmethod
-    async def _try_extension(
-        cls, initialized: Transport, endpoint: Endpoint
-    ) -> tuple[Transport, dict[str, Any]] | None:
-        """After a 2025-11-25 ``initialize`` without tasks: ``server/discover`` once. On HTTP on a fresh, session-less
-        transport (the extension is stateless); the ``initialize`` session is ended (``DELETE``) when the extension
-        answers. On stdio on the same child. None when the server does not offer the tasks extension."""
-        if not isinstance(initialized, HttpTransport):
-            discovered = await cls._discover(initialized, required=False)
-            return (initialized, discovered) if discovered is not None else None
-        fresh = await cls._open_transport(endpoint)
-        try:
-            discovered = await cls._discover(fresh, required=False)
-        except BaseException:
-            await fresh.aclose()
-            raise
-        if discovered is None:
-            await fresh.aclose()
-            return None
-        await initialized.aclose(terminate=True)
-        return fresh, discovered
-
-    @staticmethod
-    async def _discover(transport: Transport, *, required: bool) -> dict[str, Any] | None:
-        """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
-        if isinstance(transport, HttpTransport):
-            await sdk_compat.load_sdk()
-        try:
-            reply = await transport.request(
-                "server/discover",
-                with_trace_context({"_meta": sdk_compat.extension_meta()}),
-                headers=sdk_compat.extension_headers("server/discover", None)
-                if isinstance(transport, HttpTransport)
-                else None,
-            )
-        except JsonRpcError as exc:
-            # The server answered (e.g. -32601, HTTP 4xx): it does not speak 2026-07-28. A garbled or
-            # lost reply is *not* an answer: it propagates, so a transport fault never downgrades the era.
-            if required:
-                raise CapabilityUnavailable(
-                    f"era 2026-07-28 pinned but server/discover failed: {exc.message}", code=exc.code, data=exc.data
-                ) from exc
-            return None
-        versions = reply.get("supportedVersions") or []
-        caps = reply.get("capabilities") or {}
-        has_ext = TASKS_EXTENSION in ((caps.get("extensions") or {}) if isinstance(caps, dict) else {})
-        if EXTENSION in versions and has_ext:
-            if isinstance(transport, HttpTransport):
-                transport.protocol_version = EXTENSION
-            return caps
-        if required:
-            raise CapabilityUnavailable(
-                f"era 2026-07-28 pinned but the server offers versions {versions} "
-                f"{'with' if has_ext else 'without'} the {TASKS_EXTENSION} extension",
-                raw=reply,
-            )
-        return None
-
-    @staticmethod
-    async def _initialize(transport: Transport, *, announce: bool = True) -> tuple[str, dict[str, Any]]:
-        """``initialize``: the protocol version the server answered (one of :data:`INITIALIZE_VERSIONS`) and its
-        capabilities. ``announce``: also send ``notifications/initialized`` (else the caller does, once it keeps
-        the session)."""
-        # The handshake joins the caller's trace too: a server's spans for it belong to the task that opened it.
-        reply = await transport.request(
-            "initialize",
-            with_trace_context(
-                {
-                    "protocolVersion": LEGACY,
-                    # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's
-                    # held tasks/result (relay_input) and on a plain tools/call's own stream (start_call):
-                    # protocol/elicitation.py.
-                    "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
-                    "clientInfo": sdk_compat.CLIENT_INFO,
-                }
-            ),
+        return await handshake.negotiate(
+            era=era,
+            open_transport=lambda: cls._open_transport(endpoint),
+            opened=functools.partial(cls, endpoint=endpoint, owner=owner),
         )
-        version = reply.get("protocolVersion")
-        if not isinstance(version, str) or version not in INITIALIZE_VERSIONS:
-            shown = cap_text(version, 64) if isinstance(version, str) else type(version).__name__
-            raise UnknownProtocolVersion(
-                f"the server answered initialize with protocol version {shown!r}, which this client does not "
-                f"speak (it speaks {', '.join(KNOWN_VERSIONS)}); nothing else was sent to it",
-                raw=reply,
-            )
-        if isinstance(transport, HttpTransport):
-            # Sent on every later request (MCP-Protocol-Version): the version the server chose, not ours.
-            transport.protocol_version = version
-        if announce:
-            await transport.notify("notifications/initialized")
-        caps = reply.get("capabilities")
-        return version, caps if isinstance(caps, dict) else {}
 
     @classmethod
     async def attach(cls, ref: SessionRef) -> WireSession:
