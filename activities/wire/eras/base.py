@@ -1,10 +1,12 @@
 """What every era's room answers for a session: the interface the rooms share, side by side below the session.
 
-A room holds no state: it shapes one era's requests and reads its replies; the session sends them.
+A room holds nothing of a session (one room serves every session of its era): it shapes the era's requests and reads
+its replies; the session sends them.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -38,7 +40,7 @@ class Speaker(Protocol):
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]: ...
 
 
-class Room:
+class Room(ABC):
     """One era's requests and replies. Registered in :mod:`.eras` (``ROOMS``), which picks a session's room."""
 
     era: ClassVar[Era]
@@ -52,9 +54,9 @@ class Room:
     #: The optional methods this era lacks, and what a caller asking for one is told.
     lacks: ClassVar[Mapping[str, str]] = {}
 
+    @abstractmethod
     def offers_tasks(self, capabilities: dict[str, Any]) -> bool:
         """Whether a server whose handshake declared ``capabilities`` runs tools as tasks in this era."""
-        raise NotImplementedError
 
     async def envelope(
         self, transport: Transport, method: str, params: dict[str, Any], name: str | None
@@ -62,6 +64,7 @@ class Room:
         """Every request's params (the trace context already in) and HTTP headers, as this era sends them."""
         return params, None
 
+    @abstractmethod
     async def shape_call(
         self,
         session: Speaker,
@@ -74,11 +77,10 @@ class Room:
     ) -> bool:
         """Complete ``tools/call``'s ``params`` (``name``, ``arguments`` in) for this era: whether it asks for a task.
         Raises :class:`CapabilityUnavailable` when the tool cannot run here."""
-        raise NotImplementedError
 
+    @abstractmethod
     def started(self, reply: dict[str, Any], ref: SessionRef, *, task_requested: bool) -> StartResult:
         """What ``tools/call``'s ``reply`` made: a task, a plain result, or (where the era has them) input requests."""
-        raise NotImplementedError
 
     def ran(self, reply: dict[str, Any], ref: SessionRef, *, task_requested: bool) -> StartResult:
         """A ``tools/call`` reply that is no task of the era's: a plain ``CallToolResult``, or a protocol violation."""
@@ -86,10 +88,11 @@ class Room:
             return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
         raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
 
+    @abstractmethod
     def task_in(self, reply: dict[str, Any]) -> dict[str, Any]:
         """The task object in a ``tasks/get`` reply."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def payload(
         self,
         session: Speaker,
@@ -99,11 +102,10 @@ class Room:
         timeout_s: float | None,
     ) -> TaskPayload:
         """The final payload of a task whose ``state`` is terminal (:meth:`~..session.WireSession.result`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cancelled(self, reply: dict[str, Any]) -> TaskState | None:
         """What a ``tasks/cancel`` reply says of the task: its state, or None for an ack that carries none."""
-        raise NotImplementedError
 
     def may_reconcile(self, capabilities: dict[str, Any]) -> bool:
         """Whether ``tasks/list`` can tell which task a ``tools/call`` whose reply was lost made (the session's other
