@@ -44,7 +44,7 @@ class _Direct:
         self.extension = client.era == EXTENSION
 
     async def get(self, task_id: str) -> None:
-        # What WireSession._request adds to a read on each era (the extension's _meta and routing headers).
+        # What WireSession.request adds to a read on each era (the extension's _meta and routing headers).
         params: dict[str, object] = {"taskId": task_id}
         headers = None
         if self.extension:

@@ -47,7 +47,7 @@ from mcp_temporal_tasks.activities.wire import (
     parse_task,
 )
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
-from mcp_temporal_tasks.activities.wire.session import payload_from_error
+from mcp_temporal_tasks.activities.wire.replies import payload_from_error
 from mcp_temporal_tasks.protocol.tasks import UNLIMITED
 from mcp_temporal_tasks.protocol.wire_errors import (
     MAX_RETRY_AFTER_S,

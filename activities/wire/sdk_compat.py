@@ -4,9 +4,9 @@ What the SDK cannot do for us, and why we work around it here:
 
 * A task-augmented ``tools/call`` on a 2025-11-25 session through ``ClientSession`` validates the reply
   as a ``CallToolResult`` and raises on the ``CreateTaskResult`` (upstream PR 3161 is open). So we send
-  ``tools/call`` ourselves and parse both reply shapes (:mod:`.client`).
+  ``tools/call`` ourselves and parse both reply shapes (:mod:`.eras`).
 * ``mcp_types.Task`` requires ``ttl``; real runtimes omit it. Task objects are parsed leniently
-  (:func:`~.session.parse_task`), never through ``mcp_types.Task``.
+  (:func:`~.replies.parse_task`), never through ``mcp_types.Task``.
 * The SDK's HTTP transport hides HTTP status codes (see :mod:`.http_transport`).
 
 What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our

@@ -1,79 +1,44 @@
-"""One MCP session with one server, speaking tasks in either era. The only class that builds requests.
+"""One MCP session with one server: ``WireSession``, the interface every caller of the wire uses.
 
-Failure semantics of each call are in the package docstring (:mod:`mcp_temporal_tasks.activities.wire`).
+Era-neutral: what differs between eras is asked of the session's room (:mod:`.eras`), chosen once when the session is
+opened (:mod:`.handshake`) or attached.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from mcp_temporal_tasks.activities.wire import redact, sdk_compat
+from mcp_temporal_tasks.activities.wire import eras, handshake, redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
+from mcp_temporal_tasks.activities.wire.replies import is_call_tool_result, parse_task
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import Transport
-from mcp_temporal_tasks.protocol.bounds import (
-    MAX_POLL_INTERVAL_MS,
-    MAX_TTL_MS,
-    bounded_int,
-    finite_number,
-    parse_time,
-    raw_text,
-)
-from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
-from mcp_temporal_tasks.protocol.limits import (
-    MAX_TASK_ID,
-    STATUS_MESSAGE_CAP,
-    TEXT_CAP,
-    cap_text,
-    carry_problem,
-    safe_raw,
-)
-from mcp_temporal_tasks.protocol.tasks import (
-    EXTENSION,
-    INITIALIZE_VERSIONS,
-    KNOWN_VERSIONS,
-    LEGACY,
-    TASKS_EXTENSION,
-    UNLIMITED,
-    Endpoint,
-    Era,
-    InputRequest,
-    RpcErrorInfo,
-    SessionRef,
-    StartResult,
-    TaskPayload,
-    TaskState,
-    ToolInfo,
-)
+from mcp_temporal_tasks.protocol.bounds import finite_number
+from mcp_temporal_tasks.protocol.limits import cap_text
+from mcp_temporal_tasks.protocol.tasks import Endpoint, Era, SessionRef, StartResult, TaskPayload, TaskState, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import (
-    INTERNAL_ERROR,
     CapabilityUnavailable,
-    JsonRpcError,
     McpWireError,
     ProtocolViolation,
-    ReadMeaning,
     TaskNotFound,
     TaskUnreachable,
-    UnknownProtocolVersion,
     is_transient_read_error,
-    read_error_meaning,
 )
 
 log = logging.getLogger(__name__)
 
-_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
-_INPUT_PARAMS_CAP = 64 * 1024
-_MAX_INPUT_REQUESTS = 32
+__all__ = ["ProgressHandler", "WireSession", "parse_task", "resolve_refs"]
 
 
 def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
@@ -89,118 +54,6 @@ def resolve_refs(refs: dict[str, str], *, what: str) -> dict[str, str]:
         out[name] = value
     redact.register(out.values())
     return out
-
-
-def parse_task(obj: Any, era: Era, *, raw: Any = None) -> TaskState:
-    """Normalise a task object of either era. Only ``taskId`` and ``status`` are required."""
-    if not isinstance(obj, dict):
-        raise ProtocolViolation("task is not an object", raw=raw if raw is not None else obj)
-    task_id, status = obj.get("taskId"), obj.get("status")
-    if not isinstance(task_id, str) or not task_id or status not in _STATUSES:
-        raise ProtocolViolation(
-            f"task without a valid taskId/status (status={status!r})", raw=raw if raw is not None else obj
-        )
-    if len(task_id) > MAX_TASK_ID or carry_problem(task_id) is not None:
-        raise ProtocolViolation(
-            f"task id of {len(task_id)} characters is over {MAX_TASK_ID} or not UTF-8", raw=task_id[:200]
-        )
-
-    # Every number and time is bounded here, where it is parsed (:mod:`.bounds`): what is out of range is clamped or
-    # ignored, and its raw value kept in ``unusable``.
-    unusable: dict[str, str] = {}
-
-    def ttl(key: str) -> int | Literal["unlimited"] | None:
-        if key not in obj:
-            return None
-        value = obj[key]
-        if value is None:
-            return UNLIMITED
-        ms, usable = bounded_int(value, low=0, high=MAX_TTL_MS)
-        if not usable:
-            unusable[key] = raw_text(value)
-        return ms
-
-    def number(*keys: str) -> int | None:
-        for key in keys:
-            if key not in obj or obj[key] is None:
-                continue
-            ms, usable = bounded_int(obj[key], low=0, high=MAX_POLL_INTERVAL_MS)
-            if not usable:
-                unusable[key] = raw_text(obj[key])
-            if ms is not None:
-                return ms
-        return None
-
-    def time(key: str) -> str | None:
-        value = obj.get(key)
-        if value is None:
-            return None
-        if parse_time(value) is None:  # not a date-time, or far past or far future: ignored
-            unusable[key] = raw_text(value)
-            return None
-        return str(value)
-
-    error = obj.get("error")
-    input_requests = obj.get("inputRequests")
-    status_message = obj.get("statusMessage")
-    if status_message is not None and not isinstance(status_message, str):
-        unusable["statusMessage"] = raw_text(status_message)
-    return TaskState(
-        task_id=task_id,
-        status=status,
-        era=era,
-        status_message=cap_text(status_message, STATUS_MESSAGE_CAP) if isinstance(status_message, str) else None,
-        created_at=time("createdAt"),
-        last_updated_at=time("lastUpdatedAt"),
-        ttl_ms=ttl("ttlMs") if "ttlMs" in obj else ttl("ttl"),
-        poll_interval_ms=number("pollIntervalMs", "pollInterval"),
-        result=obj.get("result") if isinstance(obj.get("result"), dict) else None,
-        error=_rpc_error_info(error) if isinstance(error, dict) else None,
-        input_requests=_input_requests(input_requests) if isinstance(input_requests, dict) and input_requests else None,
-        unusable=unusable or None,
-    )
-
-
-def _rpc_error_info(error: dict[str, Any]) -> RpcErrorInfo:
-    code = error.get("code")
-    return RpcErrorInfo(
-        code=code if isinstance(code, int) else INTERNAL_ERROR,
-        message=cap_text(str(error.get("message", "")), TEXT_CAP),
-        data=safe_raw(error.get("data")),
-    )
-
-
-def _input_requests(obj: dict[str, Any]) -> dict[str, InputRequest]:
-    if len(obj) > _MAX_INPUT_REQUESTS:
-        raise ProtocolViolation(
-            f"{len(obj)} input requests at once (at most {_MAX_INPUT_REQUESTS} are accepted)", raw=list(obj)[:10]
-        )
-    out = {}
-    for key, req in obj.items():
-        if not isinstance(req, dict) or not isinstance(req.get("method"), str):
-            raise ProtocolViolation(f"input request {key!r} has no method", raw=obj)
-        params = req.get("params") or {}
-        # Shown in queries and the CLI, and kept in workflow state: bounded like any other server value.
-        if len(key) > 256 or not isinstance(params, dict) or safe_raw(params, _INPUT_PARAMS_CAP) is not params:
-            raise ProtocolViolation(f"input request {key[:64]!r} is too large, too deep or not UTF-8", raw=obj)
-        out[key] = InputRequest(method=req["method"][:128], params=params)
-    return out
-
-
-def payload_from_error(exc: JsonRpcError) -> TaskPayload:
-    # exc.message and exc.data are already bounded by McpWireError.
-    return TaskPayload(
-        error=RpcErrorInfo(
-            code=exc.code if exc.code is not None else INTERNAL_ERROR,
-            message=exc.message.split(": ", 1)[-1],
-            data=exc.data,
-        )
-    )
-
-
-def _is_call_tool_result(reply: dict[str, Any]) -> bool:
-    """A ``tools/call`` reply that is a plain ``CallToolResult`` (not a task, not an input request)."""
-    return "content" in reply or "structuredContent" in reply or reply.get("isError") is not None
 
 
 #: (progress, total, message) of a call's ``notifications/progress``.
@@ -256,7 +109,10 @@ def _created_after(task: TaskState, sent_at: datetime, slack_s: float = 5.0) -> 
 
 
 class WireSession:
-    """A live session. Create with :meth:`connect` (handshake) or :meth:`attach` (from a :class:`SessionRef`)."""
+    """A live session. Create with :meth:`connect` (handshake) or :meth:`attach` (from a :class:`SessionRef`).
+
+    Every failure is an :class:`~protocol.wire_errors.McpWireError` saying whether it is ``retryable`` and whether
+    the request ``may_have_reached_server``."""
 
     def __init__(
         self,
@@ -276,6 +132,7 @@ class WireSession:
         self.capabilities = capabilities or {}
         self.tasks_offered = tasks_offered
         self.owner = owner
+        self._room = eras.room_for(era, protocol_version)
         self._tools: dict[str, ToolInfo] | None = None
         #: The last tools/list as the server sent it (the workflow-side client hands it on).
         self.raw_tools: list[Any] = []
@@ -310,189 +167,26 @@ class WireSession:
 
     @classmethod
     async def connect(cls, endpoint: Endpoint, *, era: Era | None = None, owner: str | None = None) -> WireSession:
-        """Open a session. With ``era`` pinned, speak only that era; otherwise ask each server only what it has.
+        """Open a session. With ``era`` pinned, speak only that era (:class:`CapabilityUnavailable` if the server
+        offers no tasks there); otherwise ask each server only what it has (the order: :func:`.handshake.negotiate`).
 
-        * ``era="2026-07-28"`` pinned: ``server/discover`` only (it must advertise ``io.modelcontextprotocol/tasks``).
-        * ``era="2025-11-25"`` pinned: ``initialize`` only; the server may answer 2025-11-25, 2025-06-18 or
-          2025-03-26 (:data:`INITIALIZE_VERSIONS`): tasks only on 2025-11-25 with ``capabilities.tasks``.
-        * Not pinned: ``initialize`` first, which every server before 2026-07-28 knows, and its answer decides.
-          2025-03-26 / 2025-06-18 (such a server predates 2026-07-28: it would have answered 2025-11-25 if it spoke
-          a newer version), or 2025-11-25 *with* tasks: that session, and nothing else is asked. 2025-11-25
-          *without* tasks: ``tools/list`` (which a call needs anyway); only if a tool there declares
-          ``execution.taskSupport`` although the server declares no tasks (a dual-era server, whose tasks live in
-          2026-07-28) is ``server/discover`` asked, once; when it advertises the tasks extension the client speaks
-          that and the ``initialize`` session is ended. An ``initialize`` the server refuses with a JSON-RPC error
-          (a server of 2026-07-28 alone): ``server/discover``, once.
-        * A protocol version this client does not know: :class:`UnknownProtocolVersion` (nothing more is sent).
-
-        ``protocol_version`` is the version the server answered (``2026-07-28`` on the extension).
+        ``era``, ``protocol_version`` (the version the server answered; ``2026-07-28`` on the extension) and
+        ``tasks_offered`` report the choice. A version this client does not speak: :class:`UnknownProtocolVersion`;
+        transport failures: :class:`TransportError`.
         """
-        transport = await cls._open_transport(endpoint)
-        try:
-            if era == EXTENSION:
-                discovered = await cls._discover(transport, required=True)
-                assert discovered is not None  # required: raises otherwise
-                return cls(
-                    transport,
-                    endpoint,
-                    era=EXTENSION,
-                    protocol_version=EXTENSION,
-                    capabilities=discovered,
-                    tasks_offered=True,
-                    owner=owner,
-                )
-            try:
-                version, caps = await cls._initialize(transport, announce=False)
-            except JsonRpcError:
-                # Refused (not garbled, not lost): a server of 2026-07-28 alone may refuse initialize.
-                if era == LEGACY:
-                    raise
-                discovered = await cls._discover(transport, required=False)
-                if discovered is None:
-                    raise
-                return cls(
-                    transport,
-                    endpoint,
-                    era=EXTENSION,
-                    protocol_version=EXTENSION,
-                    capabilities=discovered,
-                    tasks_offered=True,
-                    owner=owner,
-                )
-            offered = version == LEGACY and bool(
-                ((caps.get("tasks") or {}).get("requests") or {}).get("tools", {}).get("call") is not None
-            )
-            await transport.notify("notifications/initialized")
-            client = cls(
-                transport,
-                endpoint,
-                era=LEGACY,
-                protocol_version=version,
-                capabilities=caps,
-                tasks_offered=offered,
-                owner=owner,
-            )
-            if era is None and version == LEGACY and not offered:
-                # Tools that say they run as tasks on a server that declares no tasks: its tasks live in the
-                # 2026-07-28 era (a dual-era server). tools/list is kept: start() would ask it anyway.
-                tools = await client.list_tools()
-                if any(t.task_support in ("optional", "required") for t in tools.values()):
-                    switched = await cls._try_extension(transport, endpoint)
-                    if switched is not None:
-                        extension, discovered = switched
-                        return cls(
-                            extension,
-                            endpoint,
-                            era=EXTENSION,
-                            protocol_version=EXTENSION,
-                            capabilities=discovered,
-                            tasks_offered=True,
-                            owner=owner,
-                        )
-            return client
-        except BaseException:
-            await transport.aclose(terminate=True)
-            raise
-
-    @classmethod
-    async def _try_extension(
-        cls, initialized: Transport, endpoint: Endpoint
-    ) -> tuple[Transport, dict[str, Any]] | None:
-        """After a 2025-11-25 ``initialize`` without tasks: ``server/discover`` once. On HTTP on a fresh, session-less
-        transport (the extension is stateless); the ``initialize`` session is ended (``DELETE``) when the extension
-        answers. On stdio on the same child. None when the server does not offer the tasks extension."""
-        if not isinstance(initialized, HttpTransport):
-            discovered = await cls._discover(initialized, required=False)
-            return (initialized, discovered) if discovered is not None else None
-        fresh = await cls._open_transport(endpoint)
-        try:
-            discovered = await cls._discover(fresh, required=False)
-        except BaseException:
-            await fresh.aclose()
-            raise
-        if discovered is None:
-            await fresh.aclose()
-            return None
-        await initialized.aclose(terminate=True)
-        return fresh, discovered
-
-    @staticmethod
-    async def _discover(transport: Transport, *, required: bool) -> dict[str, Any] | None:
-        """Capabilities when the server speaks 2026-07-28 *with* the tasks extension, else None."""
-        if isinstance(transport, HttpTransport):
-            await sdk_compat.load_sdk()
-        try:
-            reply = await transport.request(
-                "server/discover",
-                with_trace_context({"_meta": sdk_compat.extension_meta()}),
-                headers=sdk_compat.extension_headers("server/discover", None)
-                if isinstance(transport, HttpTransport)
-                else None,
-            )
-        except JsonRpcError as exc:
-            # The server answered (e.g. -32601, HTTP 4xx): it does not speak 2026-07-28. A garbled or
-            # lost reply is *not* an answer: it propagates, so a transport fault never downgrades the era.
-            if required:
-                raise CapabilityUnavailable(
-                    f"era 2026-07-28 pinned but server/discover failed: {exc.message}", code=exc.code, data=exc.data
-                ) from exc
-            return None
-        versions = reply.get("supportedVersions") or []
-        caps = reply.get("capabilities") or {}
-        has_ext = TASKS_EXTENSION in ((caps.get("extensions") or {}) if isinstance(caps, dict) else {})
-        if EXTENSION in versions and has_ext:
-            if isinstance(transport, HttpTransport):
-                transport.protocol_version = EXTENSION
-            return caps
-        if required:
-            raise CapabilityUnavailable(
-                f"era 2026-07-28 pinned but the server offers versions {versions} "
-                f"{'with' if has_ext else 'without'} the {TASKS_EXTENSION} extension",
-                raw=reply,
-            )
-        return None
-
-    @staticmethod
-    async def _initialize(transport: Transport, *, announce: bool = True) -> tuple[str, dict[str, Any]]:
-        """``initialize``: the protocol version the server answered (one of :data:`INITIALIZE_VERSIONS`) and its
-        capabilities. ``announce``: also send ``notifications/initialized`` (else the caller does, once it keeps
-        the session)."""
-        # The handshake joins the caller's trace too: a server's spans for it belong to the task that opened it.
-        reply = await transport.request(
-            "initialize",
-            with_trace_context(
-                {
-                    "protocolVersion": LEGACY,
-                    # Form-mode elicitation (an empty object: form only), answered wherever it arrives: on a task's
-                    # held tasks/result (relay_input) and on a plain tools/call's own stream (start_call):
-                    # protocol/elicitation.py.
-                    "capabilities": {"elicitation": dict(ELICITATION_CAPABILITY)},
-                    "clientInfo": sdk_compat.CLIENT_INFO,
-                }
-            ),
+        return await handshake.negotiate(
+            era=era,
+            open_transport=lambda: cls._open_transport(endpoint),
+            opened=functools.partial(cls, endpoint=endpoint, owner=owner),
         )
-        version = reply.get("protocolVersion")
-        if not isinstance(version, str) or version not in INITIALIZE_VERSIONS:
-            shown = cap_text(version, 64) if isinstance(version, str) else type(version).__name__
-            raise UnknownProtocolVersion(
-                f"the server answered initialize with protocol version {shown!r}, which this client does not "
-                f"speak (it speaks {', '.join(KNOWN_VERSIONS)}); nothing else was sent to it",
-                raw=reply,
-            )
-        if isinstance(transport, HttpTransport):
-            # Sent on every later request (MCP-Protocol-Version): the version the server chose, not ours.
-            transport.protocol_version = version
-        if announce:
-            await transport.notify("notifications/initialized")
-        caps = reply.get("capabilities")
-        return version, caps if isinstance(caps, dict) else {}
 
     @classmethod
     async def attach(cls, ref: SessionRef) -> WireSession:
         """Reach an existing session from any process, without a new handshake.
 
-        Legacy HTTP re-uses ``Mcp-Session-Id``; the extension is stateless. A stdio session can only be
-        reached through the process that owns it (the pool), so attaching one raises TaskUnreachable.
+        Legacy HTTP re-uses ``Mcp-Session-Id`` (a new ``initialize`` would orphan the tasks of a stateful server);
+        the extension is stateless. A stdio session can only be reached through the process that owns it (the
+        pool): its task lives in that child, so attaching one raises TaskUnreachable.
         """
         if ref.endpoint.command is not None:
             raise TaskUnreachable(f"stdio session owned by {ref.owner!r} cannot be re-attached from another process")
@@ -526,7 +220,7 @@ class WireSession:
 
     # --- requests ------------------------------------------------------------------------------
 
-    async def _request(
+    async def request(
         self,
         method: str,
         params: dict[str, Any],
@@ -536,13 +230,9 @@ class WireSession:
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
-        headers = None
-        params = with_trace_context(params)
-        if self.era == EXTENSION:
-            params = {**params, "_meta": {**(params.get("_meta") or {}), **sdk_compat.extension_meta()}}
-            if isinstance(self.transport, HttpTransport):
-                await sdk_compat.load_sdk()
-                headers = sdk_compat.extension_headers(method, name)
+        """One request on this session, in its era's envelope (:meth:`.eras.Room.envelope`), with the caller's trace
+        context. ``name`` is the tool name or task id the request is about."""
+        params, headers = await self._room.envelope(self.transport, method, with_trace_context(params), name)
         return await self.transport.request(
             method,
             params,
@@ -553,13 +243,14 @@ class WireSession:
         )
 
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]:
+        """``tools/list``, every page (at most 100), kept for the session: a read, safe to retry."""
         if self._tools is not None and not refresh:
             return self._tools
         tools: dict[str, ToolInfo] = {}
         raw_tools: list[Any] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever must not hang us
-            reply = await self._request("tools/list", {"cursor": cursor} if cursor else {})
+            reply = await self.request("tools/list", {"cursor": cursor} if cursor else {})
             for raw in reply.get("tools") or []:
                 info = sdk_compat.tool_info(raw)
                 tools[info.name] = info
@@ -583,44 +274,32 @@ class WireSession:
         on_progress: ProgressHandler | None = None,
         on_server_request: ServerRequestHandler | None = None,
     ) -> StartResult:
-        """Send ``tools/call``, as a task wherever the rules allow it. **Not idempotent**: never retry blindly.
+        """Send ``tools/call``, as a task wherever the era's rules allow it. **Not idempotent**: never retry blindly.
+
+        The result is a task, a plain ``CallToolResult`` (the server ran the tool at once) or, on 2026-07-28,
+        ``input_requests`` (call again with ``input_responses`` and the echoed ``request_state``). A
+        :class:`TransportError` with ``may_have_reached_server`` means the tool may be running: do not resend unless
+        a replay policy allows it (:meth:`reconcile_lost_call` may still find its task). A JSON-RPC refusal
+        (``InvalidParams``, ``MethodNotFound``, ``MissingCapability``) means no work was started.
 
         ``timeout_s`` bounds the wait for a reply (a synchronous tool may take that long); ``on_progress``
         receives the call's ``notifications/progress`` (asked for with a progress token); ``on_server_request``
         answers the server's requests on the call's own stream (``elicitation/create``: :mod:`.elicitation`)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
-        task_requested = False
-        if self.era == LEGACY:
-            info = (await self.list_tools()).get(tool)
-            support = info.task_support if info else None
-            if self.tasks_offered and support in ("optional", "required"):
-                params["task"] = {"ttl": ttl_ms} if ttl_ms is not None else {}
-                task_requested = True
-            elif support == "required":
-                raise CapabilityUnavailable(
-                    f"tool {tool!r} requires task execution but the server does not offer tasks"
-                )
-        else:
-            if input_responses is not None:
-                params["inputResponses"] = input_responses
-            if request_state is not None:
-                params["requestState"] = request_state
-            # No TTL request here: on the extension the server alone decides a task's lifetime.
-            task_requested = True
+        task_requested = await self._room.shape_call(
+            self, tool, params, ttl_ms=ttl_ms, input_responses=input_responses, request_state=request_state
+        )
         self._call_seq += 1
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
         try:
             async with (
                 self.transport.server_requests(on_server_request)
-                if on_server_request is not None
-                and not task_requested
-                and self.era != EXTENSION
-                and isinstance(self.transport, HttpTransport)
+                if on_server_request is not None and not task_requested and isinstance(self.transport, HttpTransport)
                 else contextlib.nullcontext()
             ):
-                reply = await self._request(
+                reply = await self.request(
                     "tools/call",
                     params,
                     name=tool,
@@ -628,7 +307,7 @@ class WireSession:
                     on_notification=listener,
                     on_server_request=on_server_request,
                 )
-            out = self._start_result(reply, task_requested=task_requested)
+            out = self._room.started(reply, self.session_ref(), task_requested=task_requested)
         except McpWireError as exc:
             exc.lost_call = call  # type: ignore[attr-defined]
             raise
@@ -652,8 +331,8 @@ class WireSession:
         decides (a job's status and result tools are reads; its submit tool is not)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
-        reply = await self._request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
-        if _is_call_tool_result(reply):
+        reply = await self.request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
+        if is_call_tool_result(reply):
             return reply
         raise ProtocolViolation(f"tools/call {tool}: the reply is not a CallToolResult", raw=reply)
 
@@ -667,11 +346,10 @@ class WireSession:
         and the caller keeps ``unknown_outcome``.
         """
         call: _LostCall | None = getattr(exc, "lost_call", None)
-        listable = bool((self.capabilities.get("tasks") or {}).get("list") is not None)
+        listable = self._room.may_reconcile(self.capabilities)
         if (
             call is None
             or not exc.may_have_reached_server
-            or self.era != LEGACY
             or not listable
             or self.transport.session_id is None
             or self._tainted
@@ -701,115 +379,52 @@ class WireSession:
         self._tainted = True
         return None
 
-    def _start_result(self, reply: dict[str, Any], *, task_requested: bool) -> StartResult:
-        ref = self.session_ref()
-        kind = reply.get("resultType")
-        if self.era == LEGACY:
-            if isinstance(reply.get("task"), dict):
-                return StartResult(
-                    era=self.era,
-                    session=ref,
-                    task=parse_task(reply["task"], self.era, raw=reply),
-                    task_requested=task_requested,
-                )
-        elif kind == "task":
-            return StartResult(
-                era=self.era, session=ref, task=parse_task(reply, self.era, raw=reply), task_requested=task_requested
-            )
-        elif kind == "input_required":
-            requests = reply.get("inputRequests")
-            return StartResult(
-                era=self.era,
-                session=ref,
-                task_requested=task_requested,
-                input_requests=_input_requests(requests) if isinstance(requests, dict) else {},
-                request_state=reply.get("requestState"),
-            )
-        if _is_call_tool_result(reply):
-            return StartResult(era=self.era, session=ref, result=reply, task_requested=task_requested)
-        raise ProtocolViolation("tools/call reply is neither a task nor a CallToolResult", raw=reply)
-
     async def get(self, task_id: str) -> TaskState:
-        """``tasks/get``. Raises TaskNotFound when the task is unknown, expired or purged."""
-        reply = await self._request("tasks/get", {"taskId": task_id}, name=task_id)
-        if self.era == EXTENSION and isinstance(reply.get("task"), dict):
-            reply = {**reply["task"], **{k: v for k, v in reply.items() if k != "task"}}
-        return parse_task(reply, self.era, raw=reply)
+        """``tasks/get``, normalised (a missing ``ttl`` or ``pollInterval`` is tolerated). A read: safe to retry on a
+        :class:`TransportError`. :class:`TaskNotFound` when the task is unknown, expired or purged (not retryable)."""
+        task = self._room.task_in(await self.request("tasks/get", {"taskId": task_id}, name=task_id))
+        return parse_task(task, self.era, raw=task)
 
     async def result(
         self, state: TaskState, *, on_server_request: ServerRequestHandler | None = None, timeout_s: float | None = None
     ) -> TaskPayload:
-        """The final payload of a task whose terminal status ``state`` shows.
+        """The final payload of a task whose terminal status ``state`` shows (``ValueError`` otherwise, unless
+        ``on_server_request`` answers an ``input_required`` task's questions on the held read).
 
-        Legacy: ``tasks/result``, called only with a terminal ``state`` (it blocks otherwise), and also
-        for ``failed``: the stored ``isError`` result or the original JSON-RPC error comes back as the
-        payload. ``-32603`` or a ``{_meta}``-only reply after a cancel give ``empty``. Extension: the
-        payload is inline in ``state``; no request is made.
+        2025-11-25: ``tasks/result``, which blocks until the task ends, and also for ``failed``: the stored
+        ``isError`` result or the original JSON-RPC error comes back as the payload, never raised. ``-32603`` or a
+        ``{_meta}``-only reply after a cancel give ``empty``. 2026-07-28: the payload is inline in ``state``; no
+        request is made. The state's own era decides, as it read the task.
         """
         if not state.terminal and not (on_server_request and state.status == "input_required"):
             raise ValueError(f"result() needs a terminal status, task {state.task_id} is {state.status!r}")
-        if state.era == EXTENSION:
-            if state.result is None and state.error is None and state.status != "cancelled":
-                state = await self.get(state.task_id)  # a state whose inline payload was dropped once stored
-            if state.result is not None:
-                return TaskPayload(result=state.result)
-            if state.error is not None:
-                return TaskPayload(error=state.error)
-            return TaskPayload(empty=True)
-        try:
-            reply = await self._request(
-                "tasks/result",
-                {"taskId": state.task_id},
-                name=state.task_id,
-                on_server_request=on_server_request,
-                timeout_s=timeout_s,
-            )
-        except JsonRpcError as exc:
-            meaning = read_error_meaning("tasks/result", exc.code, era=self.era, status=state.status)
-            if meaning == ReadMeaning.EMPTY:
-                return TaskPayload(empty=True)
-            if meaning != ReadMeaning.PAYLOAD:
-                raise  # gone (TaskNotFound) or a retrieval fault: the caller's budget decides
-            if isinstance(exc, TaskNotFound):
-                # -32602 is ambiguous here: "task not found", or the tool's own invalid-params error
-                # stored as the failed task's payload. The task answering tasks/get settles it.
-                try:
-                    await self.get(state.task_id)
-                except TaskNotFound:
-                    raise exc from None
-            return payload_from_error(exc)
-        if "content" not in reply and "structuredContent" not in reply and "isError" not in reply:
-            if set(reply) <= {"_meta", "resultType"}:
-                return TaskPayload(empty=True)
-            raise ProtocolViolation("tasks/result reply is not a CallToolResult", raw=reply)
-        return TaskPayload(result=reply)
+        room = eras.room_for(state.era, self.protocol_version)
+        return await room.payload(self, state, on_server_request=on_server_request, timeout_s=timeout_s)
 
     async def cancel(self, task_id: str) -> TaskState | None:
-        """``tasks/cancel``. Returns the task (legacy) or None (extension's empty ack).
+        """``tasks/cancel``. Returns the task (2025-11-25) or None (the extension's empty ack).
 
-        ``-32602`` on a task that is already terminal is benign: the task is fetched and returned
-        so the caller keeps its true outcome. An unknown task still raises TaskNotFound.
+        ``-32602`` on a task that is already terminal is benign: the task is fetched and returned so the caller
+        keeps its true outcome. An unknown task still raises TaskNotFound. Cancellation is cooperative: the task may
+        still end ``completed``; poll to learn.
         """
         try:
-            reply = await self._request("tasks/cancel", {"taskId": task_id}, name=task_id)
+            reply = await self.request("tasks/cancel", {"taskId": task_id}, name=task_id)
         except TaskNotFound:
             state = await self.get(task_id)  # raises TaskNotFound when the task really is gone
             if state.terminal:
                 return state
             raise
-        if self.era == LEGACY:
-            return parse_task(reply, self.era, raw=reply)
-        return parse_task(reply, self.era, raw=reply) if "taskId" in reply else None
+        return self._room.cancelled(reply)
 
     async def reply(self, request_id: Any, result: dict[str, Any]) -> None:
         """Answer a server→client request by its id (legacy input after a relay restart)."""
         await self.transport.respond(request_id, result)
 
     async def update(self, task_id: str, input_responses: dict[str, Any]) -> None:
-        """Extension ``tasks/update``: answer input requests. Answering a key twice is ignored by servers."""
-        if self.era != EXTENSION:
-            raise CapabilityUnavailable("tasks/update exists only with the 2026-07-28 tasks extension")
-        await self._request("tasks/update", {"taskId": task_id, "inputResponses": input_responses}, name=task_id)
+        """Extension ``tasks/update``: answer input requests. Retry-safe: servers ignore a key answered twice."""
+        self._room.check("tasks/update")
+        await self.request("tasks/update", {"taskId": task_id, "inputResponses": input_responses}, name=task_id)
 
     async def listen_tasks(
         self, task_ids: list[str], on_notification: NotificationHandler, *, hold_s: float
@@ -819,9 +434,8 @@ class WireSession:
         or raises when the stream breaks or stays silent for ``hold_s``. Every frame (the acknowledgement first,
         then ``notifications/tasks``) goes to ``on_notification``; what the server agreed to send is in the
         acknowledgement (:mod:`.notifications` reads it). No runtime here emits task events yet."""
-        if self.era != EXTENSION:
-            raise CapabilityUnavailable("subscriptions/listen exists only on 2026-07-28")
-        return await self._request(
+        self._room.check("subscriptions/listen")
+        return await self.request(
             "subscriptions/listen",
             {"notifications": {"taskIds": list(task_ids)}},
             on_notification=on_notification,
@@ -830,18 +444,17 @@ class WireSession:
 
     async def list_tasks_page(self, cursor: str | None = None) -> dict[str, Any]:
         """One page of legacy ``tasks/list``, as the server sent it (the list reader bounds and reads it)."""
-        if self.era != LEGACY:
-            raise CapabilityUnavailable("tasks/list does not exist with the 2026-07-28 tasks extension")
-        return await self._request("tasks/list", {"cursor": cursor} if cursor else {})
+        self._room.check("tasks/list")
+        return await self.request("tasks/list", {"cursor": cursor} if cursor else {})
 
     async def list_tasks(self) -> list[TaskState]:
-        """Legacy ``tasks/list`` (may be absent: MethodNotFound). The extension has none."""
-        if self.era != LEGACY:
-            raise CapabilityUnavailable("tasks/list does not exist with the 2026-07-28 tasks extension")
+        """Legacy ``tasks/list``, every page (at most 100); may be absent (:class:`MethodNotFound`). The extension
+        has none."""
+        self._room.check("tasks/list")
         out: list[TaskState] = []
         cursor: str | None = None
         for _ in range(100):
-            reply = await self._request("tasks/list", {"cursor": cursor} if cursor else {})
+            reply = await self.request("tasks/list", {"cursor": cursor} if cursor else {})
             out.extend(parse_task(t, self.era, raw=reply) for t in reply.get("tasks") or [])
             cursor = reply.get("nextCursor")
             if not cursor:
