@@ -1,26 +1,9 @@
-"""mcp-temporal-tasks: every long-running MCP task as a durable Temporal workflow.
+"""The public names of mcp-temporal-tasks, imported lazily (workflow code naming one gets the worker's own object).
 
-Where data flows, by folder: a request (:class:`McpTaskRequest`) starts ``McpTaskWorkflow``
-(``mcp_temporal_tasks.workflows``), whose activities (``mcp_temporal_tasks.activities``, over
-``activities.wire``, the one place that speaks MCP on the wire) drive the MCP server to an
-:class:`McpTaskOutcome`; ``mcp_temporal_tasks.worker`` runs them (plugin, CLI, embedded Temporal).
-
-Public API, loaded lazily so that workflow code importing :class:`McpTasksClient` never imports worker-side
-modules (network clients, the CLI):
-
-* worker side: :class:`McpTasksPlugin` (a ``temporalio.plugin.SimplePlugin``);
-* workflow side: :class:`McpTasksClient`, :class:`McpTaskError`;
-* services: :func:`connect`, :func:`start_mcp_task`, :func:`get_outcome`, :func:`outcome_of`, :class:`McpTaskRequest`,
-  :class:`McpTaskOutcome`, :class:`Outcome`, :class:`ReplayPolicy`, :class:`Timeouts`, :class:`RequestTooLarge`,
-  :class:`RequestMismatch`, :class:`NoWorker`;
-* configuration from Python (``McpTasksPlugin(servers=...)``): :class:`ServerConfig`, :class:`ToolPolicy`,
-  :class:`JobBinding`, :class:`PollSchedule`, :class:`WorkerSettings`, :class:`Endpoint` (an inline server);
-* the machine itself: :class:`McpTaskWorkflow` (to register or start it by type), :class:`TaskView` (its
-  ``status`` query) and :class:`Phase`;
-* agents, each behind its extra and never imported from here: ``mcp_temporal_tasks.pydantic_ai.McpTasksToolset``
-  (``[pydantic-ai]``), ``mcp_temporal_tasks.openai_agents.mcp_tasks_server`` (``[openai-agents]``),
-  ``mcp_temporal_tasks.google_adk.McpTasksToolset`` (``[google-adk]``) and
-  ``mcp_temporal_tasks.google_genai.McpTasksClientSession`` (``[google-genai]``).
+Every long-running MCP task as a durable Temporal workflow. Lazily, so that workflow code importing
+:class:`McpTasksClient` never imports worker-side modules (network clients, the CLI). The agent adapters, each behind
+its extra, are never imported from here: ``mcp_temporal_tasks.pydantic_ai``, ``.openai_agents``, ``.google_adk`` and
+``.google_genai`` (docs/agents.md).
 """
 
 from __future__ import annotations
@@ -84,9 +67,12 @@ _WHERE = {
 }
 
 __all__ = [
+    # worker side: a temporalio.plugin.SimplePlugin
     "McpTasksPlugin",
+    # workflow side
     "McpTasksClient",
     "McpTaskError",
+    # services
     "connect",
     "start_mcp_task",
     "get_outcome",
@@ -99,12 +85,14 @@ __all__ = [
     "ReplayPolicy",
     "Timeouts",
     "RequestTooLarge",
+    # configuration from Python (McpTasksPlugin(servers=...)); Endpoint: an inline server
     "ServerConfig",
     "ToolPolicy",
     "JobBinding",
     "PollSchedule",
     "Endpoint",
     "WorkerSettings",
+    # the machine itself: to register or start it by type, its status query's view, its phases
     "McpTaskWorkflow",
     "TaskView",
     "Phase",

@@ -1,31 +1,9 @@
-"""What the agent adapters share (``mcp_temporal_tasks.pydantic_ai``, ``.openai_agents``, ``.google_adk``,
-``.google_genai``).
+"""What the agent adapters share: a server's tools, filtered, and each call as one child ``McpTaskWorkflow``.
 
-:class:`AgentMcpTools` is one MCP server, as an agent run sees it, inside a workflow: its tool definitions (one
-``list_tools`` activity through :class:`McpTasksClient`, cached on the object with its failure, or given
-statically), optionally filtered, and tool calls that each run as one child ``McpTaskWorkflow``. It imports no
-framework.
-
-**Child ids, and a model that repeats itself.** Each call's child id is derived from the parent workflow's id,
-a key naming the server (the toolset's ``id``, else the server's name), a per-workflow *scope* number (one per
-object, i.e. per agent run: numbered in the order their first use happens, which a replay or a reset repeats;
-:meth:`AgentMcpTools.for_run` gives a framework that names its runs, as ADK does, one object per run), the tool
-and a digest of the arguments::
-
-    {parent id}/mcp/{key}/{scope}/{tool}/{sha256(arguments)[:16]}
-
-A second call of the same tool with the same arguments in the same scope, for a tool that is *not* idempotent
-(the worker's ``[servers.NAME.tools.TOOL] idempotent``, else the server's ``idempotentHint``/``readOnlyHint``
-where ``trust_annotations`` is set, else not) and whose replay policy is not ``always``, re-attaches to the
-first call's child (the same asyncio task inside this run; ``McpTasksClient``'s re-attachment after a reset)
-and answers with its outcome: no second ``tools/call``. An idempotent tool runs again, under
-``…/{digest}.2``, ``….3``... The policy is read once per tool and scope with the ``resolve`` activity, exactly
-as the child reads it.
-
-**Bad input** ends with one error naming it, before any ``tools/call``: ``tools=`` naming a tool the server
-does not list, an unknown server (the ``list_tools`` activity's own error), and arguments that fail the tool's
-input schema (:class:`ArgumentsRejected`, which each adapter turns into its framework's "fix your arguments").
-A framework version without the hooks an adapter relies on is refused at import (:func:`require_hooks`).
+Imports no framework. A repeated identical call of a tool that is not idempotent, in one agent run, re-attaches to the
+first call's child: no second ``tools/call`` (docs/agents.md, "A model that repeats itself"). Bad input ends with one
+error naming it, before any ``tools/call``; a framework version without the hooks an adapter relies on is refused at
+import (:func:`require_hooks`).
 """
 
 from __future__ import annotations
@@ -118,7 +96,32 @@ def clear_error(err: ActivityError, what: str) -> ApplicationError:
 
 
 class AgentMcpTools:
-    """One MCP server's tools for one agent run, called as durable child workflows. See the module docstring."""
+    """One MCP server's tools for one agent run, called as durable child workflows.
+
+    The tool definitions come from one ``list_tools`` activity through :class:`McpTasksClient` (cached on the object
+    with its failure), or are given statically, optionally filtered; each tool call runs as one child
+    ``McpTaskWorkflow``.
+
+    **Child ids, and a model that repeats itself.** Each call's child id is derived from the parent workflow's id, a
+    key naming the server (the toolset's ``id``, else the server's name), a per-workflow *scope* number (one per
+    object, i.e. per agent run: numbered in the order their first use happens, which a replay or a reset repeats;
+    :meth:`for_run` gives a framework that names its runs, as ADK does, one object per run), the tool and a digest of
+    the arguments::
+
+        {parent id}/mcp/{key}/{scope}/{tool}/{sha256(arguments)[:16]}
+
+    A second call of the same tool with the same arguments in the same scope, for a tool that is *not* idempotent
+    (the worker's ``[servers.NAME.tools.TOOL] idempotent``, else the server's ``idempotentHint``/``readOnlyHint``
+    where ``trust_annotations`` is set, else not) and whose replay policy is not ``always``, re-attaches to the first
+    call's child (the same asyncio task inside this run; ``McpTasksClient``'s re-attachment after a reset) and
+    answers with its outcome: no second ``tools/call``. An idempotent tool runs again, under ``…/{digest}.2``,
+    ``….3``... The policy is read once per tool and scope with the ``resolve`` activity, exactly as the child reads
+    it.
+
+    **Bad input** ends with one error naming it, before any ``tools/call``: ``tools=`` naming a tool the server does
+    not list, an unknown server (the ``list_tools`` activity's own error), and arguments that fail the tool's input
+    schema (:class:`ArgumentsRejected`, which each adapter turns into its framework's "fix your arguments").
+    """
 
     def __init__(
         self,

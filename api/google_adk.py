@@ -1,44 +1,8 @@
-"""MCP tools as durable tasks for Google ADK agents on Temporal: :class:`McpTasksToolset`.
+"""``McpTasksToolset`` for Google ADK agents on Temporal (``[google-adk]``).
 
-The one-line change, against ``temporalio-google-adk``'s own MCP toolset::
-
-    Agent(name="billing", model=TemporalModel(...), tools=[TemporalMcpToolSet("billing")])  # an activity per call
-    Agent(name="billing", model=TemporalModel(...), tools=[McpTasksToolset("billing")])     # a child per call
-
-run with ADK's ``Runner`` inside a workflow, on a worker whose client has ``GoogleAdkPlugin()`` and
-:class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server ``billing``). Install with
-``pip install 'mcp-temporal-tasks[google-adk]'``.
-
-**How ADK treats it.** ADK's agent loop runs in the workflow (``GoogleAdkPlugin`` makes its clock, ids and
-randomness the workflow's); a toolset's ``get_tools`` and a tool's ``run_async`` are called there. Here they are
-workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
-:class:`~mcp_temporal_tasks.McpTasksClient`; nothing does I/O itself (``TemporalMcpToolSet`` instead sends each
-``tools/call`` from an activity, which Temporal retries: after a lost worker, the call is sent again). Each ADK
-*invocation* (one ``Runner.run_async``) is one agent run: its own tool list (one ``list_tools`` activity) and its own
-scope of child ids, even when the agent and this toolset are built once and reused. Outside a workflow it refuses to
-run.
-
-**A listing that fails.** ADK runs an agent whose toolset's ``get_tools`` raises *without* that toolset's tools
-(``llm_agent._convert_tool_union_to_tools`` logs it and carries on), so the model would answer as if it had none.
-This toolset instead raises that error again from its ``process_llm_request``, which ADK calls next and does not
-isolate: an unknown server or a ``tools=`` name the server does not list ends the run with one error naming it,
-before any model call and any ``tools/call``.
-
-**What the model sees** (each a ``FunctionResponse``):
-
-* ``completed``: the ``CallToolResult`` as a dict, as ADK's own ``McpTool`` hands it over (``content``,
-  ``structuredContent``, ``isError``; ``_meta`` as ``meta``);
-* ``tool_error``: the same, with ``isError`` true: the server's text reaches the model (ADK's ``McpTool`` does the
-  same);
-* any other outcome: the agent run ends with :class:`~mcp_temporal_tasks.McpTaskError` (ADK lets a tool's exception
-  end the run unless an ``on_tool_error_callback`` answers it; the workflow fails with it unless it catches it).
-  With ``other_outcomes="tell_model"`` the model gets ``{"error": ...}`` stating the outcome and that the tool may
-  already have run, never an invitation to retry;
-* arguments that fail the tool's input schema: ``{"error": ...}`` naming the field (how ADK's ``FunctionTool``
-  answers missing arguments); no ``tools/call``.
-
-A repeated identical call of a non-idempotent tool in one invocation (in one model response or later ones)
-re-attaches to the first call's child (see ``mcp_temporal_tasks._agent_tools``).
+A listing that fails ends the agent run with one error naming it, before any model call and any ``tools/call``: never
+a run without the toolset's tools (:class:`McpTasksToolset` says how). Each ADK invocation is one agent run, with its
+own tool list and scope of child ids. The one-line change and what the model sees of each outcome: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -127,6 +91,28 @@ class McpTasksToolset(BaseToolset):
     ``era``, ``timeouts``: as for :class:`~mcp_temporal_tasks.McpTasksClient`. ``other_outcomes``: ``"raise"``
     (default) or ``"tell_model"``. ``tool_name_prefix``: ADK's (the model sees ``PREFIX_tool``; the server is
     called with the tool's own name).
+
+    Run with ADK's ``Runner`` inside a workflow, on a worker whose client has ``GoogleAdkPlugin()`` and
+    :class:`~mcp_temporal_tasks.McpTasksPlugin`.
+
+    **How ADK treats it.** ADK's agent loop runs in the workflow (``GoogleAdkPlugin`` makes its clock, ids and
+    randomness the workflow's); a toolset's ``get_tools`` and a tool's ``run_async`` are called there. Here they are
+    workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
+    :class:`~mcp_temporal_tasks.McpTasksClient`; nothing does I/O itself (``TemporalMcpToolSet`` instead sends each
+    ``tools/call`` from an activity, which Temporal retries: after a lost worker, the call is sent again). Each ADK
+    *invocation* (one ``Runner.run_async``) is one agent run: its own tool list (one ``list_tools`` activity) and its
+    own scope of child ids, even when the agent and this toolset are built once and reused. Outside a workflow it
+    refuses to run.
+
+    **A listing that fails.** ADK runs an agent whose toolset's ``get_tools`` raises *without* that toolset's tools
+    (``llm_agent._convert_tool_union_to_tools`` logs it and carries on), so the model would answer as if it had none.
+    This toolset instead raises that error again from its ``process_llm_request``, which ADK calls next and does not
+    isolate: an unknown server or a ``tools=`` name the server does not list ends the run with one error naming it,
+    before any model call and any ``tools/call``.
+
+    An outcome other than ``completed`` / ``tool_error`` ends the run with :class:`~mcp_temporal_tasks.McpTaskError`
+    (ADK lets a tool's exception end the run unless an ``on_tool_error_callback`` answers it; the workflow fails with
+    it unless it catches it).
     """
 
     def __init__(
@@ -176,7 +162,7 @@ class McpTasksToolset(BaseToolset):
     async def call(self, name: str, args: dict[str, Any], tool_context: ToolContext) -> Any:
         try:
             outcome = await self._run(tool_context).run(name, args)
-        except ArgumentsRejected as err:
+        except ArgumentsRejected as err:  # as ADK's FunctionTool answers missing arguments; no tools/call
             return {"error": str(err)}
         if outcome.outcome in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
             return _as_adk_result(call_tool_result(outcome))

@@ -1,44 +1,9 @@
-"""MCP tools as durable tasks for Gemini (``google-genai``) on Temporal: :class:`McpTasksClientSession`.
+"""``McpTasksClientSession`` for Gemini's automatic function calling on Temporal (``[google-genai]``).
 
-The one-line change, against ``temporalio-google-genai``'s own MCP session::
-
-    config=GenerateContentConfig(tools=[TemporalMcpClientSession("billing")])  # an activity per call: may run twice
-    config=GenerateContentConfig(tools=[McpTasksClientSession("billing")])     # a child McpTaskWorkflow per call
-
-in ``TemporalAsyncClient().models.generate_content(...)`` inside a workflow, on a worker whose client has
-``GoogleGenAIPlugin(genai_client)`` and :class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server
-``billing``). Install with ``pip install 'mcp-temporal-tasks[google-genai]'``.
-
-**How google-genai treats it.** ``generate_content`` runs in the workflow (``TemporalAsyncClient`` sends each
-model request through an activity) and its automatic function calling (AFC) recognises any ``mcp.ClientSession``
-in ``tools``: it calls ``list_tools()`` once per ``generate_content`` and ``call_tool(name, arguments)`` for each
-function call of the model (``_extra_utils.parse_config_for_mcp_sessions``, ``_adapters.McpToGenAiToolAdapter``).
-This class is such a session that speaks no MCP itself: ``list_tools`` is one activity per session object (cached
-on it, so per workflow when the session is kept) and ``call_tool`` one child ``McpTaskWorkflow``, both workflow
-code through :class:`~mcp_temporal_tasks.McpTasksClient`. google-genai deep-copies the request config on every
-call; a copy of this session is the session itself, so its tool list and its scope of child ids outlive the copy.
-One object is one agent run's scope of child ids (as ``mcp_tasks_server`` for the OpenAI Agents SDK). Outside a
-workflow it refuses to run. (``TemporalMcpClientSession`` of ``temporalio-google-genai`` 0.1.0 needs ``mcp<2``:
-it does not import next to ``mcp`` 2.3.0, which this package pins.)
-
-**What the model sees.** google-genai answers the model ``{"result": CallToolResult}`` for a result,
-``{"error": CallToolResult}`` for one with ``isError``, and ``{"error": str(exc)}`` for *any* exception a tool
-raises, after which its AFC loop goes on: no tool can end a ``generate_content`` call. So:
-
-* ``completed``: the ``CallToolResult``;
-* ``tool_error``: the ``CallToolResult`` with ``isError`` true: the server's text reaches the model;
-* any other outcome: ``call_tool`` raises :class:`~mcp_temporal_tasks.McpTaskError` (``"raise"``, the default):
-  called from workflow code it ends that code as for ``McpTasksClient``; inside AFC google-genai shows the model
-  ``{"error": "MCP task … ended unknown_outcome: …"}`` and goes on. Every such error is kept in :attr:`failures`,
-  and :meth:`raise_for_failures` after ``generate_content`` ends the workflow code with the first (the tests do).
-  With ``other_outcomes="tell_model"`` the model gets an ``isError`` result stating the outcome and that the tool
-  may already have run, never an invitation to retry;
-* arguments that fail the tool's input schema: ``ValueError`` naming the field (the model gets it as
-  ``{"error": ...}``); no ``tools/call``.
-
-An unknown server or a ``tools=`` name the server does not list fails ``list_tools``, which google-genai does not
-catch: ``generate_content`` ends with one error naming it, before any model call. A repeated identical call of a
-non-idempotent tool re-attaches to the first call's child (see ``mcp_temporal_tasks._agent_tools``).
+No tool can end a ``generate_content`` call (google-genai shows the model any exception a tool raises, and goes on):
+an outcome other than ``completed`` / ``tool_error`` is kept in ``failures``, and ``raise_for_failures()`` after the
+call ends the workflow code with the first. One session object is one agent run's scope of child ids. The one-line
+change and what the model sees of each outcome: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -171,6 +136,25 @@ class McpTasksClientSession(ClientSession):
     ``list_tools`` activity. ``task_queue``, ``principal``, ``era``, ``timeouts``: as for
     :class:`~mcp_temporal_tasks.McpTasksClient`. ``other_outcomes``: ``"raise"`` (default) or ``"tell_model"``.
     ``key``: names this session's children (default: the server's name).
+
+    For ``TemporalAsyncClient().models.generate_content(...)`` inside a workflow, on a worker whose client has
+    ``GoogleGenAIPlugin(genai_client)`` and :class:`~mcp_temporal_tasks.McpTasksPlugin`.
+
+    **How google-genai treats it.** ``generate_content`` runs in the workflow (``TemporalAsyncClient`` sends each
+    model request through an activity) and its automatic function calling (AFC) recognises any ``mcp.ClientSession``
+    in ``tools``: it calls ``list_tools()`` once per ``generate_content`` and ``call_tool(name, arguments)`` for each
+    function call of the model (``_extra_utils.parse_config_for_mcp_sessions``, ``_adapters.McpToGenAiToolAdapter``).
+    This class is such a session that speaks no MCP itself: ``list_tools`` is one activity per session object (cached
+    on it, so per workflow when the session is kept) and ``call_tool`` one child ``McpTaskWorkflow``, both workflow
+    code through :class:`~mcp_temporal_tasks.McpTasksClient`. google-genai deep-copies the request config on every
+    call; a copy of this session is the session itself, so its tool list and its scope of child ids outlive the copy.
+    One object is one agent run's scope of child ids (as ``mcp_tasks_server`` for the OpenAI Agents SDK). Outside a
+    workflow it refuses to run.
+
+    With ``other_outcomes="raise"`` (the default) ``call_tool`` raises :class:`~mcp_temporal_tasks.McpTaskError` for
+    any other outcome: called from workflow code it ends that code as for ``McpTasksClient``; inside AFC google-genai
+    shows the model ``{"error": "MCP task … ended unknown_outcome: …"}`` and goes on, so every such error is kept in
+    :attr:`failures` for :meth:`raise_for_failures`.
     """
 
     def __init__(  # no ClientSession.__init__: there are no streams, this session sends no MCP message itself

@@ -1,41 +1,9 @@
-"""MCP tools as durable tasks for OpenAI Agents SDK agents on Temporal: :func:`mcp_tasks_server`.
+"""``mcp_tasks_server`` for OpenAI Agents SDK agents on Temporal (``[openai-agents]``).
 
-The one-line change, against ``temporalio-openai-agents``' own MCP server::
-
-    Agent(name="billing", mcp_servers=[temporal_mcp_server("billing")])   # an activity per call: may run twice
-    Agent(name="billing", mcp_servers=[mcp_tasks_server("billing")])      # a child McpTaskWorkflow per call
-
-inside a workflow run with ``Runner.run`` on a worker whose client has ``OpenAIAgentsPlugin(...)`` and
-:class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server ``billing``). Install with
-``pip install 'mcp-temporal-tasks[openai-agents]'``.
-
-**How the framework treats it.** ``Runner.run`` in a workflow refuses any ``MCPServer`` but its own references and
-its own workflow-side server class (``temporalio.openai_agents._temporal_mcp_server._TemporalMCPServer``:
-"Unknown mcp_server type ... may not work durably"). So the returned object *is* that class, built around
-:class:`McpTasksServerClient` instead of ``temporalio.mcp.TemporalMCPClient`` (the class takes any client of that
-shape; this is why the extra installs ``temporalio-openai-agents[mcp]``): its ``list_tools`` and ``call_tool`` are
-workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
-:class:`~mcp_temporal_tasks.McpTasksClient`; ``connect``/``cleanup`` do nothing.
-
-**What the model sees.**
-
-* ``completed``: the ``CallToolResult`` (the SDK gives the model its content, or its structured content with
-  ``use_structured_content=True``);
-* ``tool_error``: the ``CallToolResult`` with ``isError`` true, as any SDK MCP server returns it: the model gets
-  the server's text as the tool's output;
-* any other outcome: the run ends. The SDK wraps a tool's exception (``UserError("Error running tool …")``) and
-  ``temporalio-openai-agents`` re-raises it from ``Runner.run`` as ``AgentsWorkflowError`` whose ``__cause__`` is
-  our :class:`~mcp_temporal_tasks.McpTaskError`; the workflow fails with both, and
-  ``McpTaskError.outcome_of(err)`` reads the outcome from either. This server's ``failure_error_function`` lets
-  ``McpTaskError`` through instead of formatting it as "An error occurred while running the tool. Please try
-  again." (the SDK's default for any tool exception, an invitation to call again). With
-  ``other_outcomes="tell_model"`` the model gets an ``isError`` result stating the outcome and that the tool
-  may already have run;
-* arguments that fail the tool's input schema: the SDK's tool-error message naming the field; no ``tools/call``.
-
-A repeated identical call of a non-idempotent tool in one run re-attaches to the first call's child (see
-``mcp_temporal_tasks._agent_tools``). One object is one scope of child ids: build the agent (and this server)
-inside the workflow, once per agent run.
+One object is one scope of child ids: build the agent (and this server) inside the workflow, once per agent run. An
+outcome other than ``completed`` / ``tool_error`` ends the run: its ``McpTaskError`` goes through the SDK's
+``failure_error_function``, never turned into an invitation to call again. The one-line change and what the model
+sees of each outcome: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -83,7 +51,10 @@ def _typed_task_error(err: BaseException | None) -> McpTaskError | None:
 
 def _letting_task_errors_through(format_error: ToolErrorFunction | None) -> ToolErrorFunction:
     """A ``failure_error_function`` that re-raises our :class:`McpTaskError` (ending the run) and formats any
-    other tool error as ``format_error`` (default: the SDK's) would."""
+    other tool error as ``format_error`` (default: the SDK's) would.
+
+    The SDK's default formats any tool exception as "An error occurred while running the tool. Please try again.":
+    an invitation to call again, which a tool that may already have run must not get."""
 
     async def failure(ctx: RunContextWrapper[Any], error: Exception) -> str:
         typed = _typed_task_error(error)
@@ -177,6 +148,22 @@ def mcp_tasks_server(
     ``failure_error_function``: how other tool errors are shown to the model (default: the SDK's).
     ``key``: names this server in child ids (default: its name). Other keyword arguments (``require_approval``,
     guardrails...) go to ``MCPServer``.
+
+    For an agent run with ``Runner.run`` inside a workflow, on a worker whose client has ``OpenAIAgentsPlugin(...)``
+    and :class:`~mcp_temporal_tasks.McpTasksPlugin`.
+
+    **How the framework treats it.** ``Runner.run`` in a workflow refuses any ``MCPServer`` but its own references
+    and its own workflow-side server class (``temporalio.openai_agents._temporal_mcp_server._TemporalMCPServer``:
+    "Unknown mcp_server type ... may not work durably"). So the returned object *is* that class, built around
+    :class:`McpTasksServerClient` instead of ``temporalio.mcp.TemporalMCPClient`` (the class takes any client of that
+    shape; this is why the extra installs ``temporalio-openai-agents[mcp]``): its ``list_tools`` and ``call_tool``
+    are workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
+    :class:`~mcp_temporal_tasks.McpTasksClient`; ``connect``/``cleanup`` do nothing.
+
+    An outcome other than ``completed`` / ``tool_error`` ends the run: the SDK wraps the tool's exception
+    (``UserError("Error running tool …")``) and ``temporalio-openai-agents`` re-raises it from ``Runner.run`` as
+    ``AgentsWorkflowError`` whose ``__cause__`` is our :class:`~mcp_temporal_tasks.McpTaskError`; the workflow fails
+    with both, and ``McpTaskError.outcome_of(err)`` reads the outcome from either.
     """
     if other_outcomes not in ("raise", "tell_model"):
         raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")

@@ -1,37 +1,8 @@
-"""MCP tools as durable tasks for Pydantic AI agents on Temporal: :class:`McpTasksToolset`.
+"""``McpTasksToolset`` for Pydantic AI agents on Temporal (``[pydantic-ai]``).
 
-The one-line change, against Pydantic AI's own MCP toolset::
-
-    toolsets=[MCPToolset("https://billing.example/mcp", id="billing")]   # an activity per call: may run twice
-    toolsets=[McpTasksToolset("billing")]                                # a child McpTaskWorkflow per call
-
-in an agent with ``capabilities=[TemporalDurability()]`` (or the deprecated ``TemporalAgent``), run from a
-``PydanticAIWorkflow`` on a worker whose client has ``PydanticAIPlugin()`` and
-:class:`~mcp_temporal_tasks.McpTasksPlugin` (which configures the server ``billing``). Install with ``pip install
-'mcp-temporal-tasks[pydantic-ai]'``.
-
-**How Pydantic AI's Temporal wrapper treats it.** ``TemporalDurability`` wraps the leaf toolsets it knows
-(``FunctionToolset``, ``DynamicToolset``, ``MCPToolset``) so that their I/O runs in activities; any other leaf
-(``durable_exec/temporal/_durability.py`` ``_wrap_other_leaf_toolset`` → ``temporalize_toolset`` returns it
-unchanged) is left as it is and runs *in the workflow*. That is what this toolset needs: its ``get_tools`` and
-``call_tool`` are workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
-:class:`~mcp_temporal_tasks.McpTasksClient`; nothing here does I/O itself. It therefore must not subclass
-``MCPToolset`` or ``FunctionToolset`` (they would be wrapped into activities). Outside a workflow it refuses to run.
-
-**What the model sees.**
-
-* ``completed``: the tool's result, mapped as Pydantic AI's ``MCPToolset`` maps it (the structured content when
-  every block is text, else the blocks; JSON text parsed; images as ``BinaryContent``);
-* ``tool_error``: ``ModelRetry`` with the server's text (``tool_error_behavior="retry"``, as ``MCPToolset``), or
-  ``ToolFailed`` (``"failed"``);
-* any other outcome: the agent run ends with :class:`~mcp_temporal_tasks.McpTaskError` (``.outcome`` is the
-  whole outcome; an ``ApplicationError``, so the workflow fails with it unless it catches it). With
-  ``other_outcomes="tell_model"`` the model gets a tool return stating the outcome and that the tool may already
-  have run, never an invitation to retry;
-* arguments that fail the tool's input schema: ``ModelRetry`` naming the field; no ``tools/call``.
-
-A repeated identical call of a non-idempotent tool in one run re-attaches to the first call's child (see
-``mcp_temporal_tasks._agent_tools``).
+Workflow code, with no I/O of its own: it must never subclass ``MCPToolset`` or ``FunctionToolset``, which
+``TemporalDurability`` would wrap into activities (:class:`McpTasksToolset` says why). The one-line change and what
+the model sees of each outcome: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -85,6 +56,21 @@ class McpTasksToolset(AbstractToolset[AgentDepsT]):
     ``principal``, ``era``, ``timeouts``: as for :class:`~mcp_temporal_tasks.McpTasksClient`.
     ``other_outcomes``: ``"raise"`` (default) or ``"tell_model"``; ``tool_error_behavior``: ``"retry"`` or
     ``"failed"``; ``max_retries``: ``ModelRetry`` budget per tool (default: the agent's).
+
+    For an agent with ``capabilities=[TemporalDurability()]`` (or the deprecated ``TemporalAgent``), run from a
+    ``PydanticAIWorkflow`` on a worker whose client has ``PydanticAIPlugin()`` and
+    :class:`~mcp_temporal_tasks.McpTasksPlugin`.
+
+    **How Pydantic AI's Temporal wrapper treats it.** ``TemporalDurability`` wraps the leaf toolsets it knows
+    (``FunctionToolset``, ``DynamicToolset``, ``MCPToolset``) so that their I/O runs in activities; any other leaf
+    (``durable_exec/temporal/_durability.py`` ``_wrap_other_leaf_toolset`` → ``temporalize_toolset`` returns it
+    unchanged) is left as it is and runs *in the workflow*. That is what this toolset needs: its ``get_tools`` and
+    ``call_tool`` are workflow code that start activities (``list_tools``, ``resolve``) and child workflows through
+    :class:`~mcp_temporal_tasks.McpTasksClient`; nothing here does I/O itself. Outside a workflow it refuses to run.
+
+    An outcome other than ``completed`` / ``tool_error`` ends the agent run with
+    :class:`~mcp_temporal_tasks.McpTaskError` (``.outcome`` is the whole outcome; an ``ApplicationError``, so the
+    workflow fails with it unless it catches it).
     """
 
     def __init__(
@@ -189,7 +175,8 @@ def _block(part: Any) -> Any:
 
 
 def _to_model(result: mcp_types.CallToolResult) -> Any:
-    """A completed result as Pydantic AI's ``MCPToolset`` hands it to the model."""
+    """A completed result as Pydantic AI's ``MCPToolset`` hands it to the model: the structured content when every
+    block is text, else the blocks (JSON text parsed; images and audio as ``BinaryContent``)."""
     structured = result.structured_content
     if structured is not None and all(isinstance(p, mcp_types.TextContent) for p in result.content):
         if isinstance(structured, dict) and len(structured) == 1 and "result" in structured:

@@ -1,91 +1,8 @@
 """Bundled demo MCP server: the 2026-07-28 / tasks-extension peer.
 
-A real task-capable MCP server built on ``fastmcp[tasks]==4.1.4`` with the
-SEP-2663 tasks extension (``io.modelcontextprotocol/tasks``) on an in-memory
-Docket backend (``memory://``, single process, no Redis). It is both the demo
-server of the CLI and the extension-era fixture of the test suite.
-
-Run from the repository root::
-
-    python -m mcp_temporal_tasks.demo.server --host 127.0.0.1 --port 0 [--poll-interval-ms 500]
-        [--task-ttl-ms MS] [--json-response] [--log-level critical|error|warning|info|debug]
-
-Streamable HTTP on path ``/mcp``. ``--port 0`` picks a free port. Once the
-server accepts connections it prints exactly one line to STDERR::
-
-    LISTENING http://127.0.0.1:<port>/mcp
-
-Nothing is written to stdout, and by default (``--log-level critical``) nothing
-else to stderr either. SIGTERM/SIGINT shut it down (uvicorn re-raises the
-signal, so the exit status is -15 / -2).
-
-Era: 2026-07-28 requests (per-request ``_meta``, no session) are answered with
-``application/json``. The same endpoint also accepts a 2025-11-25 ``initialize``
-(stateful, ``Mcp-Session-Id``, SSE replies unless ``--json-response``), but on
-that era there are no tasks: ``tasks/*`` answer -32601 and ``params.task`` is
-ignored.
-
-Env ``PEER_LOG=/path/file.jsonl`` (optional): one JSON line per incoming
-JSON-RPC message (``ts`` ms, ``pid``, ``method``, ``id``, ``tool`` for
-``tools/call``, ``taskId`` for ``tasks/*``, plus ``mcpName``: the ``Mcp-Name``
-header as received), written by an ASGI wrapper, so it also sees requests the
-MCP layer rejects (e.g. -32020 / -32021). Notifications are logged with id null.
-
-Tools (task mode in brackets; ``optional`` runs as a task only when the request
-declares the extension in ``_meta`` and inline otherwise, ``required`` answers
--32021 without it):
-
-- ``slow_echo`` {seconds=1, text="hello"} [optional]: text + structured
-  ``{"echo": text}``; statusMessage ``sleeping <seconds>s`` while working.
-- ``rate_limited`` {} [optional]: tool error (isError) ``HTTP 429 ...``;
-  as a task: ``completed`` with ``result.isError: true``.
-- ``rpc_error`` {} [optional]: JSON-RPC error -32602 ``invalid account id:
-  acct-0``; as a task: ``failed`` with ``error: {code, message}``; inline: a
-  JSON-RPC error reply (HTTP 400).
-- ``cancellable`` {seconds=60} [required]: works ``seconds`` unless cancelled.
-- ``quick_sync`` {text="hi"} [forbidden]: plain synchronous tool.
-- ``ask_user`` {question} [optional]: asks the client for
-  ``{account?: str, approve: bool}`` with the guard pattern (fastmcp-tasks
-  refuses imperative ``ctx.elicit`` in a task): as a task it goes
-  ``input_required`` with ``inputRequests`` answered by ``tasks/update``;
-  inline it answers ``resultType: "input_required"`` (retry the call with
-  ``inputResponses: {"approval": ElicitResult}``). accept+approve ->
-  ``approved account=<account>``, accept/approve=false or decline ->
-  ``declined``, cancel -> tool error ``cancelled by user``.
-- ``charge_card`` {amount_cents, idempotency_key=""} [optional]: side-effect
-  demo, 2 s, ``charged <amount_cents>``; readOnlyHint/idempotentHint false.
-
-Job tools (plain tools, never tasks: a "start a job, poll its status" API
-that a client has to turn into a task itself). Same names, arguments and
-reply shapes as the TS peer (``tests/peers/ts/server.mjs``). Jobs live in
-memory, per server (one per process when run as a peer):
-
-- ``start_export`` {seconds=2, fail=false, garble=false, rows=3}: structured
-  ``{"jobId": "exp-<n>-<6 hex>"}``, text ``started export job <id>``. The job
-  is ``running`` until ``seconds`` elapsed, then ``succeeded`` (``failed``
-  with ``fail``).
-- ``get_export_status`` {jobId}: structured (and the same JSON as text)
-  ``{"jobId", "state": running|succeeded|failed|cancelled, "progress": 0..1,
-  "message": "exported k/rows rows" | "export failed: disk quota exceeded on
-  volume exports-1", "error": null | that failure message}``. A job started
-  with ``garble`` answers ``{"jobId", "phase": "??"}`` (no ``state``), text
-  ``garbled``. Unknown id: isError ``no such job: <id>``.
-- ``download_export`` {jobId}: succeeded -> ``{"jobId", "rows": [{"n": 1},
-  ...]}`` (JSON as text); otherwise isError ``job <id> is <state>``.
-- ``cancel_export`` {jobId}: a running job becomes ``cancelled`` (a terminal
-  one stays as it is); ``{"jobId", "state": <state after>}`` (JSON as text).
-- ``slow_progress`` {seconds=60, every=5}: plain synchronous tool that answers
-  ``slow_progress done after <seconds>s`` after ``seconds``; every ``every``
-  seconds it sends ``notifications/progress`` (progress i, total n, message
-  ``step i/n``) when the request carried a ``progressToken``.
-
-TTL: the tasks extension takes no client-requested TTL; every task reports
-the server-wide Docket ``execution_ttl`` as ``ttlMs`` (default 900000 = 15 min).
-``--task-ttl-ms`` (or ``build_server(task_ttl_ms=...)``) changes it, in whole
-seconds (min 1 s). The clock starts when the task (or its current leg) stops
-running, i.e. on completed/failed/cancelled or on parking in input_required,
-not at ``createdAt``; afterwards every ``tasks/*`` call answers -32602
-"Task <id> not found" (HTTP 400).
+Once it accepts connections it prints exactly one line to stderr, ``LISTENING http://127.0.0.1:<port>/mcp``, which
+whoever started it waits for; nothing goes to stdout, and by default (``--log-level critical``) nothing else to
+stderr. A tool's docstring is its description on the wire. Its tools, for users: docs/index.md ("The demo server").
 """
 
 from __future__ import annotations
@@ -145,6 +62,13 @@ class _TtlTasksExtension(TasksExtension):
     fastmcp-tasks 4.1.4 builds its Docket without an ``execution_ttl`` (Docket
     default 15 min) and ignores any client-requested TTL; this only overrides
     the server-wide value once the Docket exists.
+
+    Every task reports that server-wide TTL as ``ttlMs`` (default 900000 = 15 min);
+    ``--task-ttl-ms`` (or ``build_server(task_ttl_ms=...)``) changes it, in whole
+    seconds (min 1 s). The clock starts when the task (or its current leg) stops
+    running, i.e. on completed/failed/cancelled or on parking in input_required,
+    not at ``createdAt``; afterwards every ``tasks/*`` call answers -32602
+    "Task <id> not found" (HTTP 400).
     """
 
     def __init__(self, *, task_ttl_ms: int | None = None, **kwargs: Any) -> None:
@@ -288,7 +212,21 @@ class ProtocolErrorPassthrough(Middleware):
 
 
 def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: int | None = None) -> FastMCP:
-    """Build the demo server (tools + tasks extension on ``memory://``)."""
+    """Build the demo server (tools + tasks extension on ``memory://``).
+
+    A real task-capable MCP server built on ``fastmcp[tasks]==4.1.4`` with the SEP-2663 tasks extension
+    (``io.modelcontextprotocol/tasks``) on an in-memory Docket backend (``memory://``, single process, no Redis). It
+    is both the demo server of the CLI and the extension-era fixture of the test suite.
+
+    Era: 2026-07-28 requests (per-request ``_meta``, no session) are answered with ``application/json``. The same
+    endpoint also accepts a 2025-11-25 ``initialize`` (stateful, ``Mcp-Session-Id``, SSE replies unless
+    ``--json-response``), but on that era there are no tasks: ``tasks/*`` answer -32601 and ``params.task`` is
+    ignored.
+
+    Task modes (in each tool's comment): ``optional`` runs as a task only when the request declares the extension in
+    ``_meta`` and inline otherwise; ``required`` answers -32021 without it; ``forbidden`` (``task=False``) never runs
+    as a task.
+    """
     poll = timedelta(milliseconds=max(1, int(poll_interval_ms)))
     optional = TaskConfig(mode="optional", poll_interval=poll)
     required = TaskConfig(mode="required", poll_interval=poll)
@@ -300,6 +238,7 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
     # otherwise share one task queue and store.
     mcp.add_extension(_TtlTasksExtension(url=f"memory://demo-{uuid.uuid4().hex}", task_ttl_ms=task_ttl_ms))
 
+    # [optional] text + structured {"echo": text}; statusMessage "sleeping <seconds>s" while working.
     @mcp.tool(task=optional, output_schema=ECHO_OUTPUT_SCHEMA)
     async def slow_echo(ctx: Context, seconds: float = 1, text: str = "hello") -> ToolResult:
         """Echo `text` after sleeping `seconds` (reports 'sleeping Ns' while working)."""
@@ -309,27 +248,37 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
             structured_content={"echo": text},
         )
 
+    # [optional] tool error (isError) "HTTP 429 ..."; as a task: completed with result.isError true.
     @mcp.tool(task=optional)
     async def rate_limited() -> str:
         """Always ends with a tool error (isError): HTTP 429 rate limit exceeded."""
         raise ToolError(RATE_LIMIT_MESSAGE)
 
+    # [optional] JSON-RPC error -32602 "invalid account id: acct-0"; as a task: failed with error {code, message};
+    # inline: a JSON-RPC error reply (HTTP 400).
     @mcp.tool(task=optional)
     async def rpc_error() -> str:
         """Always ends with JSON-RPC error -32602 'invalid account id: acct-0'."""
         raise MCPError(code=RPC_ERROR_CODE, message=RPC_ERROR_MESSAGE)
 
+    # [required] works `seconds` unless cancelled.
     @mcp.tool(task=required)
     async def cancellable(ctx: Context, seconds: float = 60) -> str:
         """Works `seconds` unless cancelled; a task-only tool (taskSupport required on 2025-11-25)."""
         await _work(ctx, seconds, "working")
         return f"finished after {_fmt_seconds(seconds)}"
 
+    # [forbidden] plain synchronous tool.
     @mcp.tool(task=False)
     def quick_sync(text: str = "hi") -> str:
         """Plain synchronous tool (never a task)."""
         return text
 
+    # [optional] asks the client for {account?: str, approve: bool} with the guard pattern (fastmcp-tasks refuses
+    # imperative ctx.elicit in a task): as a task it goes input_required with inputRequests answered by tasks/update;
+    # inline it answers resultType "input_required" (retry the call with inputResponses: {"approval": ElicitResult}).
+    # accept+approve -> "approved account=<account>", accept/approve=false or decline -> "declined", cancel -> tool
+    # error "cancelled by user".
     @mcp.tool(task=optional)
     async def ask_user(
         ctx: Context, question: str = "Approve payment of 10 EUR?"
@@ -353,6 +302,7 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
             return f"approved account={content.get('account') or ''}"
         return "declined"
 
+    # [optional] side-effect demo, 2 s, "charged <amount_cents>"; readOnlyHint/idempotentHint false.
     @mcp.tool(
         task=optional,
         annotations=mcp_types.ToolAnnotations(read_only_hint=False, idempotent_hint=False),
@@ -363,8 +313,13 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
         return f"charged {amount_cents}"
 
     # --- job tools: plain tools (task=False) modelling a "start, then poll" job API -------------------
+    # A "start a job, poll its status" API that a client has to turn into a task itself. Same names, arguments and
+    # reply shapes as the TS peer (tests/peers/ts/server.mjs). Jobs live in memory, per server (one per process when
+    # run as a peer).
     jobs = _ExportJobs()
 
+    # {"jobId": "exp-<n>-<6 hex>"}, text "started export job <id>". The job is running until `seconds` elapsed, then
+    # succeeded (failed with `fail`).
     @mcp.tool(task=False)
     async def start_export(seconds: float = 2, fail: bool = False, garble: bool = False, rows: int = 3) -> ToolResult:
         """Starts an export job and answers at once with {"jobId"}; poll it with get_export_status.
@@ -375,6 +330,10 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
         job = jobs.start(seconds, fail, garble, rows)
         return _text_result(f"started export job {job.job_id}", {"jobId": job.job_id})
 
+    # Structured (and the same JSON as text) {"jobId", "state": running|succeeded|failed|cancelled, "progress": 0..1,
+    # "message": "exported k/rows rows" | "export failed: disk quota exceeded on volume exports-1", "error": null |
+    # that failure message}. A job started with `garble` answers {"jobId", "phase": "??"} (no state), text "garbled".
+    # Unknown id: isError "no such job: <id>".
     @mcp.tool(task=False)
     async def get_export_status(jobId: str) -> ToolResult:
         # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
@@ -389,6 +348,7 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
             return _text_result("garbled", {"jobId": job.job_id, "phase": "??"})
         return _json_result(job.status())
 
+    # succeeded -> {"jobId", "rows": [{"n": 1}, ...]} (JSON as text); otherwise isError "job <id> is <state>".
     @mcp.tool(task=False)
     async def download_export(jobId: str) -> ToolResult:
         """Rows of a succeeded export job: {"jobId", "rows": [{"n": 1}, ...]}; an error while it is not succeeded."""
@@ -400,6 +360,7 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
             return _text_result(f"job {job.job_id} is {state}", is_error=True)
         return _json_result({"jobId": job.job_id, "rows": [{"n": n} for n in range(1, job.rows + 1)]})
 
+    # A running job becomes cancelled (a terminal one stays as it is); {"jobId", "state": <state after>} (JSON as text).
     @mcp.tool(task=False)
     async def cancel_export(jobId: str) -> ToolResult:
         """Cancels a running export job (a finished one stays as it is); answers {"jobId", "state"}."""
@@ -410,6 +371,8 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
             job.cancelled_at = time.monotonic()
         return _json_result({"jobId": job.job_id, "state": job.state()})
 
+    # Answers "slow_progress done after <seconds>s" after `seconds`; every `every` seconds it sends
+    # notifications/progress (progress i, total n, message "step i/n") when the request carried a progressToken.
     @mcp.tool(task=False)
     async def slow_progress(ctx: Context, seconds: float = 60, every: float = 5) -> ToolResult:
         # The docstring is the tool's description on the wire: split by implicit concatenation, byte-identical.
@@ -431,7 +394,13 @@ def build_server(poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS, task_ttl_ms: 
 
 
 class PeerLogMiddleware:
-    """ASGI wrapper appending one JSON line per incoming JSON-RPC message."""
+    """ASGI wrapper appending one JSON line per incoming JSON-RPC message.
+
+    Installed when env ``PEER_LOG=/path/file.jsonl`` is set: one line per message (``ts`` ms, ``pid``, ``method``,
+    ``id``, ``tool`` for ``tools/call``, ``taskId`` for ``tasks/*``, ``mcpName``: the ``Mcp-Name`` header as
+    received, ``traceparent``). As an ASGI wrapper it also sees requests the MCP layer rejects (e.g. -32020 /
+    -32021). Notifications are logged with id null.
+    """
 
     def __init__(self, app: Any, path: str) -> None:
         self.app = app
@@ -577,6 +546,14 @@ async def _serve(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn re-raises the signal, so the exit status is -15 / -2). Run from the
+    repository root::
+
+        python -m mcp_temporal_tasks.demo.server --host 127.0.0.1 --port 0 [--poll-interval-ms 500]
+            [--task-ttl-ms MS] [--json-response] [--log-level critical|error|warning|info|debug]
+
+    Streamable HTTP on path ``/mcp``; ``--port 0`` picks a free port.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m mcp_temporal_tasks.demo.server", description=__doc__.split("\n\n")[0]
     )

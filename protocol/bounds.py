@@ -1,11 +1,9 @@
-"""Bounds on the numbers and times a server sends, and time arithmetic that cannot raise. Pure: safe to import
-from workflow code (``workflows.decisions`` does its time arithmetic only through :func:`shifted`).
+"""Every number and time a server sends, clamped or ignored where parsed; time arithmetic that cannot raise.
 
-Hostile input is normal input: a task record may say ``ttl: 1e15``, ``pollInterval: -1``, ``ttl: "soon"``,
-``createdAt: "0001-01-01T00:00:00Z"``, or (Python's JSON parser reads them) ``NaN``, ``Infinity``, ``1e400``.
-Where such a value is parsed it is clamped into range or ignored, and its raw text is kept for the record
-(``TaskState.unusable``). Nothing a server writes may reach ``timedelta``/``datetime`` arithmetic unchecked: in
-workflow code an ``OverflowError`` fails the workflow task on every attempt, forever.
+A task record may say ``ttl: 1e15``, ``pollInterval: -1``, ``ttl: "soon"``, ``createdAt: "0001-01-01T00:00:00Z"``,
+``NaN``, ``1e400``: clamped into range or ignored, its raw text kept (``TaskState.unusable``). Nothing a server writes
+may reach ``timedelta``/``datetime`` arithmetic unchecked: in workflow code an ``OverflowError`` fails the workflow
+task on every attempt, forever (``workflows.decisions`` does its time arithmetic only through :func:`shifted`). Pure.
 """
 
 from __future__ import annotations

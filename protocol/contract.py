@@ -1,12 +1,10 @@
-"""Decoding a task's payload against a pinned result contract.
+"""A task's result contract, and decoding a payload against it.
 
-The contract is: the payload is an ``mcp_types.CallToolResult`` (SDK ``SDK_VERSION``), and, when an
-``outputSchema`` is pinned (from configuration, or from the tool's declaration at submit time),
-``structuredContent`` validates against it. ``isError`` results are not held to the output schema:
-the schema describes success.
-
-A failure here is a :class:`ResultDecodeError` carrying the raw payload: the work finished, only
-its shape is not what was promised. Callers must never turn it into "failed" or retry the tool.
+The contract: the payload is an ``mcp_types.CallToolResult`` (SDK ``SDK_VERSION``) whose ``structuredContent``
+validates against the pinned ``outputSchema`` if any (configuration, or the tool's declaration at submit time);
+``isError`` results are not held to it (the schema describes success). A failure is a :class:`ResultDecodeError`
+carrying the raw payload: the work finished, only its shape is not what was promised. Callers must never turn it
+into "failed" or retry the tool.
 """
 
 from __future__ import annotations

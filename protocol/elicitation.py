@@ -1,16 +1,8 @@
-"""What this client answers of a server's ``elicitation/create``, and the rules it keeps doing so.
+"""What this client declares and answers of a server's ``elicitation/create`` (form mode; SEP-1034 defaults).
 
-Declared in ``initialize`` as ``capabilities.elicitation = {}``: on 2025-11-25 an empty object means form mode only,
-which is what is answered, wherever the request arrives (the stream of a plain ``tools/call``, of a task's held
-``tasks/result``): a person answers through the workflow (``mcp-tasks answer``, the ``provide_input`` update), or
-nobody does within the bound and the answer is ``decline`` (``cancel`` with ``on_input_timeout = "cancel"``).
-URL mode is not declared, so a URL-mode request is refused with ``-32602`` instead of being shown to anyone.
-
-* :func:`elicitation_problem`: why a request cannot be put to a person (a URL-mode request, a ``requestedSchema``
-  that is not a flat object of primitive properties, as the spec restricts it): answered at once with a JSON-RPC
-  error ``-32602`` naming it, never a crash and never a person asked a question nobody can answer.
-* :func:`with_defaults`: SEP-1034: an ``accept`` whose content omits a property that has a ``default`` in the
-  ``requestedSchema`` gets that default.
+Declared as ``capabilities.elicitation = {}``: form mode only (on 2025-11-25), wherever the request arrives. A request
+that cannot be put to a person (URL mode, a form that is not a flat object of primitives) is answered at once with
+``-32602`` naming why: never a crash, never shown to anyone (docs/human-input.md).
 """
 
 from __future__ import annotations
@@ -26,7 +18,9 @@ MAX_PROPERTIES = 64
 
 
 def elicitation_problem(params: Any) -> str | None:
-    """Why an ``elicitation/create`` cannot be asked as a form (None: it can)."""
+    """Why an ``elicitation/create`` cannot be asked as a form (None: it can): a URL-mode request, a
+    ``requestedSchema`` that is not a flat object of primitive properties (as the spec restricts it). The caller
+    answers it at once with a JSON-RPC error ``-32602`` naming it: no person is asked a question nobody can answer."""
     if not isinstance(params, dict):
         return "params is not an object"
     mode = params.get("mode", "form")

@@ -1,16 +1,7 @@
-"""Bounds on what a server may hand us. Hostile input is normal input: every value that leaves this layer
-fits in a Temporal payload, in a terminal line and in a log record.
+"""Bounds on everything a server sends.
 
-Why each bound:
-
-* ``MAX_REPLY_BYTES``: one JSON-RPC reply (a JSON body or one SSE event). Results above the result
-  store's inline limit are kept by reference, so this only has to stop a server from exhausting the
-  worker's memory; a reply over it is a clear, final error (:class:`~.wire_errors.ReplyTooLarge`), not a
-  transient one. The HTTP library's own default per-SSE-event cap (1 MiB) is replaced by it on purpose.
-* ``MAX_RESULT_DEPTH``: pydantic, the JSON encoders and Temporal's payload converter all recurse; a
-  result nested deeper than this ends ``decode_failed`` instead of failing the activity over and over.
-* ``STATUS_MESSAGE_CAP`` / ``TEXT_CAP`` / ``RAW_CAP``: server text that is shown (status lines,
-  heartbeat details, the workflow's current details) or kept for diagnosis (error texts, raw payloads).
+Hostile input is normal input: every value that leaves this layer fits in a Temporal payload, in a terminal line and
+in a log record.
 """
 
 from __future__ import annotations
@@ -18,11 +9,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: One JSON-RPC reply (a JSON body or one SSE event). Results above the result store's inline limit are kept by
+#: reference, so this only has to stop a server from exhausting the worker's memory; a reply over it is a clear, final
+#: error (:class:`~.wire_errors.ReplyTooLarge`), not a transient one. The HTTP library's own default per-SSE-event cap
+#: (1 MiB) is replaced by it on purpose.
 MAX_REPLY_BYTES = 32 * 1024 * 1024
+#: pydantic, the JSON encoders and Temporal's payload converter all recurse; a result nested deeper than this ends
+#: ``decode_failed`` instead of failing the activity over and over.
 MAX_RESULT_DEPTH = 64
 #: json.loads recurses per nesting level; deeper parts of a reply are cut (replaced by a marker) so the
 #: rest (a task's status) can still be read, and the result that carried them is then ``decode_failed``.
 PARSE_CUT_DEPTH = 256
+#: Server text that is shown (status lines, heartbeat details, the workflow's current details: ``STATUS_MESSAGE_CAP``)
+#: or kept for diagnosis (error texts: ``TEXT_CAP``; raw payloads: ``RAW_CAP``).
 STATUS_MESSAGE_CAP = 4 * 1024
 TEXT_CAP = 16 * 1024
 RAW_CAP = 16 * 1024

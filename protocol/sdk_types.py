@@ -1,7 +1,8 @@
-"""What this project takes from ``mcp_types``, the official SDK's models package, and the SDK version it was written
-against: the light half of the wire's ``sdk_compat`` (which re-exports both), importing no ``mcp`` client,
-transport or server. Workflow code reaches it through :mod:`.contract` (a task's recorded result contract names the
-version), so it must stay free of ``mcp`` itself, whose import loads httpx2, anyio and uvicorn.
+"""The light half of ``sdk_compat``: ``mcp_types`` (the official SDK's models) and the SDK version, no ``mcp`` client.
+
+The wire's ``sdk_compat`` re-exports both. Workflow code reaches this module through :mod:`.contract` (a task's
+recorded result contract names the version), so it must stay free of ``mcp`` itself, whose import loads httpx2,
+anyio and uvicorn.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Typed failures of the MCP task wire layer.
+"""The typed wire failures, and what a JSON-RPC error on a read means.
 
-Every failure a caller can act on has its own type; nothing above this layer parses error strings.
-Each error knows:
-
-* ``kind``: a stable name, used as the Temporal ``ApplicationError.type`` by the activities;
-* ``retryable``: whether repeating the *same request* can succeed (a transport hiccup) or not
-  (the server answered, and will answer the same again);
-* ``may_have_reached_server``: for transport failures, whether the request may have been delivered.
-  This is what separates "safe to resend" from "the tool may already be running" on ``tools/call``.
+Every failure a caller can act on has its own type (its ``kind``, ``retryable``, ``may_have_reached_server``:
+:class:`McpWireError`); nothing above this layer parses error strings.
 """
 
 from __future__ import annotations
@@ -35,7 +29,14 @@ _cap = safe_raw
 
 
 class McpWireError(Exception):
-    """Base of all wire-layer failures."""
+    """Base of all wire-layer failures. Each knows:
+
+    * ``kind``: a stable name, used as the Temporal ``ApplicationError.type`` by the activities;
+    * ``retryable``: whether repeating the *same request* can succeed (a transport hiccup) or not (the server
+      answered, and will answer the same again);
+    * ``may_have_reached_server``: for transport failures, whether the request may have been delivered. This is
+      what separates "safe to resend" from "the tool may already be running" on ``tools/call``.
+    """
 
     kind = "McpWireError"
     retryable = False

@@ -1,62 +1,8 @@
-"""Worker configuration: a TOML file plus environment variables. Bad input is refused at start.
+"""The TOML configuration and environment, refused at start when wrong.
 
-```toml
-[temporal]
-address = "localhost:7233"      # env TEMPORAL_ADDRESS
-namespace = "default"           # env TEMPORAL_NAMESPACE
-task_queue = "mcp-tasks"        # env MCP_TASKS_TASK_QUEUE
-tls = false                     # true, or implied by TEMPORAL_TLS_CERT / TEMPORAL_API_KEY
-ui_url = "http://localhost:8080"  # env MCP_TASKS_UI_URL: the Temporal UI for links the CLI prints (default: none)
-[temporal.storage]              # large payloads (results, arguments, errors) via Temporal's External Storage
-driver = "s3"                   # env MCP_TASKS_STORAGE_DRIVER: s3 | gcs | local (default: s3 with a bucket, else local)
-bucket = "mcp-tasks"            # env MCP_TASKS_STORAGE_BUCKET; credentials from the driver's own env (AWS_*, GCS ADC)
-prefix = "prod/"                # env MCP_TASKS_STORAGE_PREFIX: object keys start with it
-endpoint = "http://minio:9000"  # env MCP_TASKS_STORAGE_ENDPOINT: any S3-compatible endpoint (MinIO), a GCS emulator
-threshold_bytes = 262144        # payloads at least this big go to the store; the history keeps only the claim
-# API key and client certificate only from env: TEMPORAL_API_KEY, TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY (paths)
-
-[worker]
-metrics_port = 9464             # env MCP_TASKS_METRICS_PORT; 0 = off
-state_dir = "/var/lib/mcp-tasks"  # env MCP_TASKS_STATE_DIR (large-result store)
-# Requests are not trusted beyond these (default false): what may a request give instead of a configured name?
-allow_inline_endpoints = false    # an inline URL (without credential references)
-allow_inline_commands = false     # an inline stdio command: it runs on this worker
-allow_inline_credentials = false  # inline header_refs/env_refs: sends this worker's secrets where the request says
-max_concurrent_activities = 4000
-max_cached_workflows = 1000       # bounds memory (~130 KB each); evicted waits replay ≤ 21 events
-max_concurrent_workflow_tasks = 200
-workflow_threads = 2              # threads running workflow code (GIL-bound: more only contend)
-idle_session_s = 300
-
-[servers.NAME]
-url = "https://mcp.example.com/mcp"       # or: command = ["node", "server.mjs"]
-principal = "svc-billing"
-era = "2026-07-28"                        # optional pin
-trust_annotations = false                 # believe idempotentHint/readOnlyHint of this server?
-[servers.NAME.headers]
-Authorization = { env = "BILLING_MCP_TOKEN" }   # values only by reference
-[servers.NAME.env]                        # stdio children: env var -> worker env var
-API_KEY = { env = "BILLING_API_KEY" }
-[servers.NAME.auth]                       # OAuth client credentials (HTTP servers); tokens stay in worker memory
-type = "client_credentials"               # or "private_key_jwt" with private_key = { env = ... } / { file = ... }
-client_id = "svc-billing"
-client_secret = { env = "BILLING_CLIENT_SECRET" }
-scope = "mcp:tools"                       # optional; issuer = "https://auth.example.com" pins the server
-[servers.NAME.tools.charge_card]
-idempotent = false
-replay = "with_approval"                  # never | if_idempotent | always | with_approval
-max_replays = 1
-output_schema = { type = "object", properties = { receipt = { type = "string" } }, required = ["receipt"] }
-max_call_s = 600                          # a synchronous call may run this long (default: 300 s)
-[servers.NAME.polling]                    # per tool too: [servers.NAME.tools.TOOL.polling]
-after_s = 60                              # pollInterval for a task's first minute, then
-age_fraction = 0.05                       # 5 % of its age between polls, at most
-max_interval_s = 600                      # this; never sooner than the server's pollInterval
-[servers.NAME.jobs.export]                # job tools run as a task: see README "Three shapes of long work"
-submit = "start_export"
-status = "get_export_status"
-states = { running = "working", succeeded = "completed", failed = "failed", cancelled = "cancelled" }
-```
+A file is checked as a whole: every unknown key and bad value in one :class:`ConfigError`. Secrets are never in it:
+header, environment and OAuth credential values are references (the worker's environment variables, files). Every
+key, with its environment variable and default: docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""``mcp-tasks demo``: the embedded Temporal, the bundled demo MCP server and a worker, in one command.
+"""What ``mcp-tasks demo`` runs: the dev server, the demo MCP server as a child process, a worker.
 
-Runs four tasks that show what the project is for:
-1. a slow tool that completes (``slow_echo``);
-2. a tool that fails with a stored ``429 … retry-after=30`` diagnostic, recovered and classified
-   ``retryable`` with ``retry_after_s = 30`` instead of a generic "task failed";
-3. a long tool cancelled mid-flight (``tasks/cancel`` reaches the server; outcome ``cancelled``);
-4. a job of plain tools (``start_export`` → ``get_export_status`` → ``download_export``) bound in configuration
-   and run as a task, for servers without MCP tasks.
-
-Temporal: a server already serving at the default address (``mcp-tasks dev-server``, or the one
-``TEMPORAL_ADDRESS`` / temporal.toml names) is used as it is; otherwise the embedded one is started on the default
-state file, never on a state file another server holds. Its closing hints work after it exits, typed as they are
-printed (the path of ``mcp-tasks`` when its venv is not activated).
-
-Its tasks go to a task queue of this demo alone (``mcp-tasks-demo-<run>``): a worker it did not start (another
-``mcp-tasks worker`` on that Temporal, with another configuration) never takes them. Ctrl-C (or SIGTERM) cancels
-its tasks through their workflows, waits a few seconds for their outcomes, and stops what it started.
-
-This module holds what the demo runs (its server, configuration, tasks and how each ended); the command that
-runs it, with its messages and exit codes, is ``worker/cli/serving.py``. Nothing here imports the CLI.
+This module holds what the demo runs (its server, configuration, tasks and how each ended); the command that runs it,
+with its messages, exit codes, Temporal and task queue, is ``worker/cli/serving.py`` (docs/cli.md, ``demo``). Nothing
+here imports the CLI.
 """
 
 from __future__ import annotations
@@ -32,7 +16,7 @@ from mcp_temporal_tasks.worker.devserver import die_with_parent
 from mcp_temporal_tasks.workflows.records import McpTaskOutcome, McpTaskRequest
 
 EXPECTED = {"build": "completed", "export": "tool_error", "payment": "cancelled", "report": "completed"}
-#: The demo server's job tools, bound as one job (README "Three shapes of long work").
+#: The demo server's job tools, bound as one job (docs/configuration.md "Three shapes of long work").
 REPORT_JOB = JobBinding(
     submit="start_export",
     status="get_export_status",
@@ -88,7 +72,15 @@ def demo_config(url: str, task_queue: str) -> WorkerConfig:
 
 
 def demo_requests() -> dict[str, McpTaskRequest]:
-    """The four tasks, by name (``EXPECTED`` says how each should end)."""
+    """The four tasks, by name (``EXPECTED`` says how each should end), each showing what the project is for:
+
+    1. ``build``: a slow tool that completes (``slow_echo``);
+    2. ``export``: a tool that fails with a stored ``429 … retry-after=30`` diagnostic, recovered and classified
+       ``retryable`` with ``retry_after_s = 30`` instead of a generic "task failed";
+    3. ``payment``: a long tool cancelled mid-flight (``tasks/cancel`` reaches the server; outcome ``cancelled``);
+    4. ``report``: a job of plain tools (``start_export`` → ``get_export_status`` → ``download_export``) bound in
+       configuration and run as a task, for servers without MCP tasks.
+    """
     return {
         "build": McpTaskRequest(
             server="demo", tool="slow_echo", arguments={"seconds": 3, "text": "build #42: 118 tests passed"}

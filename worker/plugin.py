@@ -1,25 +1,9 @@
-"""``McpTasksPlugin``: MCP tasks on the workers a Temporal application already runs.
+"""``McpTasksPlugin``: MCP tasks on the workers a Temporal application already runs; the sandbox's pass-through list.
 
-A ``temporalio.plugin.SimplePlugin``, shaped like ``temporalio.mcp.MCPPlugin``::
-
-    plugin = McpTasksPlugin.from_config("worker.toml")       # or McpTasksPlugin(servers={...})
-    client = await Client.connect(**ClientConfig.load_client_connect_config(), plugins=[plugin])
-    worker = Worker(client, task_queue="agents", workflows=[MyAgent])   # inherits the plugin
-
-Given to ``Client.connect`` it sets the pydantic payload converter our models need (keeping any codec, and
-keeping a converter that already handles pydantic models: Pydantic AI's, OpenAI Agents', in either order) and
-every worker built on that client inherits the rest; given to ``Worker(..., plugins=[plugin])`` it needs a
-client that already has that converter and says so if it does not. On each worker it:
-
-* registers ``McpTaskWorkflow`` and the activities (not the example ``McpFanOutWorkflow``: a worker that wants it
-  lists it), and passes what workflow code imports of ``mcp_temporal_tasks`` through the workflow sandbox
-  (:data:`PASSTHROUGH`);
-* registers the search attributes in the worker's namespace at start (or fails naming the missing ones);
-* runs this process's *owner* task queue beside the worker: tasks on stdio servers live in a child process of
-  this worker, and all their later activities are pinned to that queue (see ``runner.build_workers``);
-* closes the MCP sessions when the worker stops.
-
-``mcp-tasks worker`` is a thin user of this plugin.
+Given to ``Client.connect`` it sets the pydantic payload converter our models need (keeping a codec, and a converter
+that already handles pydantic models) and every worker on that client inherits the rest; given to
+``Worker(..., plugins=[plugin])`` it needs a client that already has that converter, and says so if it does not.
+What it does on each worker: docs/temporal-apps.md. ``mcp-tasks worker`` is a thin user of it.
 """
 
 from __future__ import annotations
@@ -138,7 +122,21 @@ class McpTasksPlugin(SimplePlugin):
     ``[servers.NAME]`` of the TOML configuration (``headers = {Authorization = {env = "VAR"}}``, ``tools``...).
     ``settings``: the ``[worker]`` table (result store, inline endpoints, session idle time...). ``tracing``: add
     Temporal's OpenTelemetry interceptor, so the starter, the workflow and each activity share one trace, which
-    every MCP request carries on in ``params._meta`` (``traceparent``/``tracestate``)."""
+    every MCP request carries on in ``params._meta`` (``traceparent``/``tracestate``).
+
+    A ``temporalio.plugin.SimplePlugin``, shaped like ``temporalio.mcp.MCPPlugin``::
+
+        plugin = McpTasksPlugin.from_config("worker.toml")       # or McpTasksPlugin(servers={...})
+        client = await Client.connect(**ClientConfig.load_client_connect_config(), plugins=[plugin])
+        worker = Worker(client, task_queue="agents", workflows=[MyAgent])   # inherits the plugin
+
+    On each worker it registers ``McpTaskWorkflow`` and the activities (not the example ``McpFanOutWorkflow``: a
+    worker that wants it lists it) and passes what workflow code imports of ``mcp_temporal_tasks`` through the
+    sandbox (:data:`PASSTHROUGH`); registers the search attributes in the worker's namespace at start (or fails naming
+    the missing ones); runs this process's *owner* task queue beside the worker (tasks on stdio servers live in a
+    child process of this worker, and all their later activities are pinned to that queue: ``runner.build_workers``);
+    and closes the MCP sessions when the worker stops.
+    """
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Running the workflows and activities: Temporal connection, search attributes, workers, metrics, shutdown.
+"""Running a worker process: its workers (shared and owner task queues), logging, shutdown.
 
 Two workers share one process:
 * the **shared** task queue (default ``mcp-tasks``) runs workflows and every activity;

@@ -1,24 +1,9 @@
-"""Large payloads on Temporal's External Storage (the claim-check pattern), from ``[temporal.storage]``.
+"""Large payloads on Temporal's External Storage: the S3, GCS and embedded local drivers, on every client and worker.
 
-temporalio 1.35's data converter offloads every payload at least ``threshold_bytes`` big (a result, a large
-argument, a failure's details) to a :class:`~temporalio.converter.StorageDriver` and keeps only a claim in the
-history; any client or worker whose data converter has the same storage resolves the claim, in any language whose
-SDK has the feature. The order is the SDK's: the user's codec first, then the store, so an encrypting codec leaves
-only ciphertext in the bucket (``tests/test_sdk_contract.py`` holds that order).
-
-* ``s3``: Temporal's ``S3StorageDriver`` (``temporalio.contrib.aws.s3driver``, aioboto3) on any S3-compatible
-  endpoint; its claims (``bucket``, ``key``, ``hash_value``) are the ones the other SDKs' S3 drivers read.
-* ``gcs``: Temporal's ``GCSStorageDriver`` (``temporalio.contrib.gcp.gcsdriver``, gcloud-aio-storage).
-* ``local`` (no bucket): :class:`LocalStorageDriver`, one machine's directory; only processes that see that
-  directory can read its claims.
-
-Every driver is wrapped by :class:`ManagedDriver`: a read that fails for a reason that may pass (the store does not
-answer) is retried for ``read_retry_s``, boundedly; one that cannot (no such bucket, refused credentials, the object
-deleted, a digest mismatch) raises :class:`PayloadStoreError` at once, naming it. Either way the read fails: a
-workflow task that cannot read an activity's result is retried by Temporal (the activity is not run again), a
-client's read raises. A payload is never silently dropped.
-
-The S3 and GCS clients are opened lazily, once per event loop, with ``request_timeout_s`` on each request.
+From ``[temporal.storage]``: every payload at least ``threshold_bytes`` big goes to the store and the history keeps a
+claim. A payload is never silently dropped: a read that fails for a reason that may pass is retried for
+``read_retry_s``, one that cannot raises :class:`PayloadStoreError` at once, naming it (:class:`ManagedDriver`).
+Stores, codec order, faults and retention: docs/operating.md ("Large payloads").
 """
 
 from __future__ import annotations
@@ -412,7 +397,9 @@ def _explain(exc: BaseException) -> tuple[str, bool]:
 class ManagedDriver(StorageDriver):
     """A driver with the same name (claims stay readable by the plain driver in any SDK), whose failures are one
     :class:`PayloadStoreError` naming the store, and whose reads retry a store that does not answer for
-    ``retry_s`` (bounded; permanent errors at once)."""
+    ``retry_s`` (bounded; permanent errors at once: no such bucket, refused credentials, the object deleted, a digest
+    mismatch). Either way the read fails: a workflow task that cannot read an activity's result is retried by
+    Temporal (the activity is not run again), a client's read raises."""
 
     def __init__(self, inner: StorageDriver, *, where: str, prefix: str = "", retry_s: float = 60.0) -> None:
         self.inner, self.where, self.prefix, self.retry_s = inner, where, prefix, retry_s
@@ -480,7 +467,15 @@ class ManagedDriver(StorageDriver):
 
 
 def storage_driver(settings: StorageSettings) -> StorageDriver:
-    """The managed driver ``settings`` name."""
+    """The managed driver ``settings`` name.
+
+    * ``s3``: Temporal's ``S3StorageDriver`` (``temporalio.contrib.aws.s3driver``, aioboto3) on any S3-compatible
+      endpoint; its claims (``bucket``, ``key``, ``hash_value``) are the ones the other SDKs' S3 drivers read.
+    * ``gcs``: Temporal's ``GCSStorageDriver`` (``temporalio.contrib.gcp.gcsdriver``, gcloud-aio-storage).
+    * ``local`` (no bucket): :class:`LocalStorageDriver`, one machine's directory; only processes that see that
+      directory can read its claims.
+
+    The S3 and GCS clients are opened lazily, once per event loop, with ``request_timeout_s`` on each request."""
     kind = settings.kind
     if kind == "s3":
         where = f"S3 bucket {settings.bucket!r}" + (f" at {settings.endpoint}" if settings.endpoint else "")
@@ -498,7 +493,13 @@ def storage_driver(settings: StorageSettings) -> StorageDriver:
 
 
 def external_storage(settings: StorageSettings | None = None) -> ExternalStorage:
-    """Temporal's External Storage for ``settings`` (default: the embedded store)."""
+    """Temporal's External Storage for ``settings`` (default: the embedded store).
+
+    temporalio 1.35's data converter offloads every payload at least ``threshold_bytes`` big (a result, a large
+    argument, a failure's details) to the driver and keeps only a claim in the history; any client or worker whose
+    data converter has the same storage resolves the claim, in any language whose SDK has the feature. The order is the
+    SDK's: the user's codec first, then the store, so an encrypting codec leaves only ciphertext in the bucket
+    (``tests/test_sdk_contract.py`` holds that order)."""
     settings = settings or StorageSettings()
     return ExternalStorage(drivers=[storage_driver(settings)], payload_size_threshold=settings.threshold_bytes)
 

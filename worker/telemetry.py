@@ -1,20 +1,9 @@
-"""Where a CLI worker's spans go: the OpenTelemetry SDK set up from the standard ``OTEL_*`` environment.
+"""The OpenTelemetry SDK a CLI worker sets up from ``OTEL_*``: where its spans go.
 
-``[worker] tracing = true`` adds Temporal's tracing interceptor (``McpTasksPlugin``), whose spans, and the
-``traceparent`` every MCP request carries, exist only once a ``TracerProvider`` is set. A Python host program sets
-its own (the README's "Traces"); ``mcp-tasks worker`` and ``run`` have no host program, so :func:`setup_tracing`
-sets one up as the OpenTelemetry specification's environment variables say, and refuses with a
-:class:`~mcp_temporal_tasks.worker.config.ConfigError` what it cannot honour (rather than trace nothing in silence):
-
-* ``OTEL_SDK_DISABLED=true``: nothing is set up (requests carry no trace context);
-* ``OTEL_TRACES_EXPORTER``: ``otlp`` (default), ``console``, ``none``, or a comma-separated list of them;
-* ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` (default; the
-  ``[tracing]`` extra) or ``grpc`` (needs ``opentelemetry-exporter-otlp-proto-grpc``);
-* endpoint, headers, timeout, compression, certificates (``OTEL_EXPORTER_OTLP_[TRACES_]*``): read by the exporter;
-* ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (default service name ``mcp-tasks``);
-* ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``; ``OTEL_BSP_*`` for the batch processor.
-
-A provider already set (a host program's, ``opentelemetry-instrument``'s) is left alone and named.
+``[worker] tracing = true`` makes spans (and every MCP request's ``traceparent``) only once a ``TracerProvider`` is
+set. A Python host program sets its own; ``mcp-tasks worker`` and ``run`` have none, so :func:`setup_tracing` sets one
+up as the OpenTelemetry specification's environment says, and refuses what it cannot honour rather than trace nothing
+in silence. A provider already set is left alone and named. docs/operating.md ("Operating it", traces).
 """
 
 from __future__ import annotations
@@ -127,7 +116,16 @@ def _sampler_text(env: Mapping[str, str]) -> str:
 
 def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing:
     """Set up the OpenTelemetry SDK from ``env`` (default: this process's environment) unless a provider is set;
-    return what was done. Raises :class:`ConfigError` naming the setting it cannot honour, or the missing extra."""
+    return what was done. Raises :class:`ConfigError` naming the setting it cannot honour, or the missing extra.
+
+    * ``OTEL_SDK_DISABLED=true``: nothing is set up (requests carry no trace context);
+    * ``OTEL_TRACES_EXPORTER``: ``otlp`` (default), ``console``, ``none``, or a comma-separated list of them;
+    * ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` (default; the
+      ``[tracing]`` extra) or ``grpc`` (needs ``opentelemetry-exporter-otlp-proto-grpc``);
+    * endpoint, headers, timeout, compression, certificates (``OTEL_EXPORTER_OTLP_[TRACES_]*``): read by the exporter;
+    * ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (default service name ``mcp-tasks``);
+    * ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG``; ``OTEL_BSP_*`` for the batch processor.
+    """
     env = os.environ if env is None else env
     try:
         from opentelemetry import trace

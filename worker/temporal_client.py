@@ -1,9 +1,9 @@
-"""Connecting to Temporal, for every process of ours: the one address rule (:func:`connect_options`), the client
-with our data converter (pydantic, typed failures, External Storage) and runtime, and the tracing interceptor.
+"""Connecting to Temporal, for every process of ours: the address rule, our data converter and runtime, tracing.
 
-Light on purpose: the CLI's commands on existing tasks (``status``, ``result``, ...) connect through it without
-loading the worker, the activities or the MCP wire (:mod:`.runner` and :mod:`.plugin`, which build workers, import
-these from here)."""
+The one address rule is :func:`connect_options`; the client carries our data converter (pydantic, typed failures,
+External Storage), runtime (metrics) and the tracing interceptor. Light on purpose: the CLI's commands on existing
+tasks (``status``, ``result``, ...) connect through it without loading the worker, the activities or the MCP wire
+(:mod:`.runner` and :mod:`.plugin`, which build workers, import these from here)."""
 
 from __future__ import annotations
 

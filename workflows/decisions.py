@@ -1,19 +1,7 @@
-"""Pure decision logic of ``McpTaskWorkflow``: no Temporal, no I/O, no clock. Unit tested directly.
+"""The workflow's pure decisions: replay, outcomes, bounded delays.
 
-Classification rules for a ``tool_error`` / ``failed`` / ``rejected`` payload, first match wins:
-
-1. **retryable**: rate limiting (``429``, "rate limit", "too many requests", ``RESOURCE_EXHAUSTED``);
-   ``retry_after_s`` from ``retry-after=N`` / ``Retry-After: N`` / "retry after N s" in the text, or
-   ``retryAfter``/``retry_after`` in structured content or error data.
-2. **authorization_required**: ``401``/``403``, "unauthorized", "forbidden" (not "forbidden tool"),
-   "permission denied", "invalid/expired token", "authentication".
-3. **retryable**: transient: timeouts, "temporarily", "unavailable", ``502/503/504``, connection
-   reset/refused, "try again".
-4. **input_correctable**: JSON-RPC ``-32602``.
-5. **permanent**: JSON-RPC ``-32601``/``-32600``/``-32021``, or text naming them, "method not found",
-   "not supported", "unknown tool", "requires task augmentation".
-6. **input_correctable**: "invalid", "validation", "must be", "missing required", "not found", ``400``/``422``.
-7. **unknown**: anything else.
+No Temporal, no I/O, no clock (the caller passes ``now``): the same inputs give the same decision on every replay,
+and every rule is unit tested directly.
 """
 
 from __future__ import annotations
@@ -115,7 +103,23 @@ def classify_failure(
     error: RpcErrorInfo | None,
     status_message: str | None = None,
 ) -> tuple[Classification, float | None]:
-    """Classify a failure payload; returns (classification, retry_after_s)."""
+    """Classify a ``tool_error`` / ``failed`` / ``rejected`` payload; returns (classification, retry_after_s).
+
+    First match wins:
+
+    1. **retryable**: rate limiting (``429``, "rate limit", "too many requests", ``RESOURCE_EXHAUSTED``);
+       ``retry_after_s`` from ``retry-after=N`` / ``Retry-After: N`` / "retry after N s" in the text, or
+       ``retryAfter``/``retry_after`` in structured content or error data.
+    2. **authorization_required**: ``401``/``403``, "unauthorized", "forbidden" (not "forbidden tool"),
+       "permission denied", "invalid/expired token", "authentication".
+    3. **retryable**: transient: timeouts, "temporarily", "unavailable", ``502/503/504``, connection
+       reset/refused, "try again".
+    4. **input_correctable**: JSON-RPC ``-32602``.
+    5. **permanent**: JSON-RPC ``-32601``/``-32600``/``-32021``, or text naming them, "method not found",
+       "not supported", "unknown tool", "requires task augmentation".
+    6. **input_correctable**: "invalid", "validation", "must be", "missing required", "not found", ``400``/``422``.
+    7. **unknown**: anything else.
+    """
     text = payload_text(result, error, status_message)
     code = error.code if error else None
     retry_after = _structured_retry_after(result, error) or parse_retry_after_text(text)

@@ -1,5 +1,6 @@
-"""How ``McpTaskWorkflow`` reads a failed activity: its kind, whether ``tools/call`` may have reached the server, the
-server's last error of a read whose retries ran out, and how many attempts it took.
+"""Reading a failed activity: kind, whether ``tools/call`` may have arrived, a read's last error, attempts taken.
+
+The server's last error is that of a read whose retries ran out.
 """
 
 from __future__ import annotations

@@ -13,11 +13,6 @@ Its phases and the moves between them (``records.TRANSITIONS``, checked on every
     REPLAYING         ─► SUBMITTING · DONE
     CANCELLING        ─► RETRIEVING · DONE
     DONE              ─► (end)
-
-An operation is one ``tools/call`` and what it leads to, step by step (``phases/steps.py``: ``Submit`` → ``Follow`` ⇄
-``AskInput`` | ``Relay`` → ``Retrieve`` | ``Cancel`` → ``Ended``); each step function returns the next step. Its
-``Ending`` names a ``Stage``, and only ``decisions.replay_reason`` and the replay policy decide whether a new
-``tools/call`` follows (AWAITING_APPROVAL, REPLAYING) or the task is DONE.
 """
 
 from __future__ import annotations
@@ -99,7 +94,13 @@ def _placeholder_request(raw: Any) -> McpTaskRequest:
 
 @workflow.defn(name="McpTaskWorkflow")
 class McpTaskWorkflow(Messages):
-    """One MCP task: its state (``TaskMachine``), its handlers (``Messages``), and the loop that runs its steps."""
+    """One MCP task: its state (``TaskMachine``), its handlers (``Messages``), and the loop that runs its steps.
+
+    An operation is one ``tools/call`` and what it leads to, step by step (``phases/steps.py``: ``Submit`` →
+    ``Follow`` ⇄ ``AskInput`` | ``Relay`` → ``Retrieve`` | ``Cancel`` → ``Ended``); each step function returns the
+    next step. Its ``Ending`` names a ``Stage``, and only ``decisions.replay_reason`` and the replay policy decide
+    whether a new ``tools/call`` follows (AWAITING_APPROVAL, REPLAYING) or the task is DONE.
+    """
 
     @workflow.init
     def __init__(self, request: Any) -> None:

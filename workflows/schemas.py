@@ -1,9 +1,8 @@
-"""JSON Schemas of what crosses the wire to and from ``McpTaskWorkflow``, generated from the pydantic models: what a
-service in another language (TypeScript, Go, .NET...) sends and reads. ``mcp-tasks schema`` prints or writes them;
-the copies under ``docs/schemas/`` are checked current by ``tests/test_schemas.py``.
+"""The JSON Schemas of what other languages send and read (``McpTaskRequest``, ``McpTaskOutcome``, updates, signals).
 
-Our data converter is pydantic JSON (``json/plain`` payloads, UTF-8): any SDK's default JSON converter produces and
-reads the same bytes, so a plain JSON object that validates against ``McpTaskRequest`` starts a task.
+Generated from the pydantic models, never written by hand: ``mcp-tasks schema`` prints or writes them, and the copies
+under ``docs/schemas/`` are checked current by ``tests/test_schemas.py``. Our data converter writes plain JSON
+(``json/plain``, UTF-8), so any SDK's default converter reads and writes the same bytes (docs/temporal-apps.md).
 """
 
 from __future__ import annotations

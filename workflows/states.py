@@ -1,6 +1,7 @@
-"""The words a task's state is said in: replay policies, outcomes, classifications, phases. Plain enums, without
-pydantic or Temporal, so that the CLI's parser lists them without loading either (``mcp-tasks --help`` stays fast);
-:mod:`.models` builds on them and exports them.
+"""The plain enums a task's state is said in: phases, outcomes, replay policies, classifications.
+
+Without pydantic or Temporal, so that the CLI's parser lists them without loading either (``mcp-tasks --help`` stays
+fast); :mod:`.records` builds on them and exports them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""How a task that did not complete shows in Temporal: a failed workflow with a typed ``ApplicationError``.
+"""How a task that did not complete shows in Temporal: ``McpTaskError``, a failed workflow with a typed failure.
 
-``McpTaskWorkflow`` returns the :class:`~.records.McpTaskOutcome` when the task ``completed`` and *fails* with
-:class:`McpTaskError` for every other outcome, so the Temporal UI's status column, its "Failed" filter,
-``ExecutionStatus = 'Failed'`` in visibility queries and the SDK's ``workflow_failed`` metric all tell a task
-that did not complete from one that did. The error's ``type`` names the outcome (``McpTaskToolError``,
-``McpTaskLost``, ``McpTaskUnknownOutcome``...) and its first detail is the whole outcome as JSON, so nothing
-is lost: :meth:`McpTaskError.outcome_of` reads it back from any failure that carries it (a
-``WorkflowFailureError`` from a client, a ``ChildWorkflowError`` in a parent workflow).
+``McpTaskWorkflow`` returns the outcome of a ``completed`` task and fails with :class:`McpTaskError` for every other
+one: its ``type`` names the outcome, its first detail is the whole outcome, which :meth:`McpTaskError.outcome_of`
+reads back from any failure that carries it. Why: docs/temporal-apps.md ("A task that did not complete shows as
+Failed").
 """
 
 from __future__ import annotations
@@ -87,7 +84,11 @@ def failure_type(outcome: Outcome) -> str:
 class McpTaskError(ApplicationError):
     """An MCP task ended with an outcome other than ``completed``. ``.outcome`` is the whole outcome.
 
-    Non-retryable: retrying a workflow would send a new ``tools/call``, which only the replay policy may do.
+    Non-retryable: retrying a workflow would send a new ``tools/call``, which only the replay policy may do. The
+    ``type`` names the outcome (``McpTaskToolError``, ``McpTaskLost``, ``McpTaskUnknownOutcome``...), so the Temporal
+    UI's status column and "Failed" filter, ``ExecutionStatus = 'Failed'`` and the SDK's ``workflow_failed`` metric
+    tell a task that did not complete from one that did; :meth:`outcome_of` reads the outcome back from a
+    ``WorkflowFailureError`` of a client or a ``ChildWorkflowError`` in a parent workflow.
     """
 
     def __init__(self, outcome: McpTaskOutcome) -> None:

@@ -1,26 +1,9 @@
 """``McpTasksClient``: MCP tools as durable tasks from inside any workflow.
 
-Shaped like ``temporalio.mcp.TemporalMCPClient`` so switching is the import and the constructor::
-
-    client = TemporalMCPClient("billing")          # temporalio.mcp: one activity per call, may run twice
-    client = McpTasksClient("billing")             # this project: one McpTaskWorkflow per call
-    result = await client.call_tool("charge_card", {"amount_cents": 1000})
-
-Each call is a child ``McpTaskWorkflow`` whose id is derived from the parent's workflow id and a per-parent
-sequence number (or the idempotency key), so a parent that is replayed, recovers from a crash or is reset
-re-attaches to the same child and never sends a second ``tools/call``. The child runs on the parent's task
-queue unless told otherwise: register the workflows there with :class:`~mcp_temporal_tasks.McpTasksPlugin`.
-
-Failure semantics:
-
-* :meth:`call_tool` returns the ``CallToolResult`` for ``completed`` and ``tool_error`` (a tool error is a
-  normal result with ``isError`` true, as in ``temporalio.mcp``) and raises :class:`McpTaskError` (an
-  ``ApplicationError`` whose ``outcome`` is the whole :class:`McpTaskOutcome`) for every other outcome. A
-  result kept in the worker's result store (over ``inline_result_bytes``) comes back as a text block naming
-  the reference, with the reference in ``_meta`` under :data:`RESULT_REF_META`: workflow code cannot read
-  files, and the body must not enter this workflow's history.
-* :meth:`run` returns the :class:`McpTaskOutcome` whatever it is, and never raises for an MCP outcome.
-* :meth:`list_tools` runs one activity and caches the answer on this object.
+Each call is a child ``McpTaskWorkflow`` whose id is derived from the parent's workflow id and a per-parent sequence
+number (or the idempotency key), so a parent that is replayed, recovers from a crash or is reset re-attaches to the
+same child and never sends a second ``tools/call``. How to use it, and the switch from ``temporalio.mcp``:
+docs/temporal-apps.md.
 """
 
 from __future__ import annotations
@@ -47,7 +30,15 @@ _SEQ_ATTR = "_mcp_tasks_client_seq"
 
 
 class McpTasksClient:
-    """A workflow-side proxy for one MCP server (a name from the workers' configuration, or an Endpoint)."""
+    """A workflow-side proxy for one MCP server (a name from the workers' configuration, or an Endpoint).
+
+    The child runs on the parent's task queue unless told otherwise: register the workflows there with
+    :class:`~mcp_temporal_tasks.McpTasksPlugin`. :meth:`call_tool` returns the ``CallToolResult`` for ``completed``
+    and ``tool_error`` (a tool error is a normal result with ``isError`` true, as in ``temporalio.mcp``) and raises
+    :class:`McpTaskError` (an ``ApplicationError`` whose ``outcome`` is the whole :class:`McpTaskOutcome`) for every
+    other outcome; :meth:`run` returns the :class:`McpTaskOutcome` whatever it is, and never raises for an MCP
+    outcome; :meth:`list_tools` runs one activity and caches the answer on this object.
+    """
 
     def __init__(
         self,
@@ -194,8 +185,9 @@ class McpTasksClient:
 def call_tool_result(outcome: McpTaskOutcome) -> mcp_types.CallToolResult:
     """The ``CallToolResult`` of a ``completed`` or ``tool_error`` outcome; :class:`McpTaskError` for any other.
 
-    A result kept in the worker's result store comes back as a text block naming the reference (see the module
-    docstring)."""
+    A result kept in the worker's result store (over ``inline_result_bytes``) comes back as a text block naming the
+    reference, with the reference in ``_meta`` under :data:`RESULT_REF_META`: workflow code cannot read files, and the
+    body must not enter this workflow's history."""
     if outcome.outcome not in (Outcome.COMPLETED, Outcome.TOOL_ERROR):
         raise McpTaskError(outcome)
     if outcome.result is not None:

@@ -1,5 +1,6 @@
-"""``python -m mcp_temporal_tasks.worker.cli``: the same as ``mcp-tasks`` (hints print it when the script is not
-on PATH)."""
+"""``python -m mcp_temporal_tasks.worker.cli``: the same as ``mcp-tasks``.
+
+Hints print it when the script is not on PATH."""
 
 from mcp_temporal_tasks.worker.cli.main import main
 

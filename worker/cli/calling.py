@@ -1,6 +1,9 @@
-"""The commands that reach an MCP server: ``run`` (start or re-attach, follow, Ctrl-C cancels) and ``tools`` (what
-a server offers and the policy a worker applies). What they share with the operations on existing tasks (the
-status query, the queue watch, the no-worker hint) is :mod:`.operations`."""
+"""``run`` and ``tools``: the commands that reach an MCP server.
+
+``run`` starts (or re-attaches to) a task, follows it, and cancels it on Ctrl-C; ``tools`` shows what a server offers
+and the policy a worker applies. What they share with the operations on existing tasks (the status query, the queue
+watch, the no-worker hint) is :mod:`.operations`.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The CLI's Temporal: connecting to the ``Target`` a command's plan worked out (``plan.target_of``: address,
-namespace and TLS by ``runner.connect_options``, checked once), the embedded server when nothing serves the default
-address, and the UI links the commands print."""
+"""The CLI's Temporal: connecting to a plan's ``Target``, the embedded server, UI links.
+
+The ``Target`` (``plan.target_of``: address, namespace and TLS by ``runner.connect_options``) was checked once, in
+the plan; the embedded server starts only when nothing serves the default address.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""Following a task: the live view (the ``status()`` query with the waiting activity's latest heartbeat, or, for
-a task this process's own worker runs, what its activities report at once), the progress lines on stderr, and the
-human summary of an outcome.
+"""Following a task: live view, progress lines on stderr, outcome summary.
 
-On a terminal the last line is redrawn on a timer (elapsed time, the last status message and how old it is);
-elsewhere (a log, a pipe) each change is a line and a ``still …`` line follows at growing intervals (10 s, 20 s,
-40 s … at most every 5 minutes), so a long task is never silent and a log never floods.
-
-Every server-originated string shown here goes through ``printable``: server text is untrusted display text.
+The live view is the ``status()`` query with the waiting activity's latest heartbeat, or, for a task this process's
+own worker runs, what its activities report at once; a long task is never silent and a log never floods (docs/cli.md,
+"Never silent"). Every server-originated string shown here goes through ``printable``: server text is untrusted
+display text.
 """
 
 from __future__ import annotations

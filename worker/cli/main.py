@@ -1,5 +1,6 @@
-"""``mcp-tasks``' entry point: parse, run the command, and turn every way it ends into an exit code (and, with
-``--json``, one JSON object)."""
+"""``mcp-tasks``' entry point: parse, run the command, turn every ending into an exit code.
+
+With ``--json``, every ending is also one JSON object on stdout."""
 
 from __future__ import annotations
 

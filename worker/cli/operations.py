@@ -1,6 +1,8 @@
-"""The operations on tasks that already exist: ``status``, ``result``, ``cancel``, ``approve``, ``answer`` and
-``list``. They talk to Temporal only: nothing here imports the MCP wire or the worker (``run`` and ``tools``, which
-reach an MCP server, are :mod:`.calling`), so these commands start without loading the MCP SDK."""
+"""``status``, ``result``, ``cancel``, ``approve``, ``answer``, ``list``: Temporal only, no MCP wire.
+
+Nothing here imports the MCP wire or the worker (``run`` and ``tools``, which reach an MCP server, are
+:mod:`.calling`), so these commands start without loading the MCP SDK.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""What a command knows before it connects, worked out once from its arguments and handed down: its configuration
-(``--config``, else ``$MCP_TASKS_CONFIG``: read once), where its Temporal is (the one address rule,
-``runner.connect_options``, applied once, with the one ``HOST:PORT`` check) and, for ``run``, the request and how
-its worker runs. Nothing below a command reads the file again or applies the rule again."""
+"""What a command works out once before it connects: configuration, ``Target``, ``run``'s ``RunPlan``.
+
+Its configuration (``--config``, else ``$MCP_TASKS_CONFIG``: read once), where its Temporal is (the one address rule,
+``runner.connect_options``, applied once, with the one ``HOST:PORT`` check) and, for ``run``, the request and how its
+worker runs, handed down. Nothing below a command reads the file again or applies the rule again.
+"""
 
 from __future__ import annotations
 

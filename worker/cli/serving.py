@@ -1,5 +1,8 @@
-"""The processes the CLI serves: ``worker``, ``dev-server``, ``demo`` and ``demo-server``, and what an in-process
-worker needs (its configuration checked up front, its logs in a file), which ``run`` uses as well."""
+"""``worker``, ``dev-server``, ``demo``, ``demo-server``; an in-process worker's configuration and logs.
+
+What an in-process worker needs (its configuration checked up front, its logs in a file) is here, and ``run`` uses it
+as well. Only ``demo-server`` imports the demo server, lazily, after checking the ``[demo]`` extra.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""What ``McpTaskWorkflow`` answers from outside: the ``status`` query, the ``cancel``, ``approve_replay`` and
-``provide_input`` updates (each with its validator), the 2025-11-25 input relay's signals and query, and the push
-hub's ``mcp_task_notified`` signal.
+"""The workflow's query, updates (with their validators) and signals.
 
-A handler only records (in :class:`~mcp_temporal_tasks.workflows.records.MachineState`); the phase waiting on it acts.
+The ``status`` query; the ``cancel``, ``approve_replay`` and ``provide_input`` updates; the 2025-11-25 input relay's
+signals and query; the push hub's ``mcp_task_notified`` signal. A handler only records (in
+:class:`~mcp_temporal_tasks.workflows.records.MachineState`); the phase waiting on it acts.
 """
 
 from __future__ import annotations
