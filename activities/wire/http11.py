@@ -1,38 +1,7 @@
 """HTTP/1.1 connections of our own under httpx, framed by h11: the connection layer of every direct MCP request.
 
-:class:`H11Transport` is an ``httpx2.AsyncBaseTransport``: httpx's client (auth flows, cookies, redirects, proxies
-from the environment, its default headers) runs on top of it exactly as on its own transport, and what comes back
-is an ``httpx2.Response`` read by the same code (:mod:`.http_transport`) whichever way it was sent. Every byte of HTTP
-is framed and checked by h11, the library httpcore2 (httpx's own stack) uses: request and reply headers (names are
-tokens, no CR, LF or NUL in values), ``Content-Length`` and chunked coding, 1xx, bodies that end with the
-connection. What this module owns is the plumbing around h11: sockets, a small pool, timeouts, and two rules.
-
-Why not httpcore2's pool, which frames with h11 too:
-
-* **A stale reply is never read as the answer to the next request.** httpcore2 2.16.2 puts a connection back in
-  its pool when its reply is complete even if more bytes came after it in the same read (h11 keeps them as
-  ``trailing_data`` across ``start_next_cycle``): a server that writes a good reply followed by a stray
-  ``404 Not Found`` has that 404 read as the answer to the next request on the connection (checked:
-  ``tests/test_wire_corpus.py``). On a read that looked like "session gone"; on a ``tools/call`` a stray 429, 401
-  or 404 would say "never sent" of a call that was sent, and the call would be sent again. Here a connection is
-  reused only if *nothing* arrived after its last complete reply, before or after it was put back.
-* **CPU.** A waiting worker sends ``tasks/get`` by the thousand (~80 a second at 10,000 old tasks); httpcore2's
-  pool and anyio streams cost more per read than this does (``python -m bench.http_read`` prints each way; the
-  figures are in bench/README.md, "``bench.http_read`` after the move to h11").
-
-Rules of reuse: a connection goes back to the pool only when h11 says both sides are done with the exchange
-(so a body framed by the connection closing, a stream left open, a reply cut short, an h11 error or a cancelled
-read all drop it), nothing is left over, and the pool holds fewer than :data:`MAX_IDLE` for that origin; one idle
-longer than :data:`IDLE_S`, or that received anything (bytes, EOF) while idle, is closed instead of used. A
-request marked with :data:`FRESH_CONNECTION` never takes a pooled one: ``tools/call`` is never written into a
-connection the server may be closing at that moment. Nothing is retried here: whether a request may be sent
-again is its caller's decision (:class:`StaleConnection` tells it that a reused connection closed before any byte
-of a reply).
-
-Failures are httpx's own exception types, so they mean to every caller what they mean from httpx's transport:
-``ConnectError``/``ConnectTimeout`` (nothing sent), ``WriteError``/``WriteTimeout``, ``ReadError``/``ReadTimeout``,
-``RemoteProtocolError`` (h11 refused the reply), and :class:`RequestNotSent` (h11 refused the request before any
-byte left).
+A connection is reused only if nothing arrived after its last complete reply, and nothing is retried here: the
+reasons, and the rules of reuse, are on :class:`H11Transport`.
 """
 
 from __future__ import annotations
@@ -281,8 +250,42 @@ class _ReplyBody(httpx2.AsyncByteStream):
 class H11Transport(httpx2.AsyncBaseTransport):
     """Direct HTTP/1.1 (plain or TLS) for one ``httpx2.AsyncClient``; see the module docstring for the rules.
 
-    ``replies`` and ``connections`` count replies read to their end and connections opened: what tests and
-    operators check reuse by."""
+    ``replies`` and ``connections`` count replies read to their end and connections opened: what tests and operators
+    check reuse by.
+
+    :class:`H11Transport` is an ``httpx2.AsyncBaseTransport``: httpx's client (auth flows, cookies, redirects, proxies
+    from the environment, its default headers) runs on top of it exactly as on its own transport, and what comes back is
+    an ``httpx2.Response`` read by the same code (:mod:`.http_transport`) whichever way it was sent. Every byte of HTTP
+    is framed and checked by h11, the library httpcore2 (httpx's own stack) uses: request and reply headers (names are
+    tokens, no CR, LF or NUL in values), ``Content-Length`` and chunked coding, 1xx, bodies that end with the
+    connection. What this module owns is the plumbing around h11: sockets, a small pool, timeouts, and two rules.
+
+    Why not httpcore2's pool, which frames with h11 too:
+
+    * **A stale reply is never read as the answer to the next request.** httpcore2 2.16.2 puts a connection back in its
+      pool when its reply is complete even if more bytes came after it in the same read (h11 keeps them as
+      ``trailing_data`` across ``start_next_cycle``): a server that writes a good reply followed by a stray ``404 Not
+      Found`` has that 404 read as the answer to the next request on the connection (checked:
+      ``tests/test_wire_corpus.py``). On a read that looked like "session gone"; on a ``tools/call`` a stray 429, 401 or
+      404 would say "never sent" of a call that was sent, and the call would be sent again. Here a connection is reused
+      only if *nothing* arrived after its last complete reply, before or after it was put back.
+    * **CPU.** A waiting worker sends ``tasks/get`` by the thousand (~80 a second at 10,000 old tasks); httpcore2's pool
+      and anyio streams cost more per read than this does (``python -m bench.http_read`` prints each way; the figures
+      are in bench/README.md, "``bench.http_read`` after the move to h11").
+
+    Rules of reuse: a connection goes back to the pool only when h11 says both sides are done with the exchange (so a
+    body framed by the connection closing, a stream left open, a reply cut short, an h11 error or a cancelled read all
+    drop it), nothing is left over, and the pool holds fewer than :data:`MAX_IDLE` for that origin; one idle longer than
+    :data:`IDLE_S`, or that received anything (bytes, EOF) while idle, is closed instead of used. A request marked with
+    :data:`FRESH_CONNECTION` never takes a pooled one: ``tools/call`` is never written into a connection the server may
+    be closing at that moment. Nothing is retried here: whether a request may be sent again is its caller's decision
+    (:class:`StaleConnection` tells it that a reused connection closed before any byte of a reply).
+
+    Failures are httpx's own exception types, so they mean to every caller what they mean from httpx's transport:
+    ``ConnectError``/``ConnectTimeout`` (nothing sent), ``WriteError``/``WriteTimeout``, ``ReadError``/``ReadTimeout``,
+    ``RemoteProtocolError`` (h11 refused the reply), and :class:`RequestNotSent` (h11 refused the request before any
+    byte left).
+    """
 
     def __init__(self, *, max_idle: int = MAX_IDLE, idle_s: float = IDLE_S) -> None:
         self.max_idle, self.idle_s = max_idle, idle_s

@@ -1,21 +1,7 @@
 """Job tools spoken as if they were an MCP task: the wire side of ``[servers.NAME.jobs.JOB]``.
 
-Many servers without MCP tasks expose long work as tools: one starts it and returns an id, one reports its
-state, often one returns the result and one cancels. :class:`JobTasks` drives those tools and answers in the
-task vocabulary of :class:`~.session.WireSession` (``get`` → :class:`TaskState`, ``result`` →
-:class:`TaskPayload`, ``cancel``), so everything above the wire (the workflow's phases, outcomes, ledger and
-replay gate) is the same for a job as for a task.
-
-Failure semantics, per call:
-
-* ``submit`` is a ``tools/call`` that starts work: never idempotent, failures carry
-  ``may_have_reached_server`` exactly as :meth:`WireSession.start`'s do. A reply without the job id is
-  :class:`JobReplyMismatch` (the work may have started: ``decode_failed``, never a replay).
-* ``get``, ``result`` are reads: transport faults and garbled replies are retryable. A status tool answering
-  ``isError`` is a :class:`~protocol.wire_errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the
-  job may be fine). A status reply that does not match the binding (no state where the binding points, or a state
-  it does not map) is :class:`JobReplyMismatch`: final, ``decode_failed`` with the reply kept.
-* ``cancel`` without a cancel tool is :class:`~protocol.wire_errors.CapabilityUnavailable`.
+Everything above the wire (the workflow's steps, outcomes, ledger and replay gate) is the same for a job as for a
+task: :class:`JobTasks` answers in :class:`~.session.WireSession`'s task vocabulary, and only ``submit`` starts work.
 """
 
 from __future__ import annotations
@@ -120,7 +106,23 @@ def document_of(reply: dict[str, Any]) -> Any:
 
 
 class JobTasks:
-    """One server session's job tools, per :class:`JobBinding`, in the interface of :class:`WireSession`."""
+    """One server session's job tools, per :class:`JobBinding`, in the interface of :class:`WireSession`.
+
+    Many servers without MCP tasks expose long work as tools: one starts it and returns an id, one reports its state,
+    often one returns the result and one cancels. ``get`` → :class:`TaskState`, ``result`` → :class:`TaskPayload`,
+    ``cancel``.
+
+    Failure semantics, per call:
+
+    * ``submit`` is a ``tools/call`` that starts work: never idempotent, failures carry ``may_have_reached_server``
+      exactly as :meth:`WireSession.start`'s do. A reply without the job id is :class:`JobReplyMismatch` (the work may
+      have started: ``decode_failed``, never a replay).
+    * ``get``, ``result`` are reads: transport faults and garbled replies are retryable. A status tool answering
+      ``isError`` is a :class:`~protocol.wire_errors.ProtocolViolation` (retryable, like a garbled ``tasks/get``: the
+      job may be fine). A status reply that does not match the binding (no state where the binding points, or a state it
+      does not map) is :class:`JobReplyMismatch`: final, ``decode_failed`` with the reply kept.
+    * ``cancel`` without a cancel tool is :class:`~protocol.wire_errors.CapabilityUnavailable`.
+    """
 
     def __init__(self, client: WireSession, binding: JobSpec) -> None:
         self.client = client

@@ -1,6 +1,7 @@
-"""JSON-RPC 2.0 as both transports frame it: request ids and bodies, a reply's ``result`` or its typed error
-(:func:`~protocol.wire_errors.error_from_rpc`), the answer to a server's own request, the message an SSE event
-carries; and the secret scrub every transport call leaves through.
+"""JSON-RPC 2.0 as both transports frame it: ids and bodies, a reply's ``result`` or its typed error.
+
+Also the answer to a server's own request, the message an SSE event carries, and the secret scrub every transport
+call leaves through (:func:`~protocol.wire_errors.error_from_rpc` types the errors).
 """
 
 from __future__ import annotations

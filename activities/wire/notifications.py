@@ -1,30 +1,7 @@
 """A server's task status notifications: where they arrive, read within bounds. Nothing here knows Temporal.
 
-Both specs let a server tell its client when a task changes, and both say a requestor MUST NOT rely on it: this
-module only *hears* those messages; what they may cause (a wake-up, never a decision) is decided above the wire
-(``activities/push.py``). Where they arrive:
-
-* **2025-11-25 over streamable HTTP**: ``notifications/tasks/status`` (params = the task) on the session's standalone
-  GET SSE stream (:class:`GetStream`). The TypeScript SDK 1.32 and the Python SDK 1.30 send them there and drop them
-  while no client holds that stream; both allow one per session (a second GET gets HTTP 409). A 409 therefore says
-  "someone holds this session's stream" (another worker of ours, as a rule): :attr:`Reach.HELD_ELSEWHERE`, retried
-  with backoff so that the stream is taken over once its holder is gone.
-* **2025-11-25 over stdio**: the same notification, a line on the child's stdout among the replies
-  (:class:`StdioTap`, through ``StdioTransport.on_notification``: the child is this process's).
-* **2026-07-28**: ``notifications/tasks`` (carrying the task) on a ``subscriptions/listen`` stream for the task ids
-  asked (:class:`TasksSubscription`, the ext-tasks draft). A server that answers with an error or agrees to no task
-  id is :attr:`Reach.UNSUPPORTED`. fastmcp 4.1.4, the one 2026-07-28 runtime here, serves ``subscriptions/listen``
-  for list-changed and resource events only: this seam is exercised against it (refused) and against no runtime
-  that sends task events, because none does yet.
-
-Bounds, so that a hostile or broken server costs little and never a wrong outcome: an SSE event over
-:data:`MAX_NOTICE_BYTES` breaks that stream (reopened after a backoff); a silence longer than :data:`READ_IDLE_S`
-(keep-alive comments count: both SDKs send one every 15 s) reopens it; a stream that drops or is refused is reopened
-with capped exponential backoff; and a listener whose messages are mostly useless (unknown tasks, malformed or
-repeated notifications: the caller's ``deliver`` says which were useful) beyond :data:`FLOOD_USELESS_PER_S` is shed
-for :data:`FLOOD_BACKOFF_S` (an HTTP stream is closed; a stdio child's notifications are dropped unread), so a flood
-of thousands per second costs at most about a second of parsing per backoff. Nothing is logged per message: state
-changes and counts go to the debug log.
+This module only hears them; what they may cause (a wake-up, never a decision) is decided by the push hub. Where
+each era sends them and the bounds every listener keeps are on :class:`Listener`.
 """
 
 from __future__ import annotations
@@ -157,8 +134,35 @@ class _Again(Exception):
 
 
 class Listener:
-    """One session's notifications: ``run()`` until cancelled (or it ends UNSUPPORTED/GONE), reopening with
-    backoff. Subclasses open one stream per ``_stream()`` call and feed each message to ``_deliver``."""
+    """One session's notifications: ``run()`` until cancelled (or it ends UNSUPPORTED/GONE), reopening with backoff.
+    Subclasses open one stream per ``_stream()`` call and feed each message to ``_deliver``.
+
+    Both specs let a server tell its client when a task changes, and both say a requestor MUST NOT rely on it: this
+    module only *hears* those messages; what they may cause (a wake-up, never a decision) is decided above the wire (the
+    push hub). Where they arrive:
+
+    * **2025-11-25 over streamable HTTP**: ``notifications/tasks/status`` (params = the task) on the session's
+      standalone GET SSE stream (:class:`GetStream`). The TypeScript SDK 1.32 and the Python SDK 1.30 send them there
+      and drop them while no client holds that stream; both allow one per session (a second GET gets HTTP 409). A 409
+      therefore says "someone holds this session's stream" (another worker of ours, as a rule):
+      :attr:`Reach.HELD_ELSEWHERE`, retried with backoff so that the stream is taken over once its holder is gone.
+    * **2025-11-25 over stdio**: the same notification, a line on the child's stdout among the replies
+      (:class:`StdioTap`, through ``StdioTransport.on_notification``: the child is this process's).
+    * **2026-07-28**: ``notifications/tasks`` (carrying the task) on a ``subscriptions/listen`` stream for the task ids
+      asked (:class:`TasksSubscription`, the ext-tasks draft). A server that answers with an error or agrees to no task
+      id is :attr:`Reach.UNSUPPORTED`. fastmcp 4.1.4, the one 2026-07-28 runtime here, serves ``subscriptions/listen``
+      for list-changed and resource events only: this seam is exercised against it (refused) and against no runtime that
+      sends task events, because none does yet.
+
+    Bounds, so that a hostile or broken server costs little and never a wrong outcome: an SSE event over
+    :data:`MAX_NOTICE_BYTES` breaks that stream (reopened after a backoff); a silence longer than :data:`READ_IDLE_S`
+    (keep-alive comments count: both SDKs send one every 15 s) reopens it; a stream that drops or is refused is reopened
+    with capped exponential backoff; and a listener whose messages are mostly useless (unknown tasks, malformed or
+    repeated notifications: the caller's ``deliver`` says which were useful) beyond :data:`FLOOD_USELESS_PER_S` is shed
+    for :data:`FLOOD_BACKOFF_S` (an HTTP stream is closed; a stdio child's notifications are dropped unread), so a flood
+    of thousands per second costs at most about a second of parsing per backoff. Nothing is logged per message: state
+    changes and counts go to the debug log.
+    """
 
     kind = "listener"
 

@@ -1,17 +1,4 @@
-"""Live sessions of this process, for reuse across activity calls.
-
-Keyed by (server, principal, era pin) for new calls, and by (server, session id) for legacy HTTP tasks (which are
-bound to the session that created them: a session id is the server's to choose, so two servers may issue the same one,
-and a read keyed by the id alone would ask the wrong server). Stdio servers are children of this process: their tasks
-can be reached only from here, and only while the child lives.
-
-Rules:
-* an idle session closes after ``idle_s``, except a stdio child that still holds unfinished tasks
-  (closing it would kill them);
-* a dead session used for a *new* call is re-opened once; a dead stdio session that holds a task cannot be
-  re-opened in its place (the task died with the child) and the caller gets :class:`TaskUnreachable`;
-* an HTTP session the server calls gone (404 on ``Mcp-Session-Id``) is not yet a task gone (:meth:`read_task`).
-"""
+"""Live sessions of this process, reused across activity calls; a stdio task is reachable only while its child lives."""
 
 from __future__ import annotations
 
@@ -44,6 +31,21 @@ class _Entry:
 
 
 class SessionPool:
+    """This process's live sessions, by server and principal for new calls and by session for tasks.
+
+    Keyed by (server, principal, era pin) for new calls, and by (server, session id) for legacy HTTP tasks (which are
+    bound to the session that created them: a session id is the server's to choose, so two servers may issue the same
+    one, and a read keyed by the id alone would ask the wrong server). Stdio servers are children of this process: their
+    tasks can be reached only from here, and only while the child lives.
+
+    Rules:
+    * an idle session closes after ``idle_s``, except a stdio child that still holds unfinished tasks (closing it would
+      kill them);
+    * a dead session used for a *new* call is re-opened once; a dead stdio session that holds a task cannot be re-opened
+      in its place (the task died with the child) and the caller gets :class:`TaskUnreachable`;
+    * an HTTP session the server calls gone (404 on ``Mcp-Session-Id``) is not yet a task gone (:meth:`read_task`).
+    """
+
     def __init__(self, *, idle_s: float = 300.0, owner: str = PROCESS_ID) -> None:
         self.idle_s = idle_s
         self.owner = owner

@@ -1,18 +1,7 @@
-"""Keeping resolved secret values out of error texts and log lines.
+"""Keeping resolved secret values out of error texts and log lines: each is replaced by ``[redacted]`` wherever it is.
 
-Credentials reach the worker only by reference (an environment variable name); their *values* are read
-at connect time (``client.resolve_refs``). A server may still echo one back (a 401 body that quotes the
-``Authorization`` header, a stdio child that prints its environment in an error). So:
-
-* every transport knows the values it resolved (its header values, its stdio child's referenced env) and
-  scrubs each :class:`~protocol.wire_errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
-* every value resolved in this process is also kept in a process-wide registry (an OAuth token until it expires,
-  then it leaves: the registry stays bounded in a worker that runs for months), and
-  :class:`RedactingFilter` (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs
-  log records with it: message, arguments, exception and stack text.
-
-A value is replaced by ``[redacted]`` wherever it occurs. Values shorter than :data:`MIN_SECRET_LEN`
-are not tracked: scrubbing them would mangle ordinary text and they protect nothing.
+Every value read from a reference is registered the moment it is read; the registry stays bounded (a token leaves
+once it expires). How transports and log handlers use it: :class:`RedactingFilter`.
 """
 
 from __future__ import annotations
@@ -190,6 +179,20 @@ class RedactingFilter(logging.Filter):
     """Scrubs registered secret values from a record's message, arguments, exception and stack text.
 
     Install it on *handlers* (a logger's own filters do not see records propagated from its children).
+
+    Credentials reach the worker only by reference (an environment variable name); their *values* are read at connect
+    time (``session.resolve_refs``). A server may still echo one back (a 401 body that quotes the ``Authorization``
+    header, a stdio child that prints its environment in an error). So:
+
+    * every transport knows the values it resolved (its header values, its stdio child's referenced env) and scrubs each
+      :class:`~protocol.wire_errors.McpWireError` leaving it (``message``, ``args``, ``raw``, ``data``);
+    * every value resolved in this process is also kept in a process-wide registry (an OAuth token until it expires,
+      then it leaves: the registry stays bounded in a worker that runs for months), and :class:`RedactingFilter`
+      (installed on the log handlers by ``mcp_temporal_tasks.worker.runner.setup_logging``) scrubs log records with it:
+      message, arguments, exception and stack text.
+
+    A value is replaced by ``[redacted]`` wherever it occurs. Values shorter than :data:`MIN_SECRET_LEN` are not
+    tracked: scrubbing them would mangle ordinary text and they protect nothing.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -1,28 +1,7 @@
-"""Resuming an SSE stream that ended before its reply (SEP-1699; the streamable HTTP transport of the spec).
+"""Resuming an SSE stream that ended before its reply: ``GET`` with ``Last-Event-ID`` after the clamped ``retry``.
 
-A server may end the SSE stream of a POST (or the session's standalone GET stream) before it has sent the reply: to
-free a connection, gracefully, or because the connection dropped. The spec's rule, as the official SDKs keep it
-(``mcp.client.streamable_http``: ``_handle_reconnection``): when the stream carried an event ``id``, the client
-reconnects with ``GET`` and ``Last-Event-ID: <that id>``, after waiting the ``retry`` the server sent, and reads the
-rest of the stream there; re-POSTing would be a *new* request (a second ``tools/call``), so it is never done.
-
-The SSE fields (``id``, ``retry``) are parsed by httpx2's event decoder (derived from httpx-sse); this module owns
-only what a client decides with them, each value bounded:
-
-* the wait before a resumption: the server's ``retry`` (milliseconds), clamped to
-  [:data:`MIN_RETRY_S`, :data:`MAX_RETRY_S`]; :data:`DEFAULT_RETRY_S` when the server sent none or a value the
-  decoder kept but the SSE spec does not allow (negative);
-* the ``Last-Event-ID`` sent: the last non-empty event id seen, across the resumed streams too (the SDKs' rule:
-  a decoder starts each stream afresh, so an empty id cannot tell "none in this stream" from a reset); an id over
-  :data:`MAX_EVENT_ID` characters or with characters a header cannot carry is not resumable;
-* how many resumptions: at most :data:`MAX_IDLE_RESUMPTIONS` in a row that bring no message (a failed GET, a 5xx, a
-  stream that ends again with nothing but priming events). A resumption that brings a message starts the count
-  again, so a long tool on a server that cycles its streams is followed for as long as the request's own bound
-  lasts. A GET answered 4xx or with something else than an event stream is final at once: the server cannot
-  resume this stream.
-
-With these bounds a stream that closes forever costs at most ``MAX_IDLE_RESUMPTIONS × (MAX_RETRY_S + the read
-timeout)`` and ends as :class:`~protocol.wire_errors.StreamLost` (``sent`` True: the request was delivered).
+A request is never POSTed again to resume it (that would be a second ``tools/call``); each value the server sends
+is bounded, and the rules are on :class:`ResumePoint`.
 """
 
 from __future__ import annotations
@@ -60,7 +39,32 @@ def usable_event_id(event_id: str | None) -> str | None:
 
 @dataclass
 class ResumePoint:
-    """Where a stream may be resumed from, and how many resumptions in a row have brought nothing."""
+    """Where a stream may be resumed from, and how many resumptions in a row have brought nothing.
+
+    A server may end the SSE stream of a POST (or the session's standalone GET stream) before it has sent the reply: to
+    free a connection, gracefully, or because the connection dropped. The spec's rule, as the official SDKs keep it
+    (``mcp.client.streamable_http``: ``_handle_reconnection``): when the stream carried an event ``id``, the client
+    reconnects with ``GET`` and ``Last-Event-ID: <that id>``, after waiting the ``retry`` the server sent, and reads the
+    rest of the stream there; re-POSTing would be a *new* request (a second ``tools/call``), so it is never done.
+
+    The SSE fields (``id``, ``retry``) are parsed by httpx2's event decoder (derived from httpx-sse); this module owns
+    only what a client decides with them, each value bounded:
+
+    * the wait before a resumption: the server's ``retry`` (milliseconds), clamped to [:data:`MIN_RETRY_S`,
+      :data:`MAX_RETRY_S`]; :data:`DEFAULT_RETRY_S` when the server sent none or a value the decoder kept but the SSE
+      spec does not allow (negative);
+    * the ``Last-Event-ID`` sent: the last non-empty event id seen, across the resumed streams too (the SDKs' rule: a
+      decoder starts each stream afresh, so an empty id cannot tell "none in this stream" from a reset); an id over
+      :data:`MAX_EVENT_ID` characters or with characters a header cannot carry is not resumable;
+    * how many resumptions: at most :data:`MAX_IDLE_RESUMPTIONS` in a row that bring no message (a failed GET, a 5xx, a
+      stream that ends again with nothing but priming events). A resumption that brings a message starts the count
+      again, so a long tool on a server that cycles its streams is followed for as long as the request's own bound
+      lasts. A GET answered 4xx or with something else than an event stream is final at once: the server cannot resume
+      this stream.
+
+    With these bounds a stream that closes forever costs at most ``MAX_IDLE_RESUMPTIONS × (MAX_RETRY_S + the read
+    timeout)`` and ends as :class:`~protocol.wire_errors.StreamLost` (``sent`` True: the request was delivered).
+    """
 
     #: The last non-empty event id seen.
     event_id: str | None = None

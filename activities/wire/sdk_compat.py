@@ -1,22 +1,10 @@
-"""Everything this project takes from the official ``mcp`` SDK (``mcp==2.3.0``), in one place.
+"""Everything this project takes from the official ``mcp`` SDK (``mcp==2.3.0``), and its workarounds, in one place.
 
-What the SDK cannot do for us, and why we work around it here:
-
-* A task-augmented ``tools/call`` on a 2025-11-25 session through ``ClientSession`` validates the reply
-  as a ``CallToolResult`` and raises on the ``CreateTaskResult`` (upstream PR 3161 is open). So we send
-  ``tools/call`` ourselves and parse both reply shapes (:mod:`.eras`).
-* ``mcp_types.Task`` requires ``ttl``; real runtimes omit it. Task objects are parsed leniently
-  (:func:`~.replies.parse_task`), never through ``mcp_types.Task``.
-* The SDK's HTTP transport hides HTTP status codes (see :mod:`.http_transport`).
-
-What we *do* take: the reserved ``_meta`` keys and routing-header names and encoding (so our
-extension envelope is byte-for-byte what the SDK itself sends), the stdio transport and its safe
-environment, and ``mcp_types`` models for decoding results and tool listings (``SDK_VERSION`` and the result's
-validation live in :mod:`.sdk_types`, which imports no ``mcp`` client, so that workflow code can reach them).
-
-``tests/test_sdk_contract.py`` pins these assumptions to ``SDK_VERSION`` and fails loudly when an
-SDK upgrade changes any of them, including when the SDK learns to parse a legacy ``CreateTaskResult``
-(then the first workaround above can go).
+Taken: the reserved ``_meta`` keys and routing-header names and encoding (our extension envelope is byte-for-byte
+the SDK's), the stdio framing and safe environment, ``mcp_types`` for results and tool listings. Worked around: a
+task-augmented 2025-11-25 ``tools/call`` through ``ClientSession`` (it raises on ``CreateTaskResult``: upstream PR
+3161), ``mcp_types.Task`` requiring ``ttl``, and the SDK's HTTP transport hiding statuses.
+``tests/test_sdk_contract.py`` pins each to ``SDK_VERSION`` and fails when an upgrade changes one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What an HTTP status ≥ 400 from an MCP server means, as a typed wire error (:mod:`.errors`): 429 with its
-``Retry-After``, 401/403, a session gone (404), a server fault (5xx), or a JSON-RPC error carried in the body.
+"""What an HTTP status ≥ 400 from an MCP server means, as a typed wire error.
+
+429 with its ``Retry-After``, 401/403, a session gone (404), a server fault (5xx), or a JSON-RPC error in the body.
 """
 
 from __future__ import annotations

@@ -1,41 +1,7 @@
-"""A stdio MCP server as a child process of ours: started tied to us, spoken to in newline-delimited JSON-RPC, and
-ended by the MCP spec's shutdown whatever it does.
+"""A stdio MCP server as a child process of ours: started tied to us, ended by the spec's shutdown, always.
 
-Shutdown (https://modelcontextprotocol.io/specification/2025-11-25/basic/lifecycle#shutdown), :meth:`StdioChild.aclose`:
-
-1. close the child's stdin, then wait up to :data:`EOF_WAIT_S` (2 s) for it (and its process group) to exit;
-2. ``SIGTERM`` to its process group, then wait up to :data:`TERM_WAIT_S` (2 s);
-3. ``SIGKILL`` to its process group, then wait up to :data:`KILL_WAIT_S` (1 s) for the kernel to reap it.
-
-So every child we start is gone within :data:`SHUTDOWN_BOUND_S` (5 s) of its close starting, whatever it ignores.
-A caller that cannot wait that long (it is cancelled, or ``run``'s interrupt deadline is up) ends it at once: a
-cancelled ``aclose`` sends ``SIGKILL`` before it returns, and :func:`kill_all` does the same for every live child,
-synchronously, on the way out of a process.
-
-Tied to us: the child is started through a tiny exec shim that sets ``PR_SET_PDEATHSIG`` (Linux) to ``SIGKILL``
-before it becomes the server, so even a ``SIGKILL`` of this process leaves no child (the shim replaces itself with
-the command: the child *is* the server). Not ``preexec_fn``: a worker has threads (the Temporal core's), and
-``preexec_fn`` after ``fork`` in a threaded process can deadlock. The child leads a process group of its own, as
-with the SDK, so that a terminal's Ctrl-C reaches ``run`` alone (which cancels the task through this child, that
-must still be alive for it) and so that steps 2 and 3 reach whatever the server itself started. What a server
-starts and moves out of its group (a daemon) is out of reach by design; a ``SIGKILL`` of us kills the child
-itself, not descendants it left in its group (they get EOF on the pipes they inherited).
-
-Why not the SDK's ``mcp.client.stdio.stdio_client`` (``mcp==2.3.0``), which we used before: its shutdown runs in
-the task that entered the context, in an anyio shielded scope, and an asyncio ``task.cancel()`` (how Temporal and
-``asyncio.wait_for`` cancel) is not held off by that shield, as its own comment says. Our bounded close
-(``wait_for(pool.aclose(), 2 s)``) cancelled it after exactly its 2 s stdin grace, right before its ``SIGTERM``;
-its task group then waited without end on its shielded drain of the child's stdout, which ends only when the
-child does, and a child kept alive by its own timers (the reference server-everything) never did: ``run`` hung
-after the outcome, and after a ``SIGKILL`` the child lived on under PID 1 (no parent-death tie in a new session).
-Its bounds are module constants, its process is private, so none of this can be fixed from outside.
-
-Kept from the SDK: the message framing (one JSON-RPC message per line, validated by
-``mcp_types.jsonrpc_message_adapter``, written as ``model_dump_json(by_alias=True, exclude_unset=True)``) and the
-safe inherited environment (:func:`.sdk_compat.default_stdio_environment`, given by the caller). Added: a line
-is bounded (:data:`~protocol.limits.MAX_REPLY_BYTES`; a longer one is skipped and reported, never buffered), invalid
-UTF-8 in a line is that line's error (the SDK's strict decoding ended the whole session), and a write is bounded
-in time (a child that stops reading its stdin cannot hold a request forever).
+Every child we start is gone within :data:`SHUTDOWN_BOUND_S` of its close starting, whatever it ignores, and none
+outlives this process (``PR_SET_PDEATHSIG``): the why and the steps are on :class:`StdioChild`.
 """
 
 from __future__ import annotations
@@ -98,7 +64,45 @@ class ChildStartError(OSError):
 
 
 class StdioChild:
-    """One stdio server process. :meth:`start` it, read :meth:`messages`, :meth:`send`, then :meth:`aclose`."""
+    """One stdio server process. :meth:`start` it, read :meth:`messages`, :meth:`send`, then :meth:`aclose`.
+
+    Shutdown (https://modelcontextprotocol.io/specification/2025-11-25/basic/lifecycle#shutdown),
+    :meth:`StdioChild.aclose`:
+
+    1. close the child's stdin, then wait up to :data:`EOF_WAIT_S` (2 s) for it (and its process group) to exit;
+    2. ``SIGTERM`` to its process group, then wait up to :data:`TERM_WAIT_S` (2 s);
+    3. ``SIGKILL`` to its process group, then wait up to :data:`KILL_WAIT_S` (1 s) for the kernel to reap it.
+
+    So every child we start is gone within :data:`SHUTDOWN_BOUND_S` (5 s) of its close starting, whatever it ignores. A
+    caller that cannot wait that long (it is cancelled, or ``run``'s interrupt deadline is up) ends it at once: a
+    cancelled ``aclose`` sends ``SIGKILL`` before it returns, and :func:`kill_all` does the same for every live child,
+    synchronously, on the way out of a process.
+
+    Tied to us: the child is started through a tiny exec shim that sets ``PR_SET_PDEATHSIG`` (Linux) to ``SIGKILL``
+    before it becomes the server, so even a ``SIGKILL`` of this process leaves no child (the shim replaces itself with
+    the command: the child *is* the server). Not ``preexec_fn``: a worker has threads (the Temporal core's), and
+    ``preexec_fn`` after ``fork`` in a threaded process can deadlock. The child leads a process group of its own, as
+    with the SDK, so that a terminal's Ctrl-C reaches ``run`` alone (which cancels the task through this child, that
+    must still be alive for it) and so that steps 2 and 3 reach whatever the server itself started. What a server starts
+    and moves out of its group (a daemon) is out of reach by design; a ``SIGKILL`` of us kills the child itself, not
+    descendants it left in its group (they get EOF on the pipes they inherited).
+
+    Why not the SDK's ``mcp.client.stdio.stdio_client`` (``mcp==2.3.0``), which we used before: its shutdown runs in the
+    task that entered the context, in an anyio shielded scope, and an asyncio ``task.cancel()`` (how Temporal and
+    ``asyncio.wait_for`` cancel) is not held off by that shield, as its own comment says. Our bounded close
+    (``wait_for(pool.aclose(), 2 s)``) cancelled it after exactly its 2 s stdin grace, right before its ``SIGTERM``; its
+    task group then waited without end on its shielded drain of the child's stdout, which ends only when the child does,
+    and a child kept alive by its own timers (the reference server-everything) never did: ``run`` hung after the
+    outcome, and after a ``SIGKILL`` the child lived on under PID 1 (no parent-death tie in a new session). Its bounds
+    are module constants, its process is private, so none of this can be fixed from outside.
+
+    Kept from the SDK: the message framing (one JSON-RPC message per line, validated by
+    ``mcp_types.jsonrpc_message_adapter``, written as ``model_dump_json(by_alias=True, exclude_unset=True)``) and the
+    safe inherited environment (:func:`.sdk_compat.default_stdio_environment`, given by the caller). Added: a line is
+    bounded (:data:`~protocol.limits.MAX_REPLY_BYTES`; a longer one is skipped and reported, never buffered), invalid
+    UTF-8 in a line is that line's error (the SDK's strict decoding ended the whole session), and a write is bounded in
+    time (a child that stops reading its stdin cannot hold a request forever).
+    """
 
     def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
         self.process = process

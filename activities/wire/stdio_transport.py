@@ -1,5 +1,6 @@
-"""A stdio MCP server as a transport: the SDK's message framing on a child process of our own (:mod:`.stdio` says
-why: the SDK's ``stdio_client`` could not be made to end its child in bounded time).
+"""A stdio MCP server as a transport: the SDK's message framing on a child process of our own.
+
+Not the SDK's ``stdio_client``: it could not be made to end its child in bounded time (:mod:`.stdio` says why).
 """
 
 from __future__ import annotations

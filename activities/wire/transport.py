@@ -1,11 +1,8 @@
-"""The two transports of an MCP session, one interface: streamable HTTP (:mod:`.http_transport`, our own: the SDK's
-folds every HTTP status ≥ 400 into ``-32603`` and cannot adopt a persisted ``Mcp-Session-Id``) and stdio
-(:mod:`.stdio_transport`, the SDK's framing on a child process of ours); JSON-RPC framing in :mod:`.jsonrpc`.
+"""The two transports of an MCP session, one interface: ``request``, ``notify`` and ``aclose``.
 
-Both expose the same three calls: ``request`` (returns the JSON-RPC ``result`` object),
-``notify`` and ``aclose``. Server→client requests that arrive while a request is open (elicitation on
-a legacy ``tasks/result`` stream) go to ``on_server_request``; without a handler they are refused
-with ``-32601`` so the server is never left waiting.
+Streamable HTTP is ours (:mod:`.http_transport`: the SDK's folds every HTTP status ≥ 400 into ``-32603`` and cannot
+adopt a persisted ``Mcp-Session-Id``), stdio the SDK's framing on a child of ours (:mod:`.stdio_transport`). A server's
+request while one of ours is open goes to ``on_server_request``; without a handler it is refused with ``-32601``.
 """
 
 from __future__ import annotations
