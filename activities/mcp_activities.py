@@ -90,7 +90,7 @@ from mcp_temporal_tasks.activities.defs import (  # the names stay importable fr
     McpActivityDefs,
 )
 from mcp_temporal_tasks.activities.failure_encoding import to_application_error
-from mcp_temporal_tasks.activities.push import GRACE_S, PushHub
+from mcp_temporal_tasks.activities.push import Lease, PushHub, Registration
 from mcp_temporal_tasks.activities.relay import (
     INPUT_DELIVERED_SIGNAL,
     INPUT_REQUESTED_SIGNAL,
@@ -133,7 +133,7 @@ from mcp_temporal_tasks.protocol.wire_errors import (
 log = logging.getLogger(__name__)
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
 #: A wait's first gap at least this long, on a session whose ``tasks/list`` is read here, waits (within the gap) for
-#: the reader to list it before sleeping, so that it stretches (push.PushHub.until_listed).
+#: the reader to list it before sleeping, so that it stretches (push.Lease.until_listed).
 SETTLE_MIN_GAP_S = 20.0
 T = TypeVar("T")
 
@@ -202,7 +202,7 @@ class McpActivities(McpActivityDefs):
     ) -> None:
         self.servers = dict(servers or {})
         self.pool = pool or SessionPool()
-        #: Who hears the servers' task notifications for this process's waits (``activities/push.py``).
+        #: Who hears the servers' task notifications for this process's waits (``activities/push/``).
         self.push = push or PushHub()
         self.push.reads_with(self._hub_read)
         self.store = store or ResultStore()
@@ -289,88 +289,41 @@ class McpActivities(McpActivityDefs):
         except McpWireError as exc:
             raise to_application_error(exc, task_read=True)
 
-    def _watch(
-        self,
-        inp: AwaitInput,
-        session: WireSession | None,
-        gap_s: float,
-        on_wake: Callable[[], None] | None = None,
-        key: str | None = None,
-        status: str | None = None,
-        today_s: float | None = None,
-        read: bool = True,
-        state: TaskState | None = None,
-    ) -> None:
-        """Register this wait with the push hub until the next poll (plus a grace): a notification for the task
-        then wakes its workflow at once (and ``on_wake`` runs: a heartbeating wait here stops, so the workflow's
-        own read is the only one). Jobs (plain tools) have no notifications."""
-        if inp.job is not None:
-            return
+    @staticmethod
+    def _lease(
+        hub: PushHub,
+        ref: SessionRef,
+        principal: str | None,
+        task_id: str,
+        *,
+        job: JobBinding | None,
+        epoch: int,
+        gap_for: Callable[[TaskState], float] | None = None,
+    ) -> Lease:
+        """This wait's lease on the push hub: a notification for the task (or the hub's own read, or a ``tasks/list``
+        read) then wakes its workflow at once. Nothing to register (a lease on nothing) for a job (plain tools have no
+        notifications) or an activity run outside a worker (ActivityEnvironment: nobody to wake)."""
+        if job is not None:
+            return Lease()
+        try:
+            temporal = activity.client()
+        except RuntimeError:
+            return Lease()
         info = activity.info()
-        try:
-            temporal = activity.client()
-        except RuntimeError:  # an activity run outside a worker (ActivityEnvironment): nobody to wake
-            return
         if info.workflow_id is None:
-            return
-        self.push.watch(
-            inp.session,
-            inp.principal,
-            inp.task_id,
-            session=session,
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            epoch=len(inp.answered_keys),
-            for_s=gap_s * 1.1 + GRACE_S,
-            temporal=temporal,
-            on_wake=on_wake,
-            key=key,
-            status=status,
-            gap_s=today_s,
-            gap_for=None if today_s is None else _gap_for(inp),
-            read=read,
-            state=state,
+            return Lease()
+        return hub.register(
+            Registration(ref, principal, task_id, info.workflow_id, info.workflow_run_id, epoch, temporal, gap_for)
         )
 
-    def _watch_relay(
-        self, inp: RelayInput, session: WireSession, info: activity.Info, on_wake: Callable[[], None]
-    ) -> None:
-        """Register a held ``tasks/result`` with the push hub for as long as it may be held: a notification for the
-        task then runs ``on_wake`` (the workflow's copy of the signal is ignored while it relays)."""
-        try:
-            temporal = activity.client()
-        except RuntimeError:  # outside a worker (ActivityEnvironment): nobody to wake
-            return
-        if info.workflow_id is None:
-            return
-        self.push.watch(
-            inp.session,
-            inp.principal,
-            inp.state.task_id,
-            session=session,
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            epoch=-1,
-            for_s=inp.hold_s,
-            temporal=temporal,
-            on_wake=on_wake,
-            status=inp.state.status,
-        )
-
-    def _stretch(self, inp: AwaitInput, key: str | None = None, *, idle: bool = False) -> float:
-        return (
-            1.0
-            if inp.job is not None
-            else self.push.stretch(inp.session, inp.principal, inp.task_id, key=key, idle=idle)
-        )
-
-    async def _after_hub_read(self, key: str, task_id: str) -> None:
+    @staticmethod
+    async def _after_hub_read(lease: Lease) -> None:
         """A read right after this process's own (the hub read it, and woke the workflow): keep the pollInterval."""
-        if (spacing := self.push.spacing(key, task_id)) > 0:
+        if (spacing := lease.spacing()) > 0:
             await asyncio.sleep(spacing)
 
     async def _hub_read(self, ref: SessionRef, principal: str | None, task_id: str) -> TaskState:
-        """The push hub's own read of an idle wait's task (``activities/poller.py``): ``tasks/get`` on the pooled
+        """The push hub's own read of an idle wait's task (``push/poller.py``): ``tasks/get`` on the pooled
         session, a session the server forgot replaced as for any read."""
         _, state = await self.pool.read_task(ref, principal=principal, fn=lambda s: s.get(task_id))
         return state
@@ -688,17 +641,14 @@ class McpActivities(McpActivityDefs):
         delay: float | None = None
         transient = 0
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": 0}
-        # Set by the push hub when it wakes this task's workflow: the workflow then reads the task in an activity of
-        # its own (it abandoned this one), so this one stops at once instead of polling on until a heartbeat tells
-        # it of the cancel. Had the workflow not taken the wake, the state returned here makes it read again anyway.
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def wake() -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        push_key = self.push.key(inp.session, inp.principal)  # once: a heartbeating wait may poll every 100 ms
-        await self._after_hub_read(push_key, inp.task_id)
+        lease = self._lease(
+            self.push, inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys)
+        )
+        # Done when the push hub wakes this task's workflow: the workflow then reads the task in an activity of its own
+        # (it abandoned this one), so this one stops at once instead of polling on until a heartbeat tells it of the
+        # cancel. Had the workflow not taken the wake, the state returned here makes it read again anyway.
+        woken = lease.woken
+        await self._after_hub_read(lease)
         while True:
             try:
                 session, state = await self.pool.read_task(
@@ -746,7 +696,7 @@ class McpActivities(McpActivityDefs):
             }
             activity.heartbeat(details)
             self._live(details)
-            moved = await self._if_moved(session, client, state, inp, details, polls)
+            moved = await self._if_moved(session, client, state, inp, details, polls, lease)
             if moved is not None:
                 return moved
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
@@ -758,19 +708,18 @@ class McpActivities(McpActivityDefs):
                 schedule=inp.schedule,
                 age_s=age,
             )
-            # Where the server has shown it notifies, polls are the safety net: further apart (push.PushHub.stretch).
-            factor = self._stretch(inp, push_key)
-            self._watch(inp, session, delay * factor, on_wake=wake, key=push_key, status=state.status)
+            # Where the server has shown it notifies, polls are the safety net: further apart (push.Lease.stretch).
+            factor = lease.stretch()
+            lease.renew(delay * factor, session=session, status=state.status)
             if (
                 factor == 1.0
                 and delay >= SETTLE_MIN_GAP_S
-                and inp.job is None
-                and await self._listed(inp, push_key, min(hb_every, delay / 4), shutdown, woken)
+                and await self._listed(lease, min(hb_every, delay / 4), shutdown, woken)
             ):
                 # Registered just now on a session whose tasks/list is read here: the reader's next read lists it,
                 # so this first long gap stretches as the later ones will (not one gap at today's pace first).
-                factor = self._stretch(inp, push_key)
-                self._watch(inp, session, delay * factor, on_wake=wake, key=push_key, status=state.status)
+                factor = lease.stretch()
+                lease.renew(delay * factor, session=session, status=state.status)
             stretched = delay * factor
             if inp.hand_over_gap_s is not None and stretched >= inp.hand_over_gap_s:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
@@ -780,11 +729,10 @@ class McpActivities(McpActivityDefs):
             if woken.done():
                 return AwaitOutput(state=state, polls=polls)
 
-    async def _listed(self, inp: AwaitInput, key: str, timeout: float, *stop: asyncio.Future[None]) -> bool:
-        """:meth:`PushHub.until_listed`, given up when the worker starts shutting down or the workflow is woken."""
-        listed = asyncio.ensure_future(
-            self.push.until_listed(inp.session, inp.principal, inp.task_id, key=key, timeout=timeout)
-        )
+    @staticmethod
+    async def _listed(lease: Lease, timeout: float, *stop: asyncio.Future[None]) -> bool:
+        """:meth:`Lease.until_listed`, given up when the worker starts shutting down or the workflow is woken."""
+        listed = asyncio.ensure_future(lease.until_listed(timeout))
         waited: set[asyncio.Future[Any]] = {listed, *stop}
         await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
         if not listed.done():
@@ -846,11 +794,20 @@ class McpActivities(McpActivityDefs):
         failing_since: float | None = previous.get("failingSince") if isinstance(previous, dict) else None
         faults = int(previous.get("faults") or 0) if isinstance(previous, dict) and failing_since else 0
         details: dict[str, Any] = {"taskId": _short(inp.task_id), "polls": info.attempt}
+        lease = self._lease(
+            self.push,
+            inp.session,
+            inp.principal,
+            inp.task_id,
+            job=inp.job,
+            epoch=len(inp.answered_keys),
+            gap_for=_gap_for(inp),
+        )
         early = (inp.first_poll_at or 0.0) - time.time()
         if info.attempt == 1 and early > 0.05:
             # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
             # server's pollInterval), at the price of the one poll it replaces.
-            self._watch(inp, None, early)
+            lease.renew(early)
             raise ApplicationError(
                 f"waiting for the next poll in {early:.0f}s",
                 details,
@@ -858,13 +815,12 @@ class McpActivities(McpActivityDefs):
                 next_retry_delay=timedelta(seconds=early),
                 category=ApplicationErrorCategory.BENIGN,
             )
-        push_key = self.push.key(inp.session, inp.principal)  # once for all (a model_dump_json each)
         # This process's hub read the task within today's gap and saw it working: that read stands for this one (a
         # change would have woken the workflow), so the server is not asked twice in one gap.
-        cached = None if inp.job is not None or failing_since else self.push.fresh(push_key, inp.task_id)
+        cached = None if failing_since else lease.fresh()
         session: WireSession | None = None
         if cached is None:
-            await self._after_hub_read(push_key, inp.task_id)
+            await self._after_hub_read(lease)
         if cached is not None:
             state = cached
             details.update(status=state.status, statusMessage=state.status_message, readBy="worker")
@@ -915,7 +871,7 @@ class McpActivities(McpActivityDefs):
             self._live(details)
             if failing_since:
                 activity.heartbeat(details)  # reads work again: the next attempt must not inherit the fault clock
-            moved = await self._if_moved(read_on, client, state, inp, details, 1)
+            moved = await self._if_moved(read_on, client, state, inp, details, 1, lease)
             if moved is not None:
                 return moved
         age = task_age_s(state.created_at, inp.submitted_at, time.time())
@@ -930,18 +886,11 @@ class McpActivities(McpActivityDefs):
         )
         today = delay
         # Registered for the longest gap this wait may get: the hub reads the task itself from now on (where it can),
-        # and this wait's own attempts are then only the net for this process's death (push.PushHub.stretch).
-        self._watch(
-            inp,
-            session,
-            today * self.push.net,
-            status=state.status,
-            key=push_key,
-            today_s=today,
-            read=cached is None,
-            state=state,
+        # and this wait's own attempts are then only the net for this process's death (push.Lease.stretch).
+        lease.renew(
+            today * lease.net, session=session, status=state.status, today_s=today, read=cached is None, state=state
         )
-        delay = today * self._stretch(inp, push_key, idle=True)
+        delay = today * lease.stretch(idle=True)
         details["nextPollS"] = round(delay, 1)
         message = state.status_message and cap_text(state.status_message, 256)
         # BENIGN: an expected outcome of every poll of a working task; the SDK logs it at debug, with no traceback.
@@ -961,6 +910,7 @@ class McpActivities(McpActivityDefs):
         inp: AwaitInput,
         details: dict[str, Any],
         polls: int,
+        lease: Lease,
     ) -> AwaitOutput | None:
         """How a wait ends once the task moved: terminal (its payload read here too), or input to answer; None while
         it works (input already answered counts as working: servers acknowledge lazily)."""
@@ -969,7 +919,7 @@ class McpActivities(McpActivityDefs):
             out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
             out.payload, out.retrieval_error = await self._read_payload(client, state, inp.output_schema, details)
             self.pool.track(session, state.task_id, done=True)
-            self.push.forget(inp.session, inp.principal, state.task_id)
+            lease.release()
             return out
         if state.status == "input_required":
             fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
@@ -1111,6 +1061,8 @@ class McpActivities(McpActivityDefs):
         wf = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
         every = max(0.5, (info.heartbeat_timeout or timedelta(seconds=30)).total_seconds() / 3)
         beat = {"taskId": inp.state.task_id, "status": "input_required", "relay": True}
+        # A notification for the task ends the hold (the workflow's copy of the signal is ignored while it relays).
+        lease = self._lease(self.push, inp.session, inp.principal, inp.state.task_id, job=None, epoch=-1)
 
         async def answer_for(key: str) -> dict[str, Any]:
             while True:
@@ -1151,8 +1103,7 @@ class McpActivities(McpActivityDefs):
             ``tasks/result`` only at its own poll interval (the TypeScript SDK: up to a minute after the task ended); a
             notification that the task changed is checked with a ``tasks/get``, and a task that has ended is read anew
             at once (a read: nothing is re-run)."""
-            woken = asyncio.Event()
-            self._watch_relay(inp, client, info, woken.set)
+            lease.hold(inp.hold_s, session=client, status=inp.state.status)
             held = asyncio.create_task(
                 self._heartbeating(
                     client.result(inp.state, on_server_request=on_request, timeout_s=inp.hold_s), lambda: beat, every
@@ -1160,15 +1111,14 @@ class McpActivities(McpActivityDefs):
             )
             try:
                 while True:
-                    wake = asyncio.create_task(woken.wait())
-                    await asyncio.wait({held, wake}, return_when=asyncio.FIRST_COMPLETED)
-                    wake.cancel()
+                    either: set[asyncio.Future[Any]] = {held, lease.woken}
+                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
                     if held.done():
                         try:
                             return held.result(), None
                         except JsonRpcError:
                             return None, None
-                    woken.clear()
+                    lease.rearm()
                     seen = await client.get(inp.state.task_id)
                     if seen.terminal:
                         held.cancel()
@@ -1194,7 +1144,7 @@ class McpActivities(McpActivityDefs):
                     raise TransportError("tasks/result ended with an error while the task is still running", sent=True)
                 payload = await client.result(state)
             self.pool.track(client, inp.state.task_id, done=True)
-            self.push.forget(inp.session, inp.principal, inp.state.task_id)
+            lease.release()
             return RelayOutput(
                 state=state, payload=self._decode(payload, inp.output_schema), notified=ended is not None
             )
