@@ -200,8 +200,8 @@ class AwaitInput(_Model):
     poll_floor_s: float = 0.1
     poll_ceiling_s: float = 30.0
     output_schema: dict[str, Any] | None = None
-    #: Return as soon as the status differs from these (input_required also ends a wait).
-    #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily).
+    #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily); their count is the
+    #: wait's input round (a wake-up per status and round).
     answered_keys: list[str] = Field(default_factory=list)
     #: How long the server may stay unreachable (refused, reset, garbled, 5xx) before the wait gives up.
     unreachable_s: float = 600.0
