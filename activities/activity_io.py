@@ -200,8 +200,8 @@ class AwaitInput(_Model):
     poll_floor_s: float = 0.1
     poll_ceiling_s: float = 30.0
     output_schema: dict[str, Any] | None = None
-    #: Return as soon as the status differs from these (input_required also ends a wait).
-    #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily).
+    #: Input keys already answered: their reappearance is ignored (servers acknowledge lazily); their count is the
+    #: wait's input round (a wake-up per status and round).
     answered_keys: list[str] = Field(default_factory=list)
     #: How long the server may stay unreachable (refused, reset, garbled, 5xx) before the wait gives up.
     unreachable_s: float = 600.0
@@ -384,7 +384,7 @@ def failed_read_error(kind: str, code: Any, message: str, data: Any = None) -> R
 
 #: The workflow type of one MCP task, and the Keyword search attribute holding its task id (as
 #: :func:`search_attribute_value` writes it): how a worker holding a session's notifications finds the workflow
-#: of a task it was not told about (``activities/push.py``). Defined here, below the workflow that sets them.
+#: of a task it was not told about (``activities/push/``). Defined here, below the workflow that sets them.
 TASK_WORKFLOW_TYPE = "McpTaskWorkflow"
 TASK_ID_SEARCH_ATTRIBUTE = "McpTaskId"
 #: Temporal refuses a Keyword search attribute over 2,048 bytes (and terminates the workflow that upserts it).
@@ -399,7 +399,7 @@ def search_attribute_value(value: str) -> str:
     return "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
 
 
-#: Signal from a worker that heard the server say a task changed (``activities/push.py``); its handler only wakes
+#: Signal from a worker that heard the server say a task changed (``activities/push/``); its handler only wakes
 #: the wait, the read that follows decides (``McpTaskWorkflow``).
 TASK_NOTIFIED_SIGNAL = "mcp_task_notified"
 

@@ -5,9 +5,9 @@ The servers are the official Python SDK's 2025-11-25 task runtime (``mcp`` 1.30,
 ``notifications/tasks/status`` on the session's GET stream when a task ends (the SDK's default), the other two are
 told not to (``complete(..., notify=False)``); ``notifying`` and ``silent`` offer no ``tasks/list`` (``--no-list``:
 today's two kinds of server, each wait read on its own), ``listing`` offers the SDK's (the session's own tasks), which
-the worker's list reader reads at the pollInterval (``activities/list_reader.py``). Wherever the server is reached over
-HTTP, the worker's hub also reads its idle waits' tasks itself (``activities/poller.py``: on today's schedule where
-nothing else tells it of a change, so that the waits' own attempts are only the net). Everything else is the same:
+the worker's list reader reads at the pollInterval (``activities/push/list_reader.py``). Wherever the server is reached
+over HTTP, the worker's hub also reads its idle waits' tasks itself (``activities/push/poller.py``: on today's schedule
+where nothing else tells it of a change, so that the waits' own attempts are only the net). Everything else is the same:
 pollInterval ``--poll-ms``, our worker as shipped (push on, ``push_stretch`` 4), its tasks back-dated to known ages
 (``age_s``, as in ``bench/idle.py``), one dev server. Every worker first sees one 3 s task end (the prime), so that on
 the notifying server its listener is up and the server has shown it notifies (``delivered_by`` of the primes is in the

@@ -960,7 +960,7 @@ async def phase_inflight_aged(
         out["tasks_get_per_s"] = round((c1["gets"] - c0["gets"]) / wall, 2)
         out["heartbeats_per_s"] = round((sdk1[HEARTBEAT] - sdk0[HEARTBEAT]) / wall, 2)
         # The waits' own reads (the activities' mcp_tasks_polls); the rest of tasks_get_per_s is the worker's hub
-        # reading for them (activities/poller.py).
+        # reading for them (activities/push/poller.py).
         out.update({f"{k}_per_s": round((own1[k] - own0[k]) / wall, 2) for k in READ_COUNTERS})
         out["worker_temporal_rpcs_per_s"] = round(sum((sdk1 - sdk0).values()) / wall, 2)
         out["worker_temporal_rpcs_by_operation_per_s"] = {k: round(v / wall, 2) for k, v in (sdk1 - sdk0).most_common()}

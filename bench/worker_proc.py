@@ -50,10 +50,10 @@ async def main_async(args: argparse.Namespace) -> None:
         # The bench simulates a task's age through the server's createdAt (bench.server's age_s); the shipped worker
         # counts a task's age from its own send time (a server clock hours behind must not stretch a fresh task's
         # polls), which would make every back-dated task look fresh. The bench's worker alone reads createdAt.
-        from mcp_temporal_tasks.activities import mcp_activities
+        from mcp_temporal_tasks.activities import waiting
 
-        age_from_send_time = mcp_activities.task_age_s
-        mcp_activities.task_age_s = lambda created_at, submitted_at, now: (
+        age_from_send_time = waiting.task_age_s
+        waiting.task_age_s = lambda created_at, submitted_at, now: (
             age_from_send_time(  # type: ignore[assignment]
                 created_at, None, now
             )

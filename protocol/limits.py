@@ -41,6 +41,15 @@ def cap_text(text: str, limit: int = TEXT_CAP) -> str:
     return text
 
 
+#: How much of a task id a label shows (heartbeat details, activity summaries, log lines).
+SHORT_ID = 64
+
+
+def short_id(task_id: str, n: int = SHORT_ID) -> str:
+    """A task id as labels show it: bounded, whatever the server sent (its first ``n`` characters and an ellipsis)."""
+    return task_id if len(task_id) <= n else f"{task_id[:n]}…"
+
+
 def carry_problem(value: Any, max_depth: int = MAX_RESULT_DEPTH) -> str | None:
     """Why ``value`` cannot be carried in a Temporal payload as is (too deep, a lone surrogate), or None.
 

@@ -87,7 +87,7 @@ def test_bench_push_tiny(tmp_path: Path) -> None:
     # A task aged 1 min is polled every 3 s where the server is silent (5 % of its age): the window must see it.
     assert p["silent"]["buckets"]["1 min"]["polls_per_task_hour"] > 0
     # One wake per notified probe; where the server is silent, at most the one the worker's own read of an idle wait
-    # sends (activities/poller.py; these young probes are mostly read by their heartbeating wait: none).
+    # sends (activities/push/poller.py; these young probes are mostly read by their heartbeating wait: none).
     assert p["notifying"]["per_task_history"]["signals"] == 1 and p["silent"]["per_task_history"]["signals"] <= 1
     f = p["flood"]
     assert f["sent"] == 2000 and f["error"] is None, f

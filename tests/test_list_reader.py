@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.activities.list_reader import (
+from mcp_temporal_tasks.activities.push.list_reader import (
     LIST_MIN_S,
     MAX_ITEMS,
     MAX_PAGES,

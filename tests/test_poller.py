@@ -1,4 +1,4 @@
-"""The worker's own reads of idle waits' tasks (``activities/poller.py``, ``PushHub``): on each wait's schedule, a
+"""The worker's own reads of idle waits' tasks (``activities/push/poller.py``, ``PushHub``): on each wait's schedule, a
 change wakes the workflow once, a read never decides, failures stop the coverage, and the wait's own attempts stretch
 to the net only while the hub reads for them. No Temporal, no server: the read is a function here (the peers' runs are
 in ``tests/test_idle_waits.py`` and ``bench --only push-inflight``)."""
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.activities.poller import FAILS_TO_STOP, TaskPoller
-from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub, _ahead
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub
+from mcp_temporal_tasks.activities.push.hub import _ahead
+from mcp_temporal_tasks.activities.push.poller import FAILS_TO_STOP, TaskPoller
 from mcp_temporal_tasks.protocol.tasks import Endpoint, TaskState
 from mcp_temporal_tasks.protocol.wire_errors import TaskNotFound, TransportError
 

@@ -20,7 +20,7 @@ def big(is_error: bool) -> dict:
 def test_offloaded_tool_error_keeps_is_error(tmp_path: Path) -> None:
     acts = McpActivities(store=ResultStore(tmp_path, inline_limit=1024))
     for is_error in (True, False):
-        out = acts._decode(TaskPayload(result=big(is_error)), None)
+        out = acts.shared.decode(TaskPayload(result=big(is_error)), None)
         assert out.result is None and out.result_ref is not None
         assert out.result_ref["is_error"] is is_error
         assert ResultStore.get(out.result_ref)["isError"] is is_error

@@ -24,6 +24,7 @@ from temporalio.client import WorkflowHandle
 
 from mcp_temporal_tasks.activities.activity_io import STILL_WORKING
 from mcp_temporal_tasks.activities.defs import START_CALL
+from mcp_temporal_tasks.activities.heartbeats import CALL_SENT, Heartbeat
 from mcp_temporal_tasks.protocol.eras import protocol_label
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_USAGE, LIVE_LINE, err, hint
 from mcp_temporal_tasks.worker.printable import printable
@@ -38,14 +39,12 @@ Check = Callable[[], Awaitable[str | None]]
 TICK_S = 0.5
 #: Not on a terminal: the first "still …" line after this long without a change; then twice the gap each time.
 STILL_FIRST_S, STILL_MAX_S = 10.0, 300.0
-#: What a start_call heartbeat says once tools/call has left: a long synchronous call shows as CALLING.
-CALL_SENT = "tools/call sent"
 #: How the end was learned (``delivered_by``), as the live view and the summary say it.
 _LEARNED = {"notification": "notified", "poll": "polled", "list": "seen in tasks/list"}
 
 
 class LiveBoard:
-    """What the activities of this process's own worker report, at once (``McpActivities.live_sink``): a task
+    """What the activities of this process's own worker report, at once (``McpActivities(live_sink=...)``): a task
     that ``run`` runs itself is shown without waiting for heartbeats, which reach Temporal only every 0.8 × the
     heartbeat timeout (24 s by default)."""
 
@@ -60,11 +59,11 @@ class LiveBoard:
 
 
 def _merge_live(view: TaskView, live: dict[str, Any] | None) -> TaskView:
-    if isinstance(live, dict):
-        if live.get("status") in ("working", "input_required", "completed", "failed", "cancelled"):
-            view.task_status = live["status"]
-        if isinstance(live.get("statusMessage"), str):
-            view.status_message = live["statusMessage"]
+    beat = Heartbeat.read(live)
+    if beat.status is not None:
+        view.task_status = beat.status
+    if beat.status_message is not None:
+        view.status_message = beat.status_message
     return view
 
 
@@ -108,17 +107,18 @@ async def workflow_trouble(handle: TaskHandle, raw: Any) -> str | None:
 def read_trouble(live: dict[str, Any], now: float | None = None) -> str | None:
     """``reads failing since …`` when the waiting activity's reads of the task have been failing: since when, how
     many attempts, the last error, and when the read budget runs out (then the task ends ``lost``)."""
-    since, faults = live.get("failingSince"), live.get("faults")
-    if not isinstance(since, (int, float)) or isinstance(since, bool) or not since:
+    beat = Heartbeat.read(live)
+    since = beat.failing_since
+    if not since:
         return None
     # Absolute times only: the line changes when the reads do (a new attempt), not on every tick of the live view.
     now = time.time() if now is None else now
     text = f"reads failing since {_clock(since)}"
-    text += f" ({faults} attempts" if isinstance(faults, int) else " ("
-    error = live.get("transportError")
-    text += f"; last: {printable(error)[:200]}" if isinstance(error, str) else ""
-    ends = live.get("readBudgetEndsAt")
-    if isinstance(ends, (int, float)) and not isinstance(ends, bool):
+    text += f" ({beat.faults} attempts" if beat.faults is not None else " ("
+    error = beat.transport_error
+    text += f"; last: {printable(error)[:200]}" if error is not None else ""
+    ends = beat.read_budget_ends_at
+    if ends is not None:
         text += f"; gives up at {_clock(ends)}" if ends > now else "; giving up"
     return text + ")"
 
@@ -176,7 +176,7 @@ def shown_phase(view: TaskView, live: dict[str, Any] | None = None) -> str:
     trouble = (live or {}).get(TROUBLE)
     if isinstance(trouble, str) and trouble.startswith("workflow task failing"):
         return trouble
-    if view.phase == Phase.SUBMITTING and (live or {}).get("step") == CALL_SENT:
+    if view.phase == Phase.SUBMITTING and Heartbeat.read(live).step == CALL_SENT:
         return "CALLING"
     return view.phase.value
 

@@ -1,45 +1,9 @@
-"""Read, not told: one ``tasks/list`` read wakes every waiting task of a session whose status changed.
+"""A stateful 2025-11-25 HTTP session's ``tasks/list``, read for the hub at its pollInterval: which waits a changed
+status wakes (``via = list``).
 
-A 2025-11-25 server that does not notify still answers ``tasks/list`` for every task of a session in one request.
-The push hub (``activities/push.py``) runs one :class:`ListReader` per session it has waits on, beside that session's
-notification listener, where the list can be ours:
-
-**When the list is ours.** Only a stateful 2025-11-25 HTTP session is read (the hub's ``get`` sessions: a
-``Mcp-Session-Id``), attached with the session's own id and endpoint (credential references included): the
-TypeScript SDK 1.32 (``InMemoryTaskStore`` keyed by ``sessionId``) and the official Python SDK 1.30 (task ids scoped
-to the session that created them; ``tasks/list`` lists only those) list a session's own tasks and no one else's. A
-stateless server (no session id) would list every client's tasks, or none, and stdio children are heard on their
-stdout: neither is read, their waits keep today's per-task reads. A server that does not offer ``tasks/list``
-(``capabilities.tasks.list`` absent where the handshake is known here, or a ``-32601`` answer) is not read again for
-:data:`NOT_OFFERED_RETRY_S`. And a wait counts as *under the reader* only while the reader's last **complete** read
-(every page, within the bounds) listed it: a server that scopes nothing and lists thousands of foreign tasks, pages
-forever or drops our task from its list has its waits polled on today's schedule.
-
-**How often.** Every :data:`interval` = the smallest ``pollInterval`` among our listed tasks, bounded below by
-:data:`LIST_MIN_S` and above by the 1 h a ``pollInterval`` is honoured up to
-(``schedule.MAX_HONOURED_POLL_INTERVAL_S``);
-:data:`DEFAULT_LIST_S` when the server gives none. A long list is read less often: never more than
-:data:`PAGES_PER_S` pages nor :data:`ITEMS_PER_S` tasks a second on average (the TypeScript SDK pages by 10, the
-Python SDK 1.30 sends a session's whole list in one page: either way a session of 10,000 tasks is read every 100 s;
-its waits' own polls, stretched, are the bound meanwhile), so the reader's cost follows what it reads, not the
-pollInterval.
-
-**What it does with a page.** For each listed task waited on here whose status differs from the one its own last
-read saw (the hub's registration carries it) and can end a wait (``input_required``, ``completed``, ``failed``,
-``cancelled``): the same wake-up a notification gives (signal ``mcp_task_notified``, ``via = list``), at most once
-per (workflow, task, status, input round). The workflow's own read decides; the list's word is never an outcome, so
-a list that lies costs one signal and one read. Nothing else from the list is used.
-
-**Bounds.** A read is at most :data:`MAX_PAGES` pages and :data:`MAX_ITEMS` tasks, plus room for the waits this
-session has here (:func:`read_bounds`: a list must be able to hold what we wait on, and no more than that beyond the
-floor); a cursor seen before, empty of meaning (not a string, over 4 KiB) ends it. A read cut by a bound covers
-nothing, and the next one is :data:`BOUNDED_BACKOFF_S` later (doubling to :data:`MAX_BACKOFF_S`), unless waits
-registered meanwhile (a burst of new tasks outgrew the bound: the next read, with room for them, follows at the pace of
-the pages); a read that failed backs off too. The transport bounds each reply's size and time as for every request.
-
-**A wait's first gap.** A wait registers at its first read, and the reader asks only for registered waits: the hub's
-:meth:`~mcp_temporal_tasks.activities.push.PushHub.until_listed` lets a long first gap wait (a few seconds, within the
-heartbeat) for the next read to list it, so that it stretches as the later gaps will.
+Only a list that is the session's own is read, and a wait counts as under the reader only while its last complete
+read (every page, within :func:`read_bounds`) listed it; anything else keeps today's per-task reads
+(``docs/how-it-works.md``, "Read, not told"; its bounds: ``docs/operating.md``, "The push hub").
 """
 
 from __future__ import annotations
@@ -182,7 +146,7 @@ def changed(read: ListRead, last_seen: Mapping[str, str | None]) -> list[tuple[s
 
 
 class ListReader:
-    """Reads one session's ``tasks/list`` while it has waits here (see the module docstring).
+    """Reads one session's ``tasks/list`` while it has waits here.
 
     ``waits()`` gives the waits registered here, task id → the status their own last read saw; ``wake(task_id,
     status)`` wakes one (True when a signal was queued). ``offered``: whether the server's handshake offered

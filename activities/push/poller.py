@@ -1,31 +1,9 @@
-"""Polled in the worker, not through Temporal: the push hub reads its idle waits' tasks itself, and only a change
-wakes a workflow.
+"""The hub's own reads of an HTTP session's idle waits' tasks, each on its wait's schedule and with no Temporal round
+trip: a status that can end a wait wakes it (``via = poll``); a read here never decides.
 
-An idle wait (``poll_task``) pays a whole activity attempt for each ``tasks/get``: Temporal's round trip and the SDK's
-activity machinery, about 5 ms of the worker's CPU, of which the read itself is the small part (``bench/README.md``).
-The push hub (``activities/push.py``) already holds, per server session, the waits this process registered. One
-:class:`TaskPoller` per session reads each of them here, with the session pool's ``tasks/get``:
-
-* **When.** On the wait's own schedule (``schedule.next_poll_delay``: max(pollInterval, 5 % of the age), recomputed
-  from each read), counted from the last read of the task, the wait's own or the poller's. Where the server's
-  notifications reach this process the reads are ``push_net_stretch`` times further apart, one per attempt of the
-  wait's own and a little ahead of it (``push._ahead``), so that the attempt finds the read made (a lost
-  notification is seen within that, and the server that lost it is read at today's pace until it notifies again:
-  ``PushHub._poll_factor``); where a complete ``tasks/list`` read lists the task it is not read at all (the list
-  read is the read).
-* **What it does with a read.** A status that differs from the one the wait's own last read saw and can end a wait
-  (``input_required``, ``completed``, ``failed``, ``cancelled``) wakes the workflow: the same signal a notification
-  sends (``mcp_task_notified``, ``via = poll``), at most once per (workflow, task, status, input round). The
-  workflow's own read decides the outcome; a read here is never an outcome, and a wake never replays anything. A task
-  the server no longer knows is not woken (its wait's own attempt finds out).
-* **Meanwhile** the wait's own attempts stretch to the durable net (``[worker] push_net_stretch`` × today's gap): they
-  are what is left when this process dies, so that is the stated cost of a dead worker.
-
-**Bounds.** At most :data:`MAX_IN_FLIGHT` reads at once per session, each bounded in time by the transport; a read
-that fails is tried again after min(its gap, :data:`RETRY_S`); :data:`FAILS_TO_STOP` failed reads in a row and the
-poller stops covering its session (:meth:`TaskPoller.healthy`) until a read succeeds: the waits' next attempts keep
-today's schedule. Nothing is read for a wait whose registration expired or ended; the poller stops when its session
-has no wait left, and the hub starts it again with the next one.
+Bounds: :data:`MAX_IN_FLIGHT` reads of a session at once, a failed read tried again after min(its gap,
+:data:`RETRY_S`), and after :data:`FAILS_TO_STOP` failures in a row the session's waits keep today's schedule
+(:meth:`TaskPoller.healthy`) until a read succeeds (``docs/operating.md``, "The push hub").
 """
 
 from __future__ import annotations
@@ -60,7 +38,7 @@ After = Callable[[str, TaskState], float | None]
 
 
 class TaskPoller:
-    """Reads the tasks of one session's idle waits on their schedules (see the module docstring).
+    """Reads the tasks of one session's idle waits on their schedules.
 
     ``read(task_id)`` reads one task (``tasks/get`` on the session); the hub decides, through ``before`` and
     ``after``, whether a due read happens and when the next one is."""

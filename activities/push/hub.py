@@ -1,54 +1,9 @@
-"""Told, not only polled: the worker-wide hub that turns a server's task notifications into wake-ups.
+"""The push hub: this worker's registry of waits and the listeners of their sessions, turning a server's task
+notifications, a session's ``tasks/list`` and the hub's own reads into wake-ups.
 
-With idle waits nothing of a task runs between two polls, so no activity can hold the listening: the hub belongs to
-the worker process (one per :class:`~mcp_temporal_tasks.activities.mcp_activities.McpActivities`, beside its session
-pool). The waiting activities register what they wait on: ``await_task`` after each poll, each ``poll_task`` attempt
-(and the attempt that only keeps the schedule after a hand-over), as *(server session, task id) → workflow*, with a
-lifetime of the next poll's gap plus :data:`GRACE_S`; a registration not renewed by then expires, and a session
-whose registrations are all gone has its listener closed (swept every :data:`SWEEP_S`). So the hub listens exactly
-while this process has waits on a session, and no longer.
-
-**One listener per session** (``wire/notifications.py``): stdio, the tap on the child this process owns; 2025-11-25
-over HTTP, the session's GET stream on a transport of the hub's own; 2026-07-28, a ``subscriptions/listen`` for the
-session's waited-on task ids. Across workers the servers decide who holds a session's stream: the TypeScript and
-Python SDKs allow one GET stream per session and answer a second with 409, so the first worker to open it owns it,
-the others stand by (``HELD_ELSEWHERE``) and retry with backoff, taking over within :data:`~.wire.notifications.
-MAX_HELD_BACKOFF_S` once the owner is gone (its TCP connection closes with it).
-
-**A notification wakes, it never decides.** A notice for a task registered here, with a status that can end a wait
-(``input_required``, ``completed``, ``failed``, ``cancelled``), is one signal
-(:data:`~.activity_io.TASK_NOTIFIED_SIGNAL`) to its workflow, which drops the pending poll and reads the task at
-once; the read decides, as without notifications.
-At most one signal per (workflow, task, status, input round): a server that repeats a notification
-forever, or lies, costs one signal and one read. The round is the number of input requests the workflow has
-answered, so a task that asks for input twice is woken twice. A notice for a task not registered here, on an HTTP
-session whose stream this worker holds, may belong to a wait registered on another worker (an idle wait's attempts
-land on any worker, all of them re-attaching the one session): the hub finds its workflow by the ``McpTaskId``
-search attribute (``WorkflowType = 'McpTaskWorkflow' AND ExecutionStatus = 'Running'``), at most
-:data:`LOOKUPS_PER_S` per second (a bucket of :data:`LOOKUP_BURST`), once per task id and status, a miss remembered
-for :data:`NEGATIVE_S`: a flood of unknown task ids costs a handful of visibility queries and no signal. Ids that
-could not be written into a query literal safely (quotes and the like) are not looked up: their waits are polled.
-
-**Polling stays the safety net**; only its schedule may stretch (:meth:`PushHub.stretch`): by ``stretch`` (4 by
-default, ``[worker] push_stretch``) for a wait whose session has a live listener (here, or held elsewhere) on a
-server that has delivered a notification for one of our waits within :data:`NOTIFYING_MEMORY_S` (a day). So a dropped
-notification is still seen within 4 × today's bound (4 × max(pollInterval, 5 % of the age)) by a heartbeating wait
-(an idle wait's task is read here, below), and a server that never notifies keeps today's schedule exactly (it never
-delivers one).
-
-**Read here, for idle waits** (``activities/poller.py``): an idle wait (``poll_task``) registers with today's gap, and
-on an HTTP session the hub reads its task itself on that schedule (once per net gap, ``push_net_stretch`` × today's,
-where notifications reach us, a little ahead of the wait's next attempt, which then takes that read; not at all while
-a ``tasks/list`` read lists it); a status that can end the wait is the same wake-up (``via = poll``), and one that no
-notification announced takes the server's standing as a notifier away (today's schedule again, until it notifies). The
-wait's own attempts are then only the net for this process's death: ``push_net_stretch`` (8 by default) × today's gap
-apart, and an attempt within a gap of the hub's last read (:meth:`PushHub.fresh`) takes that read instead of asking
-the server again. The hub's reads failing (three in a row) end the stretch: the next attempts keep today's schedule.
-
-Everything here is bounded: registrations by the waits of this process, the signal queue (:data:`SIGNAL_QUEUE`), the
-dedupe and negative caches (LRU), the lookups; nothing is logged per notification above DEBUG (counts:
-:meth:`PushHub.stats`, and the ``mcp_tasks_notifications{endpoint, result}`` counter). A worker killed, a stream
-dropped: the registrations are gone or expire, and the polls go on as before.
+One rule: a wake-up never decides (the workflow's own read does), at most one per (workflow, task, status, input
+round); polling stays the safety net, stretched only where this process hears or reads for a wait. How it works and
+what bounds it: ``docs/how-it-works.md`` ("Told, not only polled" and after), ``docs/operating.md`` ("The push hub").
 """
 
 from __future__ import annotations
@@ -72,8 +27,9 @@ from mcp_temporal_tasks.activities.activity_io import (
     TaskNotified,
     search_attribute_value,
 )
-from mcp_temporal_tasks.activities.list_reader import ListReader
-from mcp_temporal_tasks.activities.poller import TaskPoller
+from mcp_temporal_tasks.activities.push.lease import GRACE_S, HubLease, Registration
+from mcp_temporal_tasks.activities.push.list_reader import ListReader
+from mcp_temporal_tasks.activities.push.poller import TaskPoller
 from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, SessionRef, WireSession
 from mcp_temporal_tasks.activities.wire.notifications import (
     GetStream,
@@ -95,10 +51,8 @@ DEFAULT_STRETCH = 4.0
 #: How far apart an idle wait's own attempts are (× today's gap) while this process reads for it (notifications, a
 #: ``tasks/list`` read, or its own ``tasks/get``): the bound on a dead worker (``[worker] push_net_stretch``).
 DEFAULT_NET_STRETCH = 8.0
-#: Sessions whose tasks the hub can read itself (``activities/poller.py``): HTTP, 2025-11-25 and 2026-07-28.
+#: Sessions whose tasks the hub can read itself (``push/poller.py``): HTTP, 2025-11-25 and 2026-07-28.
 _POLLABLE = frozenset({"get", "listen"})
-#: A registration outlives the gap its activity scheduled by this much (an attempt may start late).
-GRACE_S = 60.0
 SWEEP_S = 5.0
 #: A hub's read stands for an idle wait's own (:meth:`PushHub.fresh`) up to this many times the hub's pace.
 FRESH_SLACK = 1.5
@@ -164,11 +118,11 @@ class _Session:
     retry_at: float = 0.0
     #: Last time a notice for a task waited on here arrived.
     heard: float | None = None
-    #: The session's ``tasks/list`` reader (``activities/list_reader.py``): stateful 2025-11-25 HTTP sessions only.
+    #: The session's ``tasks/list`` reader (``push/list_reader.py``): stateful 2025-11-25 HTTP sessions only.
     reader: ListReader | None = None
     reader_task: asyncio.Task[None] | None = None
     reader_retry_at: float = 0.0
-    #: Reads the idle waits' tasks here (``activities/poller.py``): HTTP sessions with idle waits.
+    #: Reads the idle waits' tasks here (``push/poller.py``): HTTP sessions with idle waits.
     poller: TaskPoller | None = None
     poller_task: asyncio.Task[None] | None = None
 
@@ -209,7 +163,9 @@ def _ahead(gap_s: float, factor: float) -> float:
 
 
 class PushHub:
-    """The registry of this process's waits and the listeners of their sessions (see the module docstring)."""
+    """The registry of this process's waits and the listeners of their sessions. A wait registers with
+    :meth:`register` and asks its :class:`~.lease.Lease` everything else; the worker gives the hub its read
+    (:meth:`reads_with`) and closes it (:meth:`aclose`)."""
 
     def __init__(
         self,
@@ -221,9 +177,9 @@ class PushHub:
         net_stretch: float = DEFAULT_NET_STRETCH,
     ) -> None:
         self.enabled = enabled
-        #: Read ``tasks/list`` of stateful 2025-11-25 HTTP sessions with waits here (``activities/list_reader.py``).
+        #: Read ``tasks/list`` of stateful 2025-11-25 HTTP sessions with waits here (``push/list_reader.py``).
         self.list_reads = list_reads
-        #: Read idle waits' tasks here (``activities/poller.py``), once :meth:`reads_with` gave the read.
+        #: Read idle waits' tasks here (``push/poller.py``), once :meth:`reads_with` gave the read.
         self.task_reads = task_reads
         self.factor = max(1.0, stretch)
         self.net = max(self.factor, net_stretch)
@@ -245,7 +201,12 @@ class PushHub:
         self.counts: Counter[str] = Counter()
         self._closed = False
 
-    # --- what the waiting activities call --------------------------------------------------------------
+    # --- what the waiting activities call (through their lease) -----------------------------------------
+
+    def register(self, registration: Registration) -> HubLease:
+        """A lease on ``registration``'s wait: registered (and renewed) by :meth:`HubLease.renew` before each gap,
+        asked what the hub knows of it, released when the wait ends. Its key is computed here, once."""
+        return HubLease(self, registration, self.key(registration.ref, registration.principal))
 
     def watch(
         self,
@@ -272,7 +233,7 @@ class PushHub:
         ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
         ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise);
         ``gap_s``, ``gap_for``: an idle wait that just read its task, with today's gap and how to compute it from a
-        read: the hub reads the task itself from then on (``activities/poller.py``); ``read`` False: the wait took
+        read: the hub reads the task itself from then on (``push/poller.py``); ``read`` False: the wait took
         the hub's own last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is;
         ``state``: what the wait's own read saw (a read of this process, as the hub's own are)."""
         if not self.enabled or self._closed:
@@ -378,9 +339,9 @@ class PushHub:
         task id) → its state. Without it, no task is read here."""
         self._read = read
 
-    def forget(self, ref: SessionRef, principal: str | None, task_id: str) -> None:
+    def forget(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None) -> None:
         """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here."""
-        s = self._sessions.get(self.key(ref, principal))
+        s = self._sessions.get(key or self.key(ref, principal))
         if s is not None and s.poller is not None:
             s.poller.drop(task_id)
         if s is not None and s.routes.pop(task_id, None) is not None and isinstance(s.listener, TasksSubscription):
@@ -785,4 +746,4 @@ def _counter(
         return None
 
 
-__all__ = ["DEFAULT_STRETCH", "GRACE_S", "PushHub", "WAKE_STATUSES"]
+__all__ = ["DEFAULT_NET_STRETCH", "DEFAULT_STRETCH", "GRACE_S", "PushHub", "WAKE_STATUSES"]

@@ -1,0 +1,194 @@
+"""What a wait holds of the push hub: a :class:`Registration` of what it waits on, and the :class:`Lease` that answers
+everything a wait asks of the hub (renewal, stretch, a fresh read, spacing, listing, the wake-up, release).
+
+A lease on nothing (``Lease()``) answers as if no hub were there: today's schedule, nothing read, never woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client
+
+from mcp_temporal_tasks.activities.wire import SessionRef, WireSession
+from mcp_temporal_tasks.protocol.tasks import TaskState
+
+if TYPE_CHECKING:
+    from mcp_temporal_tasks.activities.push.hub import PushHub
+
+#: A registration outlives the gap its activity scheduled by this much (an attempt may start late).
+GRACE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What a wait is on, and whom a wake-up reaches: the task (its server session and principal), the workflow to
+    signal, through which Temporal client."""
+
+    ref: SessionRef
+    principal: str | None
+    task_id: str
+    workflow_id: str
+    run_id: str | None
+    #: Input requests the workflow had answered (a new input round may be woken again); -1 for a held relay.
+    epoch: int
+    temporal: Client
+    #: An idle wait's schedule: today's gap from a read of its task (the hub then reads the task itself).
+    gap_for: Callable[[TaskState], float] | None = None
+
+
+class Lease:
+    """A wait's hold on the hub. This base is the lease on nothing: a job binding, or an activity outside a worker
+    (no Temporal client, no workflow id), which nothing can wake or read for. Renewing and releasing do nothing."""
+
+    __slots__ = ("_woken",)
+
+    def __init__(self) -> None:
+        self._woken: asyncio.Future[None] | None = None
+
+    @property
+    def net(self) -> float:
+        """How much further apart than today's an idle wait's own attempts go while this process reads for it (the
+        net for its death: ``push_net_stretch``)."""
+        return 1.0
+
+    def renew(
+        self,
+        gap_s: float,
+        *,
+        session: WireSession | None = None,
+        status: str | None = None,
+        today_s: float | None = None,
+        read: bool = True,
+        state: TaskState | None = None,
+    ) -> None:
+        """Registered until the next poll, ``gap_s`` away (× 1.1, plus :data:`GRACE_S`): a wake-up in between reaches
+        the workflow. ``status``: what the wait's own last read saw; ``today_s``: an idle wait's unstretched gap (the
+        hub reads its task on that schedule); ``read`` False: the wait took the hub's read (:meth:`fresh`) instead of
+        asking the server; ``state``: what its own read saw."""
+
+    def hold(self, for_s: float, *, session: WireSession | None, status: str | None) -> None:
+        """Registered for exactly ``for_s`` (a held ``tasks/result``: as long as it may be held)."""
+
+    def stretch(self, *, idle: bool = False) -> float:
+        """How much this wait's poll gaps may stretch (``idle``: an idle wait's own attempts); 1 is today's."""
+        return 1.0
+
+    def fresh(self) -> TaskState | None:
+        """The hub's last read of the task, when it stands for the wait's own (the task ``working``, read within the
+        hub's pace); None: read it."""
+        return None
+
+    def spacing(self) -> float:
+        """Seconds to wait before reading, so the server is not asked sooner than its pollInterval after the hub's own
+        read."""
+        return 0.0
+
+    async def until_listed(self, timeout: float) -> bool:
+        """Whether a ``tasks/list`` read here lists the task, waiting at most ``timeout`` for the reader's next read."""
+        return False
+
+    @property
+    def woken(self) -> asyncio.Future[None]:
+        """Done once the hub has woken the wait's workflow (the registering activity may stop its own wait)."""
+        if self._woken is None:
+            self._woken = asyncio.get_running_loop().create_future()
+        return self._woken
+
+    def rearm(self) -> None:
+        """The wake-up was seen: :attr:`woken` waits for the next one."""
+        self._woken = None
+
+    def release(self) -> None:
+        """The wait ended (terminal, gone): nothing wakes it from here any more."""
+
+
+class HubLease(Lease):
+    """A lease on a :class:`~.hub.PushHub`: each answer is the hub's, for the key computed once at registration (a
+    heartbeating wait may renew every 100 ms, every idle wait once per attempt: the renewal makes no object)."""
+
+    __slots__ = ("_hub", "_reg", "_key", "_on_wake")
+
+    def __init__(self, hub: PushHub, registration: Registration, key: str) -> None:
+        super().__init__()
+        self._hub, self._reg, self._key = hub, registration, key
+        self._on_wake = self._wake  # bound once, handed to the hub at every renewal
+
+    @property
+    def net(self) -> float:
+        return self._hub.net
+
+    def renew(
+        self,
+        gap_s: float,
+        *,
+        session: WireSession | None = None,
+        status: str | None = None,
+        today_s: float | None = None,
+        read: bool = True,
+        state: TaskState | None = None,
+    ) -> None:
+        r = self._reg
+        self._hub.watch(
+            r.ref,
+            r.principal,
+            r.task_id,
+            session=session,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            epoch=r.epoch,
+            for_s=gap_s * 1.1 + GRACE_S,
+            temporal=r.temporal,
+            on_wake=self._on_wake,
+            key=self._key,
+            status=status,
+            gap_s=today_s,
+            gap_for=None if today_s is None else r.gap_for,
+            read=read,
+            state=state,
+        )
+
+    def hold(self, for_s: float, *, session: WireSession | None, status: str | None) -> None:
+        r = self._reg
+        self._hub.watch(
+            r.ref,
+            r.principal,
+            r.task_id,
+            session=session,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            epoch=r.epoch,
+            for_s=for_s,
+            temporal=r.temporal,
+            on_wake=self._on_wake,
+            key=self._key,
+            status=status,
+        )
+
+    def stretch(self, *, idle: bool = False) -> float:
+        r = self._reg
+        return self._hub.stretch(r.ref, r.principal, r.task_id, key=self._key, idle=idle)
+
+    def fresh(self) -> TaskState | None:
+        return self._hub.fresh(self._key, self._reg.task_id)
+
+    def spacing(self) -> float:
+        return self._hub.spacing(self._key, self._reg.task_id)
+
+    async def until_listed(self, timeout: float) -> bool:
+        r = self._reg
+        return await self._hub.until_listed(r.ref, r.principal, r.task_id, timeout=timeout, key=self._key)
+
+    def release(self) -> None:
+        r = self._reg
+        self._hub.forget(r.ref, r.principal, r.task_id, key=self._key)
+
+    def _wake(self) -> None:
+        if not self.woken.done():
+            self.woken.set_result(None)
+
+
+__all__ = ["GRACE_S", "HubLease", "Lease", "Registration"]
