@@ -42,8 +42,9 @@ from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
 from mcp_temporal_tasks.activities.wire.tracing import annotate
+from mcp_temporal_tasks.protocol.eras import era_rules
 from mcp_temporal_tasks.protocol.limits import cap_text, safe_raw, short_id
-from mcp_temporal_tasks.protocol.tasks import LEGACY, Endpoint, StartResult, TaskPayload, ToolInfo
+from mcp_temporal_tasks.protocol.tasks import Endpoint, StartResult, TaskPayload, ToolInfo
 
 #: The largest ``tools/list`` answer ``list_tools`` carries (every page, in wire form).
 MAX_TOOLS_LIST_BYTES = 1024 * 1024
@@ -263,7 +264,11 @@ class Calling:
         async def call(client: WireSession) -> StartCallOutput:
             nonlocal sent
             beat.step = READING_TOOLS
-            listed = client.era == LEGACY or profile.trust_annotations or profile.policy.output_schema is None
+            listed = (
+                era_rules(client.era).client_asks_for_task
+                or profile.trust_annotations
+                or profile.policy.output_schema is None
+            )
             tools = await client.list_tools() if listed else {}
             if listed:
                 await self._check_before_sending(

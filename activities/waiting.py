@@ -38,8 +38,9 @@ from mcp_temporal_tasks.activities.wire import (
 )
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.tracing import annotate
+from mcp_temporal_tasks.protocol.eras import era_rules
 from mcp_temporal_tasks.protocol.limits import cap_text, short_id
-from mcp_temporal_tasks.protocol.tasks import LEGACY, TaskState
+from mcp_temporal_tasks.protocol.tasks import TaskState
 from mcp_temporal_tasks.protocol.wire_errors import PayloadUnusable
 
 #: A wait's first gap at least this long, on a session whose ``tasks/list`` is read here, waits (within the gap) for
@@ -367,7 +368,7 @@ class Waiting:
         if state.status == "input_required":
             fresh = {k for k in (state.input_requests or {}) if k not in set(inp.answered_keys)}
             # Legacy input arrives only on a tasks/result stream: nothing to wait for here.
-            if fresh or state.era == LEGACY:
+            if fresh or era_rules(state.era).input_on_result_stream:
                 return AwaitOutput(state=state, polls=polls)
         return None
 

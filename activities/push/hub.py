@@ -30,7 +30,7 @@ from mcp_temporal_tasks.activities.activity_io import (
 from mcp_temporal_tasks.activities.push.lease import GRACE_S, HubLease, Registration
 from mcp_temporal_tasks.activities.push.list_reader import ListReader
 from mcp_temporal_tasks.activities.push.poller import TaskPoller
-from mcp_temporal_tasks.activities.wire import EXTENSION, LEGACY, SessionRef, WireSession
+from mcp_temporal_tasks.activities.wire import SessionRef, WireSession
 from mcp_temporal_tasks.activities.wire.notifications import (
     GetStream,
     Listener,
@@ -41,6 +41,7 @@ from mcp_temporal_tasks.activities.wire.notifications import (
     task_notice,
 )
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
+from mcp_temporal_tasks.protocol.eras import era_rules
 from mcp_temporal_tasks.protocol.tasks import TaskState
 
 log = logging.getLogger("mcp_tasks.push")
@@ -141,11 +142,9 @@ def _kind(ref: SessionRef) -> str | None:
     """How notifications of this session reach us, or None when they cannot (stateless 2025-11-25 HTTP)."""
     if ref.endpoint.command is not None:
         return "stdio"
-    if ref.era == EXTENSION:
+    if era_rules(ref.era).notified_by == "subscriptions/listen":
         return "listen"
-    if ref.era == LEGACY and ref.session_id:
-        return "get"
-    return None
+    return "get" if ref.session_id else None
 
 
 def _ahead(gap_s: float, factor: float) -> float:

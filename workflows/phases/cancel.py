@@ -13,11 +13,12 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import AwaitInput, CancelInput, PollSchedule
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
+    from mcp_temporal_tasks.protocol.limits import short_id
     from mcp_temporal_tasks.protocol.tasks import SessionRef
     from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import TASK_STEP, WAIT, read_budget
     from mcp_temporal_tasks.workflows.phases import endings
-    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug, short
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
     from mcp_temporal_tasks.workflows.phases.steps import Cancel, Ended, Retrieve, Step
     from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, Stage
 
@@ -46,7 +47,7 @@ async def cancel(mc: TaskMachine, step: Cancel) -> Step:
             **mc.config(
                 TASK_STEP,
                 **read_budget(min(300.0, mc.req.timeouts.unreachable_s)),
-                summary=f"tasks/cancel {short(task.task_id)}",
+                summary=f"tasks/cancel {short_id(task.task_id)}",
             ),
         )
     except ActivityError as err:
@@ -95,7 +96,7 @@ async def _settle(mc: TaskMachine, step: Cancel, session: SessionRef, principal:
                 WAIT,
                 start_to_close_timeout=timedelta(minutes=2),
                 schedule_to_close_timeout=timedelta(minutes=3),
-                summary=f"settle {short(task.task_id)} after cancel",
+                summary=f"settle {short_id(task.task_id)} after cancel",
             ),
         )
     except ActivityError:

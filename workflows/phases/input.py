@@ -16,12 +16,13 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import AnswerInput, RelayInput, RelayOutput
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
+    from mcp_temporal_tasks.protocol.limits import short_id
     from mcp_temporal_tasks.protocol.tasks import TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import TASK_STEP, WAIT, read_budget
     from mcp_temporal_tasks.workflows.phases import endings
-    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug, short
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug
     from mcp_temporal_tasks.workflows.phases.steps import AskInput, Cancel, Ended, Relay, Step
     from mcp_temporal_tasks.workflows.records import Ending, Outcome, PendingInput, Phase, Stage
 
@@ -57,7 +58,9 @@ async def ask_input(mc: TaskMachine, step: AskInput) -> Step:
             AnswerInput(session=mc.state.session, task_id=task.task_id, responses=responses, principal=mc.principal()),
             # tasks/update is retried on every read fault: bounded like a poll, by unreachable_s.
             **mc.config(
-                TASK_STEP, **read_budget(mc.req.timeouts.unreachable_s), summary=f"tasks/update {short(task.task_id)}"
+                TASK_STEP,
+                **read_budget(mc.req.timeouts.unreachable_s),
+                summary=f"tasks/update {short_id(task.task_id)}",
             ),
         )
     except ActivityError as err:
@@ -110,7 +113,7 @@ async def relay(mc: TaskMachine, step: Relay) -> Step:
         **mc.config(
             WAIT,
             start_to_close_timeout=timedelta(seconds=timeout + 7200),
-            summary=f"tasks/result {short(task.task_id)} (relaying input)",
+            summary=f"tasks/result {short_id(task.task_id)} (relaying input)",
         ),
     )
     while not handle.done():

@@ -32,11 +32,6 @@ with workflow.unsafe.imports_passed_through():
 LEDGER_CONTRACT_CAP = 16 * 1024
 
 
-def short(task_id: str, n: int = 64) -> str:
-    """A task id as labels show it (activity summaries): bounded, whatever the server sent."""
-    return task_id if len(task_id) <= n else f"{task_id[:n]}…"
-
-
 def bug(what: str) -> RuntimeError:
     """An invariant of our own code broken (never a value a server sent: those end the task with an outcome). It
     fails the workflow *task*, which Temporal retries until fixed code is deployed; the CLI shows it as
@@ -183,4 +178,4 @@ async def abandon(handle: Any) -> None:
         pass
 
 
-__all__ = ["LEDGER_CONTRACT_CAP", "TaskMachine", "abandon", "bug", "short"]
+__all__ = ["LEDGER_CONTRACT_CAP", "TaskMachine", "abandon", "bug"]

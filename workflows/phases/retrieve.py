@@ -13,12 +13,13 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import RetrieveInput
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
+    from mcp_temporal_tasks.protocol.limits import short_id
     from mcp_temporal_tasks.protocol.tasks import TaskState
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import attempts_text, last_read_failure
     from mcp_temporal_tasks.workflows.options import RETRIEVE, read_budget
     from mcp_temporal_tasks.workflows.phases import endings
-    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug, short
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
     from mcp_temporal_tasks.workflows.phases.patches import RETRIEVAL_NEVER_REPLAYS
     from mcp_temporal_tasks.workflows.phases.steps import Ended, Retrieve, Step
     from mcp_temporal_tasks.workflows.records import Ending, Outcome, Phase, Stage
@@ -43,7 +44,7 @@ async def retrieve(mc: TaskMachine, step: Retrieve) -> Step:
                 output_schema=mc.state.output_schema,
             ),
             **mc.config(
-                RETRIEVE, **read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {short(task.task_id)}"
+                RETRIEVE, **read_budget(budget, max_interval_s=60.0), summary=f"tasks/result {short_id(task.task_id)}"
             ),
         )
     except ActivityError as err:

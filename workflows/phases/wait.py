@@ -17,10 +17,11 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import AwaitInput, AwaitOutput, PollSchedule
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.eras import era_rules
+    from mcp_temporal_tasks.protocol.limits import short_id
     from mcp_temporal_tasks.protocol.tasks import SessionRef
     from mcp_temporal_tasks.workflows.options import IDLE_POLL, LONG_WAIT, WAIT
     from mcp_temporal_tasks.workflows.phases import endings
-    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug, short
+    from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug
     from mcp_temporal_tasks.workflows.phases.patches import IDLE_WAITS, LONG_WAIT_HEARTBEAT
     from mcp_temporal_tasks.workflows.phases.steps import (
         AskInput,
@@ -51,7 +52,7 @@ async def follow(mc: TaskMachine, step: Follow) -> Step:
     mc.enter(Phase.WORKING)
     arg = _await_input(mc, mc.state.session, step)
     if step.mode == WaitMode.IDLE and not step.woken:
-        waited = await _wait_idle(mc, arg, summary=f"poll {short(task.task_id)} until terminal (idle between polls)")
+        waited = await _wait_idle(mc, arg, summary=f"poll {short_id(task.task_id)} until terminal (idle between polls)")
     else:
         # A woken wait reads at once in the heartbeating activity, which polls on or hands over to the idle one as
         # any wait does: a notification that lied costs this one read.
@@ -59,9 +60,9 @@ async def follow(mc: TaskMachine, step: Follow) -> Step:
             mc,
             arg,
             summary=(
-                f"read {short(task.task_id)} (notified)"
+                f"read {short_id(task.task_id)} (notified)"
                 if step.woken
-                else f"poll {short(task.task_id)} until terminal" + (" (long wait)" if step.old_task else "")
+                else f"poll {short_id(task.task_id)} until terminal" + (" (long wait)" if step.old_task else "")
             ),
             heartbeat_s=mc.req.timeouts.long_wait_heartbeat_s if step.old_task else None,
         )
