@@ -27,7 +27,7 @@ from mcp_temporal_tasks.activities.activity_io import (
     TaskNotified,
     search_attribute_value,
 )
-from mcp_temporal_tasks.activities.push.lease import GRACE_S, HubLease, Registration
+from mcp_temporal_tasks.activities.push.lease import GRACE_S, Lease, Registration
 from mcp_temporal_tasks.activities.push.list_reader import ListReader
 from mcp_temporal_tasks.activities.push.poller import TaskPoller
 from mcp_temporal_tasks.activities.wire import SessionRef, WireSession
@@ -745,4 +745,89 @@ def _counter(
         return None
 
 
-__all__ = ["DEFAULT_NET_STRETCH", "DEFAULT_STRETCH", "GRACE_S", "PushHub", "WAKE_STATUSES"]
+class HubLease(Lease):
+    """A lease on a :class:`PushHub`: each answer is the hub's, for the key computed once at registration (a
+    heartbeating wait may renew every 100 ms, every idle wait once per attempt: the renewal makes no object)."""
+
+    __slots__ = ("_hub", "_reg", "_key", "_on_wake")
+
+    def __init__(self, hub: PushHub, registration: Registration, key: str) -> None:
+        super().__init__()
+        self._hub, self._reg, self._key = hub, registration, key
+        self._on_wake = self._wake  # bound once, handed to the hub at every renewal
+
+    @property
+    def net(self) -> float:
+        return self._hub.net
+
+    def renew(
+        self,
+        gap_s: float,
+        *,
+        session: WireSession | None = None,
+        status: str | None = None,
+        today_s: float | None = None,
+        read: bool = True,
+        state: TaskState | None = None,
+    ) -> None:
+        r = self._reg
+        self._hub.watch(
+            r.ref,
+            r.principal,
+            r.task_id,
+            session=session,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            epoch=r.epoch,
+            for_s=gap_s * 1.1 + GRACE_S,
+            temporal=r.temporal,
+            on_wake=self._on_wake,
+            key=self._key,
+            status=status,
+            gap_s=today_s,
+            gap_for=None if today_s is None else r.gap_for,
+            read=read,
+            state=state,
+        )
+
+    def hold(self, for_s: float, *, session: WireSession | None, status: str | None) -> None:
+        r = self._reg
+        self._hub.watch(
+            r.ref,
+            r.principal,
+            r.task_id,
+            session=session,
+            workflow_id=r.workflow_id,
+            run_id=r.run_id,
+            epoch=r.epoch,
+            for_s=for_s,
+            temporal=r.temporal,
+            on_wake=self._on_wake,
+            key=self._key,
+            status=status,
+        )
+
+    def stretch(self, *, idle: bool = False) -> float:
+        r = self._reg
+        return self._hub.stretch(r.ref, r.principal, r.task_id, key=self._key, idle=idle)
+
+    def fresh(self) -> TaskState | None:
+        return self._hub.fresh(self._key, self._reg.task_id)
+
+    def spacing(self) -> float:
+        return self._hub.spacing(self._key, self._reg.task_id)
+
+    async def until_listed(self, timeout: float) -> bool:
+        r = self._reg
+        return await self._hub.until_listed(r.ref, r.principal, r.task_id, timeout=timeout, key=self._key)
+
+    def release(self) -> None:
+        r = self._reg
+        self._hub.forget(r.ref, r.principal, r.task_id, key=self._key)
+
+    def _wake(self) -> None:
+        if not self.woken.done():
+            self.woken.set_result(None)
+
+
+__all__ = ["DEFAULT_NET_STRETCH", "DEFAULT_STRETCH", "GRACE_S", "HubLease", "PushHub", "WAKE_STATUSES"]
