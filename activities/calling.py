@@ -1,5 +1,7 @@
-"""Calling a tool: which server a request names (``resolve``), ``tools/call`` sent once (``start_call``, with what
-the server's ``tools/list`` refuses before it leaves and the questions asked on its stream), and ``list_tools``.
+"""Calling a tool: ``resolve`` the server, ``tools/call`` sent once (``start_call``), ``list_tools``.
+
+What the server's ``tools/list`` already refuses is refused before ``tools/call`` leaves (never counted as an attempt),
+and the questions asked on a call's own stream go through the input relay.
 
 The one rule: ``tools/call`` is sent at most once per attempt, and everything that fails before its bytes leave says
 so (``may_have_reached_server`` False); whether a failed call may be sent again is the workflow's decision.

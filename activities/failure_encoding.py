@@ -1,5 +1,6 @@
-"""The one mapping from wire failures to Temporal failures (``ApplicationError``: type = error kind, details =
-info), bounded so that a retrying attempt's failure stays under Temporal's 4 KiB.
+"""The one mapping from wire failures to Temporal failures (``ApplicationError``), bounded.
+
+Type = the error kind, details = its info; a retrying attempt's failure stays under Temporal's 4 KiB.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""What an activity's heartbeat details say (and a ``poll_task`` attempt's benign failure carries): one model, written
-by the activities, read by their next attempt and by the CLI's live view.
+"""An activity's heartbeat details as one model: written by the activities, read by their next attempt and the CLI.
 
-Pure pydantic (the CLI imports it). The JSON is the contract: a running task's next attempt after a deploy reads what
-the previous worker wrote, and the CLI and the Temporal UI show it. So the keys never change, a key set to None is
-still written (``exclude_unset``), and :meth:`Heartbeat.read` takes whatever an older worker wrote: a key missing,
-unknown or of the wrong type is absent, never an error.
+A ``poll_task`` attempt's benign failure carries it too. Pure pydantic (the CLI imports it). The JSON is the contract: a
+running task's next attempt after a deploy reads what the previous worker wrote, and the CLI and the Temporal UI show
+it. So the keys never change, a key set to None is still written (``exclude_unset``), and :meth:`Heartbeat.read` takes
+whatever an older worker wrote: a key missing, unknown or of the wrong type is absent, never an error.
 """
 
 from __future__ import annotations

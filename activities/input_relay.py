@@ -1,6 +1,7 @@
-"""The one input relay: a server's ``elicitation/create`` put to the workflow as a task's input (the relay's signal),
-the answer read back by query, its delivery signalled. For the questions on a ``tools/call``'s own stream
-(``start_call``) and on a held 2025-11-25 ``tasks/result`` (``relay_input``).
+"""The one input relay: a server's ``elicitation/create`` put to the workflow, its answer read back and delivered.
+
+Put as a task's input is (the relay's signal), read back by query, delivery signalled: for the questions on a
+``tools/call``'s own stream (``start_call``) and on a held 2025-11-25 ``tasks/result`` (``relay_input``).
 
 A question is keyed by its content (:func:`~.relay.legacy_input_key`): one the workflow has answered is answered from
 that record, so a person is never asked twice.

@@ -1,5 +1,4 @@
-"""``McpActivities``: the activities a worker registers, one object composed of the jobs that do them over shared
-dependencies (the session pool, the result store, the push hub, the live view).
+"""``McpActivities``: the activities a worker registers, composed of the jobs that do them over shared dependencies.
 
 Activity names are stable and versioned (``mcp-tasks.<step>.v1``, ``defs.py``): workflows in flight keep resolving
 them across deployments. Each activity's failure semantics are in its job's docstring: ``calling`` (``resolve``,

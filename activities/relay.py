@@ -1,7 +1,7 @@
-"""The relay's protocol with its workflow: the signal and query names ``relay_input`` (2025-11-25 input on a held
-``tasks/result`` stream) and ``McpTaskWorkflow`` share, and the key that makes a re-sent question the same one.
+"""The relay's protocol with its workflow: the signal and query names and the key of a question.
 
-Strings recorded in histories: they never change.
+Shared by ``relay_input`` (2025-11-25 input on a held ``tasks/result`` stream) and ``McpTaskWorkflow``; the key makes a
+re-sent question the same one. Strings recorded in histories: they never change.
 """
 
 from __future__ import annotations

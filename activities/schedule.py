@@ -1,5 +1,6 @@
-"""How often a waiting task is polled (the server's ``pollInterval``, our floor and ceiling, the age schedule) and
-how a wait backs off from a failed poll within its ``unreachable_s`` budget: the waiting activities' policy.
+"""How often a waiting task is polled, and how a wait backs off from a failed poll within its budget.
+
+The server's ``pollInterval``, our floor and ceiling, the age schedule; ``unreachable_s`` bounds the backoff.
 """
 
 from __future__ import annotations

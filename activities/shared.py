@@ -1,5 +1,4 @@
-"""What the activity jobs share: their dependencies (the session pool, the result store, the push hub, the live view),
-and how an activity heartbeats, sleeps between polls, counts and makes a payload carriable.
+"""What the activity jobs share: their dependencies, heartbeating, sleeping between polls, metrics, payloads.
 
 Heartbeats are the only live state Temporal keeps of a running attempt (and hands to the next one): each job writes
 them as a :class:`~.heartbeats.Heartbeat`, through the helpers here.

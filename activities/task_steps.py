@@ -1,9 +1,8 @@
-"""Steps on a task that exists: its payload read again (``retrieve_result``), ``tasks/cancel`` (``cancel_task``),
-``tasks/update`` with answers (``answer_input``), a held 2025-11-25 ``tasks/result`` relaying input
-(``relay_input``), and an existing workflow's outcome (``fetch_outcome``).
+"""Steps on a task that exists: retrieve, cancel, answer, relay 2025-11-25 input, a child's outcome.
 
-The one rule: each is idempotent and retried by the workflow's bounded policy on a read fault; ``-32602`` (gone) and
-an unreachable session are answers, not failures. None re-calls the tool.
+``retrieve_result``, ``cancel_task``, ``answer_input`` (``tasks/update``), ``relay_input``, ``fetch_outcome``. The one
+rule: each is idempotent and retried by the workflow's bounded policy on a read fault; ``-32602`` (gone) and an
+unreachable session are answers, not failures. None re-calls the tool.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Waiting for a task: ``await_task`` (polls inside one heartbeating activity) and ``poll_task`` (one read per attempt,
-nothing running between two), over one read of the task and one fault clock.
+"""Waiting for a task: ``await_task`` and ``poll_task``, over one read of the task and one fault clock.
 
+``await_task`` polls inside one heartbeating activity; ``poll_task`` reads once per attempt, nothing running between.
 The one rule: a read fault is retried (``tasks/get`` is idempotent) until the server has given no usable answer for
 ``unreachable_s`` (``schedule.after_read_fault``), and that clock travels between attempts in the heartbeat details;
 only ``-32602`` (gone) and an unreachable session end a wait without it. Never re-calls the tool.

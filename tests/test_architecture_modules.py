@@ -42,3 +42,11 @@ def test_every_module_is_named_in_the_architecture() -> None:
     assert len(modules) > 60
     assert not modules - named, f"modules ARCHITECTURE.md's 'Every module' does not name: {sorted(modules - named)}"
     assert not named - modules, f"ARCHITECTURE.md names modules that do not exist: {sorted(named - modules)}"
+
+
+def test_the_module_table_is_written_from_each_modules_first_docstring_line() -> None:
+    """The table's job column is each module's first docstring line (``scripts/architecture_table.py``): a module added,
+    removed or redescribed without running the script fails here."""
+    from scripts.architecture_table import main
+
+    assert main(["--check"]) == 0, "run: python scripts/architecture_table.py"

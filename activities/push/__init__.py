@@ -1,5 +1,6 @@
-"""The push hub, a worker-wide service: what the waiting activities register with (:meth:`PushHub.register`) and ask
-through their :class:`Lease`. Activities import this package's names only, never its modules (a contract).
+"""The push hub, a worker-wide service: waits register (``PushHub.register``) and ask their ``Lease`` the rest.
+
+Activities import this package's names only, never its modules (a contract).
 
 ``hub`` (the registry and the listeners) → ``lease`` (a wait's registration and its answers) | ``poller`` (idle waits'
 tasks read here) | ``list_reader`` (a session's ``tasks/list``).

@@ -1,5 +1,4 @@
-"""The push hub: this worker's registry of waits and the listeners of their sessions, turning a server's task
-notifications, a session's ``tasks/list`` and the hub's own reads into wake-ups.
+"""The push hub: this worker's waits and their sessions' listeners, turning what it hears and reads into wake-ups.
 
 One rule: a wake-up never decides (the workflow's own read does), at most one per (workflow, task, status, input
 round); polling stays the safety net, stretched only where this process hears or reads for a wait. How it works and

@@ -1,7 +1,7 @@
-"""What a wait holds of the push hub: a :class:`Registration` of what it waits on, and the :class:`Lease` that answers
-everything a wait asks of the hub (renewal, stretch, a fresh read, spacing, listing, the wake-up, release).
+"""What a wait holds of the push hub: its ``Registration``, and the ``Lease`` that answers what a wait asks.
 
-A lease on nothing (``Lease()``) answers as if no hub were there: today's schedule, nothing read, never woken.
+A lease answers renewal, stretch, a fresh read, spacing, listing, the wake-up and release. A lease on nothing
+(``Lease()``) answers as if no hub were there: today's schedule, nothing read, never woken.
 """
 
 from __future__ import annotations

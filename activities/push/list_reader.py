@@ -1,9 +1,9 @@
-"""A stateful 2025-11-25 HTTP session's ``tasks/list``, read for the hub at its pollInterval: which waits a changed
-status wakes (``via = list``).
+"""A stateful 2025-11-25 HTTP session's ``tasks/list``, read for the hub: which waits a changed status wakes.
 
-Only a list that is the session's own is read, and a wait counts as under the reader only while its last complete
-read (every page, within :func:`read_bounds`) listed it; anything else keeps today's per-task reads
-(``docs/how-it-works.md``, "Read, not told"; its bounds: ``docs/operating.md``, "The push hub").
+Read at the session's pollInterval; a wake it makes says ``via = list``. Only a list that is the session's own is read,
+and a wait counts as under the reader only while its last complete read (every page, within :func:`read_bounds`) listed
+it; anything else keeps today's per-task reads (``docs/how-it-works.md``, "Read, not told"; its bounds:
+``docs/operating.md``, "The push hub").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The hub's own reads of an HTTP session's idle waits' tasks, each on its wait's schedule and with no Temporal round
-trip: a status that can end a wait wakes it (``via = poll``); a read here never decides.
+"""The hub's own reads of an HTTP session's idle waits' tasks, each on its wait's schedule, no Temporal round trip.
 
-Bounds: :data:`MAX_IN_FLIGHT` reads of a session at once, a failed read tried again after min(its gap,
-:data:`RETRY_S`), and after :data:`FAILS_TO_STOP` failures in a row the session's waits keep today's schedule
-(:meth:`TaskPoller.healthy`) until a read succeeds (``docs/operating.md``, "The push hub").
+A status that can end a wait wakes it (``via = poll``); a read here never decides. Bounds: :data:`MAX_IN_FLIGHT` reads
+of a session at once, a failed read tried again after min(its gap, :data:`RETRY_S`), and after :data:`FAILS_TO_STOP`
+failures in a row the session's waits keep today's schedule (:meth:`TaskPoller.healthy`) until a read succeeds
+(``docs/operating.md``, "The push hub").
 """
 
 from __future__ import annotations
