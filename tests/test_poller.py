@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub
+from mcp_temporal_tasks.activities.push import DEFAULT_NET_STRETCH, PushHub, Registration
 from mcp_temporal_tasks.activities.push.hub import _ahead
 from mcp_temporal_tasks.activities.push.poller import FAILS_TO_STOP, TaskPoller
 from mcp_temporal_tasks.protocol.tasks import Endpoint, TaskState
@@ -133,18 +133,7 @@ async def test_the_hub_wakes_a_changed_idle_wait_once_and_stretches_its_attempts
     ref = _http_ref()
     key = hub.key(ref, None)
     hub.watch(
-        ref,
-        None,
-        "t-1",
-        session=None,
-        workflow_id="wf-1",
-        run_id=None,
-        epoch=0,
-        for_s=60,
-        temporal=signals,
-        status="working",
-        gap_s=0.1,
-        gap_for=lambda s: 0.1,
+        Registration(ref, None, "t-1", "wf-1", None, 0, signals, gap_for=lambda s: 0.1), 60, status="working", gap_s=0.1
     )  # type: ignore[arg-type]
     try:
         # The hub reads for it: the wait's own attempts are the net, DEFAULT_NET_STRETCH × its gap; a heartbeating
@@ -184,18 +173,10 @@ async def test_an_attempt_that_took_the_hubs_read_keeps_its_schedule_and_a_woken
 
     def watch(read_now: bool) -> None:
         hub.watch(
-            ref,
-            None,
-            "t-1",
-            session=None,
-            workflow_id="wf",
-            run_id=None,
-            epoch=0,
-            for_s=60,
-            temporal=_Signals(),
+            Registration(ref, None, "t-1", "wf", None, 0, _Signals(), gap_for=lambda s: 1.0),
+            60,
             status="working",
-            gap_s=1.0,  # type: ignore[arg-type]
-            gap_for=lambda s: 1.0,
+            gap_s=1.0,
             read=read_now,
         )
 
@@ -224,18 +205,10 @@ async def test_the_hub_stops_stretching_when_its_reads_fail() -> None:
     key = hub.key(ref, None)
     for i in range(FAILS_TO_STOP):
         hub.watch(
-            ref,
-            None,
-            f"t-{i}",
-            session=None,
-            workflow_id=f"wf-{i}",
-            run_id=None,
-            epoch=0,
-            for_s=60,
-            temporal=_Signals(),
+            Registration(ref, None, f"t-{i}", f"wf-{i}", None, 0, _Signals(), gap_for=lambda s: 0.1),
+            60,
             status="working",
             gap_s=0.0,
-            gap_for=lambda s: 0.1,
         )  # type: ignore[arg-type]
     try:
         await _until(lambda: hub.stats()["sessions"][key]["reads"]["fails_in_a_row"] >= FAILS_TO_STOP)
@@ -269,18 +242,10 @@ async def test_under_notifications_the_hub_reads_once_per_net_gap_until_the_serv
     try:
         for task_id in status:
             hub.watch(
-                ref,
-                None,
-                task_id,
-                session=None,
-                workflow_id=f"wf-{task_id}",
-                run_id=None,
-                epoch=0,
-                for_s=60,
-                temporal=signals,
+                Registration(ref, None, task_id, f"wf-{task_id}", None, 0, signals, gap_for=lambda s: 1.0),
+                60,
                 status="working",
                 gap_s=1.0,
-                gap_for=lambda s: 1.0,  # type: ignore[arg-type]
                 read=False,
             )
         session = hub._sessions[key]
@@ -327,32 +292,15 @@ async def test_under_notifications_the_hubs_read_comes_ahead_of_the_waits_next_a
     hub._notifying[ref.endpoint.identity()] = time.monotonic()  # it delivered one for a wait of ours
     try:
         hub.watch(
-            ref,
-            None,
-            "t-0",
-            session=None,
-            workflow_id="wf-0",
-            run_id=None,
-            epoch=0,
-            for_s=60,
-            temporal=_Signals(),
-            status="working",
+            Registration(ref, None, "t-0", "wf-0", None, 0, _Signals()), 60, status="working"
         )  # a heartbeating wait's: the session and its stream
         hub._sessions[key].listener = _Live()  # type: ignore[assignment]
         t0 = time.monotonic()
         hub.watch(
-            ref,
-            None,
-            "t-1",
-            session=None,
-            workflow_id="wf",
-            run_id=None,
-            epoch=0,
-            for_s=60,
-            temporal=_Signals(),
+            Registration(ref, None, "t-1", "wf", None, 0, _Signals(), gap_for=lambda s: 1.0),
+            60,
             status="working",
             gap_s=1.0,
-            gap_for=lambda s: 1.0,  # type: ignore[arg-type]
             read=True,
             state=_state("t-1"),
         )
@@ -388,18 +336,10 @@ async def test_each_read_of_the_hub_is_counted_by_its_result() -> None:
     ref = _http_ref()
     for i in range(3):
         hub.watch(
-            ref,
-            None,
-            f"t-{i}",
-            session=None,
-            workflow_id=f"wf-{i}",
-            run_id=None,
-            epoch=0,
-            for_s=60,
-            temporal=_Signals(),
+            Registration(ref, None, f"t-{i}", f"wf-{i}", None, 0, _Signals(), gap_for=lambda s: 30.0),
+            60,
             status="working",
             gap_s=0.0,
-            gap_for=lambda s: 30.0,
         )  # type: ignore[arg-type]
     try:
         await _until(lambda: len(added) == 3)
@@ -423,18 +363,10 @@ async def test_no_reads_where_they_are_turned_off_or_the_session_is_stdio() -> N
     try:
         for hub, r in ((off, ref), (stdio, child)):
             hub.watch(
-                r,
-                None,
-                "t-1",
-                session=None,
-                workflow_id="wf",
-                run_id=None,
-                epoch=0,
-                for_s=60,
-                temporal=_Signals(),
+                Registration(r, None, "t-1", "wf", None, 0, _Signals(), gap_for=lambda s: 1.0),
+                60,
                 status="working",
-                gap_s=0.0,  # type: ignore[arg-type]
-                gap_for=lambda s: 1.0,
+                gap_s=0.0,
                 state=_state("t-1"),
             )
             assert hub.stretch(r, None, "t-1", idle=True) == 1.0

@@ -208,32 +208,28 @@ class PushHub:
 
     def watch(
         self,
-        ref: SessionRef,
-        principal: str | None,
-        task_id: str,
-        *,
-        session: WireSession | None,
-        workflow_id: str,
-        run_id: str | None,
-        epoch: int,
+        reg: Registration,
         for_s: float,
-        temporal: Client,
+        *,
+        session: WireSession | None = None,
         on_wake: Callable[[], None] | None = None,
         key: str | None = None,
         status: str | None = None,
         gap_s: float | None = None,
-        gap_for: Callable[[TaskState], float] | None = None,
         read: bool = True,
         state: TaskState | None = None,
     ) -> None:
-        """Register (or renew) a wait on ``task_id`` for ``for_s`` more seconds; starts the session's listener.
+        """Register (or renew) the wait ``reg`` for ``for_s`` more seconds; starts the session's listener.
         ``on_wake`` runs when a notification wakes the workflow (the registering activity stops its own wait);
-        ``key``: :meth:`key` of ``ref`` and ``principal``, computed once by a caller that watches every poll;
+        ``key``: :meth:`key` of the registration's session and principal, computed once by its lease;
         ``status``: what the wait's own last read saw (a ``tasks/list`` read wakes the wait when it says otherwise);
-        ``gap_s``, ``gap_for``: an idle wait that just read its task, with today's gap and how to compute it from a
-        read: the hub reads the task itself from then on (``push/poller.py``); ``read`` False: the wait took
-        the hub's own last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is;
-        ``state``: what the wait's own read saw (a read of this process, as the hub's own are)."""
+        ``gap_s``: an idle wait that just read its task, with today's gap (``reg.gap_for`` computes it from a read):
+        the hub reads the task itself from then on (``push/poller.py``); ``read`` False: the wait took the hub's own
+        last read (:meth:`fresh`) and did not ask the server, so the hub's schedule stays as it is; ``state``: what
+        the wait's own read saw (a read of this process, as the hub's own are)."""
+        ref, principal, task_id = reg.ref, reg.principal, reg.task_id
+        workflow_id, run_id, epoch, temporal = reg.workflow_id, reg.run_id, reg.epoch, reg.temporal
+        gap_for = reg.gap_for if gap_s is not None else None
         if not self.enabled or self._closed:
             return
         kind = _kind(ref)
@@ -769,42 +765,20 @@ class HubLease(Lease):
         read: bool = True,
         state: TaskState | None = None,
     ) -> None:
-        r = self._reg
         self._hub.watch(
-            r.ref,
-            r.principal,
-            r.task_id,
+            self._reg,
+            gap_s * 1.1 + GRACE_S,
             session=session,
-            workflow_id=r.workflow_id,
-            run_id=r.run_id,
-            epoch=r.epoch,
-            for_s=gap_s * 1.1 + GRACE_S,
-            temporal=r.temporal,
             on_wake=self._on_wake,
             key=self._key,
             status=status,
             gap_s=today_s,
-            gap_for=None if today_s is None else r.gap_for,
             read=read,
             state=state,
         )
 
     def hold(self, for_s: float, *, session: WireSession | None, status: str | None) -> None:
-        r = self._reg
-        self._hub.watch(
-            r.ref,
-            r.principal,
-            r.task_id,
-            session=session,
-            workflow_id=r.workflow_id,
-            run_id=r.run_id,
-            epoch=r.epoch,
-            for_s=for_s,
-            temporal=r.temporal,
-            on_wake=self._on_wake,
-            key=self._key,
-            status=status,
-        )
+        self._hub.watch(self._reg, for_s, session=session, on_wake=self._on_wake, key=self._key, status=status)
 
     def stretch(self, *, idle: bool = False) -> float:
         r = self._reg
