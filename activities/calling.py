@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from mcp_temporal_tasks.activities.activity_io import (
     DecodedPayload,
+    JobBinding,
     ListToolsInput,
     ResolveInput,
     ServerConfig,
@@ -43,6 +44,7 @@ from mcp_temporal_tasks.activities.wire import McpWireError, WireSession
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
+from mcp_temporal_tasks.activities.wire.session import ProgressHandler
 from mcp_temporal_tasks.activities.wire.tracing import annotate
 from mcp_temporal_tasks.protocol.eras import era_rules
 from mcp_temporal_tasks.protocol.limits import cap_text, safe_raw, short_id
@@ -286,55 +288,14 @@ class Calling:
                 beat.tool = profile.job.submit
             # The first heartbeat of the attempt: the SDK sends it at once (later ones are throttled).
             activity.heartbeat(beat.details())
-            reconciled = None
             if profile.job is not None:
-                try:
-                    start = await JobTasks(client, profile.job).submit(
-                        inp.arguments, timeout_s=inp.call_timeout_s, on_progress=progress
-                    )
-                except JobReplyMismatch as exc:
-                    return StartCallOutput(
-                        start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
-                        payload=DecodedPayload(decode_error=exc.message, raw=exc.raw),
-                        sdk_version=installed_sdk_version(),
-                    )
+                submitted = await self._submit_job(client, profile.job, inp, progress)
+                if isinstance(submitted, StartCallOutput):
+                    return submitted
+                start, reconciled = submitted, None
             else:
-                try:
-                    start = await client.start(
-                        inp.tool,
-                        inp.arguments,
-                        ttl_ms=inp.ttl_ms,
-                        input_responses=inp.input_responses,
-                        request_state=inp.request_state,
-                        timeout_s=inp.call_timeout_s,
-                        on_progress=progress,
-                        on_server_request=on_request,
-                    )
-                except McpWireError as exc:
-                    if not exc.may_have_reached_server:
-                        raise
-                    task = await client.reconcile_lost_call(exc)
-                    if task is None:
-                        raise
-                    reconciled = f"the reply to tools/call was lost ({exc.kind}); tasks/list showed its one new task"
-                    activity.logger.warning("tools/call %s: %s: %s", inp.tool, reconciled, short_id(task.task_id))
-                    start = StartResult(era=client.era, session=client.session_ref(), task=task, task_requested=True)
-            tool = None if profile.job is not None else tools.get(inp.tool)  # a job's name is not a server's tool
-            payload = None
-            if start.result is not None:
-                schema = profile.policy.output_schema or (tool.output_schema if tool else None)
-                payload = self.shared.decode(TaskPayload(result=start.result), schema)
-            if start.task is not None:
-                self.shared.pool.track(client, start.task.task_id)
-                annotate(task_id=start.task.task_id, status=start.task.status)
-            return StartCallOutput(
-                start=start,
-                tool=tool,
-                payload=payload,
-                sdk_version=installed_sdk_version(),
-                owner_queue=self.owner_queue if profile.endpoint.command else None,
-                reconciled=reconciled,
-            )
+                start, reconciled = await self._call_tool(client, inp, progress, on_request)
+            return self._answered(client, inp, start, tools, reconciled)
 
         try:
             out = await heartbeating(
@@ -346,6 +307,80 @@ class Calling:
             raise to_application_error(exc, sent=None if sent else False)
         count("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
         return out
+
+    @staticmethod
+    async def _submit_job(
+        client: WireSession, job: JobBinding, inp: StartCallInput, progress: ProgressHandler
+    ) -> StartResult | StartCallOutput:
+        """A job's submit tool, called once; a reply that does not name the job is the call's payload (decode_failed:
+        the work may have started, so never a replay)."""
+        try:
+            return await JobTasks(client, job).submit(inp.arguments, timeout_s=inp.call_timeout_s, on_progress=progress)
+        except JobReplyMismatch as exc:
+            return StartCallOutput(
+                start=StartResult(era=client.era, session=client.session_ref(), result={"content": []}),
+                payload=DecodedPayload(decode_error=exc.message, raw=exc.raw),
+                sdk_version=installed_sdk_version(),
+            )
+
+    @staticmethod
+    async def _call_tool(
+        client: WireSession,
+        inp: StartCallInput,
+        progress: ProgressHandler,
+        on_request: ServerRequestHandler,
+    ) -> tuple[StartResult, str | None]:
+        """``tools/call``, once: what it started, and how it was learned when its reply was lost but ``tasks/list``
+        showed its one new task (:meth:`WireSession.reconcile_lost_call`); any other failure is raised."""
+        try:
+            start = await client.start(
+                inp.tool,
+                inp.arguments,
+                ttl_ms=inp.ttl_ms,
+                input_responses=inp.input_responses,
+                request_state=inp.request_state,
+                timeout_s=inp.call_timeout_s,
+                on_progress=progress,
+                on_server_request=on_request,
+            )
+        except McpWireError as exc:
+            if not exc.may_have_reached_server:
+                raise
+            task = await client.reconcile_lost_call(exc)
+            if task is None:
+                raise
+            reconciled = f"the reply to tools/call was lost ({exc.kind}); tasks/list showed its one new task"
+            activity.logger.warning("tools/call %s: %s: %s", inp.tool, reconciled, short_id(task.task_id))
+            return StartResult(era=client.era, session=client.session_ref(), task=task, task_requested=True), reconciled
+        return start, None
+
+    def _answered(
+        self,
+        client: WireSession,
+        inp: StartCallInput,
+        start: StartResult,
+        tools: dict[str, ToolInfo],
+        reconciled: str | None,
+    ) -> StartCallOutput:
+        """The call's answer as the workflow takes it: a synchronous result decoded against its contract, a task
+        tracked on its session."""
+        profile = inp.profile
+        tool = None if profile.job is not None else tools.get(inp.tool)  # a job's name is not a server's tool
+        payload = None
+        if start.result is not None:
+            schema = profile.policy.output_schema or (tool.output_schema if tool else None)
+            payload = self.shared.decode(TaskPayload(result=start.result), schema)
+        if start.task is not None:
+            self.shared.pool.track(client, start.task.task_id)
+            annotate(task_id=start.task.task_id, status=start.task.status)
+        return StartCallOutput(
+            start=start,
+            tool=tool,
+            payload=payload,
+            sdk_version=installed_sdk_version(),
+            owner_queue=self.owner_queue if profile.endpoint.command else None,
+            reconciled=reconciled,
+        )
 
     async def list_tools(self, inp: ListToolsInput) -> dict[str, Any]:
         """``tools/list`` (every page) as a ``ListToolsResult`` in wire form, for the workflow-side client.
