@@ -287,9 +287,8 @@ class WireSession:
         answers the server's requests on the call's own stream (``elicitation/create``: :mod:`.elicitation`)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
-        task_requested = await self._room.shape_call(
-            self, tool, params, ttl_ms=ttl_ms, input_responses=input_responses, request_state=request_state
-        )
+        options = eras.CallOptions(ttl_ms=ttl_ms, input_responses=input_responses, request_state=request_state)
+        task_requested = await self._room.shape_call(self, tool, params, options)
         self._call_seq += 1
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1

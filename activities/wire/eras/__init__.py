@@ -5,7 +5,7 @@ A new revision is its module here and one line in :data:`ROOMS`; nothing outside
 
 from __future__ import annotations
 
-from mcp_temporal_tasks.activities.wire.eras.base import Room, Speaker
+from mcp_temporal_tasks.activities.wire.eras.base import CallOptions, Room, Speaker
 from mcp_temporal_tasks.activities.wire.eras.core_tasks import CoreTasks
 from mcp_temporal_tasks.activities.wire.eras.plain import PlainCalls
 from mcp_temporal_tasks.activities.wire.eras.tasks_extension import TasksExtension
@@ -35,4 +35,4 @@ def room_answered(protocol_version: str) -> Room:
     return _BY_VERSION[protocol_version]
 
 
-__all__ = ["ROOMS", "Room", "Speaker", "room_for", "room_answered"]
+__all__ = ["ROOMS", "CallOptions", "Room", "Speaker", "room_for", "room_answered"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
 from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
@@ -40,6 +41,17 @@ class Speaker(Protocol):
     async def list_tools(self, *, refresh: bool = False) -> dict[str, ToolInfo]: ...
 
 
+@dataclass(frozen=True)
+class CallOptions:
+    """What a caller asks of one ``tools/call`` beyond its name and arguments; each era's room takes what it has."""
+
+    #: A task's lifetime, where the client may ask for one (2025-11-25).
+    ttl_ms: int | None = None
+    #: The answers to the questions a previous ``tools/call`` came back with, and its echoed state (2026-07-28).
+    input_responses: dict[str, Any] | None = None
+    request_state: str | None = None
+
+
 class Room(ABC):
     """One era's requests and replies. Registered in :mod:`.eras` (``ROOMS``), which picks a session's room."""
 
@@ -65,16 +77,7 @@ class Room(ABC):
         return params, None
 
     @abstractmethod
-    async def shape_call(
-        self,
-        session: Speaker,
-        tool: str,
-        params: dict[str, Any],
-        *,
-        ttl_ms: int | None,
-        input_responses: dict[str, Any] | None,
-        request_state: str | None,
-    ) -> bool:
+    async def shape_call(self, session: Speaker, tool: str, params: dict[str, Any], options: CallOptions) -> bool:
         """Complete ``tools/call``'s ``params`` (``name``, ``arguments`` in) for this era: whether it asks for a task.
         Raises :class:`CapabilityUnavailable` when the tool cannot run here."""
 

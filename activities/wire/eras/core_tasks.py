@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire.eras.base import Room, Speaker
+from mcp_temporal_tasks.activities.wire.eras.base import CallOptions, Room, Speaker
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.replies import parse_task, payload_from_error
 from mcp_temporal_tasks.protocol.tasks import LEGACY, SessionRef, StartResult, TaskPayload, TaskState
@@ -37,21 +37,12 @@ class CoreTasks(Room):
         requests = (capabilities.get("tasks") or {}).get("requests") or {}
         return bool(requests.get("tools", {}).get("call") is not None)
 
-    async def shape_call(
-        self,
-        session: Speaker,
-        tool: str,
-        params: dict[str, Any],
-        *,
-        ttl_ms: int | None,
-        input_responses: dict[str, Any] | None,
-        request_state: str | None,
-    ) -> bool:
+    async def shape_call(self, session: Speaker, tool: str, params: dict[str, Any], options: CallOptions) -> bool:
         # The client asks for a task per call, where both the server (capabilities.tasks) and the tool allow it.
         info = (await session.list_tools()).get(tool)
         support = info.task_support if info else None
         if session.tasks_offered and support in ("optional", "required"):
-            params["task"] = {"ttl": ttl_ms} if ttl_ms is not None else {}
+            params["task"] = {"ttl": options.ttl_ms} if options.ttl_ms is not None else {}
             return True
         if support == "required":
             raise CapabilityUnavailable(f"tool {tool!r} requires task execution but the server does not offer tasks")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_temporal_tasks.activities.wire.eras.base import Room, Speaker
+from mcp_temporal_tasks.activities.wire.eras.base import CallOptions, Room, Speaker
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.protocol.tasks import LEGACY, SessionRef, StartResult, TaskPayload, TaskState
 
@@ -24,19 +24,8 @@ class PlainCalls(Room):
     def offers_tasks(self, capabilities: dict[str, Any]) -> bool:
         return False
 
-    async def shape_call(
-        self,
-        session: Speaker,
-        tool: str,
-        params: dict[str, Any],
-        *,
-        ttl_ms: int | None,
-        input_responses: dict[str, Any] | None,
-        request_state: str | None,
-    ) -> bool:
-        return await self.tasks.shape_call(
-            session, tool, params, ttl_ms=ttl_ms, input_responses=input_responses, request_state=request_state
-        )
+    async def shape_call(self, session: Speaker, tool: str, params: dict[str, Any], options: CallOptions) -> bool:
+        return await self.tasks.shape_call(session, tool, params, options)
 
     def started(self, reply: dict[str, Any], ref: SessionRef, *, task_requested: bool) -> StartResult:
         return self.tasks.started(reply, ref, task_requested=task_requested)

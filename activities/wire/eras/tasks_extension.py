@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_temporal_tasks.activities.wire import sdk_compat
-from mcp_temporal_tasks.activities.wire.eras.base import Room, Speaker
+from mcp_temporal_tasks.activities.wire.eras.base import CallOptions, Room, Speaker
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.replies import input_requests_of, parse_task
@@ -37,20 +37,11 @@ class TasksExtension(Room):
         await sdk_compat.load_sdk()
         return params, sdk_compat.extension_headers(method, name)
 
-    async def shape_call(
-        self,
-        session: Speaker,
-        tool: str,
-        params: dict[str, Any],
-        *,
-        ttl_ms: int | None,
-        input_responses: dict[str, Any] | None,
-        request_state: str | None,
-    ) -> bool:
-        if input_responses is not None:
-            params["inputResponses"] = input_responses
-        if request_state is not None:
-            params["requestState"] = request_state
+    async def shape_call(self, session: Speaker, tool: str, params: dict[str, Any], options: CallOptions) -> bool:
+        if options.input_responses is not None:
+            params["inputResponses"] = options.input_responses
+        if options.request_state is not None:
+            params["requestState"] = options.request_state
         # No TTL asked for: the server alone decides a task's lifetime, and whether the call becomes one.
         return True
 
