@@ -39,7 +39,8 @@ def test_plain_use_imports_neither_framework() -> None:
         "m.McpTasksPlugin, m.McpTasksClient, m.McpTaskError, m.start_mcp_task\n"
         "import mcp_temporal_tasks.worker.cli\n"
         "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents', 'google.adk',\n"
-        "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai') if n in sys.modules))"
+        "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai', 'langchain_core', 'langgraph',\n"
+        "  'deepagents') if n in sys.modules))"
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
@@ -60,6 +61,7 @@ def test_plain_use_imports_neither_framework() -> None:
             ["google.genai", "temporalio.google_genai"],
             "mcp-temporal-tasks[google-genai]",
         ),
+        ("mcp_temporal_tasks.langgraph", ["langchain_core"], "mcp-temporal-tasks[langgraph]"),
     ],
 )
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
@@ -162,14 +164,29 @@ def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
     assert extras["openai-agents"] == ["temporalio-openai-agents[mcp]==1.1.0"]
     assert extras["google-adk"] == ["google-adk==2.13.0", "temporalio-google-adk==0.0.1"]
     assert extras["google-genai"] == ["google-genai==2.34.0", "temporalio-google-genai==0.1.0"]
+    assert extras["langgraph"] == ["langgraph==1.2.22", "temporalio-langgraph==0.1.0"]
+    assert extras["deepagents"] == [
+        "deepagents==0.7.32",
+        "temporalio-deepagents==0.0.3",
+        "mcp-temporal-tasks[langgraph]",
+    ]
     # no framework is a dependency of a plain install
     assert not any(
-        d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google"))
+        d.startswith(
+            ("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google", "lang", "deepagents")
+        )
         for d in project["dependencies"]
     )
     script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
     installed = re.search(r"pip install --quiet (?:--no-compile )?-e '\.\[([^\]]*)\]'", script)
     assert installed is not None, "scripts/test.sh no longer installs the project with extras"
-    assert {"test", "demo", "pydantic-ai", "openai-agents", "google-adk", "google-genai"} <= set(
-        installed.group(1).split(",")
-    ), installed.group(0)
+    assert {
+        "test",
+        "demo",
+        "pydantic-ai",
+        "openai-agents",
+        "google-adk",
+        "google-genai",
+        "langgraph",
+        "deepagents",
+    } <= set(installed.group(1).split(",")), installed.group(0)
