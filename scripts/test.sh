@@ -21,7 +21,7 @@ peers=()
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 ("$PYTHON" -m venv tests/peers/py1/.venv &&
   tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt) & peers+=($!)
-# The agent frameworks' own MCP paths that need mcp<2 (langchain-mcp-adapters, temporalio-strands-agents), which the
+# The agent frameworks' own MCP path that needs mcp<2 (langchain-mcp-adapters, for LangGraph and Deep Agents), which the
 # agent kill tests measure beside ours (issue 56), in a venv of their own too.
 ("$PYTHON" -m venv tests/peers/agents_own/.venv &&
   tests/peers/agents_own/.venv/bin/python -m pip install --quiet -r tests/peers/agents_own/requirements.txt) & peers+=($!)

@@ -190,3 +190,51 @@ def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
         "langgraph",
         "deepagents",
     } <= set(installed.group(1).split(",")), installed.group(0)
+
+
+#: The SDK's old import path of each integration (temporalio 1.35's ``temporalio.contrib.*``) and the standalone
+#: package it forwards to, which the adapters and docs/agents.md name.
+CONTRIB_PATHS = {
+    "temporalio.contrib.google_adk_agents": "temporalio.google_adk",
+    "temporalio.contrib.langgraph": "temporalio.langgraph",
+    "temporalio.contrib.deepagents": "temporalio.deepagents",
+}
+
+
+def test_the_sdk_contrib_paths_are_the_standalone_packages() -> None:
+    """Whichever path an application imports its framework plugin from, it gets the objects our adapters were built
+    and tested against: every public name of the standalone package is the same object under ``temporalio.contrib``
+    (an application on the old path composes with our plugin as on the new one: tests/test_agents_google.py)."""
+    proc = python(
+        "import importlib, json\n"
+        f"paths = {CONTRIB_PATHS!r}\n"
+        "said = {}\n"
+        "for old, new in paths.items():\n"
+        "    a, b = importlib.import_module(old), importlib.import_module(new)\n"
+        "    names, differ = list(b.__all__), []\n"
+        "    for n in names:\n"
+        "        try:\n"
+        "            theirs = getattr(b, n)\n"
+        "        except ImportError:  # a lazy name that needs mcp<2 (TemporalMcpClientSession): on neither path\n"
+        "            try:\n"
+        "                getattr(a, n)\n"
+        "                differ.append(n)\n"
+        "            except ImportError:\n"
+        "                pass\n"
+        "            continue\n"
+        "        if getattr(a, n) is not theirs:\n"
+        "            differ.append(n)\n"
+        "    said[old] = [len(names), differ]\n"
+        "print(json.dumps(said))"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    for old in CONTRIB_PATHS:
+        count, differ = said[old]
+        assert count > 0 and differ == [], (old, said[old])
+    # Not temporalio.contrib.google_genai: its `from temporalio.google_genai import *` touches the lazy
+    # TemporalMcpClientSession, which needs mcp<2, so the old path does not import next to mcp 2.3.0 at all (the
+    # standalone path, which our adapter imports, does). When this fails, the gap closed: add it to CONTRIB_PATHS.
+    old_genai = python("import temporalio.contrib.google_genai")
+    assert old_genai.returncode != 0 and "No module named 'mcp.shared.session'" in old_genai.stderr
+    assert python("import temporalio.google_genai, mcp_temporal_tasks.google_genai").returncode == 0
