@@ -62,6 +62,7 @@ def test_plain_use_imports_neither_framework() -> None:
             "mcp-temporal-tasks[google-genai]",
         ),
         ("mcp_temporal_tasks.langgraph", ["langchain_core"], "mcp-temporal-tasks[langgraph]"),
+        ("mcp_temporal_tasks.strands", ["strands", "temporalio.strands_agents"], "mcp-temporal-tasks[strands]"),
     ],
 )
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
@@ -97,6 +98,13 @@ HOOKS = {
             "google.genai.types.FunctionDeclaration.parameters_json_schema",
             "google.genai.types:FunctionDeclaration.__pydantic_fields__",
             "parameters_json_schema",
+        ),
+    ],
+    "mcp_temporal_tasks.strands": [
+        (
+            "temporalio.strands_agents.TemporalMCPClient._refresh",
+            "temporalio.strands_agents:TemporalMCPClient",
+            "_refresh",
         ),
     ],
     "mcp_temporal_tasks.google_genai": [
@@ -165,6 +173,12 @@ def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
     assert extras["google-adk"] == ["google-adk==2.13.0", "temporalio-google-adk==0.0.1"]
     assert extras["google-genai"] == ["google-genai==2.34.0", "temporalio-google-genai==0.1.0"]
     assert extras["langgraph"] == ["langgraph==1.2.22", "temporalio-langgraph==0.1.0"]
+    assert extras["strands"] == [
+        "docstring-parser==0.18.0",
+        "watchdog==6.0.0",
+        "opentelemetry-instrumentation-threading==0.65b0",
+        "boto3==1.40.61",
+    ]
     assert extras["deepagents"] == [
         "deepagents==0.7.32",
         "temporalio-deepagents==0.0.3",
@@ -238,3 +252,21 @@ def test_the_sdk_contrib_paths_are_the_standalone_packages() -> None:
     old_genai = python("import temporalio.contrib.google_genai")
     assert old_genai.returncode != 0 and "No module named 'mcp.shared.session'" in old_genai.stderr
     assert python("import temporalio.google_genai, mcp_temporal_tasks.google_genai").returncode == 0
+
+
+def test_strands_override_installs_beside_our_mcp() -> None:
+    """Strands and its Temporal integration require mcp<2 (temporalio-strands-agents 0.1.0) and mcp<2.2 (strands-agents
+    1.62.0): scripts/test.sh installs them with --no-deps over our mcp==2.3.0 (pyproject.toml says why). What holds:
+    exactly those versions, our mcp and temporalio unchanged, and the integration (which imports Strands' MCP client
+    at import) importing beside mcp 2.3.0, with our adapter."""
+    script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
+    assert (
+        "pip install --quiet --no-compile --no-deps strands-agents==1.62.0 temporalio-strands-agents==0.1.0" in script
+    )
+    proc = python(
+        "from importlib.metadata import version\n"
+        "import temporalio.strands_agents, mcp_temporal_tasks.strands\n"
+        "print([version(n) for n in ('strands-agents', 'temporalio-strands-agents', 'mcp', 'temporalio')])"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['1.62.0', '0.1.0', '2.3.0', '1.35.0']", proc.stdout
