@@ -358,3 +358,30 @@ async def killed_once(
     }
     print(f"{module}: tools/call counted {got['counts']}; ended {took} s after the replacement workers started")
     return got
+
+
+async def input_relayed(client: Client, run: Any, queue: str, fm: Peer) -> dict[str, Any]:
+    """An agent calls a tool that asks for input mid-task (fastmcp's ``ask_user``, 2026-07-28 ``inputRequests``): the
+    child waits in INPUT_REQUIRED with the question, as for any ``McpTaskWorkflow`` (``mcp-tasks answer``); the agent
+    waits on it; the answer (the child's ``provide_input`` update) lets the call complete and the agent go on."""
+    from mcp_temporal_tasks.workflows.records import Phase
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    mark = fm.log_mark()
+    wid = unique("agent-ask")
+    handle = await client.start_workflow(run, script("fm", [("ask_user", {})]), id=wid, task_queue=queue)
+    cid = child_id(wid, "fm", "ask_user", {})
+    view = await child_view(client, cid, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=60)
+    (pending,) = view.pending_inputs
+    waiting = (await handle.describe()).status.name
+    child = client.get_workflow_handle_for(McpTaskWorkflow.run, cid)
+    answer = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
+    await child.execute_update(McpTaskWorkflow.provide_input, {pending.key: answer})
+    output = await asyncio.wait_for(handle.result(), 60)
+    return {
+        "question": pending.message,
+        "agent_while_asking": waiting,
+        "output": output,
+        "calls": await settled_calls(fm, mark, "ask_user", client=client, workflows=[wid]),
+    }

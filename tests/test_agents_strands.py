@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from mcp_temporal_tasks import McpTaskError, Outcome
-from tests.agents_common import child_id, killed_once, seen, servers, settled_calls, tool_calls
+from tests.agents_common import child_id, input_relayed, killed_once, seen, servers, settled_calls, tool_calls
 from tests.faults.proxy import FaultProxy, ResetAfterSend
 from tests.fixtures.agent_scripts import script
 from tests.peers.harness import Peer, ts_http_peer
@@ -185,3 +186,13 @@ async def test_refused_replay_ends_the_run_with_mcp_task_error(
     assert [a.reason for a in outcome.operation_attempts] == ["initial"], outcome.operation_attempts
     assert isinstance(failed.value.cause, ApplicationError), failed.value.cause
     assert calls == 1
+
+
+async def test_a_question_mid_task_is_answered_on_the_child(app: App, fastmcp_server: Peer) -> None:
+    """Human input as for every adapter: the child asks, anyone answers it (``mcp-tasks answer``), the agent waits."""
+    got = await input_relayed(app.client, app.framework.workflow.run, app.queue, fastmcp_server)
+    assert got["question"] == "Approve payment of 10 EUR?" and got["agent_while_asking"] == "RUNNING", got
+    (answered,) = seen(got["output"])
+    assert answered["tool"] == "ask_user" and answered["kind"] == "return", answered
+    assert "approved account=acct-7" in json.dumps(answered["content"]), answered
+    assert got["calls"] == 1, got
