@@ -2,8 +2,8 @@
 
 Every long-running MCP task as a durable Temporal workflow. Lazily, so that workflow code importing
 :class:`McpTasksClient` never imports worker-side modules (network clients, the CLI). The agent adapters, each behind
-its extra, are never imported from here: ``mcp_temporal_tasks.pydantic_ai``, ``.openai_agents``, ``.google_adk`` and
-``.google_genai`` (docs/agents.md).
+its extra, are never imported from here: ``mcp_temporal_tasks.pydantic_ai``, ``.openai_agents``, ``.google_adk``,
+``.google_genai`` and ``.langgraph`` (docs/agents.md).
 """
 
 from __future__ import annotations

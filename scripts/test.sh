@@ -21,12 +21,19 @@ peers=()
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 ("$PYTHON" -m venv tests/peers/py1/.venv &&
   tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt) & peers+=($!)
+# The agent frameworks' own MCP paths that need mcp<2 (langchain-mcp-adapters, temporalio-strands-agents), which the
+# agent kill tests measure beside ours (issue 56), in a venv of their own too.
+("$PYTHON" -m venv tests/peers/agents_own/.venv &&
+  tests/peers/agents_own/.venv/bin/python -m pip install --quiet -r tests/peers/agents_own/requirements.txt) & peers+=($!)
 # An older server (protocol 2025-06-18, mcp==1.12.4 FastMCP; needs pydantic<2.12) in its own venv too (issue 37).
 ("$PYTHON" -m venv tests/peers/py0618/.venv &&
   tests/peers/py0618/.venv/bin/python -m pip install --quiet -r tests/peers/py0618/requirements.txt) & peers+=($!)
 # --no-compile, then compileall on both cores beside the gate below: pip byte-compiles every installed module on one
 # core, half of this install's time (35 of 68 s), where nothing else needs the second core.
-.venv/bin/python -m pip install --quiet --no-compile -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,tracing,docs]'
+.venv/bin/python -m pip install --quiet --no-compile -e '.[test,demo,pydantic-ai,openai-agents,google-adk,google-genai,langgraph,deepagents,strands,tracing,docs]'
+# Strands and its Temporal integration require mcp<2.2 / mcp<2 (no newer release): installed over our mcp==2.3.0 without
+# their dependencies, which [strands] above installs (the override and why: pyproject.toml, docs/agents.md).
+.venv/bin/python -m pip install --quiet --no-compile --no-deps strands-agents==1.62.0 temporalio-strands-agents==0.1.0
 site_packages="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # Our own folders too: with PYTHONDONTWRITEBYTECODE set (as on CI machines that keep checkouts clean), every one of
 # the suite's ~600 Python processes would compile our modules from source again, 0.1-0.2 s of CPU each.

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -256,4 +257,131 @@ async def reset_reattaches(client: Client, run: Any, queue: str, fm: Peer) -> di
         "calls": await settled_calls(fm, mark, "slow_echo", client=client, workflows=[wid]),
         "output": second,
         "text": args["text"],
+    }
+
+
+#: The venv of the frameworks' own MCP paths that need ``mcp<2`` (tests/peers/agents_own/requirements.txt).
+OWN_PYTHON = Path(__file__).resolve().parent / "peers" / "agents_own" / ".venv" / "bin" / "python"
+#: The lighter kill scenario of the frameworks added in issue 56: one task tool of 18 s, killed 3 s in.
+KILL_TASK_S = 18
+
+
+def own_worker(module: str, address: str, queue: str, own_url: str) -> contextlib.AbstractContextManager[Any]:
+    """``OWN_PYTHON -m MODULE``: a framework's own MCP path in the peer venv (no mcp_temporal_tasks there)."""
+
+    @contextlib.contextmanager
+    def running() -> Iterator[ProcessUnderTest]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env.update(TEMPORAL_ADDRESS=address, AGENT_APP_QUEUE=queue, AGENT_APP_OWN_URL=own_url)
+        proc = ProcessUnderTest([str(OWN_PYTHON), "-m", module], ready="READY", env=env, name=f"{module} worker")
+        try:
+            proc.wait_ready(60)
+            yield proc
+        finally:
+            proc.stop()
+
+    return running()
+
+
+async def killed_once(
+    client: Client,
+    module: str,
+    run: Any,
+    address: str,
+    servers_: dict[str, Any],
+    ts: Peer,
+    own: tuple[str, str, Peer],
+) -> dict[str, Any]:
+    """One agent run of ``module`` (our adapter) calling the TypeScript SDK's 2025-11-25 task tool for 18 s, and in
+    the same moment one run of the framework's own MCP path (``own=(module, workflow type, peer)``, from the peer
+    venv) calling the same tool on a server of its own; both worker processes SIGKILLed 3 s after each call reached
+    its server, then both replaced. Returns what each run ended with, the calls each server counted, and the time
+    from the replacement to each ending."""
+    import time
+
+    from temporalio.client import WorkflowFailureError
+
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    own_module, own_type, own_peer = own
+    queue, own_queue = unique("kill-q"), unique("kill-own-q")
+    args = {"seconds": KILL_TASK_S, "text": unique("kill")}
+    own_args = {"seconds": KILL_TASK_S, "text": unique("kill-own")}
+    wid, own_wid = unique("kill"), unique("kill-own")
+    mark, own_mark = ts.log_mark(), own_peer.log_mark()
+    with (
+        agent_worker(module, address, queue, servers_) as first,
+        own_worker(own_module, address, own_queue, own_peer.url or "") as own_first,
+    ):
+        handle = await client.start_workflow(run, script("ts", [("slow_echo", args)]), id=wid, task_queue=queue)
+        own_handle = await client.start_workflow(
+            own_type, script("own", [("slow_echo", own_args)]), id=own_wid, task_queue=own_queue, result_type=str
+        )
+        await child_view(client, child_id(wid, "ts", "slow_echo", args), lambda v: v.task_id, timeout_s=60)
+        deadline = time.monotonic() + 60
+        while not tool_calls(own_peer, own_mark, "slow_echo") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert tool_calls(own_peer, own_mark, "slow_echo"), "the own path's tools/call never reached its server:\n" + (
+            "\n".join(own_first.lines[-40:])
+        )
+        await asyncio.sleep(3)
+        first.kill()
+        own_first.kill()
+        assert first.proc.returncode == -9 and own_first.proc.returncode == -9
+    t0 = time.monotonic()
+    ended: dict[str, Any] = {}
+    took: dict[str, float] = {}
+
+    async def outcome(name: str, h: Any) -> None:
+        try:
+            ended[name] = ("ok", await asyncio.wait_for(h.result(), 150))
+        except WorkflowFailureError as err:
+            ended[name] = ("failed", err)
+        took[name] = time.monotonic() - t0
+
+    with (
+        agent_worker(module, address, queue, servers_),
+        own_worker(own_module, address, own_queue, own_peer.url or ""),
+    ):
+        await asyncio.gather(outcome("ours", handle), outcome("own", own_handle))
+    for w in (wid, own_wid):
+        await closed_with_nothing_running(client, w, workers_stopped=True)
+    got = {
+        "ended": ended,
+        "took": took,
+        "counts": {
+            "ours": len(tool_calls(ts, mark, "slow_echo")),
+            "own": len(tool_calls(own_peer, own_mark, "slow_echo")),
+        },
+        "texts": {"ours": args["text"], "own": own_args["text"]},
+    }
+    print(f"{module}: tools/call counted {got['counts']}; ended {took} s after the replacement workers started")
+    return got
+
+
+async def input_relayed(client: Client, run: Any, queue: str, fm: Peer) -> dict[str, Any]:
+    """An agent calls a tool that asks for input mid-task (fastmcp's ``ask_user``, 2026-07-28 ``inputRequests``): the
+    child waits in INPUT_REQUIRED with the question, as for any ``McpTaskWorkflow`` (``mcp-tasks answer``); the agent
+    waits on it; the answer (the child's ``provide_input`` update) lets the call complete and the agent go on."""
+    from mcp_temporal_tasks.workflows.records import Phase
+    from tests.fixtures.agent_scripts import script
+    from tests.temporal_harness import unique
+
+    mark = fm.log_mark()
+    wid = unique("agent-ask")
+    handle = await client.start_workflow(run, script("fm", [("ask_user", {})]), id=wid, task_queue=queue)
+    cid = child_id(wid, "fm", "ask_user", {})
+    view = await child_view(client, cid, lambda v: v.phase == Phase.INPUT_REQUIRED and v.pending_inputs, timeout_s=60)
+    (pending,) = view.pending_inputs
+    waiting = (await handle.describe()).status.name
+    child = client.get_workflow_handle_for(McpTaskWorkflow.run, cid)
+    answer = {"action": "accept", "content": {"account": "acct-7", "approve": True}}
+    await child.execute_update(McpTaskWorkflow.provide_input, {pending.key: answer})
+    output = await asyncio.wait_for(handle.result(), 60)
+    return {
+        "question": pending.message,
+        "agent_while_asking": waiting,
+        "output": output,
+        "calls": await settled_calls(fm, mark, "ask_user", client=client, workflows=[wid]),
     }

@@ -363,3 +363,25 @@ async def test_genai_schema_it_cannot_declare_is_one_clear_error(genai: App, fas
     assert isinstance(err.value.cause, ApplicationError) and err.value.cause.type == "McpToolSchemaUnsupported"
     assert "'slow_echo'" in str(err.value.cause) and "'fm'" in str(err.value.cause), err.value.cause
     assert await genai.settled(fastmcp_server, mark, "slow_echo") == 0
+
+
+async def test_adk_plugin_from_the_sdk_contrib_path(
+    temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
+) -> None:
+    """An application that still builds ``GoogleAdkPlugin`` from temporalio's ``contrib.google_adk_agents`` (temporalio
+    1.35 forwards it to ``temporalio-google-adk``) runs ``McpTasksToolset`` as one on ``temporalio.google_adk``."""
+    from temporalio.contrib.google_adk_agents import GoogleAdkPlugin
+
+    from mcp_temporal_tasks import McpTasksPlugin
+
+    client = await connect(
+        temporal_env, [GoogleAdkPlugin(), McpTasksPlugin(servers=servers(ts_http_stateful, fastmcp_server))]
+    )
+    queue = unique("adk-contrib")
+    mark = fastmcp_server.log_mark()
+    text = unique("contrib")
+    async with Worker(client, task_queue=queue, workflows=[ADK.workflow]):
+        old_path = App(ADK, client, queue)
+        _, out = await old_path.run(script("fm", [("slow_echo", {"seconds": 0.2, "text": text})]))
+        assert await old_path.settled(fastmcp_server, mark, "slow_echo") == 1
+    assert seen(out) == echoed(text)

@@ -39,7 +39,8 @@ def test_plain_use_imports_neither_framework() -> None:
         "m.McpTasksPlugin, m.McpTasksClient, m.McpTaskError, m.start_mcp_task\n"
         "import mcp_temporal_tasks.worker.cli\n"
         "print(sorted(n for n in ('pydantic_ai', 'agents', 'temporalio.openai_agents', 'google.adk',\n"
-        "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai') if n in sys.modules))"
+        "  'google.genai', 'temporalio.google_adk', 'temporalio.google_genai', 'langchain_core', 'langgraph',\n"
+        "  'deepagents') if n in sys.modules))"
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
@@ -60,6 +61,8 @@ def test_plain_use_imports_neither_framework() -> None:
             ["google.genai", "temporalio.google_genai"],
             "mcp-temporal-tasks[google-genai]",
         ),
+        ("mcp_temporal_tasks.langgraph", ["langchain_core"], "mcp-temporal-tasks[langgraph]"),
+        ("mcp_temporal_tasks.strands", ["strands", "temporalio.strands_agents"], "mcp-temporal-tasks[strands]"),
     ],
 )
 def test_module_without_its_extra_names_the_extra(module: str, blocked: list[str], extra: str) -> None:
@@ -95,6 +98,13 @@ HOOKS = {
             "google.genai.types.FunctionDeclaration.parameters_json_schema",
             "google.genai.types:FunctionDeclaration.__pydantic_fields__",
             "parameters_json_schema",
+        ),
+    ],
+    "mcp_temporal_tasks.strands": [
+        (
+            "temporalio.strands_agents.TemporalMCPClient._refresh",
+            "temporalio.strands_agents:TemporalMCPClient",
+            "_refresh",
         ),
     ],
     "mcp_temporal_tasks.google_genai": [
@@ -162,14 +172,101 @@ def test_extras_are_pinned_and_installed_by_the_test_script() -> None:
     assert extras["openai-agents"] == ["temporalio-openai-agents[mcp]==1.1.0"]
     assert extras["google-adk"] == ["google-adk==2.13.0", "temporalio-google-adk==0.0.1"]
     assert extras["google-genai"] == ["google-genai==2.34.0", "temporalio-google-genai==0.1.0"]
+    assert extras["langgraph"] == ["langgraph==1.2.22", "temporalio-langgraph==0.1.0"]
+    assert extras["strands"] == [
+        "docstring-parser==0.18.0",
+        "watchdog==6.0.0",
+        "opentelemetry-instrumentation-threading==0.65b0",
+        "boto3==1.40.61",
+    ]
+    assert extras["deepagents"] == [
+        "deepagents==0.7.32",
+        "temporalio-deepagents==0.0.3",
+        "mcp-temporal-tasks[langgraph]",
+    ]
     # no framework is a dependency of a plain install
     assert not any(
-        d.startswith(("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google"))
+        d.startswith(
+            ("pydantic-ai", "temporalio-openai-agents", "openai", "google", "temporalio-google", "lang", "deepagents")
+        )
         for d in project["dependencies"]
     )
     script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
     installed = re.search(r"pip install --quiet (?:--no-compile )?-e '\.\[([^\]]*)\]'", script)
     assert installed is not None, "scripts/test.sh no longer installs the project with extras"
-    assert {"test", "demo", "pydantic-ai", "openai-agents", "google-adk", "google-genai"} <= set(
-        installed.group(1).split(",")
-    ), installed.group(0)
+    assert {
+        "test",
+        "demo",
+        "pydantic-ai",
+        "openai-agents",
+        "google-adk",
+        "google-genai",
+        "langgraph",
+        "deepagents",
+    } <= set(installed.group(1).split(",")), installed.group(0)
+
+
+#: The SDK's old import path of each integration (temporalio 1.35's ``temporalio.contrib.*``) and the standalone
+#: package it forwards to, which the adapters and docs/agents.md name.
+CONTRIB_PATHS = {
+    "temporalio.contrib.google_adk_agents": "temporalio.google_adk",
+    "temporalio.contrib.langgraph": "temporalio.langgraph",
+    "temporalio.contrib.deepagents": "temporalio.deepagents",
+}
+
+
+def test_the_sdk_contrib_paths_are_the_standalone_packages() -> None:
+    """Whichever path an application imports its framework plugin from, it gets the objects our adapters were built
+    and tested against: every public name of the standalone package is the same object under ``temporalio.contrib``
+    (an application on the old path composes with our plugin as on the new one: tests/test_agents_google.py)."""
+    proc = python(
+        "import importlib, json\n"
+        f"paths = {CONTRIB_PATHS!r}\n"
+        "said = {}\n"
+        "for old, new in paths.items():\n"
+        "    a, b = importlib.import_module(old), importlib.import_module(new)\n"
+        "    names, differ = list(b.__all__), []\n"
+        "    for n in names:\n"
+        "        try:\n"
+        "            theirs = getattr(b, n)\n"
+        "        except ImportError:  # a lazy name that needs mcp<2 (TemporalMcpClientSession): on neither path\n"
+        "            try:\n"
+        "                getattr(a, n)\n"
+        "                differ.append(n)\n"
+        "            except ImportError:\n"
+        "                pass\n"
+        "            continue\n"
+        "        if getattr(a, n) is not theirs:\n"
+        "            differ.append(n)\n"
+        "    said[old] = [len(names), differ]\n"
+        "print(json.dumps(said))"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    for old in CONTRIB_PATHS:
+        count, differ = said[old]
+        assert count > 0 and differ == [], (old, said[old])
+    # Not temporalio.contrib.google_genai: its `from temporalio.google_genai import *` touches the lazy
+    # TemporalMcpClientSession, which needs mcp<2, so the old path does not import next to mcp 2.3.0 at all (the
+    # standalone path, which our adapter imports, does). When this fails, the gap closed: add it to CONTRIB_PATHS.
+    old_genai = python("import temporalio.contrib.google_genai")
+    assert old_genai.returncode != 0 and "No module named 'mcp.shared.session'" in old_genai.stderr
+    assert python("import temporalio.google_genai, mcp_temporal_tasks.google_genai").returncode == 0
+
+
+def test_strands_override_installs_beside_our_mcp() -> None:
+    """Strands and its Temporal integration require mcp<2 (temporalio-strands-agents 0.1.0) and mcp<2.2 (strands-agents
+    1.62.0): scripts/test.sh installs them with --no-deps over our mcp==2.3.0 (pyproject.toml says why). What holds:
+    exactly those versions, our mcp and temporalio unchanged, and the integration (which imports Strands' MCP client
+    at import) importing beside mcp 2.3.0, with our adapter."""
+    script = (Path(REPO_ROOT) / "scripts" / "test.sh").read_text()
+    assert (
+        "pip install --quiet --no-compile --no-deps strands-agents==1.62.0 temporalio-strands-agents==0.1.0" in script
+    )
+    proc = python(
+        "from importlib.metadata import version\n"
+        "import temporalio.strands_agents, mcp_temporal_tasks.strands\n"
+        "print([version(n) for n in ('strands-agents', 'temporalio-strands-agents', 'mcp', 'temporalio')])"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['1.62.0', '0.1.0', '2.3.0', '1.35.0']", proc.stdout
