@@ -9,6 +9,7 @@ objects), so retention is checked on the embedded store and stated in the docs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -82,6 +83,13 @@ class S3Server:
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
+    with running_s3() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_s3() -> Iterator[S3Server]:
+    """moto's S3 server in its own process, with the test bucket; killed on the way out."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -99,9 +107,11 @@ def s3_server() -> Iterator[S3Server]:
                 proc.kill()
                 raise
             time.sleep(0.2)
-    yield server
-    proc.kill()
-    proc.wait(10)
+    try:
+        yield server
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture(autouse=True)

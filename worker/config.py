@@ -429,7 +429,12 @@ def load_config(
                 raise ConfigError("temporal.storage: must be a table")
             storage[key] = env[var]
     if temporal_only:
+        # The embedded store's directory follows [worker] state_dir: a reader on the workers' machine finds it there.
+        worker = raw.get("worker")
+        state = worker.get("state_dir") if isinstance(worker, dict) else None
         raw = {"temporal": raw["temporal"]} if "temporal" in raw else {}
+        if isinstance(state, str):
+            raw["worker"] = {"state_dir": state}
         problems = []
     servers_raw = raw.pop("servers", {})
     if not isinstance(servers_raw, dict):
