@@ -415,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)",
     )
     p.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
+    p.add_argument(
+        "--allow-mixed-servers",
+        action="store_true",
+        help="start even when a live worker on the task queue serves other [servers] (default: refuse; "
+        "[worker] allow_mixed_servers)",
+    )
     temporal_opts(p, config=False)
 
     p = command("dev-server", "the embedded Temporal dev server, in the foreground")

@@ -146,6 +146,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     cfg = configuration(args)
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
+    if args.allow_mixed_servers:
+        cfg.worker.allow_mixed_servers = True
     check_env_refs(cfg)  # a credential reference to an unset variable: named now, not as each task's failure
     # The result store, tracing: refused before anything connects.
     activities, tracing = prepare_worker(cfg)
