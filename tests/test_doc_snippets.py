@@ -241,5 +241,10 @@ async def test_the_service_example_reads_a_large_result(tmp_path: Path) -> None:
             assert "Traceback" not in err.decode(), err.decode()[-2000:]
         stored = list((tmp_path / "one" / ".local/state/mcp-tasks/payloads").rglob("*.bin"))
         assert stored, "the one-machine run stored nothing in the embedded store"
+        # The figure docs/operating.md gives: the activity's result and the workflow's outcome, one object each.
+        print("embedded store: " + ", ".join(f"{p.parent.parent.name}/{p.stat().st_size} B" for p in sorted(stored)))
+        # Each holds the result once (the server's ~2 MiB: its text, and fastmcp's structuredContent copy of it); the
+        # activity's output carried it twice (start.result and payload.result): 4.2 MB.
+        assert len(stored) == 2 and all(p.stat().st_size < 2.5 * 1024 * 1024 for p in stored)
         assert not (tmp_path / "c" / ".local/state/mcp-tasks/payloads").exists()
         assert s3.keys(prefix="service-snippet/"), "the two-machine run stored nothing in the bucket"
