@@ -15,7 +15,7 @@ from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.records import SA_OUTCOME, McpTaskRequest, Outcome
 from mcp_temporal_tasks.workflows.task_error import ENDING_MEMO, ENDING_TEXT_CAP
 from tests.peers.harness import Peer
-from tests.temporal_harness import eventually, in_process_worker, unique
+from tests.temporal_harness import eventually, in_process_worker, keep_history, unique
 
 
 async def test_every_ending_is_readable_with_no_worker(client: Client, fastmcp_server: Peer) -> None:
@@ -33,6 +33,8 @@ async def test_every_ending_is_readable_with_no_worker(client: Client, fastmcp_s
         }
         await handles["cancelled"].cancel()
         outcomes = {name: await outcome_of(handle) for name, handle in handles.items()}
+        for name, handle in handles.items():  # with the `ending-in-memo` marker, for tests/test_replay.py
+            await keep_history(handle, f"ending_in_memo_{name}")
     # No worker polls the queue any more: what follows is what the UI reads (DescribeWorkflowExecution).
     assert {n: o.outcome.value for n, o in outcomes.items()} == {n: n for n in requests}
     for name, handle in handles.items():
