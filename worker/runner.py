@@ -334,16 +334,19 @@ async def run_workers(
     on_ready: Callable[[], None] | None = None,
     activities: McpActivities | None = None,
     handle_signals: bool = True,
+    refuse_mixed: bool = False,
 ) -> None:
     """Run until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT), then shut down gracefully and
     close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S + STDIO_SHUTDOWN_S`` (+ 1 s) whatever the
-    activities and the stdio children do."""
+    activities and the stdio children do. ``refuse_mixed`` (``mcp-tasks worker``): raise ``ConfigError`` before polling
+    when a live worker on the queue serves other ``[servers]``, unless ``[worker] allow_mixed_servers``; otherwise
+    (``run``'s own worker, a program's) such workers are warned about once polling."""
     activities = activities or make_activities(cfg)
     identity = worker_identity(client.identity, activities.servers)
     activities.identity = identity
     # Before polling, so that a refused worker never takes a task: how workers know each other's [servers] is the
     # digest each one's identity carries (worker_identity), which DescribeTaskQueue lists for every live poller.
-    mixed = await foreign_workers(client, cfg.temporal.task_queue, identity, mixed_only=True)
+    mixed = await foreign_workers(client, cfg.temporal.task_queue, identity, mixed_only=True) if refuse_mixed else []
     if mixed and not cfg.worker.allow_mixed_servers:
         raise ConfigError(
             f"task queue {cfg.temporal.task_queue!r} is served by workers with other [servers]: {'; '.join(mixed)}; "

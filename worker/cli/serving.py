@@ -191,6 +191,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         client,
         cfg,
         activities=activities,
+        refuse_mixed=True,
         on_ready=lambda: log.info(
             "ready: polling task queue %s on %s (namespace %s; servers: %s)",
             cfg.temporal.task_queue,
