@@ -370,6 +370,9 @@ class Calling:
         if start.result is not None:
             schema = profile.policy.output_schema or (tool.output_schema if tool else None)
             payload = self.shared.decode(TaskPayload(result=start.result), schema)
+            # The workflow reads the synchronous result from ``payload`` only: carried once, not twice (a 5 MB result
+            # was two 5 MB copies in one stored payload).
+            start = start.model_copy(update={"result": None})
         if start.task is not None:
             self.shared.pool.track(client, start.task.task_id)
             annotate(task_id=start.task.task_id, status=start.task.status)

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from mcp_temporal_tasks.protocol.tasks import Endpoint
     from mcp_temporal_tasks.worker.config import WorkerSettings
     from mcp_temporal_tasks.worker.plugin import McpTasksPlugin
+    from mcp_temporal_tasks.worker.service import connect
     from mcp_temporal_tasks.workflows.client import (
+        NoPayloadStore,
         NoWorker,
         RequestMismatch,
-        connect,
         get_outcome,
         outcome_of,
         start_mcp_task,
@@ -44,8 +45,9 @@ _WHERE = {
     "McpTasksClient": "mcp_temporal_tasks.workflows.tasks_client",
     "McpTaskError": "mcp_temporal_tasks.workflows.task_error",
     "start_mcp_task": "mcp_temporal_tasks.workflows.client",
-    "connect": "mcp_temporal_tasks.workflows.client",
+    "connect": "mcp_temporal_tasks.worker.service",
     "NoWorker": "mcp_temporal_tasks.workflows.client",
+    "NoPayloadStore": "mcp_temporal_tasks.workflows.client",
     "get_outcome": "mcp_temporal_tasks.workflows.client",
     "outcome_of": "mcp_temporal_tasks.workflows.client",
     "RequestMismatch": "mcp_temporal_tasks.workflows.client",
@@ -79,6 +81,7 @@ __all__ = [
     "outcome_of",
     "RequestMismatch",
     "NoWorker",
+    "NoPayloadStore",
     "McpTaskRequest",
     "McpTaskOutcome",
     "Outcome",

@@ -283,6 +283,13 @@ class UnknownProtocolVersion(CapabilityUnavailable):
     (a refusal: never retried)."""
 
 
+class NotMcpEndpoint(CapabilityUnavailable):
+    """What answers at the URL is not an MCP endpoint: the handshake got no JSON-RPC at all (a page that is not JSON or
+    SSE, an HTTP 4xx without a JSON-RPC error, 501 Not Implemented or 505). The message names what answered (status,
+    content type, the ``Server`` header, the page's title or first words). Final: nothing more is sent to it, and
+    across processes it travels as ``CapabilityUnavailable`` (a refusal: never retried)."""
+
+
 #: Every error type by kind, so a failure that crossed a process boundary can be rebuilt.
 ERROR_TYPES: dict[str, type[McpWireError]] = {
     cls.kind: cls

@@ -320,6 +320,8 @@ async def test_run_starts_the_embedded_default(fastmcp_server: Peer, tmp_path: P
     assert "started the embedded Temporal at localhost:7233" in err and (tmp_path / "temporal.db").exists()
     assert McpTaskOutcome.model_validate(one_json(out)).outcome.value == "completed"
     assert not port_open("127.0.0.1", 7233)  # stopped on exit, since we started it
+    # ... and said so (issue 57: it stopped without a word, so the UI link it printed went dead unexplained).
+    assert f"stopped the embedded Temporal this command started at localhost:7233 (its state stays in {tmp_path}" in err
 
 
 # Prompting on a terminal (and refusing a non-terminal stdin): tests/test_cli_ux.py, in a real pty.

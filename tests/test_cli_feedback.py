@@ -118,6 +118,12 @@ async def _refused_before_sending(
             "run", tool, *target, "--args", args, "--id", wid, "--json", "--address", address, env=env
         )
         _no_traceback(err)
+        if case == "initialize_404":
+            # Issue 57: a 404 page is no MCP endpoint: refused before any workflow starts (exit 3), both times.
+            refused = one_json(out)["error"]
+            assert rc == 3 and refused["kind"] == "not_mcp", (rc, out, err[-2000:])
+            assert "is not an MCP endpoint: the handshake was answered HTTP 404" in refused["message"], refused
+            continue
         outcome = one_json(out)
         # What was typed (a tool not listed, arguments against its schema) is bad input: exit 2 (issue 43).
         bad_input = case in ("unknown_tool", "schema_mismatch")
@@ -132,6 +138,10 @@ async def _refused_before_sending(
         if attempt == 2:  # the same id ran again (it was refused before anything was sent), it did not replay
             assert f"note: {wid} was refused before anything was sent" in err and "STORED" not in err, err
     assert tool_calls(fastmcp_server, mark) == []  # what the server counted: no tools/call at all
+    if case == "initialize_404":
+        rc, _, err = await cli("status", wid, "--address", address)
+        assert rc == 2 and "no such task" in err, err  # nothing was started
+        return
     if protected is not None:
         assert protected.calls == 0 and protected.asked == [], protected.asked  # refused unauthenticated, nothing run
     rc, out, _ = await cli("run", tool, *target, "--args", args, "--id", wid, "--address", address, env=env)
@@ -514,9 +524,11 @@ async def test_tools_lists_task_support_hints_and_the_policy_a_worker_applies(
 # --- workers on one queue -------------------------------------------------------------------------------------------
 
 
-async def test_a_worker_warns_of_another_on_its_queue_with_other_servers(
+async def test_a_worker_refuses_a_queue_whose_workers_serve_other_servers(
     client: Client, temporal_env: Any, fastmcp_server: Peer, tmp_path: Path
 ) -> None:
+    """Issue 57: a second worker with other [servers] on the queue refuses to start (it only warned, and 5 of 6 tasks
+    then ended `rejected: UnknownServer`); told to (--allow-mixed-servers), it starts and warns."""
     address = address_of(temporal_env)
     queue = unique("q-mixed")
     first, second = tmp_path / "first.toml", tmp_path / "second.toml"
@@ -528,7 +540,17 @@ async def test_a_worker_warns_of_another_on_its_queue_with_other_servers(
     try:
         one.wait_ready()
         assert not any("another server set" in line for line in one.lines)
-        two = ProcessUnderTest([*cmd, str(second)], ready="ready: polling task queue", env=env, name="second")
+        rc, _, err = await cli(
+            "worker", "--address", address, "--task-queue", queue, "--config", str(second), env={**env}, timeout=60
+        )
+        # Its log lines before it (JSON), then the refusal as one line, exit 2; no traceback.
+        assert rc == 2 and "Traceback" not in err, err
+        line = next(x for x in err.splitlines() if f"task queue {queue!r} is served by workers with other" in x)
+        print(line)
+        assert "serves demo" in line and "ours: billing" in line and "--allow-mixed-servers" in line, line
+        two = ProcessUnderTest(
+            [*cmd, str(second), "--allow-mixed-servers"], ready="ready: polling task queue", env=env, name="second"
+        )
         try:
             two.wait_ready()
             deadline = time.monotonic() + 15

@@ -12,7 +12,9 @@ import re
 import signal
 import subprocess
 import termios
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +239,60 @@ async def test_stdio_command_unreachable_at_start(temporal_env: Any, command: st
     rc, out, err = await cli("run", tool, "--command", command, "--address", address)
     line = one_line(err, code=3, rc=rc, message="MCP server unreachable at start")
     assert "no tools/call was sent" in line and time.monotonic() - started < 20
+    rc, out, _ = await cli("list", "--tool", tool, "--json", "--address", address)
+    assert one_json(out)["workflows"] == []  # nothing was started, so nothing can have been called
+
+
+class _NotMcp(BaseHTTPRequestHandler):
+    """What may answer at a URL that is not an MCP endpoint: a web page, a 404 page, a 405, a 501."""
+
+    PAGES = {
+        "/html": (200, "text/html", b"<!doctype html><html><head><title>Acme Billing Portal</title></head></html>"),
+        "/missing": (404, "text/html", b"<html><head><title>404 Not Found</title></head></html>"),
+        "/static": (405, "text/plain", b"Method Not Allowed"),
+        "/unimplemented": (501, "text/plain", b"Not Implemented"),
+    }
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        status, ctype, body = self.PAGES.get(self.path, (404, "text/plain", b"no"))
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+async def test_a_url_that_is_not_mcp_is_refused_before_anything_starts(temporal_env: Any) -> None:
+    """Issue 57: an HTML page, a 404 page, a 405 or a 501 at --url: exit 3 naming what answered, no workflow (it was
+    `still SUBMITTING` for 15 s, then `rejected`, exit 1; 501 was called unreachable)."""
+    address = address_of(temporal_env)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotMcp)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tool = unique("never_called")
+    lines = {}
+    try:
+        # `run` refuses before it connects to Temporal; `tools` says the same (each a few seconds of CLI start-up).
+        for command, path, words in (
+            ("run", "/html", "HTTP 200 text/html"),
+            ("tools", "/missing", "HTTP 404 text/html"),
+            ("tools", "/static", "HTTP 405 text/plain"),
+            ("run", "/unimplemented", "HTTP 501 text/plain"),
+        ):
+            url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+            args = ("run", tool, "--url", url, "--address", address) if command == "run" else ("tools", "--url", url)
+            rc, out, err = await cli(*args)
+            lines[path] = line = one_line(err, code=3, rc=rc, message=f"{url} is not an MCP endpoint")
+            print(line)
+            assert f"the handshake was answered {words}" in line
+            assert command == "tools" or "nothing was started" in line
+        assert "'Acme Billing Portal'" in lines["/html"]  # the page's title: what answered, in its own words
+    finally:
+        server.shutdown()
+        server.server_close()
     rc, out, _ = await cli("list", "--tool", tool, "--json", "--address", address)
     assert one_json(out)["workflows"] == []  # nothing was started, so nothing can have been called
 

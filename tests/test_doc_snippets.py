@@ -129,3 +129,122 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
     outcome = json.loads(out)
     assert (outcome["workflow_id"], outcome["outcome"]) == ("charge-42", "completed"), err.decode()[-2000:]
     assert "Traceback" not in err.decode(), err.decode()[-2000:]
+
+
+#: The worker's billing server for the large-result run: fastmcp over stdio, whose charge_card answers 1 MiB of text.
+_BIG_BILLING = """
+from fastmcp import FastMCP
+
+mcp = FastMCP("billing")
+
+
+@mcp.tool
+def charge_card(amount_cents: int, idempotency_key: str = "") -> str:
+    return f"RECEIPT {amount_cents} " + "r" * (1024 * 1024)
+
+
+mcp.run()
+"""
+
+
+@contextlib.asynccontextmanager
+async def _own_temporal() -> AsyncIterator[str]:
+    """A dev server of this test's own (the snippet's workflow id is fixed: each machine's run starts it afresh)."""
+    from temporalio.common import SearchAttributeKey
+    from temporalio.testing import WorkflowEnvironment
+
+    from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES
+    from tests.temporal_harness import temporal_binary
+
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES],
+        ui=False,
+        dev_server_log_level="error",
+    )
+    try:
+        yield address_of(env)
+    finally:
+        await env.shutdown()
+
+
+def _machine(home: Path, **extra: str) -> dict[str, str]:
+    """A machine's environment: its own HOME, no Temporal, store or AWS variable of this one, then ``extra``."""
+    env = {k: v for k, v in _clean_env(home).items() if not k.startswith(("MCP_TASKS_", "AWS_"))}
+    return {**env, **extra}
+
+
+@pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
+async def test_the_service_example_reads_a_large_result(tmp_path: Path) -> None:
+    """Issue 57: the snippet as printed reads a 1 MiB result (stored outside the history) on the worker's machine with
+    nothing set, and on another machine (its own HOME and state directory) with only the store's environment set."""
+    from mcp_temporal_tasks.worker.devserver import port_open
+    from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE
+    from tests.temporal_harness import worker_process, write_config
+    from tests.test_external_storage import AWS, BUCKET, running_s3
+
+    if port_open("127.0.0.1", 7233):
+        pytest.fail("something already listens on localhost:7233; this test needs it free")
+    script = tmp_path / "service.py"
+    script.write_text(_service_snippet())
+    billing = tmp_path / "billing.py"
+    billing.write_text(_BIG_BILLING)
+    cfg = write_config(tmp_path / "worker.toml", {"billing": {"command": [sys.executable, str(billing)]}})
+    with running_s3() as s3:
+        store = {
+            "MCP_TASKS_STORAGE_BUCKET": BUCKET,
+            "MCP_TASKS_STORAGE_ENDPOINT": s3.endpoint,
+            "MCP_TASKS_STORAGE_PREFIX": "service-snippet/",
+            **AWS,
+        }
+        machines = {
+            # One machine, the embedded default: the worker and the service share HOME, nothing is set.
+            "one machine": (_machine(tmp_path / "one"), _machine(tmp_path / "one")),
+            # Two: each its own HOME (and so its own state directory); the same store's variables on both.
+            "two machines": (_machine(tmp_path / "a", **store), _machine(tmp_path / "c", **store)),
+        }
+        for name, (worker_env, service_env) in machines.items():
+            async with _own_temporal() as address, forward(7233, address):
+                with worker_process(address, DEFAULT_TASK_QUEUE, cfg, env=worker_env):
+                    run = await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        str(script),
+                        env=service_env,
+                        cwd=tmp_path,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                    )
+                    out, err = await asyncio.wait_for(run.communicate(), 120)
+                # A client whose store cannot read the claim: our error, naming the setting, not the SDK's TMPRL1105.
+                from temporalio.client import Client
+
+                from mcp_temporal_tasks import NoPayloadStore, get_outcome
+                from mcp_temporal_tasks.worker.config import StorageSettings
+                from mcp_temporal_tasks.worker.storage import with_storage
+                from mcp_temporal_tasks.worker.temporal_client import DATA_CONVERTER
+
+                converter = (
+                    DATA_CONVERTER
+                    if name == "one machine"
+                    else with_storage(DATA_CONVERTER, StorageSettings(local_dir=str(tmp_path / "elsewhere")))
+                )
+                storeless = await Client.connect(address, data_converter=converter)
+                with pytest.raises(NoPayloadStore, match="MCP_TASKS_STORAGE_DRIVER") as refused:
+                    await get_outcome(storeless, "charge-42", no_worker_s=None)
+                print(f"{name}, a client without the store: {refused.value}")
+                assert ("aws.s3driver" in str(refused.value)) == (name == "two machines")
+            assert out, f"{name}: the snippet printed nothing: {err.decode()[-2000:]}"
+            outcome = json.loads(out)
+            text = outcome["result"]["content"][0]["text"]
+            print(f"{name}: {outcome['outcome']}, result text {len(text)} chars, starts {text[:14]!r}")
+            assert outcome["outcome"] == "completed" and text.startswith("RECEIPT 1000 ") and len(text) > 1024 * 1024
+            assert "Traceback" not in err.decode(), err.decode()[-2000:]
+        stored = list((tmp_path / "one" / ".local/state/mcp-tasks/payloads").rglob("*.bin"))
+        assert stored, "the one-machine run stored nothing in the embedded store"
+        # The figure docs/operating.md gives: the activity's result and the workflow's outcome, one object each.
+        print("embedded store: " + ", ".join(f"{p.parent.parent.name}/{p.stat().st_size} B" for p in sorted(stored)))
+        # Each holds the result once (the server's ~2 MiB: its text, and fastmcp's structuredContent copy of it); the
+        # activity's output carried it twice (start.result and payload.result): 4.2 MB.
+        assert len(stored) == 2 and all(p.stat().st_size < 2.5 * 1024 * 1024 for p in stored)
+        assert not (tmp_path / "c" / ".local/state/mcp-tasks/payloads").exists()
+        assert s3.keys(prefix="service-snippet/"), "the two-machine run stored nothing in the bucket"

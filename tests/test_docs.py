@@ -57,5 +57,9 @@ def test_every_page_is_in_the_site_nav() -> None:
 
 
 def test_the_ui_screenshots_are_shown() -> None:
-    shown = set(re.findall(r"!\[[^\]]*\]\(ui/([\w-]+\.png)\)", page("temporal-apps.md")))
+    shown = {
+        name
+        for doc in ("temporal-apps.md", "operating.md")
+        for name in re.findall(r"!\[[^\]]*\]\(ui/([\w-]+\.png)\)", page(doc))
+    }
     assert shown == {p.name for p in (DOCS / "ui").glob("*.png")}

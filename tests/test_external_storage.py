@@ -9,6 +9,7 @@ objects), so retention is checked on the embedded store and stated in the docs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -82,6 +83,13 @@ class S3Server:
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
+    with running_s3() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_s3() -> Iterator[S3Server]:
+    """moto's S3 server in its own process, with the test bucket; killed on the way out."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -99,9 +107,11 @@ def s3_server() -> Iterator[S3Server]:
                 proc.kill()
                 raise
             time.sleep(0.2)
-    yield server
-    proc.kill()
-    proc.wait(10)
+    try:
+        yield server
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture(autouse=True)
@@ -353,7 +363,9 @@ async def _async_true(value: Any) -> bool:
     return bool(value)
 
 
-async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_http_stateful: Peer) -> None:
+async def test_bad_store_input_is_named(
+    s3_server: S3Server, client: Client, ts_http_stateful: Peer, tmp_path: Path
+) -> None:
     """A missing bucket, a deleted object and a changed object: one clear error naming it, no replay, no None."""
     prefix = unique("bad") + "/"
     queue = unique("q-bad")
@@ -380,6 +392,19 @@ async def test_bad_store_input_is_named(s3_server: S3Server, client: Client, ts_
     # Every object is gone: the error names the one the read asked for first, whichever of them that is.
     assert "does not exist" in _chain(exc_info.value) and any(k in _chain(exc_info.value) for k in keys)
     assert time.monotonic() - t0 < 10  # not retried: it cannot come back
+    # `mcp-tasks result` says so: the task ended, its stored outcome is what cannot be read (issue 57: it said
+    # "workflow did not produce an outcome").
+    cfg = tmp_path / "reader.toml"
+    cfg.write_text(
+        f'[temporal.storage]\nbucket = "{BUCKET}"\nendpoint = "{s3_server.endpoint}"\nprefix = "{prefix}"\n'
+        "read_retry_s = 2\n"
+    )
+    code, _, stderr = await cli(
+        "result", handle.id, "--address", address_of_client(client), "--config", str(cfg), timeout=60
+    )
+    print(f"mcp-tasks result of a deleted object: exit {code}: {stderr.strip()[-400:]}")
+    assert code == 1 and f"{handle.id} ended, but its outcome, stored outside the history, cannot be read" in stderr
+    assert "does not exist" in stderr and "did not produce an outcome" not in stderr
     # A bucket that does not exist: the store fails naming it (the activity's result cannot be stored: bounded
     # retries of that read, never a tools/call again).
     missing = stored_client(client, settings(s3_server, bucket="no-such-bucket-here"))

@@ -58,3 +58,35 @@ def test_a_cancelled_tasks_details_name_the_reason_and_the_servers_words() -> No
     assert "ended **cancelled**" in details and "reason: cancelled by request" in details, details
     # Server text cannot add a link (the UI renders markdown): its markup is escaped.
     assert "“stopped at \\[step 3\\]\\(http://evil\\.example\\)”" in details, details
+
+
+def test_the_ending_memo_is_bounded_and_carries_no_argument() -> None:
+    """Issue 57: the memo's ``ending`` (what the UI shows with no worker) keeps each text under its cap, whatever the
+    server said, and holds nothing of the request's arguments."""
+    from mcp_temporal_tasks.workflows.task_error import ENDING_TEXT_CAP, ending_memo
+
+    words = "too many requests " * 2000
+    outcome = _outcome(
+        outcome=Outcome.TOOL_ERROR,
+        classification=Classification.RETRYABLE,
+        retry_after_s=30.0,
+        error=RpcErrorInfo(code=-32000, message=words),
+        reason="r" * 10_000,
+        status_message="s\n" * 5000,
+    )
+    ending = ending_memo(outcome)
+    assert ending["outcome"] == "tool_error" and ending["classification"] == "retryable"
+    assert ending["retry_after_s"] == 30.0 and str(ending["server_says"]).startswith("too many requests")
+    texts = [v for v in ending.values() if isinstance(v, str)]
+    assert all(len(t) <= ENDING_TEXT_CAP and "\n" not in t for t in texts), texts
+    assert set(ending) == {
+        "outcome",
+        "classification",
+        "retry_after_s",
+        "server_says",
+        "reason",
+        "task_status",
+        "status_message",
+        "tool",
+        "server",
+    }

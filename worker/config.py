@@ -129,6 +129,10 @@ class WorkerSettings(_Strict):
     allow_inline_endpoints: StrictBool = False
     allow_inline_commands: StrictBool = False
     allow_inline_credentials: StrictBool = False
+    #: Start even when another live worker on the task queue serves other ``[servers]`` (its identity's digest
+    #: differs): they would split the queue's tasks, and a task naming a server only one of them has ends ``rejected:
+    #: UnknownServer`` on the other. Off: such a worker refuses to start (``mcp-tasks worker --allow-mixed-servers``).
+    allow_mixed_servers: StrictBool = False
     max_concurrent_activities: int = Field(4000, ge=1)
     #: Memory is bounded by this, not by the tasks in flight: a cached workflow costs ~130 KB, an in-flight task
     #: that is not cached ~30 KB (its waiting activity). A workflow waiting on its poll activity has nothing to
@@ -429,7 +433,12 @@ def load_config(
                 raise ConfigError("temporal.storage: must be a table")
             storage[key] = env[var]
     if temporal_only:
+        # The embedded store's directory follows [worker] state_dir: a reader on the workers' machine finds it there.
+        worker = raw.get("worker")
+        state = worker.get("state_dir") if isinstance(worker, dict) else None
         raw = {"temporal": raw["temporal"]} if "temporal" in raw else {}
+        if isinstance(state, str):
+            raw["worker"] = {"state_dir": state}
         problems = []
     servers_raw = raw.pop("servers", {})
     if not isinstance(servers_raw, dict):

@@ -11,13 +11,17 @@ Two workers share one process:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hashlib
 import json
 import logging
+import os
 import re
 import signal
+import socket
 import sys
+import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -33,7 +37,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from mcp_temporal_tasks.activities.mcp_activities import McpActivities
 from mcp_temporal_tasks.activities.wire.redact import install_log_redaction
 from mcp_temporal_tasks.activities.wire.stdio import SHUTDOWN_BOUND_S
-from mcp_temporal_tasks.worker.config import WorkerConfig, WorkerSettings
+from mcp_temporal_tasks.worker.config import ConfigError, WorkerConfig, WorkerSettings
 from mcp_temporal_tasks.worker.plugin import PASSTHROUGH, McpTasksPlugin
 from mcp_temporal_tasks.worker.registry import make_activities
 from mcp_temporal_tasks.worker.temporal_client import (  # noqa: F401  (re-exported: runner.connect & co. stay)
@@ -202,9 +206,37 @@ def worker_identity(base: str, servers: Mapping[str, Any]) -> str:
     return f"{base} mcp-tasks servers={names or '-'}#{servers_digest(servers)}"
 
 
-async def foreign_workers(client: Client, task_queue: str, identity: str) -> list[str]:
-    """One line per other worker polling ``task_queue`` whose server set differs from ours (by the digest in its
-    identity), or that does not say its set (another program, an older mcp-tasks)."""
+#: A poller the server last saw longer ago than this is gone: a live one polls again at once after each long poll
+#: (at most ~70 s), while the server lists a dead one for minutes.
+POLLER_LIVE_S = 75.0
+
+
+#: The identities of the workers this process runs now (run_workers), to tell them from ones it ran before.
+_RUNNING: collections.Counter[str] = collections.Counter()
+
+
+def _gone(identity: str, seen_s_ago: float | None) -> bool:
+    """A listed poller that no longer runs: not seen for :data:`POLLER_LIVE_S`, or a process of this host (its
+    identity's ``pid@host``) that has exited, e.g. this worker's predecessor, restarted with a new configuration."""
+    if seen_s_ago is not None and seen_s_ago > POLLER_LIVE_S:
+        return True
+    pid, _, host = identity.split(" ", 1)[0].partition("@")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():  # this process: its workers that run are the ones run_workers has not ended
+        return _RUNNING[identity] == 0
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # e.g. another user's process: it runs
+        return False
+    return False
+
+
+async def foreign_workers(client: Client, task_queue: str, identity: str, *, mixed_only: bool = False) -> list[str]:
+    """One line per other live worker polling ``task_queue`` whose server set differs from ours (by the digest in its
+    identity), or (unless ``mixed_only``) that does not say its set (another program, an older mcp-tasks)."""
     ours = _SERVERS_TAG.search(identity)
     try:
         resp = await asyncio.wait_for(
@@ -216,11 +248,15 @@ async def foreign_workers(client: Client, task_queue: str, identity: str) -> lis
     except Exception:  # noqa: BLE001  (a check at start; the worker runs either way)
         return []
     lines = []
+    now = time.time()
     for poller in resp.pollers:
-        if poller.identity == identity:
+        seen = now - poller.last_access_time.ToSeconds() if poller.HasField("last_access_time") else None
+        if poller.identity == identity or _gone(poller.identity, seen):
             continue
         theirs = _SERVERS_TAG.search(poller.identity)
         if theirs is None:
+            if mixed_only:
+                continue
             lines.append(
                 f"worker {poller.identity!r} does not say which servers it has (not mcp-tasks, or an older one)"
             )
@@ -298,13 +334,28 @@ async def run_workers(
     on_ready: Callable[[], None] | None = None,
     activities: McpActivities | None = None,
     handle_signals: bool = True,
+    refuse_mixed: bool = False,
 ) -> None:
     """Run until ``stop`` is set (or, with ``handle_signals``, SIGTERM/SIGINT), then shut down gracefully and
     close MCP sessions, within ``GRACEFUL_SHUTDOWN_S + SHUTDOWN_GRACE_S + STDIO_SHUTDOWN_S`` (+ 1 s) whatever the
-    activities and the stdio children do."""
+    activities and the stdio children do. ``refuse_mixed`` (``mcp-tasks worker``): raise ``ConfigError`` before polling
+    when a live worker on the queue serves other ``[servers]``, unless ``[worker] allow_mixed_servers``; otherwise
+    (``run``'s own worker, a program's) such workers are warned about once polling."""
     activities = activities or make_activities(cfg)
     identity = worker_identity(client.identity, activities.servers)
     activities.identity = identity
+    # Before polling, so that a refused worker never takes a task: how workers know each other's [servers] is the
+    # digest each one's identity carries (worker_identity), which DescribeTaskQueue lists for every live poller.
+    mixed = await foreign_workers(client, cfg.temporal.task_queue, identity, mixed_only=True) if refuse_mixed else []
+    if mixed and not cfg.worker.allow_mixed_servers:
+        raise ConfigError(
+            f"task queue {cfg.temporal.task_queue!r} is served by workers with other [servers]: {'; '.join(mixed)}; "
+            f"ours: {', '.join(sorted(activities.servers)) or 'no servers'} (configuration "
+            f"{servers_digest(activities.servers)}). They would split its tasks, and a task naming a server only one "
+            "of them has would end rejected: UnknownServer on the other. Give every worker on a queue the same "
+            "[servers], or this one its own --task-queue; or, to run side by side on purpose (a rollout), pass "
+            "--allow-mixed-servers ([worker] allow_mixed_servers = true)"
+        )
     workers = build_workers(client, cfg.temporal.task_queue, activities, cfg.worker, identity=identity)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -316,6 +367,7 @@ async def run_workers(
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread: the caller owns signals
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    _RUNNING[identity] += 1
     try:
         if await wait_until_polling(client, cfg.temporal.task_queue, identity, tasks=tasks):
             if on_ready:
@@ -340,6 +392,7 @@ async def run_workers(
                 raise t.exception()  # type: ignore[misc]
         stopper.cancel()
     finally:
+        _RUNNING[identity] -= 1
         # Bounded: the SDK waits GRACEFUL_SHUTDOWN_S for running activities, then cancels them and waits for
         # them again, without limit; an activity (or an MCP session) that ignores cancellation must not hold
         # the process. Not asyncio.wait_for: on its timeout it waits for the cancelled work to end, unbounded.

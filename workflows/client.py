@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import time
 from typing import Any, Literal
 
@@ -36,6 +37,50 @@ _POLLER_GONE_S = 100.0
 _log = logging.getLogger("mcp_temporal_tasks")
 
 
+#: The SDK's words when a claim meets a client without External Storage, and a claim of a driver it lacks.
+_NO_STORAGE_MARK = "TMPRL1105"
+_NO_DRIVER = re.compile(r"No driver found with name '(?P<name>[^']{1,100})'")
+#: Where a service names the store the workers write to.
+STORE_SETTING = (
+    "connect with mcp_temporal_tasks.connect(), which reads the store from $MCP_TASKS_CONFIG's [temporal.storage] or "
+    "the MCP_TASKS_STORAGE_DRIVER/_BUCKET/_ENDPOINT/_PREFIX variables (as the workers have them; neither: this "
+    "machine's embedded store), or give McpTasksPlugin to Client.connect"
+)
+
+
+class NoPayloadStore(RuntimeError):
+    """The task's outcome is in Temporal's External Storage (the history holds a claim) and this client has no store
+    that reads it: a client connected without one, or with another driver than the workers'. ``driver`` names the
+    claim's driver when the SDK said it. The task itself is unaffected: a client with the workers' store reads it."""
+
+    def __init__(self, workflow_id: str, driver: str | None) -> None:
+        has = (
+            f"a claim of driver {driver!r}, which this client's External Storage does not have"
+            if driver
+            else "a claim, and this client has no External Storage"
+        )
+        super().__init__(
+            f"the outcome of MCP task {workflow_id} is stored outside the history ({has}): {STORE_SETTING}"
+        )
+        self.workflow_id, self.driver = workflow_id, driver
+
+
+def no_payload_store(workflow_id: str, exc: BaseException) -> NoPayloadStore | None:
+    """:class:`NoPayloadStore` when ``exc`` (or what caused it) is the SDK's "no store for this claim"; else None."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        text = str(seen)
+        if isinstance(seen, RuntimeError) and _NO_STORAGE_MARK in text:
+            return NoPayloadStore(workflow_id, None)
+        found = _NO_DRIVER.search(text) if isinstance(seen, ValueError) else None
+        if found:
+            return NoPayloadStore(workflow_id, found["name"])
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class NoWorker(RuntimeError):
     """No worker has polled the task's queue for ``waited_s``: the task waits until one does.
 
@@ -54,27 +99,6 @@ def no_worker_message(workflow_id: str, task_queue: str, waited_s: float) -> str
         f"until one does: start one with `mcp-tasks worker --task-queue {task_queue} --config YOUR.toml` "
         "(the configuration with its [servers])"
     )
-
-
-async def connect(target_host: str | None = None, **kwargs: Any) -> Client:
-    """``Client.connect`` as a service needs it: Temporal's environment configuration (``TEMPORAL_ADDRESS``,
-    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE`` and temporal.toml
-    profiles), the target defaulting to ``localhost:7233`` as in Temporal's samples, and the pydantic data
-    converter the workflow's payloads need. ``target_host`` and any ``Client.connect`` keyword (``namespace``,
-    ``plugins``, ``data_converter``, ``tls``...) override what the environment says."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.envconfig import ClientConfig
-
-    options: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
-    if target_host:
-        options["target_host"] = target_host
-    options.setdefault("target_host", DEFAULT_ADDRESS)
-    if options.get("api_key") and "tls" not in options:
-        options["tls"] = True  # Temporal Cloud: an API key always travels over TLS
-    if not kwargs.get("plugins"):  # McpTasksPlugin sets the converter (keeping a codec) when it is given
-        options["data_converter"] = pydantic_data_converter
-    options.update(kwargs)
-    return await Client.connect(options.pop("target_host"), **options)
 
 
 class RequestMismatch(ValueError):
@@ -282,10 +306,11 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
 
     ``handle.result()`` returns the outcome of a ``completed`` task only: every other outcome fails the
     workflow with :class:`~mcp_temporal_tasks.workflows.task_error.McpTaskError` (so Temporal shows it as failed);
-    this unwraps it. A workflow that failed for another reason (terminated, timed out) still raises.
+    this unwraps it. A workflow that failed for another reason (terminated, timed out) still raises. An outcome
+    stored outside the history that this client cannot read raises :class:`NoPayloadStore`, naming the setting.
     """
     try:
-        return await handle.result()
+        return await _result(handle)
     except WorkflowFailureError as err:
         outcome = McpTaskError.outcome_of(err)
         if outcome is None and isinstance(err.cause, CancelledError):
@@ -295,3 +320,13 @@ async def outcome_of(handle: WorkflowHandle[Any, Any]) -> McpTaskOutcome:
         if outcome is None:
             raise
         return outcome
+
+
+async def _result(handle: WorkflowHandle[Any, Any]) -> Any:
+    try:
+        return await handle.result()
+    except (RuntimeError, ValueError) as exc:
+        missing = no_payload_store(handle.id, exc)
+        if missing is None:
+            raise
+        raise missing from None

@@ -76,6 +76,41 @@ def finished_details(outcome: McpTaskOutcome) -> str:
     return "\n\n".join(lines)
 
 
+#: The memo key of a finished task's ending (``ending_memo``): what the UI's Memo tab shows with no worker running.
+ENDING_MEMO = "ending"
+#: Each text of the ending memo is cut at this: the memo stays small whatever the server said (the whole outcome is
+#: in the workflow's result or failure).
+ENDING_TEXT_CAP = 300
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text if len(text) <= ENDING_TEXT_CAP else text[: ENDING_TEXT_CAP - 1] + "…"
+
+
+def ending_memo(outcome: McpTaskOutcome) -> dict[str, str | float | None]:
+    """How the task ended, for the workflow's memo: readable in the UI (its Memo tab, ``DescribeWorkflowExecution``)
+    after every worker is gone, where the current details (read by query) are not. The outcome, its class, the
+    server's words, our reason, the task's last status: each bounded (``ENDING_TEXT_CAP``), nothing that is not
+    already in the history (no argument, no header, no credential), so the memo stays small and free of secrets."""
+    server = outcome.error.message if outcome.error is not None else None
+    if server is None and outcome.result is not None and outcome.outcome != Outcome.COMPLETED:
+        server = _detail(outcome)
+    return {
+        "outcome": outcome.outcome.value,
+        "classification": outcome.classification.value if outcome.classification is not None else None,
+        "retry_after_s": outcome.retry_after_s,
+        "server_says": _cut(server),
+        "reason": _cut(outcome.reason),
+        "task_status": outcome.task_status,
+        "status_message": _cut(outcome.status_message),
+        "tool": _cut(outcome.ledger.tool),
+        "server": _cut(outcome.ledger.server),
+    }
+
+
 def failure_type(outcome: Outcome) -> str:
     """``tool_error`` → ``McpTaskToolError``: the ``ApplicationError.type`` of a task that ended so."""
     return TYPE_PREFIX + "".join(part.title() for part in outcome.value.split("_"))

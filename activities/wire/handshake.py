@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 from mcp_temporal_tasks.activities.wire import sdk_compat
 from mcp_temporal_tasks.activities.wire.eras import room_answered, room_for
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
+from mcp_temporal_tasks.activities.wire.status import not_mcp_endpoint
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import Transport
 from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
@@ -94,8 +95,13 @@ async def negotiate(
                 if switched is not None:
                     return discovered(*switched)
         return session
-    except BaseException:
+    except BaseException as exc:
         await transport.aclose(terminate=True)
+        if isinstance(transport, HttpTransport):
+            # An answer that is no MCP at all (an HTML page, a 404 page, 501): said once, and final.
+            not_mcp = not_mcp_endpoint(exc, transport.url)
+            if not_mcp is not None:
+                raise not_mcp from exc
         raise
 
 

@@ -34,7 +34,7 @@ from mcp_temporal_tasks.activities.wire.jsonrpc import (
 )
 from mcp_temporal_tasks.activities.wire.redact import register as register_secrets
 from mcp_temporal_tasks.activities.wire.resume import MAX_IDLE_RESUMPTIONS, ResumePoint
-from mcp_temporal_tasks.activities.wire.status import http_error
+from mcp_temporal_tasks.activities.wire.status import answered, http_error
 from mcp_temporal_tasks.protocol.limits import MAX_REPLY_BYTES
 from mcp_temporal_tasks.protocol.wire_errors import (
     McpWireError,
@@ -251,7 +251,12 @@ class HttpTransport:
             self.session_id = response.headers["mcp-session-id"]
         if status >= 400:
             raw = (await _read_bounded(response, method, limit=64 * 1024, truncate=True)).decode("utf-8", "replace")
-            raise http_error(method, status, ctype, response.headers.get, raw, url=self.url, session_id=self.session_id)
+            error = http_error(
+                method, status, ctype, response.headers.get, raw, url=self.url, session_id=self.session_id
+            )
+            # What answered, for the handshake to tell "not an MCP endpoint" from an MCP server's refusal or fault.
+            error.answered = answered(status, ctype, response.headers.get, raw)  # type: ignore[attr-defined]
+            raise error
         if status == 202:
             raise ProtocolViolation(f"{method}: server answered a request with 202 Accepted", raw="")
         if ctype.startswith("application/json"):
@@ -259,7 +264,9 @@ class HttpTransport:
         if ctype.startswith("text/event-stream"):
             return await self._read_sse(response, method, msg_id, on_server_request, on_notification, timeout_s)
         raw_text = (await _read_bounded(response, method, limit=2048, truncate=True)).decode("utf-8", "replace")
-        raise ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
+        violation = ProtocolViolation(f"{method}: unexpected content-type {ctype!r}", raw=raw_text)
+        violation.answered = answered(status, ctype, response.headers.get, raw_text)  # type: ignore[attr-defined]
+        raise violation
 
     async def _read_sse(
         self,

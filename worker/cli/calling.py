@@ -28,7 +28,14 @@ from temporalio.client import (
 
 from mcp_temporal_tasks.activities.activity_io import ServerConfig, ToolPolicy
 from mcp_temporal_tasks.activities.result_store import state_dir
-from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession, stdio
+from mcp_temporal_tasks.activities.wire import (
+    McpWireError,
+    NotMcpEndpoint,
+    TaskUnreachable,
+    TransportError,
+    WireSession,
+    stdio,
+)
 from mcp_temporal_tasks.protocol.eras import era_rules, protocol_label
 from mcp_temporal_tasks.protocol.tasks import Endpoint, ToolInfo
 from mcp_temporal_tasks.worker.cli.connection import temporal, ui_link, untraced, why
@@ -117,6 +124,8 @@ async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool)
             f"{printable(exc) or 'no answer to initialize within 15 s'}; no tools/call was sent",
             EXIT_UNREACHABLE,
         ) from None
+    except NotMcpEndpoint as exc:  # nothing to run a task on: refused before any workflow starts
+        raise CliError(f"{printable(exc)}; nothing was started", EXIT_UNREACHABLE, kind="not_mcp") from None
     except Exception as exc:  # refused (by the server, or no OAuth token): the workflow reports precisely why
         err(f"note: the handshake with MCP server at {printable(endpoint.identity())} failed: {printable(exc)}")
 
@@ -501,6 +510,8 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         raise CliError(
             f"MCP server unreachable ({where}): {printable(exc) or 'no answer within 15 s'}", EXIT_UNREACHABLE
         ) from None
+    except NotMcpEndpoint as exc:
+        raise CliError(printable(exc), EXIT_UNREACHABLE, kind="not_mcp") from None
     except McpWireError as exc:
         raise CliError(
             f"the handshake with MCP server at {where} failed: {printable(exc)}", EXIT_ENDED, kind="refused"

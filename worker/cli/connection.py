@@ -203,3 +203,8 @@ async def temporal(
     finally:
         if server is not None:
             server.stop()
+            # Said, since it started one: its UI link stops answering now, and its tasks wait in the state file.
+            err(
+                f"stopped the embedded Temporal this command started at {address} (its state stays in {server.db}; "
+                "`mcp-tasks dev-server` keeps one running between commands)"
+            )

@@ -29,7 +29,7 @@ from mcp_temporal_tasks.worker.cli.parser import (
 Command = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
 
 #: What serves a process (the worker, Temporal, the demo); every other command is an operation on tasks.
-SERVING = ("worker", "dev-server", "demo", "demo-server")
+SERVING = ("worker", "dev-server", "demo", "demo-server", "codec-server")
 
 
 def command(name: str) -> Command:
@@ -43,6 +43,7 @@ def command(name: str) -> Command:
             "dev-server": serving.cmd_dev_server,
             "demo": serving.cmd_demo,
             "demo-server": serving.cmd_demo_server,
+            "codec-server": serving.cmd_codec_server,
         }
         return serves[name]
     if name == "schema":

@@ -272,6 +272,17 @@ async def _ended(handle: TaskHandle, desc: WorkflowExecutionDescription) -> str:
     return outcome.outcome.value
 
 
+def _unread(wid: str, exc: BaseException) -> str:
+    """Why a finished task's outcome could not be read: a stored payload that is gone or unreadable is said as such
+    (the task did end; its outcome is what cannot be read), anything else as the workflow's failure."""
+    from mcp_temporal_tasks.worker.storage import PayloadStoreError
+    from mcp_temporal_tasks.workflows.client import NoPayloadStore
+
+    if isinstance(exc, PayloadStoreError | NoPayloadStore):
+        return f"{wid} ended, but its outcome, stored outside the history, cannot be read: {exc}"
+    return f"{wid}: workflow did not produce an outcome: {exc}"
+
+
 async def cmd_result(args: argparse.Namespace) -> int:
     async with temporal(temporal_target(args)) as (client, ui):
         handle, desc = await _handle(client, args.id)
@@ -293,7 +304,7 @@ async def cmd_result(args: argparse.Namespace) -> int:
         except CliError:
             raise
         except Exception as exc:
-            raise CliError(f"{args.id}: workflow did not produce an outcome: {exc}", EXIT_ENDED) from None
+            raise CliError(_unread(args.id, exc), EXIT_ENDED) from None
     outcome = _resolve_ref(outcome)
     emit(args, outcome.model_dump(mode="json"), outcome_summary(outcome))
     return exit_code(outcome)

@@ -415,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default: $MCP_TASKS_LOG_LEVEL or INFO)",
     )
     p.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
+    p.add_argument(
+        "--allow-mixed-servers",
+        action="store_true",
+        help="start even when a live worker on the task queue serves other [servers] (default: refuse; "
+        "[worker] allow_mixed_servers)",
+    )
     temporal_opts(p, config=False)
 
     p = command("dev-server", "the embedded Temporal dev server, in the foreground")
@@ -422,6 +428,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=7233, help="frontend (gRPC) port (default: 7233)")
     p.add_argument("--ui-port", type=_port, default=8233, help="Temporal UI port (default: 8233)")
     p.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument(
+        "--ui-codec-endpoint",
+        metavar="URL",
+        help="the UI decodes payloads through this codec server (e.g. `mcp-tasks codec-server`'s "
+        "http://127.0.0.1:8081)",
+    )
+
+    p = command("codec-server", "Temporal's remote codec endpoint for the UI and the CLI: stored payloads read")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=_port_or_0, default=8081, help="port (default: 8081; 0 picks a free one)")
+    p.add_argument("--config", help="the workers' TOML: its [temporal.storage] (default: $MCP_TASKS_CONFIG)")
+    p.add_argument("--codec", metavar="MODULE:ATTR", help="your PayloadCodec (an instance, or a class to call)")
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a UI origin allowed to call it (repeatable; default: http://localhost:8233, http://127.0.0.1:8233, "
+        "https://cloud.temporal.io)",
+    )
+    p.add_argument(
+        "--auth-env",
+        default="MCP_TASKS_CODEC_AUTH",
+        metavar="VAR",
+        help="the variable holding the Authorization header every request must carry (default: "
+        "MCP_TASKS_CODEC_AUTH; unset: no check)",
+    )
+    p.add_argument(
+        "--read-stored-on-decode",
+        action="store_true",
+        help="read stored payloads on /decode too, even when the UI asks to keep them as claims",
+    )
 
     p = command("demo", "embedded Temporal + demo MCP server + worker: see the point in a minute")
     p.add_argument(

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import importlib.util
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -146,6 +147,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     cfg = configuration(args)
     if args.task_queue:
         cfg.temporal.task_queue = args.task_queue
+    if args.allow_mixed_servers:
+        cfg.worker.allow_mixed_servers = True
     check_env_refs(cfg)  # a credential reference to an unset variable: named now, not as each task's failure
     # The result store, tracing: refused before anything connects.
     activities, tracing = prepare_worker(cfg)
@@ -188,6 +191,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         client,
         cfg,
         activities=activities,
+        refuse_mixed=True,
         on_ready=lambda: log.info(
             "ready: polling task queue %s on %s (namespace %s; servers: %s)",
             cfg.temporal.task_queue,
@@ -202,7 +206,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def cmd_dev_server(args: argparse.Namespace) -> int:
-    server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip)
+    codec = ["--ui-codec-endpoint", args.ui_codec_endpoint] if args.ui_codec_endpoint else []
+    server = DevServer(db=args.db, port=args.port, ui_port=args.ui_port, ip=args.ip, extra_args=codec)
     # SIGINT and SIGTERM stop the server (terminated, killed after 10 s) and release the state file; the server
     # is in our process group and dies with us even if we are killed (DevServer). Installed before it starts:
     # a signal during the start is acted on once it serves.
@@ -416,4 +421,38 @@ def cmd_demo_server(args: argparse.Namespace) -> int:
         ) from None
     argv = ["--host", args.host, "--port", str(args.port), "--poll-interval-ms", str(args.poll_interval_ms)]
     demo_server.main(argv)
+    return 0
+
+
+async def cmd_codec_server(args: argparse.Namespace) -> int:
+    """Temporal's remote codec endpoint (worker/codec_server.py) until SIGINT/SIGTERM."""
+    from mcp_temporal_tasks.worker.codec_server import DEFAULT_ORIGINS, CodecSettings, load_codec, serve
+    from mcp_temporal_tasks.worker.service import service_storage
+
+    settings = CodecSettings(
+        codec=load_codec(args.codec) if args.codec else None,
+        storage=service_storage(args.config),
+        auth=os.environ.get(args.auth_env) or None,
+        origins=args.cors_origin or DEFAULT_ORIGINS,
+        preserve=not args.read_stored_on_decode,
+    )
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    try:  # what uvicorn would fail on, said in one line
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((args.host, args.port))
+    except OSError as exc:
+        raise CliError(f"codec-server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", EXIT_USAGE)
+    store = settings.storage.kind if settings.storage is not None else "none"
+
+    def ready(url: str) -> None:
+        print(f"LISTENING {url}", flush=True)
+        err(
+            f"codec server: store {store}, codec {args.codec or 'none'}, authorization "
+            f"{'checked' if settings.auth else 'not checked'}, CORS {', '.join(settings.origins)}; "
+            f"the UI: --ui-codec-endpoint {url} (mcp-tasks dev-server) or its Data Encoder setting; "
+            f"the CLI: temporal workflow show --codec-endpoint {url} (Ctrl-C stops)"
+        )
+
+    await serve(settings, args.host, args.port, on_ready=ready)
     return 0

@@ -7,9 +7,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.protocol.eras import protocol_label
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine
-    from mcp_temporal_tasks.workflows.phases.patches import SEARCHABLE_PHASES
+    from mcp_temporal_tasks.workflows.phases.patches import ENDING_MEMO, SEARCHABLE_PHASES
     from mcp_temporal_tasks.workflows.records import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
-    from mcp_temporal_tasks.workflows.task_error import finished_details
+    from mcp_temporal_tasks.workflows.task_error import ENDING_MEMO as ENDING_MEMO_KEY
+    from mcp_temporal_tasks.workflows.task_error import ending_memo, finished_details
 
 #: Server task statuses that already say how a task ended (kept as ``McpTaskStatus`` at the end).
 _TERMINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -41,7 +42,10 @@ def finish(mc: TaskMachine, ending: Ending) -> McpTaskOutcome:
     if final_status not in _TERMINAL_STATUSES and final_status != outcome.value and workflow.patched(SEARCHABLE_PHASES):
         final_status = outcome.value  # a finished task is not listed as `working`
     workflow.upsert_search_attributes([SA_OUTCOME.value_set(outcome.value), SA_STATUS.value_set(final_status)])
-    workflow.upsert_memo({"ledger": mc.state.ledger.model_dump(mode="json")})
+    memo: dict[str, object] = {"ledger": mc.state.ledger.model_dump(mode="json")}
+    if workflow.patched(ENDING_MEMO):
+        memo[ENDING_MEMO_KEY] = ending_memo(mc.state.outcome)
+    workflow.upsert_memo(memo)
     # Not a command (the UI reads it by query): every ending readable on the workflow's page, a Canceled one's
     # too, whose cancellation carries no failure to show (issue 43); and the protocol the task ran on.
     how = {

@@ -37,3 +37,6 @@ CALL_INPUT = "plain-call-input"
 #: A trusted server's ``readOnlyHint: true`` makes a tool idempotent without ``idempotentHint`` (as the agent tools
 #: always counted it: ``decisions.annotation_idempotent``). Asked only for such a tool; histories from before replay.
 READ_ONLY_IS_IDEMPOTENT = "read-only-hint-is-idempotent"
+#: At its end a task's memo also carries ``ending`` (``task_error.ending_memo``: outcome, class, the server's words,
+#: reason), which the UI shows with no worker running. Asked at every ending; histories from before replay unchanged.
+ENDING_MEMO = "ending-in-memo"
