@@ -28,6 +28,9 @@ from tests.temporal_harness import address_of, in_process_worker
 #: (a code block's inner width over one monospace character's), 80.2 characters at 1280, 1600 and 1920 px wide
 #: (the content column stops growing at 61rem).
 SITE_CODE_CHARS = 80
+#: The quick start's one line (install, then the demo), wider than the site by 4 characters: one line a person copies
+#: whole matters more than a scroll bar on the site (the developers' guide: "one line installs and runs the demo").
+QUICK_START = "python3 -m venv .venv && .venv/bin/pip install '.[demo]' && .venv/bin/mcp-tasks demo"
 
 
 def _service_snippet() -> str:
@@ -51,8 +54,20 @@ def test_no_code_line_is_wider_than_the_site_shows() -> None:
     docs = {"README.md": readme(), **{f"docs/{k}": v for k, v in pages().items()}}
     for name, text in docs.items():
         for code in re.findall(r"```[\w-]*\n(.*?)```", text, flags=re.S):
-            wide += [f"{name}: {len(line)}: {line}" for line in code.splitlines() if len(line) > SITE_CODE_CHARS]
+            wide += [
+                f"{name}: {len(line)}: {line}"
+                for line in code.splitlines()
+                if len(line) > SITE_CODE_CHARS and line != QUICK_START
+            ]
     assert not wide, "\n".join(wide)
+
+
+def test_the_quick_start_installs_and_runs_the_demo_in_one_line() -> None:
+    """The README's and the site's quick start: its first block is the one line, nothing wrapped around it."""
+    for name, text in {"README.md": readme(), "docs/index.md": page("index.md")}.items():
+        first = re.search(r"```bash\n(.*?)```", section(text, "## Quick start"), flags=re.S)
+        assert first is not None, name
+        assert first.group(1).splitlines() == [QUICK_START], name
 
 
 @contextlib.asynccontextmanager
