@@ -168,8 +168,9 @@ class Calling:
         client: WireSession, tools: dict[str, ToolInfo], name: str, arguments: dict[str, Any]
     ) -> None:
         """Refuse, before ``tools/call`` leaves, a call the server's ``tools/list`` already answers: a tool it does not
-        list (read again once: the list may have changed) or arguments that do not match its ``inputSchema``. Both
-        are ``rejected`` with nothing sent (``may_have_reached_server`` False), so the same request may run again."""
+        list (read again once: the list may have changed), one whose ``x-mcp-header`` declaration is invalid (SEP-2243)
+        or arguments that do not match its ``inputSchema``. All are ``rejected`` with nothing sent
+        (``may_have_reached_server`` False), so the same request may run again."""
         if name not in tools:
             tools = await client.list_tools(refresh=True)
         if name not in tools:
@@ -179,6 +180,16 @@ class Calling:
                 message,
                 {"may_have_reached_server": False, "message": message, "code": -32602},
                 type="UnknownTool",
+                non_retryable=True,
+            )
+        problem = client.header_problem(name)
+        if problem is not None:
+            # SEP-2243: a tool whose x-mcp-header declaration is invalid is excluded; the server's other tools stay.
+            message = f"tools/call was never sent: {name!r} declares an invalid x-mcp-header ({cap_text(problem, 300)})"
+            raise ApplicationError(
+                message,
+                {"may_have_reached_server": False, "message": message, "code": -32602},
+                type="InvalidToolHeaders",
                 non_retryable=True,
             )
         raw = next((t for t in reversed(client.raw_tools) if isinstance(t, dict) and t.get("name") == name), None)
@@ -270,6 +281,7 @@ class Calling:
             beat.step = READING_TOOLS
             listed = (
                 era_rules(client.era).client_asks_for_task
+                or era_rules(client.era).param_headers
                 or profile.trust_annotations
                 or profile.policy.output_schema is None
             )
