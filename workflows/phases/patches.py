@@ -37,3 +37,7 @@ CALL_INPUT = "plain-call-input"
 #: A trusted server's ``readOnlyHint: true`` makes a tool idempotent without ``idempotentHint`` (as the agent tools
 #: always counted it: ``decisions.annotation_idempotent``). Asked only for such a tool; histories from before replay.
 READ_ONLY_IS_IDEMPOTENT = "read-only-hint-is-idempotent"
+#: A ``tools/call`` answered with input requests (2026-07-28 MRTR, SEP-2322) is continued (the questions put to a
+#: person, the call sent again with the answers and the echoed ``requestState``, an ``input_response`` attempt) instead
+#: of ending rejected. Asked only when such an answer arrives: a history from before ended there and replays unchanged.
+MRTR_CONTINUATION = "mrtr-continuation"
