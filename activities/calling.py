@@ -256,10 +256,14 @@ class Calling:
         was never sent" (``may_have_reached_server`` False), however the failing request itself ended. Wire failures
         surface as ``ApplicationError(type=<error kind>, details=[info])`` whose info says ``may_have_reached_server``.
         A lost reply on a 2025-11-25 session is reconciled with ``tasks/list`` where that is sound
-        (:meth:`WireSession.reconcile_lost_call`); otherwise it may have reached the server. Heartbeats run for the
-        whole activity, so only a dead worker times it out (a heartbeat timeout: the call may have reached the
-        server); the first one goes when ``tools/call`` is sent (step ``tools/call sent``: `mcp-tasks run` shows a
-        long synchronous call as CALLING), later ones carry the call's progress."""
+        (:meth:`WireSession.reconcile_lost_call`); otherwise it may have reached the server. A lost stream on a
+        2026-07-28 ``tools/call`` is not re-issued although the revision says a client re-issues a lost request: the
+        tool may have run, and a call is sent once; it stays ``unknown_outcome`` unless the replay policy allows a
+        replay (docs/how-it-works.md, "A lost stream on a 2026-07-28 tools/call"). An MRTR continuation
+        (``input_responses``, ``request_state``) is the same call going on, sent once per answer, under the same rule.
+        Heartbeats run for the whole activity, so only a dead worker times it out (a heartbeat timeout: the call may
+        have reached the server); the first one goes when ``tools/call`` is sent (step ``tools/call sent``:
+        `mcp-tasks run` shows a long synchronous call as CALLING), later ones carry the call's progress."""
         profile = inp.profile
         annotate(server=profile.name, tool=inp.tool)
         beat = Heartbeat(step=CONNECTING, tool=inp.tool)

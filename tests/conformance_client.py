@@ -21,6 +21,7 @@ of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,16 @@ ECHO_TOOL = "json_schema_echo"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
 STEP_TIMEOUT_S = 60
 #: Scenarios whose server asks a question mid-call, and the answer a person gives with ``mcp-tasks answer``.
-ANSWERS = {"elicitation-sep1034-client-defaults": {"action": "accept", "content": {}}}
+ANSWERS = {
+    "elicitation-sep1034-client-defaults": {"action": "accept", "content": {}},
+    "sep-2322-client-request-state": {"action": "accept", "content": {"confirmed": True}},
+}
+#: MRTR (SEP-2322): the tools that ask (answered as above, each in its own run), the one called while the first waits
+#: for its answer (parallel isolation: it must carry neither the answers nor the state), and the one whose result has
+#: no ``resultType`` (complete: never continued).
+MRTR_ASKING = ["test_mrtr_echo_state", "test_mrtr_no_state"]
+MRTR_MEANWHILE = "test_mrtr_unrelated"
+MRTR_PLAIN = "test_mrtr_no_result_type"
 
 
 def toml_value(value: Any) -> str:
@@ -102,13 +113,33 @@ def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return proc
 
 
-def answered(args: list[str], env: dict[str, str], wid: str, address: str, answer: dict[str, Any]) -> int:
-    """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit."""
+def answered(
+    args: list[str],
+    env: dict[str, str],
+    wid: str,
+    address: str,
+    answer: dict[str, Any],
+    meanwhile: Callable[[], int] | None = None,
+) -> int:
+    """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit.
+    ``meanwhile``: a step run once the question is outstanding, before it is answered (its failure is the exit)."""
     run = subprocess.Popen(
         [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
     deadline = time.monotonic() + STEP_TIMEOUT_S
+    failed = 0
     try:
+        while meanwhile is not None and time.monotonic() < deadline and run.poll() is None:
+            # `status` exits non-zero while the task runs: its JSON view says whether a question is outstanding.
+            shown = step(["status", wid, "--address", address, "--json"], env)
+            try:
+                view = json.loads(shown.stdout or "{}")
+            except ValueError:
+                view = {}
+            if isinstance(view, dict) and view.get("pending_inputs"):
+                failed = meanwhile()
+                break
+            time.sleep(0.5)
         while time.monotonic() < deadline and run.poll() is None:
             if (
                 step(["answer", wid, "--address", address, "--json", "--response", json.dumps(answer)], env).returncode
@@ -122,7 +153,7 @@ def answered(args: list[str], env: dict[str, str], wid: str, address: str, answe
         out, err = run.communicate()
     sys.stderr.write(f"$ mcp-tasks run ... -> exit {run.returncode}\n{err[-3000:]}")
     sys.stdout.write(out[-3000:])
-    return run.returncode
+    return max(run.returncode, failed)
 
 
 def placeholder(schema: Any) -> Any:
@@ -168,6 +199,8 @@ def calls_for(scenario: str, tools: list[dict[str, Any]], context: dict[str, Any
     if scenario == "json-schema-2020-12-preservation" and ECHO_TOOL in listed:
         focal = next((t for n, t in listed.items() if n != ECHO_TOOL), None)
         return [(ECHO_TOOL, {"schema": (focal or {}).get("input_schema") or {}})]
+    if scenario == "sep-2322-client-request-state" and set(MRTR_ASKING) <= set(listed):
+        return [(name, {}) for name in [*MRTR_ASKING, MRTR_PLAIN]]
     if scenario == "http-invalid-tool-headers":
         return [(n, arguments_for(t)) for n, t in listed.items() if not str(t.get("runs_as", "")).startswith("refused")]
     if not listed:
@@ -238,8 +271,11 @@ def run(
     # would (rightly) show the first one's stored outcome instead of calling the tool.
     wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
     args = ["run", tool, *target, "--args", json.dumps(arguments), "--id", wid, "--json", "--address", address]
-    if scenario in ANSWERS:
-        return answered(args, env, wid, address, ANSWERS[scenario])
+    if scenario in ANSWERS and (tool in MRTR_ASKING or not tool.startswith("test_mrtr_")):
+        meanwhile = None
+        if tool == MRTR_ASKING[0]:
+            meanwhile = functools.partial(run, scenario, MRTR_MEANWHILE, {}, target, env, address)
+        return answered(args, env, wid, address, ANSWERS[scenario], meanwhile)
     proc = step(args, env)
     if not expect_refusal:
         return proc.returncode

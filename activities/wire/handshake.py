@@ -167,6 +167,10 @@ async def probe(transport: Transport, *, required: bool) -> dict[str, Any] | Non
     versions = [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
     caps = reply.get("capabilities")
     caps = caps if isinstance(caps, dict) else {}
+    if not versions and not required:
+        # Not a DiscoverResult (no supportedVersions): a legacy server that answers any method it does not know
+        # with an empty result. Not a modern answer, so not a modern server.
+        return None
     if EXTENSION not in versions:
         if not required and any(v in INITIALIZE_VERSIONS for v in versions):
             return None
