@@ -25,6 +25,8 @@ EXPECTED = {
     # Its log records requests only (no notifications).
     "ts_stdio": (LEGACY, "2025-11-25", ["server/discover", "initialize", "tools/list"]),
     "ts_http_stateful": (LEGACY, "2025-11-25", ["initialize", "tools/list"]),
+    # The official Python SDK's newest line, mcp 2.3 MCPServer: 2026-07-28 without the tasks extension (MRTR).
+    "mcp2_http": (EXTENSION, EXTENSION, ["server/discover", "tools/list"]),
     # fastmcp 4.1.4, dual-era: 2026-07-28 with the tasks extension; no initialize session is ever opened.
     "fastmcp_server": (EXTENSION, EXTENSION, ["server/discover", "tools/list"]),
 }

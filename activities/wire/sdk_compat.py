@@ -18,6 +18,7 @@ import mcp_types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 
+from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
 from mcp_temporal_tasks.protocol.sdk_types import SDK_VERSION, validate_call_tool_result
 from mcp_temporal_tasks.protocol.tasks import EXTENSION, TASKS_EXTENSION, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation
@@ -45,13 +46,17 @@ def installed_sdk_version() -> str:
 
 
 def extension_meta() -> dict[str, Any]:
-    """The per-request ``_meta`` envelope of 2026-07-28, declaring the tasks extension.
+    """The per-request ``_meta`` envelope of 2026-07-28, declaring the tasks extension and form elicitation.
 
-    Sent on *every* request, ``tasks/*`` included: servers answer ``-32021`` otherwise.
+    Sent on *every* request, ``tasks/*`` included: servers answer ``-32021`` otherwise. Form elicitation: the
+    questions of a task (``tasks/update``) and of a call itself (MRTR ``inputResponses``) are put to a person.
     """
     return {
         PROTOCOL_VERSION_META_KEY: EXTENSION,
-        CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS_EXTENSION: {}}},
+        CLIENT_CAPABILITIES_META_KEY: {
+            "extensions": {TASKS_EXTENSION: {}},
+            "elicitation": dict(ELICITATION_CAPABILITY),
+        },
         CLIENT_INFO_META_KEY: CLIENT_INFO,
     }
 
