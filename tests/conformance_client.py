@@ -189,8 +189,8 @@ def calls_for(scenario: str, tools: list[dict[str, Any]], context: dict[str, Any
     given = context.get("toolCalls")
     if isinstance(given, list) and given:
         # A null argument is left out: ``verbose: null`` breaks the tool's own schema (``type: boolean``), which
-        # mcp-tasks refuses before sending; absent and null both mean "no Mcp-Param header" (tests/test_headers.py
-        # sends the null through the wire itself).
+        # mcp-tasks refuses before sending; absent and null both mean "no Mcp-Param header" (the SDK encoder omits a
+        # null: tests/test_handshake_rules.py).
         return [
             (c["name"], {k: v for k, v in (c.get("arguments") or {}).items() if v is not None})
             for c in given

@@ -143,6 +143,13 @@ async def probe(transport: Transport, *, required: bool) -> dict[str, Any] | Non
                 continue
             if not required and any(v in INITIALIZE_VERSIONS for v in supported):
                 return None  # a dual-era server that speaks our legacy versions only: initialize
+            if EXTENSION in supported:
+                raise UnknownProtocolVersion(
+                    f"the server refused protocol version {EXTENSION} twice although it lists it; nothing else was "
+                    "sent to it",
+                    code=exc.code,
+                    data=exc.data,
+                ) from exc
             raise UnknownProtocolVersion(
                 f"the server speaks protocol versions {[cap_text(v, 32) for v in supported][:8]}, none of which this "
                 f"client speaks ({', '.join(KNOWN_VERSIONS)}); nothing else was sent to it",
