@@ -168,8 +168,9 @@ class Calling:
         client: WireSession, tools: dict[str, ToolInfo], name: str, arguments: dict[str, Any]
     ) -> None:
         """Refuse, before ``tools/call`` leaves, a call the server's ``tools/list`` already answers: a tool it does not
-        list (read again once: the list may have changed) or arguments that do not match its ``inputSchema``. Both
-        are ``rejected`` with nothing sent (``may_have_reached_server`` False), so the same request may run again."""
+        list (read again once: the list may have changed), one whose ``x-mcp-header`` declaration is invalid (SEP-2243)
+        or arguments that do not match its ``inputSchema``. All are ``rejected`` with nothing sent
+        (``may_have_reached_server`` False), so the same request may run again."""
         if name not in tools:
             tools = await client.list_tools(refresh=True)
         if name not in tools:
@@ -179,6 +180,16 @@ class Calling:
                 message,
                 {"may_have_reached_server": False, "message": message, "code": -32602},
                 type="UnknownTool",
+                non_retryable=True,
+            )
+        problem = client.header_problem(name)
+        if problem is not None:
+            # SEP-2243: a tool whose x-mcp-header declaration is invalid is excluded; the server's other tools stay.
+            message = f"tools/call was never sent: {name!r} declares an invalid x-mcp-header ({cap_text(problem, 300)})"
+            raise ApplicationError(
+                message,
+                {"may_have_reached_server": False, "message": message, "code": -32602},
+                type="InvalidToolHeaders",
                 non_retryable=True,
             )
         raw = next((t for t in reversed(client.raw_tools) if isinstance(t, dict) and t.get("name") == name), None)
@@ -245,10 +256,14 @@ class Calling:
         was never sent" (``may_have_reached_server`` False), however the failing request itself ended. Wire failures
         surface as ``ApplicationError(type=<error kind>, details=[info])`` whose info says ``may_have_reached_server``.
         A lost reply on a 2025-11-25 session is reconciled with ``tasks/list`` where that is sound
-        (:meth:`WireSession.reconcile_lost_call`); otherwise it may have reached the server. Heartbeats run for the
-        whole activity, so only a dead worker times it out (a heartbeat timeout: the call may have reached the
-        server); the first one goes when ``tools/call`` is sent (step ``tools/call sent``: `mcp-tasks run` shows a
-        long synchronous call as CALLING), later ones carry the call's progress."""
+        (:meth:`WireSession.reconcile_lost_call`); otherwise it may have reached the server. A lost stream on a
+        2026-07-28 ``tools/call`` is not re-issued although the revision says a client re-issues a lost request: the
+        tool may have run, and a call is sent once; it stays ``unknown_outcome`` unless the replay policy allows a
+        replay (docs/how-it-works.md, "A lost stream on a 2026-07-28 tools/call"). An MRTR continuation
+        (``input_responses``, ``request_state``) is the same call going on, sent once per answer, under the same rule.
+        Heartbeats run for the whole activity, so only a dead worker times it out (a heartbeat timeout: the call may
+        have reached the server); the first one goes when ``tools/call`` is sent (step ``tools/call sent``:
+        `mcp-tasks run` shows a long synchronous call as CALLING), later ones carry the call's progress."""
         profile = inp.profile
         annotate(server=profile.name, tool=inp.tool)
         beat = Heartbeat(step=CONNECTING, tool=inp.tool)
@@ -270,6 +285,7 @@ class Calling:
             beat.step = READING_TOOLS
             listed = (
                 era_rules(client.era).client_asks_for_task
+                or era_rules(client.era).param_headers
                 or profile.trust_annotations
                 or profile.policy.output_schema is None
             )

@@ -26,6 +26,9 @@ class EraRules:
     client_asks_for_task: bool
     #: How a session's task notifications reach a client: its HTTP GET stream, or ``subscriptions/listen``.
     notified_by: Literal["get stream", "subscriptions/listen"]
+    #: A tool's ``x-mcp-header`` declarations (SEP-2243) are mirrored as ``Mcp-Param-*`` headers on HTTP, and a tool
+    #: whose declaration is invalid is never called (True); or the annotation means nothing in this era (False).
+    param_headers: bool = False
 
 
 RULES: dict[str, EraRules] = {
@@ -42,6 +45,7 @@ RULES: dict[str, EraRules] = {
         error_reply_payload=False,
         client_asks_for_task=False,
         notified_by="subscriptions/listen",
+        param_headers=True,
     ),
 }
 

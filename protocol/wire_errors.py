@@ -278,7 +278,8 @@ class CapabilityUnavailable(McpWireError):
 
 
 class UnknownProtocolVersion(CapabilityUnavailable):
-    """The server answered ``initialize`` with a protocol version this client does not speak. Nothing more is
+    """The server answered ``initialize`` or ``server/discover`` with protocol versions this client does not speak
+    (or refused ours, ``-32022``, offering only such versions). Nothing more is
     sent to it (no ``tools/list``, no ``tools/call``); across processes it travels as ``CapabilityUnavailable``
     (a refusal: never retried)."""
 

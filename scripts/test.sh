@@ -18,6 +18,8 @@ peers=()
 (cd tests/peers/ts && npm ci --no-audit --no-fund --loglevel=error) & peers+=($!)
 # The official MCP conformance suite and the Node 22 it needs, pinned by their own lockfile (issue 37).
 (cd tests/peers/conformance && npm ci --no-audit --no-fund --loglevel=error) & peers+=($!)
+# Its next line (0.2.0-alpha.12: the 2026-07-28 revision's client scenarios), pinned apart the same way (issue 54).
+(cd tests/peers/conformance-next && npm ci --no-audit --no-fund --loglevel=error) & peers+=($!)
 # The mcp==1.30.0 peer (tests/peers/py1) needs its own venv: the project venv pins mcp 2.x.
 ("$PYTHON" -m venv tests/peers/py1/.venv &&
   tests/peers/py1/.venv/bin/python -m pip install --quiet -r tests/peers/py1/requirements.txt) & peers+=($!)

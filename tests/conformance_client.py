@@ -21,6 +21,7 @@ of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +45,24 @@ TOOL_OF = {
 }
 #: Credentials of our own for auth scenarios whose context gives none (not a secret: the suite's mock accepts any).
 DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET = "mcp-tasks-conformance", "conformance-secret"
+#: Scenarios that judge the listing alone (the handshake; a schema's ``$ref`` left unfetched): their servers answer
+#: no ``tools/call``.
+LIST_ONLY = {"initialize", "json-schema-ref-no-deref"}
+#: The permissive tool of ``json-schema-2020-12-preservation``, given the other tool's input schema verbatim.
+ECHO_TOOL = "json_schema_echo"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
 STEP_TIMEOUT_S = 60
 #: Scenarios whose server asks a question mid-call, and the answer a person gives with ``mcp-tasks answer``.
-ANSWERS = {"elicitation-sep1034-client-defaults": {"action": "accept", "content": {}}}
+ANSWERS = {
+    "elicitation-sep1034-client-defaults": {"action": "accept", "content": {}},
+    "sep-2322-client-request-state": {"action": "accept", "content": {"confirmed": True}},
+}
+#: MRTR (SEP-2322): the tools that ask (answered as above, each in its own run), the one called while the first waits
+#: for its answer (parallel isolation: it must carry neither the answers nor the state), and the one whose result has
+#: no ``resultType`` (complete: never continued).
+MRTR_ASKING = ["test_mrtr_echo_state", "test_mrtr_no_state"]
+MRTR_MEANWHILE = "test_mrtr_unrelated"
+MRTR_PLAIN = "test_mrtr_no_result_type"
 
 
 def toml_value(value: Any) -> str:
@@ -97,13 +113,33 @@ def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return proc
 
 
-def answered(args: list[str], env: dict[str, str], wid: str, address: str, answer: dict[str, Any]) -> int:
-    """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit."""
+def answered(
+    args: list[str],
+    env: dict[str, str],
+    wid: str,
+    address: str,
+    answer: dict[str, Any],
+    meanwhile: Callable[[], int] | None = None,
+) -> int:
+    """``run`` in the background; ``answer`` once its question is there (tried until it is, bounded); ``run``'s exit.
+    ``meanwhile``: a step run once the question is outstanding, before it is answered (its failure is the exit)."""
     run = subprocess.Popen(
         [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
     deadline = time.monotonic() + STEP_TIMEOUT_S
+    failed = 0
     try:
+        while meanwhile is not None and time.monotonic() < deadline and run.poll() is None:
+            # `status` exits non-zero while the task runs: its JSON view says whether a question is outstanding.
+            shown = step(["status", wid, "--address", address, "--json"], env)
+            try:
+                view = json.loads(shown.stdout or "{}")
+            except ValueError:
+                view = {}
+            if isinstance(view, dict) and view.get("pending_inputs"):
+                failed = meanwhile()
+                break
+            time.sleep(0.5)
         while time.monotonic() < deadline and run.poll() is None:
             if (
                 step(["answer", wid, "--address", address, "--json", "--response", json.dumps(answer)], env).returncode
@@ -117,7 +153,60 @@ def answered(args: list[str], env: dict[str, str], wid: str, address: str, answe
         out, err = run.communicate()
     sys.stderr.write(f"$ mcp-tasks run ... -> exit {run.returncode}\n{err[-3000:]}")
     sys.stdout.write(out[-3000:])
-    return run.returncode
+    return max(run.returncode, failed)
+
+
+def placeholder(schema: Any) -> Any:
+    """A value a property's schema accepts, for the required arguments of a scenario tool nobody gave arguments for."""
+    schema = schema if isinstance(schema, dict) else {}
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    return {"string": "x", "integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(
+        kind, {} if kind == "object" else "x"
+    )
+
+
+def arguments_for(tool: dict[str, Any]) -> dict[str, Any]:
+    """``ARGUMENTS`` where known, else a placeholder for each required property of the tool's input schema."""
+    name = tool.get("name")
+    if isinstance(name, str) and name in ARGUMENTS:
+        return ARGUMENTS[name]
+    schema = tool.get("input_schema") or {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    return {p: placeholder(props.get(p)) for p in required if isinstance(p, str)}
+
+
+def calls_for(scenario: str, tools: list[dict[str, Any]], context: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``mcp-tasks run`` steps a scenario asks for: the tool calls its context lists (SEP-2243 custom headers),
+    the schema echo (JSON Schema preservation), every tool ``mcp-tasks tools`` does not refuse (the invalid-header
+    gate: the refused ones are tried separately), or the first tool."""
+    listed = {t["name"]: t for t in tools if isinstance(t.get("name"), str)}
+    given = context.get("toolCalls")
+    if isinstance(given, list) and given:
+        # A null argument is left out: ``verbose: null`` breaks the tool's own schema (``type: boolean``), which
+        # mcp-tasks refuses before sending; absent and null both mean "no Mcp-Param header" (the SDK encoder omits a
+        # null: tests/test_handshake_rules.py).
+        return [
+            (c["name"], {k: v for k, v in (c.get("arguments") or {}).items() if v is not None})
+            for c in given
+            if isinstance(c, dict) and isinstance(c.get("name"), str)
+        ]
+    if scenario == "json-schema-2020-12-preservation" and ECHO_TOOL in listed:
+        focal = next((t for n, t in listed.items() if n != ECHO_TOOL), None)
+        return [(ECHO_TOOL, {"schema": (focal or {}).get("input_schema") or {}})]
+    if scenario == "sep-2322-client-request-state" and set(MRTR_ASKING) <= set(listed):
+        return [(name, {}) for name in [*MRTR_ASKING, MRTR_PLAIN]]
+    if scenario == "http-invalid-tool-headers":
+        return [(n, arguments_for(t)) for n, t in listed.items() if not str(t.get("runs_as", "")).startswith("refused")]
+    if not listed:
+        return []
+    name = next((t for t in ARGUMENTS if t in listed), next(iter(listed)))
+    return [(name, arguments_for(listed[name]))]
 
 
 def main(argv: list[str]) -> int:
@@ -130,45 +219,72 @@ def main(argv: list[str]) -> int:
         context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     except ValueError:
         context = {}
+    context = context if isinstance(context, dict) else {}
     env = {k: v for k, v in os.environ.items() if k != "MCP_CONFORMANCE_CONTEXT"}
     with tempfile.TemporaryDirectory(prefix="mcp-conformance-") as tmp:
-        config = write_config(Path(tmp), url, scenario, context if isinstance(context, dict) else {}, env)
+        config = write_config(Path(tmp), url, scenario, context, env)
         env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
         target = ["--server", "s", "--config", str(config)]
         if scenario.startswith("auth/"):
             return step(["tools", *target, "--json"], env).returncode
+        refused: list[str] = []
         tool = TOOL_OF.get(scenario)
-        if tool is None:
+        if tool is not None:
+            calls = [(tool, ARGUMENTS.get(tool, {}))]
+        else:
             listed = step(["tools", *target, "--json"], env)
-            if listed.returncode != 0 or scenario == "initialize":
+            if listed.returncode != 0 or scenario in LIST_ONLY:
                 return listed.returncode
-            tools = [t["name"] for t in json.loads(listed.stdout).get("tools", []) if isinstance(t.get("name"), str)]
-            if not tools:
-                sys.stderr.write("the scenario server lists no tool\n")
-                return 1
-            tool = next((t for t in ARGUMENTS if t in tools), tools[0])
+            tools = [t for t in json.loads(listed.stdout).get("tools", []) if isinstance(t, dict)]
+            calls = calls_for(scenario, tools, context)
+            refused = [t["name"] for t in tools if str(t.get("runs_as", "")).startswith("refused")]
+            if not calls:
+                sys.stderr.write("the scenario server lists no tool: listing it was the whole exchange\n")
+                return 0
         address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS")
         if not address:
             sys.stderr.write("CONFORMANCE_TEMPORAL_ADDRESS is not set (host:port of a running Temporal)\n")
             return 2
-        # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
-        # would (rightly) show the first one's stored outcome instead of calling the tool.
-        wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
-        args = [
-            "run",
-            tool,
-            *target,
-            "--args",
-            json.dumps(ARGUMENTS.get(tool, {})),
-            "--id",
-            wid,
-            "--json",
-            "--address",
-            address,
-        ]
-        if scenario in ANSWERS:
-            return answered(args, env, wid, address, ANSWERS[scenario])
-        return step(args, env).returncode
+        worst = 0
+        for name, arguments in calls:
+            worst = max(worst, run(scenario, name, arguments, target, env, address))
+        if refused:
+            # The invalid-header gate as a user meets it: `run` of an excluded tool ends rejected, never sent.
+            gated = run(scenario, refused[0], {}, target, env, address, expect_refusal=True)
+            worst = max(worst, gated)
+        return worst
+
+
+def run(
+    scenario: str,
+    tool: str,
+    arguments: dict[str, Any],
+    target: list[str],
+    env: dict[str, str],
+    address: str,
+    *,
+    expect_refusal: bool = False,
+) -> int:
+    """``mcp-tasks run`` of one tool (answered as a person would where the scenario asks a question); its exit code,
+    or with ``expect_refusal`` 0 exactly when it ended rejected with ``tools/call`` never sent."""
+    # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
+    # would (rightly) show the first one's stored outcome instead of calling the tool.
+    wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+    args = ["run", tool, *target, "--args", json.dumps(arguments), "--id", wid, "--json", "--address", address]
+    if scenario in ANSWERS and (tool in MRTR_ASKING or not tool.startswith("test_mrtr_")):
+        meanwhile = None
+        if tool == MRTR_ASKING[0]:
+            meanwhile = functools.partial(run, scenario, MRTR_MEANWHILE, {}, target, env, address)
+        return answered(args, env, wid, address, ANSWERS[scenario], meanwhile)
+    proc = step(args, env)
+    if not expect_refusal:
+        return proc.returncode
+    try:
+        outcome = json.loads(proc.stdout)
+    except ValueError:
+        return 1
+    never_sent = outcome.get("outcome") == "rejected" and not outcome.get("operation_attempts")
+    return 0 if never_sent else 1
 
 
 if __name__ == "__main__":

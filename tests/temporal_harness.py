@@ -324,10 +324,9 @@ def tool_calls(peer: Any, mark: int, tool: str | None = None, *, method: str = "
 
 
 def listings(peer: Any, mark: int) -> int:
-    """The ``tools/list`` requests a dual-era server (fastmcp) logged since ``mark`` for listing tools, not counting
-    the one each new session sends while connecting to choose the era: that one is followed by its session's only
-    ``server/discover`` (issue 37, ``WireSession.connect``)."""
-    return len(tool_calls(peer, mark, method="tools/list")) - len(tool_calls(peer, mark, method="server/discover"))
+    """The ``tools/list`` requests a dual-era server (fastmcp) logged since ``mark``: every one lists tools (a session
+    is opened with ``server/discover`` alone, issue 54, ``activities/wire/handshake.py``)."""
+    return len(tool_calls(peer, mark, method="tools/list"))
 
 
 #: History events that end an activity (by its scheduled event's id).

@@ -1,11 +1,13 @@
-"""The official MCP conformance suite as the outside judge: every client scenario of
-``@modelcontextprotocol/conformance`` 0.1.16 (Node 22, both pinned in tests/peers/conformance, installed by
-scripts/test.sh with ``npm ci``), run through ``mcp-tasks`` by ``tests/conformance_client.py`` against this xdist
-worker's Temporal dev server, each asserted against ONE table: tests/conformance_expectations.toml (``pass``; ``n/a``
-with exactly which checks fail; ``pending: ...`` still run and asserted to still fail). docs/conformance.md shows the
-same table, generated from it: ``python -m tests.test_conformance`` rewrites it; a test checks it is current.
+"""The official MCP conformance suite as the outside judge: every client scenario of both lines of
+``@modelcontextprotocol/conformance``, 0.1.16 (tests/peers/conformance) and 0.2.0-alpha.12 with the 2026-07-28
+revision's scenarios (tests/peers/conformance-next), each pinned with its lockfile and Node 22, installed by
+scripts/test.sh with ``npm ci``; run through ``mcp-tasks`` by ``tests/conformance_client.py`` against this xdist
+worker's Temporal dev server, each asserted against ONE table: tests/conformance_expectations.toml, a section per line
+(``pass``; ``n/a`` with exactly which checks fail; ``pending: ...`` still run and asserted to still fail).
+docs/conformance.md shows the same table, generated from it: ``python -m tests.test_conformance`` rewrites it; a test
+checks it is current.
 
-One test per scenario, so xdist spreads them over its workers.
+One test per scenario and line, so xdist spreads them over its workers.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import pytest
 
 from tests.peers.harness import REPO_ROOT
 
-SUITE_DIR = REPO_ROOT / "tests" / "peers" / "conformance"
-NODE_BIN = SUITE_DIR / "node_modules" / "node" / "bin"
-SUITE = SUITE_DIR / "node_modules" / ".bin" / "conformance"
+#: Each line of the suite, by the version its folder pins (package.json, package-lock.json).
+LINES = {
+    "0.1.16": REPO_ROOT / "tests" / "peers" / "conformance",
+    "0.2.0-alpha.12": REPO_ROOT / "tests" / "peers" / "conformance-next",
+}
 TABLE_FILE = REPO_ROOT / "tests" / "conformance_expectations.toml"
 DOCS_PAGE = REPO_ROOT / "docs" / "conformance.md"
 START, END = "<!-- conformance-table:start -->", "<!-- conformance-table:end -->"
@@ -34,19 +38,26 @@ CLIENT_TIMEOUT_MS = 90_000
 SUITE_TIMEOUT_S = 150
 
 
-def table() -> dict[str, dict[str, Any]]:
+def tables() -> dict[str, dict[str, dict[str, Any]]]:
+    """Every line's table of scenario rows."""
     with TABLE_FILE.open("rb") as fh:
-        return tomllib.load(fh)["scenarios"]
+        return tomllib.load(fh)
 
 
-def suite_env(**extra: str) -> dict[str, str]:
-    if not (NODE_BIN / "node").exists() or not SUITE.exists():
+def suite_of(line: str) -> Path:
+    return LINES[line] / "node_modules" / ".bin" / "conformance"
+
+
+def suite_env(line: str, **extra: str) -> dict[str, str]:
+    node_bin = LINES[line] / "node_modules" / "node" / "bin"
+    if not (node_bin / "node").exists() or not suite_of(line).exists():
         pytest.fail(
-            f"the conformance suite is not installed: run `npm ci` in {SUITE_DIR} (scripts/test.sh does)", pytrace=False
+            f"the conformance suite {line} is not installed: run `npm ci` in {LINES[line]} (scripts/test.sh does)",
+            pytrace=False,
         )
     return {
         **os.environ,
-        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{node_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         **extra,
     }
@@ -54,31 +65,44 @@ def suite_env(**extra: str) -> dict[str, str]:
 
 def render() -> str:
     """The docs table, from the expectations file."""
-    rows = ["| scenario | result | why |", "|---|---|---|"]
-    for name, row in table().items():
-        status = row["status"]
-        shown = "passes" if status == "pass" else ("not applicable" if status == "n/a" else status)
-        why = row.get("reason", "")
-        if row.get("failing"):
-            why += f" (failing checks, all of that flow: {', '.join(f'`{c}`' for c in row['failing'])})"
-        rows.append(f"| `{name}` | {shown} | {why} |")
+    rows = ["| suite | scenario | result | why |", "|---|---|---|---|"]
+    for line, table in tables().items():
+        for name, row in table.items():
+            status = row["status"]
+            shown = "passes" if status == "pass" else ("not applicable" if status == "n/a" else status)
+            why = row.get("reason", "")
+            if row.get("failing"):
+                why += f" (failing checks: {', '.join(f'`{c}`' for c in row['failing'])})"
+            rows.append(f"| {line} | `{name}` | {shown} | {why} |")
     return "\n".join(rows)
 
 
-def test_the_table_lists_every_client_scenario_of_the_suite() -> None:
+@pytest.mark.parametrize("line", sorted(LINES))
+def test_the_table_lists_every_client_scenario_of_the_suite(line: str) -> None:
+    package = json.loads(
+        (LINES[line] / "node_modules" / "@modelcontextprotocol" / "conformance" / "package.json").read_text()
+    )
+    assert package["version"] == line, f"{LINES[line]} installs conformance {package['version']}, not {line}"
     out = subprocess.run(
-        [str(SUITE), "list", "--client"], env=suite_env(), capture_output=True, text=True, timeout=60, cwd=SUITE_DIR
+        [str(suite_of(line)), "list", "--client"],
+        env=suite_env(line),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=LINES[line],
     )
-    listed = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("  - ")]
+    listed = [row.split()[1] for row in out.stdout.splitlines() if row.startswith("  - ")]
     assert len(listed) >= 26, out.stdout + out.stderr
-    assert sorted(listed) == sorted(table()), (
-        "tests/conformance_expectations.toml must list exactly the suite's scenarios"
+    table = tables()[line]
+    assert sorted(listed) == sorted(table), (
+        f"tests/conformance_expectations.toml must list exactly the scenarios of suite {line}"
     )
-    for name, row in table().items():
+    for name, row in table.items():
         status = row["status"]
         assert status in ("pass", "n/a") or status.startswith("pending: issue "), (name, status)
         assert status == "pass" or row.get("reason"), f"{name}: every n/a and pending row says why"
-        assert (status == "n/a") == bool(row.get("failing")), f"{name}: n/a rows (only) list their failing checks"
+        listed_failing = bool(row.get("failing")) or bool(row.get("all_skipped"))
+        assert (status == "n/a") == listed_failing, f"{name}: n/a rows (only) list their failing checks"
 
 
 def test_docs_page_shows_the_table() -> None:
@@ -88,16 +112,18 @@ def test_docs_page_shows_the_table() -> None:
     assert shown == render(), "docs/conformance.md is out of date: run `python -m tests.test_conformance`"
 
 
-@pytest.mark.parametrize("scenario", sorted(table()))
-def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("line", "scenario"), [(line, name) for line, table in tables().items() for name in sorted(table)]
+)
+def test_scenario(line: str, scenario: str, temporal_env: Any, tmp_path: Path) -> None:
     from tests.temporal_harness import address_of
 
-    row = table()[scenario]
-    env = suite_env(CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env))
+    row = tables()[line][scenario]
+    env = suite_env(line, CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env))
     started = time.monotonic()
     out = subprocess.run(
         [
-            str(SUITE),
+            str(suite_of(line)),
             "client",
             "--command",
             f"{sys.executable} -m tests.conformance_client",
@@ -122,15 +148,18 @@ def test_scenario(scenario: str, temporal_env: Any, tmp_path: Path) -> None:
     failing = sorted({c["id"] for c in checks if c.get("status") == "FAILURE"})
     passed = [c["id"] for c in checks if c.get("status") == "SUCCESS"]
     client_err = "".join(p.read_text(errors="replace")[-2000:] for p in files[0].parent.glob("stderr.txt"))
-    what = f"{scenario} ({elapsed:.1f} s): failing {failing}\n{report[-2500:]}\n{client_err}"
+    what = f"{line} {scenario} ({elapsed:.1f} s): failing {failing}\n{report[-2500:]}\n{client_err}"
     status = row["status"]
     if status == "pass":
         assert passed and not failing and "OVERALL: PASSED" in report, what
     elif status == "n/a":
         # Exactly the checks of the flow a service client never runs fail; every other check passes, and the client
         # finished (a timeout would hide checks).
-        # ``none_pass``: a scenario whose every check belongs to that flow (stated in its reason).
-        assert failing == sorted(row["failing"]) and (passed or row.get("none_pass")), what
+        # ``none_pass``: a scenario whose every check belongs to that flow (stated in its reason); ``all_skipped``:
+        # the suite skips every check of a flow this client never enters.
+        assert failing == sorted(row["failing"]) and (passed or row.get("none_pass") or row.get("all_skipped")), what
+        if row.get("all_skipped"):
+            assert checks and not passed and all(c.get("status") == "SKIPPED" for c in checks if c.get("id")), what
         assert "TIMED OUT" not in report, what
     else:
         assert failing, f'{scenario} passes now: set its row of {TABLE_FILE.name} to "pass" ({status}). {what}'

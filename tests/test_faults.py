@@ -69,8 +69,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     "tasks/cancel": dict(Refuse=X, ResetAfterSend=X, Stall=X, Malformed=X, Truncated=X, Status500=X, RateLimit=X),
 }
 
-#: Which methods each era's client sends (unpinned, initialize goes first to every server; server/discover only to
-#: a server where 2026-07-28 is possible, never to the TS peer: it is an extension-only cell).
+#: Which methods each era's client sends (unpinned, the server/discover probe goes first to every server; the TS peer
+#: refuses it and gets initialize: its faults are the extension cells' concern, where the probe's answer is used).
 METHODS = {
     "legacy": ["initialize", "tools/list", "tools/call", "tasks/get", "tasks/result", "tasks/cancel"],
     "extension": ["server/discover", "tools/list", "tools/call", "tasks/get", "tasks/update", "tasks/cancel"],

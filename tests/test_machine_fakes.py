@@ -253,7 +253,8 @@ REPLAY = {"replay": ReplayPolicy.ALWAYS, "idempotent": True, "max_replays": 1}
 
 
 def replays(out: McpTaskOutcome) -> list[str]:
-    return [a.reason for a in out.operation_attempts][1:]
+    """The replays' reasons: every attempt after the first but an MRTR continuation (``input_response``)."""
+    return [a.reason for a in out.operation_attempts[1:] if a.reason != "input_response"]
 
 
 # --- REQUEST ------------------------------------------------------------------------------------------
@@ -302,15 +303,22 @@ async def test_a_synchronous_retryable_tool_error_may_replay(env: WorkflowEnviro
     assert fakes.calls["start_call"] == 2
 
 
-async def test_input_asked_on_tools_call_itself_is_rejected(env: WorkflowEnvironment) -> None:
+async def test_input_asked_on_tools_call_itself_unanswered_is_declined_and_the_call_goes_on(
+    env: WorkflowEnvironment,
+) -> None:
+    """MRTR (patch ``mrtr-continuation``; tests/test_mrtr_fast.py has the answered rounds): nobody answers within the
+    input timeout (``on_input_timeout = "decline"``; the default, ``cancel``, ends the task without a continuation),
+    so the continuation declines, once; a continuation is never counted as a replay."""
     ask = StartCallOutput(
         start=StartResult(
             era=EXTENSION, session=session(EXTENSION), input_requests={"k": InputRequest(method="elicitation/create")}
         ),
         sdk_version="fake",
     )
-    out = await run(env, Fakes(start_call=[ask]), **REPLAY)
-    assert out.outcome == Outcome.REJECTED and out.error is not None and out.error.code == -32601
+    fakes = Fakes(start_call=[ask, sync(text("went on"))])
+    out = await run(env, fakes, on_input_timeout="decline", **REPLAY)
+    assert out.outcome == Outcome.COMPLETED and fakes.calls["start_call"] == 2 and not replays(out), out
+    assert [a.reason for a in out.operation_attempts] == ["initial", "input_response"]
 
 
 async def test_a_refused_tools_call_is_rejected_never_replayed(env: WorkflowEnvironment) -> None:

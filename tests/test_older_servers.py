@@ -2,8 +2,9 @@
 FastMCP (protocol 2025-06-18, ``tests/peers/py0618``), through the wire layer, ``mcp-tasks run``/``status``, a
 Pydantic AI toolset and a worker SIGKILLed mid-call; and a scripted server answering a protocol version nobody knows.
 
-The era is chosen by ``initialize`` first (``WireSession.connect``): such a server is asked nothing its version
-does not have (its own log marks every method it got as known to 2025-06-18 or not).
+The era is found as revision 2026-07-28 says (``activities/wire/handshake.py``): one ``server/discover`` probe, which
+such a server refuses, then ``initialize``; after that it is asked nothing its version does not have (its own log marks
+every method it got as known to 2025-06-18 or not: the probe is the one unknown method, once per session opened).
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ OLD = "2025-06-18"
 
 
 def unknown_methods(peer: Peer, mark: int) -> list[str]:
-    return [line["method"] for line in peer.log_since(mark) if not line["known"]]
+    """The methods unknown to 2025-06-18 the server got, besides the handshake's probe: each ``server/discover``
+    must be followed at once by the ``initialize`` of the same session opening."""
+    lines = peer.log_since(mark)
+    methods = [line["method"] for line in lines]
+    for i, method in enumerate(methods):
+        if method == "server/discover":
+            assert methods[i + 1 : i + 2] == ["initialize"], methods
+    return [line["method"] for line in lines if not line["known"] and line["method"] != "server/discover"]
 
 
 async def test_wire_plain_tool_on_2025_06_18(py0618_http: Peer) -> None:
@@ -62,10 +70,11 @@ async def test_wire_plain_tool_on_2025_06_18(py0618_http: Peer) -> None:
     finally:
         await client.aclose(terminate=True)
     methods = [line["method"] for line in py0618_http.log_since(mark)]
-    # initialize first (asking for 2025-11-25; the server chose 2025-06-18), then only what 2025-06-18 has. The
-    # server checks MCP-Protocol-Version on every later request: they carried the version it chose.
-    assert methods[0] == "initialize" and py0618_http.log_since(mark)[0]["protocolVersion"] == LEGACY
-    assert "server/discover" not in methods and unknown_methods(py0618_http, mark) == [], methods
+    # The probe (refused), initialize (asking for 2025-11-25; the server chose 2025-06-18), then only what 2025-06-18
+    # has. The server checks MCP-Protocol-Version on every later request: they carried the version it chose.
+    assert methods[:2] == ["server/discover", "initialize"], methods
+    assert py0618_http.log_since(mark)[1]["protocolVersion"] == LEGACY
+    assert methods.count("server/discover") == 1 and unknown_methods(py0618_http, mark) == [], methods
     assert methods.count("tools/call") == 1
 
 
@@ -167,7 +176,7 @@ async def test_unknown_protocol_version_is_one_typed_error(answered: Any) -> Non
         assert "protocol version" in info.value.message and "this client does not speak" in info.value.message
         assert len(info.value.message) < 400  # a hostile value is not carried whole
         # Nothing after the answer but ending the session: no tools/list, no notifications/initialized, no call.
-        assert server.asked == ["initialize"] and server.calls == 0
+        assert server.asked == ["server/discover", "initialize"] and server.calls == 0
 
 
 async def test_unknown_protocol_version_ends_the_task_bounded(client: Client, queue: str) -> None:
@@ -183,4 +192,4 @@ async def test_unknown_protocol_version_ends_the_task_bounded(client: Client, qu
             out = await asyncio.wait_for(outcome_of(handle), 30)
         assert out.outcome == Outcome.REJECTED, out
         assert out.reason is not None and "2099-01-01" in json.dumps(out.model_dump(mode="json")), out
-        assert server.calls == 0 and set(server.asked) == {"initialize"}
+        assert server.calls == 0 and set(server.asked) == {"server/discover", "initialize"}

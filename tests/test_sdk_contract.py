@@ -39,7 +39,7 @@ def test_meta_keys_we_send_in_the_envelope() -> None:
     meta = sdk_compat.extension_meta()
     assert meta == {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}, "elicitation": {}},
         "io.modelcontextprotocol/clientInfo": sdk_compat.CLIENT_INFO,
     }
 

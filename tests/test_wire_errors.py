@@ -491,7 +491,8 @@ async def test_extension_envelope_and_routing_headers(fake: _FakeServer) -> None
         meta = sent["body"]["params"]["_meta"]
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
         assert meta["io.modelcontextprotocol/clientCapabilities"] == {
-            "extensions": {"io.modelcontextprotocol/tasks": {}}
+            "elicitation": {},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
         }
         assert "io.modelcontextprotocol/clientInfo" in meta
         # Each routing header exactly once (a duplicate makes TS servers answer HTTP 400).

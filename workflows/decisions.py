@@ -266,6 +266,16 @@ def replay_rule(
     return ReplayRule(policy, bool(idempotent), max_replays)
 
 
+#: The input rounds one ``tools/call`` may take (MRTR): a server that keeps asking past them is refused, bounded.
+MAX_INPUT_ROUNDS = 16
+
+
+def replays_used(reasons: list[str]) -> int:
+    """How many of a task's ``tools/call`` attempts (their ``operation_attempts[].reason``) were replays: not the
+    first call, and not a continuation that answers the server's input requests (``input_response``, MRTR)."""
+    return sum(1 for reason in reasons if reason.startswith("replay_"))
+
+
 def may_replay(rule: ReplayRule, *, replays_used: int = 0, repeat: bool = False) -> Decision:
     """May a *new* ``tools/call`` of the same request be sent? The one replay rule: ``McpTaskWorkflow`` asks it when
     an ending justifies a replay (:func:`replay_reason`), the agent tools when a model repeats an identical call.

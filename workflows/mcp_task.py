@@ -258,7 +258,8 @@ class McpTaskWorkflow(Messages):
     async def _before_replay(self, ending: Ending) -> Ending | None:
         """An ending that may justify a replay: the policy's answer, an operator's approval, the server's
         ``Retry-After`` as a durable timer. None: replay now; else the ending that stands."""
-        decision = decisions.may_replay(self.rule(), replays_used=len(self.state.attempts) - 1)
+        used = decisions.replays_used([a.reason for a in self.state.attempts])
+        decision = decisions.may_replay(self.rule(), replays_used=used)
         if decision == "stop":
             return ending
         if decision == "await_approval":

@@ -267,6 +267,9 @@ class OperationAttempt(_Model):
     ended: str | None = None  # how it ended: an Outcome value, or "in_flight"
     #: Set when the reply to this tools/call was lost and its task was identified with tasks/list.
     reconciled: str | None = None
+    #: An ``input_response`` attempt (MRTR): the ``n`` of the call whose input requests it answers. The same call
+    #: going on, never a replay (``decisions.replays_used`` does not count it).
+    continues: int | None = None
 
 
 class Ledger(_Model):
@@ -288,6 +291,9 @@ class Ledger(_Model):
     terminal_state: str | None = None
     idempotency: dict[str, Any] = Field(default_factory=dict)
     last_retrieval: str | None = None
+    #: How many times the server answered ``tools/call`` with input requests and the call was continued with the
+    #: answers (2026-07-28 MRTR): one call, ``input_rounds`` + 1 requests (``operation_attempts`` shows each).
+    input_rounds: int = 0
 
 
 class ResultRef(_Model):

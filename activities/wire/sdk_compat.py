@@ -18,6 +18,7 @@ import mcp_types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import ValidationError
 
+from mcp_temporal_tasks.protocol.elicitation import ELICITATION_CAPABILITY
 from mcp_temporal_tasks.protocol.sdk_types import SDK_VERSION, validate_call_tool_result
 from mcp_temporal_tasks.protocol.tasks import EXTENSION, TASKS_EXTENSION, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import ProtocolViolation
@@ -28,6 +29,8 @@ __all__ = [
     "default_stdio_environment",
     "extension_headers",
     "load_sdk",
+    "param_headers",
+    "param_headers_of",
     "extension_meta",
     "installed_sdk_version",
     "tool_info",
@@ -43,13 +46,17 @@ def installed_sdk_version() -> str:
 
 
 def extension_meta() -> dict[str, Any]:
-    """The per-request ``_meta`` envelope of 2026-07-28, declaring the tasks extension.
+    """The per-request ``_meta`` envelope of 2026-07-28, declaring the tasks extension and form elicitation.
 
-    Sent on *every* request, ``tasks/*`` included: servers answer ``-32021`` otherwise.
+    Sent on *every* request, ``tasks/*`` included: servers answer ``-32021`` otherwise. Form elicitation: the
+    questions of a task (``tasks/update``) and of a call itself (MRTR ``inputResponses``) are put to a person.
     """
     return {
         PROTOCOL_VERSION_META_KEY: EXTENSION,
-        CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS_EXTENSION: {}}},
+        CLIENT_CAPABILITIES_META_KEY: {
+            "extensions": {TASKS_EXTENSION: {}},
+            "elicitation": dict(ELICITATION_CAPABILITY),
+        },
         CLIENT_INFO_META_KEY: CLIENT_INFO,
     }
 
@@ -87,6 +94,26 @@ def extension_headers(method: str, name: str | None) -> dict[str, str]:
     if name is not None:
         headers[MCP_NAME_HEADER] = encode_header_value(name)
     return headers
+
+
+def param_headers_of(input_schema: Any) -> tuple[dict[tuple[str, ...], str], str | None]:
+    """A tool's ``x-mcp-header`` declarations (SEP-2243), read by the SDK's own walker: the property paths it mirrors
+    and their header tokens, or why the declaration is invalid (then the tool must not be called). Only after
+    :func:`load_sdk`."""
+    from mcp.shared.inbound import find_invalid_x_mcp_header, x_mcp_header_map
+
+    problem = find_invalid_x_mcp_header(input_schema)
+    if problem is not None:
+        return {}, problem
+    return (x_mcp_header_map(input_schema) if isinstance(input_schema, dict) else {}), None
+
+
+def param_headers(header_map: dict[tuple[str, ...], str], arguments: dict[str, Any]) -> dict[str, str]:
+    """The ``Mcp-Param-*`` headers a ``tools/call`` with ``arguments`` carries: the SDK's encoding (``true``/``false``,
+    numbers as text, base64 for a value a header cannot carry as is), a null or absent value omitted."""
+    from mcp.shared.inbound import mcp_param_headers
+
+    return mcp_param_headers(header_map, arguments) if header_map else {}
 
 
 def default_stdio_environment() -> dict[str, str]:

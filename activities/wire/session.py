@@ -25,6 +25,7 @@ from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.activities.wire.tracing import with_trace_context
 from mcp_temporal_tasks.activities.wire.transport import Transport
 from mcp_temporal_tasks.protocol.bounds import finite_number
+from mcp_temporal_tasks.protocol.eras import era_rules
 from mcp_temporal_tasks.protocol.limits import cap_text
 from mcp_temporal_tasks.protocol.tasks import Endpoint, Era, SessionRef, StartResult, TaskPayload, TaskState, ToolInfo
 from mcp_temporal_tasks.protocol.wire_errors import (
@@ -136,6 +137,9 @@ class WireSession:
         self._tools: dict[str, ToolInfo] | None = None
         #: The last tools/list as the server sent it (the workflow-side client hands it on).
         self.raw_tools: list[Any] = []
+        # SEP-2243, where the era has it: each tool's x-mcp-header paths and tokens, and why a declaration is invalid.
+        self._param_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        self._header_problems: dict[str, str] = {}
         # What reconcile_lost_call needs to know to be sound: every task a tools/call of this session made,
         # and whether calls overlapped. Sessions are never shared across processes for tools/call.
         self._known_tasks: set[str] = set()
@@ -229,10 +233,14 @@ class WireSession:
         on_server_request: ServerRequestHandler | None = None,
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
+        extra_headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """One request on this session, in its era's envelope (:meth:`.eras.Room.envelope`), with the caller's trace
-        context. ``name`` is the tool name or task id the request is about."""
+        context. ``name`` is the tool name or task id the request is about; ``extra_headers`` (HTTP only) a call's
+        mirrored parameters."""
         params, headers = await self._room.envelope(self.transport, method, with_trace_context(params), name)
+        if extra_headers:
+            headers = {**(headers or {}), **extra_headers}
         return await self.transport.request(
             method,
             params,
@@ -260,7 +268,39 @@ class WireSession:
                 break
         self._tools = tools
         self.raw_tools = raw_tools
+        if era_rules(self.era).param_headers:
+            await sdk_compat.load_sdk()
+            self._param_maps, self._header_problems = {}, {}
+            for raw in raw_tools:
+                header_map, problem = sdk_compat.param_headers_of(raw.get("inputSchema"))
+                if problem is not None:
+                    self._header_problems[raw["name"]] = problem
+                elif header_map:
+                    self._param_maps[raw["name"]] = header_map
         return tools
+
+    def header_problem(self, tool: str) -> str | None:
+        """Why ``tool`` must not be called, when its ``x-mcp-header`` declaration is invalid (SEP-2243: the client
+        excludes such a tool; the others stay usable). None for a valid tool, an unlisted one, or an era without
+        custom headers."""
+        return self._header_problems.get(tool)
+
+    async def _param_headers(self, tool: str, arguments: dict[str, Any]) -> dict[str, str] | None:
+        """The ``Mcp-Param-*`` headers of a ``tools/call`` (HTTP, an era with SEP-2243), after the invalid-tool gate:
+        :class:`CapabilityUnavailable` before anything is sent when the tool's declaration is invalid."""
+        if not era_rules(self.era).param_headers:
+            return None
+        if self._tools is None and isinstance(self.transport, HttpTransport):
+            await self.list_tools()  # the schemas say which parameters are mirrored
+        problem = self.header_problem(tool)
+        if problem is not None:
+            raise CapabilityUnavailable(
+                f"tool {tool!r} is not called: its input schema declares an invalid x-mcp-header "
+                f"({cap_text(problem, 300)})"
+            )
+        if not isinstance(self.transport, HttpTransport):
+            return None
+        return sdk_compat.param_headers(self._param_maps.get(tool, {}), arguments)
 
     async def start(
         self,
@@ -289,6 +329,7 @@ class WireSession:
         listener = _progress_listener(params, on_progress)
         options = eras.CallOptions(ttl_ms=ttl_ms, input_responses=input_responses, request_state=request_state)
         task_requested = await self._room.shape_call(self, tool, params, options)
+        mirrored = await self._param_headers(tool, arguments)
         self._call_seq += 1
         call = _LostCall(seq=self._call_seq, alone=self._calls_in_flight == 0, sent_at=datetime.now(UTC))
         self._calls_in_flight += 1
@@ -305,6 +346,7 @@ class WireSession:
                     timeout_s=timeout_s,
                     on_notification=listener,
                     on_server_request=on_server_request,
+                    extra_headers=mirrored,
                 )
             out = self._room.started(reply, self.session_ref(), task_requested=task_requested)
         except McpWireError as exc:
@@ -330,7 +372,10 @@ class WireSession:
         decides (a job's status and result tools are reads; its submit tool is not)."""
         params: dict[str, Any] = {"name": tool, "arguments": arguments}
         listener = _progress_listener(params, on_progress)
-        reply = await self.request("tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener)
+        mirrored = await self._param_headers(tool, arguments)
+        reply = await self.request(
+            "tools/call", params, name=tool, timeout_s=timeout_s, on_notification=listener, extra_headers=mirrored
+        )
         if is_call_tool_result(reply):
             return reply
         raise ProtocolViolation(f"tools/call {tool}: the reply is not a CallToolResult", raw=reply)

@@ -434,6 +434,21 @@ def py0618_http_peer(log_dir: Path, *, name: str = "py0618-http") -> Iterator[Pe
 
 
 @contextlib.contextmanager
+def mcp2_http_peer(log_dir: Path, *, name: str = "mcp2-http") -> Iterator[Peer]:
+    """The official Python SDK's newest line, ``mcp`` 2.3 ``MCPServer`` (2026-07-28, MRTR), over streamable HTTP
+    (``tests/peers/mcp2_server.py``; the project venv's own ``mcp``)."""
+    with _http_peer(
+        [sys.executable, "-m", "tests.peers.mcp2_server", "--port", "0"],
+        name=name,
+        log_path=_fresh_log(log_dir, name),
+        flavour="2026-07-28",
+        stateful=False,
+        cwd=REPO_ROOT,
+    ) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
 def peer_log_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="mcp-peer-logs-") as tmp:
         yield Path(tmp)
@@ -563,6 +578,13 @@ def py1_http(peer_logs: Path) -> Iterator[Peer]:
 def py0618_http(peer_logs: Path) -> Iterator[Peer]:
     """The mcp 1.12.4 FastMCP server (protocol 2025-06-18, no tasks) over stateful streamable HTTP."""
     with py0618_http_peer(peer_logs) as peer:
+        yield peer
+
+
+@pytest.fixture(scope="session")
+def mcp2_http(peer_logs: Path) -> Iterator[Peer]:
+    """The mcp 2.3 MCPServer (2026-07-28, MRTR) over streamable HTTP."""
+    with mcp2_http_peer(peer_logs) as peer:
         yield peer
 
 

@@ -447,6 +447,8 @@ def tool_policy(name: str, info: ToolInfo | None, server: ServerConfig | None) -
 
 def _runs_as(era: str, tasks_offered: bool, support: str | None) -> str:
     if not era_rules(era).client_asks_for_task:
+        if not tasks_offered:
+            return "synchronous (the server offers no tasks extension)"
         if support == "required":
             return "task (the server requires one)"
         if support == "forbidden":
@@ -535,7 +537,9 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                 "input_schema": schema if isinstance(schema, dict) else None,
                 "arguments": _arguments_line(schema),
                 "task_support": info.task_support,
-                "runs_as": _runs_as(client.era, client.tasks_offered, info.task_support),
+                "runs_as": f"refused: invalid x-mcp-header ({problem})"
+                if (problem := client.header_problem(name)) is not None
+                else _runs_as(client.era, client.tasks_offered, info.task_support),
                 "annotations": {
                     "readOnlyHint": info.read_only_hint,
                     "idempotentHint": info.idempotent_hint,

@@ -6,6 +6,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.protocol.eras import protocol_label
+    from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine
     from mcp_temporal_tasks.workflows.phases.patches import ENDING_MEMO, SEARCHABLE_PHASES
     from mcp_temporal_tasks.workflows.records import SA_OUTCOME, SA_STATUS, Ending, McpTaskOutcome, Phase
@@ -66,7 +67,7 @@ def finish(mc: TaskMachine, ending: Ending) -> McpTaskOutcome:
         workflow.metric_meter().create_counter(
             "mcp_tasks_deliveries", "task ends learned, by a server's notification or by a poll"
         ).add(1, {"server": mc.state.ledger.server, "delivered_by": mc.state.delivered_by})
-    replays = max(0, len(mc.state.attempts) - 1)
+    replays = decisions.replays_used([a.reason for a in mc.state.attempts])
     if replays:
         workflow.metric_meter().create_counter("mcp_tasks_replays", "tools/call replays").add(
             replays, {"tool": mc.req.tool}

@@ -40,3 +40,7 @@ READ_ONLY_IS_IDEMPOTENT = "read-only-hint-is-idempotent"
 #: At its end a task's memo also carries ``ending`` (``task_error.ending_memo``: outcome, class, the server's words,
 #: reason), which the UI shows with no worker running. Asked at every ending; histories from before replay unchanged.
 ENDING_MEMO = "ending-in-memo"
+#: A ``tools/call`` answered with input requests (2026-07-28 MRTR, SEP-2322) is continued (the questions put to a
+#: person, the call sent again with the answers and the echoed ``requestState``, an ``input_response`` attempt) instead
+#: of ending rejected. Asked only when such an answer arrives: a history from before ended there and replays unchanged.
+MRTR_CONTINUATION = "mrtr-continuation"

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
     from mcp_temporal_tasks.workflows.phases import endings
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
-    from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, READ_ONLY_IS_IDEMPOTENT
+    from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, MRTR_CONTINUATION, READ_ONLY_IS_IDEMPOTENT
     from mcp_temporal_tasks.workflows.phases.steps import Ended, Follow, Step, Submit
     from mcp_temporal_tasks.workflows.records import (
         SA_SERVER,
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Ending,
         OperationAttempt,
         Outcome,
+        PendingInput,
         Phase,
         Stage,
         search_attribute_value,
@@ -69,10 +70,25 @@ def apply_profile(mc: TaskMachine) -> None:
 
 async def submit(mc: TaskMachine, step: Submit) -> Step:
     """Send ``tools/call`` and say where its answer leads: an ending (synchronous result, refusal, lost reply) or
-    the task to follow."""
+    the task to follow. A call answered with input requests (2026-07-28, MRTR: SEP-2322) is continued: the questions
+    put to a person, then the same call sent again with the answers and the server's echoed ``requestState``, recorded
+    as an ``input_response`` attempt (the continuation of the call before it, never a replay)."""
     start = await _send(mc, step.reason)
     if isinstance(start, Ending):
         return Ended(start)
+    rounds = 0
+    while start.start.input_requests is not None and workflow.patched(MRTR_CONTINUATION):
+        if rounds >= decisions.MAX_INPUT_ROUNDS:
+            return Ended(_too_many_rounds(mc))
+        answers = await _answer_on_call(mc, start)
+        if isinstance(answers, Ending):
+            return Ended(answers)
+        rounds += 1
+        mc.state.ledger.input_rounds = rounds
+        # One continuation per answer: _send never resends a call that may have reached the server.
+        start = await _send(mc, "input_response", input_responses=answers, request_state=start.start.request_state)
+        if isinstance(start, Ending):
+            return Ended(start)
     attempt = mc.state.attempts[-1]
     if start.payload is not None:  # the server ran the tool synchronously
         mc.state.task_state = None
@@ -113,8 +129,57 @@ async def submit(mc: TaskMachine, step: Submit) -> Step:
     return Follow(task)
 
 
-async def _send(mc: TaskMachine, reason: str) -> StartCallOutput | Ending:
-    """``tools/call``, resent only while it surely never reached the server; the ending when it did not go through."""
+async def _answer_on_call(mc: TaskMachine, start: StartCallOutput) -> dict[str, Any] | Ending:
+    """The answers to the input requests a ``tools/call`` came back with (MRTR), put to a person as a task's questions
+    are (INPUT_REQUIRED, ``provide_input``); declined at the input timeout (with ``on_input_timeout = "cancel"``, or a
+    cancel asked meanwhile: the ending, and the call is not continued: nothing runs on the server between rounds)."""
+    requests = start.start.input_requests or {}
+    attempt = mc.state.attempts[-1]
+    attempt.ended = "input_required"
+    # A key may come back in a later round of the same call: each round's answers are its own.
+    for key in requests:
+        mc.state.answers.pop(key, None)
+    mc.state.pending = {k: PendingInput.of(k, r) for k, r in requests.items()}
+    mc.enter(Phase.INPUT_REQUIRED, "input_required")
+    timeout = mc.req.input_timeout_s or mc.req.timeouts.input_s
+    answered = await mc.interruptible_wait(
+        lambda: all(k in mc.state.answers for k in mc.state.pending), timeout_s=timeout
+    )
+    if not answered and mc.state.cancel_reason is None and mc.req.on_input_timeout == "cancel":
+        mc.state.cancel_reason = f"no answer to input request within {timeout:g}s"
+    if mc.state.cancel_reason is not None:
+        mc.state.pending = {}
+        return Ending(
+            outcome=Outcome.CANCELLED,
+            stage=Stage.CANCELLING,
+            reason=f"{mc.state.cancel_reason}; the server asked for input on tools/call and the call was not continued",
+        )
+    responses = {k: mc.state.answers.get(k, {"action": "decline"}) for k in mc.state.pending}
+    mc.state.pending = {}
+    return responses
+
+
+def _too_many_rounds(mc: TaskMachine) -> Ending:
+    return Ending(
+        outcome=Outcome.REJECTED,
+        stage=Stage.SUBMITTING,
+        error=RpcErrorInfo(
+            code=-32600,
+            message=f"the server asked for input more than {decisions.MAX_INPUT_ROUNDS} times on one tools/call",
+        ),
+        classification=Classification.PERMANENT,
+    )
+
+
+async def _send(
+    mc: TaskMachine,
+    reason: str,
+    *,
+    input_responses: dict[str, Any] | None = None,
+    request_state: str | None = None,
+) -> StartCallOutput | Ending:
+    """``tools/call``, resent only while it surely never reached the server; the ending when it did not go through.
+    ``input_responses`` and ``request_state``: a continuation (MRTR), the answers and the state echoed as received."""
     if mc.state.profile is None:
         raise bug("submit before resolve")
     mc.enter(Phase.SUBMITTING, "submitting")
@@ -133,6 +198,8 @@ async def _send(mc: TaskMachine, reason: str) -> StartCallOutput | Ending:
                 call_timeout_s=mc.call_bound_s() if mc.job() or mc.own_bound() else None,
                 input_wait_s=_call_input_bound_s(mc),
                 input_timeout_action="cancel" if mc.req.on_input_timeout == "cancel" else "decline",
+                input_responses=input_responses,
+                request_state=request_state,
             ),
             **mc.config(
                 SUBMIT,
@@ -266,6 +333,7 @@ def _record(mc: TaskMachine, reason: str, sent_at: datetime, *, ended: str = "in
             reason=reason,  # type: ignore[arg-type]
             at=sent_at,
             ended=ended,
+            continues=len(mc.state.attempts) if reason == "input_response" else None,
         )
     )
 

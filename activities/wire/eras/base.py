@@ -60,9 +60,6 @@ class Room(ABC):
     versions: ClassVar[tuple[str, ...]]
     #: The request that opens a session of this era (:mod:`..handshake`).
     opens_with: ClassVar[Literal["initialize", "server/discover"]]
-    #: A server that answered this version without tasks may still have them in a newer era (a dual-era server):
-    #: the handshake then asks ``server/discover``, once.
-    dual_era: ClassVar[bool] = False
     #: The optional methods this era lacks, and what a caller asking for one is told.
     lacks: ClassVar[Mapping[str, str]] = {}
 

@@ -26,8 +26,6 @@ class CoreTasks(Room):
     era = LEGACY
     versions = ("2025-11-25",)
     opens_with = "initialize"
-    # A server of 2025-11-25 without tasks whose tools still say they run as tasks keeps them in 2026-07-28.
-    dual_era = True
     lacks = {
         "tasks/update": "tasks/update exists only with the 2026-07-28 tasks extension",
         "subscriptions/listen": "subscriptions/listen exists only on 2026-07-28",

@@ -1,4 +1,4 @@
-"""2026-07-28 with the ``io.modelcontextprotocol/tasks`` extension: the server decides which calls become tasks.
+"""2026-07-28, with the ``io.modelcontextprotocol/tasks`` extension where offered: the server decides what is a task.
 
 ``server/discover`` instead of a handshake; the extension's ``_meta`` envelope on every request (``Mcp-Method`` and
 ``Mcp-Name`` headers on HTTP); the payload inline in ``tasks/get``; ``tasks/update`` answers a task's questions;
@@ -15,7 +15,14 @@ from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.replies import input_requests_of, parse_task
 from mcp_temporal_tasks.activities.wire.transport import Transport
-from mcp_temporal_tasks.protocol.tasks import EXTENSION, SessionRef, StartResult, TaskPayload, TaskState
+from mcp_temporal_tasks.protocol.tasks import (
+    EXTENSION,
+    TASKS_EXTENSION,
+    SessionRef,
+    StartResult,
+    TaskPayload,
+    TaskState,
+)
 
 
 class TasksExtension(Room):
@@ -25,7 +32,9 @@ class TasksExtension(Room):
     lacks = {"tasks/list": "tasks/list does not exist with the 2026-07-28 tasks extension"}
 
     def offers_tasks(self, capabilities: dict[str, Any]) -> bool:
-        return True  # a server is spoken in this era only when server/discover showed the tasks extension
+        # A server of 2026-07-28 without the extension is spoken in this room too: its calls are plain (or MRTR).
+        extensions = capabilities.get("extensions")
+        return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
     async def envelope(
         self, transport: Transport, method: str, params: dict[str, Any], name: str | None
