@@ -113,3 +113,5 @@ async def test_after_the_workflow_ends_no_read_of_its_task_reaches_the_server(
     # Its reads: the requests naming it, and the session's tasks/list (the session is this test's alone).
     late: list[Seen] = [r for r in seen if r.wall > closed_at and (r.task_id == task_id or r.method == "tasks/list")]
     assert not late, [(r.method, round(r.wall - closed_at, 2)) for r in late]
+    others = [f"{r.http} {r.method or ''} +{r.wall - closed_at:.2f}s" for r in seen if r.wall > closed_at]
+    print(f"{case}: reads of the task in the {QUIET_S:g}s after the workflow closed: 0; other requests: {others}")
