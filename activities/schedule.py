@@ -10,7 +10,8 @@ from datetime import datetime
 
 from mcp_temporal_tasks.activities.activity_io import AwaitInput, AwaitOutput, PollSchedule
 from mcp_temporal_tasks.activities.failure_encoding import read_error_info, to_application_error
-from mcp_temporal_tasks.activities.wire import McpWireError, RateLimited
+from mcp_temporal_tasks.activities.wire import McpWireError
+from mcp_temporal_tasks.activities.wire.backpressure import hold_of
 from mcp_temporal_tasks.protocol.limits import cap_text
 from mcp_temporal_tasks.protocol.wire_errors import is_read_fault
 
@@ -71,8 +72,9 @@ def after_read_fault(
     exc: McpWireError, inp: AwaitInput, failing_since: float, faults: int, tries: int
 ) -> tuple[AwaitOutput | None, float]:
     """What a failed poll leads to: ``(no_answer, 0)`` once the server has given no usable answer for
-    ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, a 429's
-    ``Retry-After``, never past the budget. A failure that is not a read fault raises the activity's typed error."""
+    ``unreachable_s``, else ``(None, seconds before the next try)``: a backoff by ``tries``, or the server's hold
+    (``wire.backpressure.hold_of``: a 429's or a 503's ``Retry-After``, what is left of this process's hold) when
+    longer, never past the budget. A failure that is not a read fault raises the activity's typed error."""
     if not is_read_fault(exc):
         raise to_application_error(exc, task_read=True)
     now = time.time()
@@ -84,5 +86,5 @@ def after_read_fault(
             last_error=read_error_info(exc),
         ), 0.0
     backoff = min(30.0, 0.5 * 2 ** min(tries, 6))
-    wait = max(backoff, exc.retry_after_s or 0.0) if isinstance(exc, RateLimited) else backoff
+    wait = max(backoff, hold_of(exc) or 0.0)
     return None, min(wait, max(0.1, failing_since + inp.unreachable_s - now))

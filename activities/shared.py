@@ -7,6 +7,7 @@ them as a :class:`~.heartbeats.Heartbeat`, through the helpers here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -30,6 +31,33 @@ from mcp_temporal_tasks.protocol.tasks import TaskPayload, TaskState
 from mcp_temporal_tasks.protocol.wire_errors import _cap
 
 T = TypeVar("T")
+
+
+class WaitOver(Exception):
+    """A wait's read or sleep was cut short: the wait is over here (``Lease.over``)."""
+
+
+async def unless_over(aw: Awaitable[T], over: asyncio.Future[None] | None) -> T:
+    """``aw``, cancelled once ``over`` is done (then :class:`WaitOver`): a wait that ended sends nothing more, and
+    its read in flight stops at once. Nothing started once ``over`` is done."""
+    if over is None:
+        return await aw
+    if over.done():
+        if asyncio.iscoroutine(aw):
+            aw.close()
+        raise WaitOver
+    task: asyncio.Future[T] = asyncio.ensure_future(aw)
+    either: set[asyncio.Future[Any]] = {task, over}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise WaitOver
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def beat_every(info: activity.Info) -> float:
@@ -163,6 +191,17 @@ class Shared:
             activity.logger.warning("result of %s bytes kept outside history at %s", ref["size"], ref["uri"])
         return DecodedPayload(result=inline, result_ref=ref)
 
+    def moved_on(self, ref: SessionRef, principal: str | None, task_id: str) -> None:
+        """This activity's workflow has left its wait on ``task_id`` (this is its next step): a wait of it still
+        running here ends (``PushHub.moved_on``), its read in flight cancelled, rather than when a heartbeat's reply
+        brings the cancel."""
+        try:
+            workflow_id = activity.info().workflow_id
+        except RuntimeError:  # not in an activity (a unit test calling the method directly)
+            return
+        if workflow_id:
+            self.push.moved_on(ref, principal, task_id, workflow_id)
+
     def lease(
         self,
         ref: SessionRef,
@@ -190,4 +229,14 @@ class Shared:
         )
 
 
-__all__ = ["Shared", "beat_every", "count", "heartbeating", "sdk_stores_large_payloads", "sleep_beating", "tasks_of"]
+__all__ = [
+    "Shared",
+    "WaitOver",
+    "beat_every",
+    "count",
+    "heartbeating",
+    "sdk_stores_large_payloads",
+    "sleep_beating",
+    "tasks_of",
+    "unless_over",
+]

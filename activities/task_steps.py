@@ -88,6 +88,7 @@ class TaskSteps:
                 payload = DecodedPayload(decode_error=exc.message, raw=exc.raw)
             return RetrieveOutput(payload=payload)
 
+        self.shared.moved_on(inp.session, inp.principal, inp.state.task_id)
         beat = Heartbeat(task_id=short_id(inp.state.task_id), step=RETRIEVING, status=inp.state.status)
         annotate(task_id=inp.state.task_id, status=inp.state.status)
         try:
@@ -110,6 +111,7 @@ class TaskSteps:
             )
             return CancelOutput(state=state.model_copy(update={"result": None}) if state else None)
 
+        self.shared.moved_on(inp.session, inp.principal, inp.task_id)
         annotate(task_id=inp.task_id)
         return await _on_task(CancelOutput, cancel, Heartbeat(task_id=short_id(inp.task_id), step=CANCELLING))
 
@@ -117,6 +119,7 @@ class TaskSteps:
         """``tasks/update`` with the answers (2026-07-28); idempotent (servers ignore a key answered twice), so
         every read fault (JSON-RPC errors included) is retried by the workflow's bounded policy; ``-32602``
         (``TaskNotFound``: the task is gone) is final."""
+        self.shared.moved_on(inp.session, inp.principal, inp.task_id)
         try:
             await heartbeating(
                 self.shared.pool.read_task(
@@ -225,7 +228,10 @@ class TaskSteps:
                 state=state, payload=self.shared.decode(payload, inp.output_schema), notified=ended is not None
             )
 
-        return await _on_task(RelayOutput, relay_held, beat)
+        try:
+            return await _on_task(RelayOutput, relay_held, beat)
+        finally:
+            lease.close()
 
 
 __all__ = ["TaskSteps"]

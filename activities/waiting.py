@@ -23,11 +23,13 @@ from mcp_temporal_tasks.activities.push import Lease
 from mcp_temporal_tasks.activities.schedule import after_read_fault, next_poll_delay, task_age_s
 from mcp_temporal_tasks.activities.shared import (
     Shared,
+    WaitOver,
     beat_every,
     count,
     heartbeating,
     sleep_beating,
     tasks_of,
+    unless_over,
 )
 from mcp_temporal_tasks.activities.wire import (
     McpWireError,
@@ -46,6 +48,19 @@ from mcp_temporal_tasks.protocol.wire_errors import PayloadUnusable
 #: A wait's first gap at least this long, on a session whose ``tasks/list`` is read here, waits (within the gap) for
 #: the reader to list it before sleeping, so that it stretches (push.Lease.until_listed).
 SETTLE_MIN_GAP_S = 20.0
+#: The error a wait's attempt ends with when the wait is over here (``Lease.over``: woken, or its workflow moved on):
+#: its workflow has let it go, so this is seen only if it had not (then the attempt is simply retried).
+WAIT_ENDED = "WaitEnded"
+
+
+def _wait_ended() -> ApplicationError:
+    # BENIGN: an expected end (the SDK logs it at debug, with no traceback).
+    return ApplicationError(
+        "this wait is over here (woken, or its workflow moved on): nothing more is read for it",
+        type=WAIT_ENDED,
+        next_retry_delay=timedelta(seconds=1),
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def gap_for(inp: AwaitInput) -> Callable[[TaskState], float]:
@@ -117,18 +132,19 @@ class Waiting:
         return state
 
     async def _read(
-        self, inp: AwaitInput, polls: int, beat: Heartbeat | None = None
+        self, inp: AwaitInput, polls: int, beat: Heartbeat | None = None, over: asyncio.Future[None] | None = None
     ) -> tuple[WireSession, TaskState] | AwaitOutput:
         """One read of the task (``tasks/get``, or a job's status tool): the session it was read on and its state, or
         how the wait ends with no state to go on: gone (``-32602``), the session unreachable, a job's reply that
         does not match its binding (asking again gets the same: ``decode_failed``). A read fault raises
         (:class:`McpWireError`, for the :class:`FaultClock`). ``beat``: heartbeat it while the read outlasts a period
-        (never at once)."""
+        (never at once). ``over`` done: the wait is over here; the read is not made, or is cancelled
+        (:class:`WaitOver`)."""
         read = self.shared.pool.read_task(
             inp.session, principal=inp.principal, fn=lambda s: tasks_of(s, inp.job).get(inp.task_id)
         )
         try:
-            return await (read if beat is None else heartbeating(read, beat, at_once=False))
+            return await unless_over(read if beat is None else heartbeating(read, beat, at_once=False), over)
         except JobReplyMismatch as exc:
             ended = TaskState(
                 task_id=inp.task_id, status="failed", era=inp.session.era, status_message=cap_text(exc.message, 512)
@@ -155,12 +171,16 @@ class Waiting:
         """
         # A worker that stops hands its waits on at once instead of holding them through its graceful timeout.
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+        lease = self.shared.lease(inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys))
         try:
-            return await self._poll_until_moved(inp, shutdown)
+            return await self._poll_until_moved(inp, shutdown, lease)
+        except WaitOver:
+            raise _wait_ended() from None
         finally:
             shutdown.cancel()
+            lease.close()
 
-    async def _poll_until_moved(self, inp: AwaitInput, shutdown: asyncio.Future[None]) -> AwaitOutput:
+    async def _poll_until_moved(self, inp: AwaitInput, shutdown: asyncio.Future[None], lease: Lease) -> AwaitOutput:
         info = activity.info()
         annotate(task_id=inp.task_id)
         hb_every = beat_every(info)
@@ -168,15 +188,17 @@ class Waiting:
         polls = 0
         delay: float | None = None
         beat = Heartbeat(task_id=short_id(inp.task_id), polls=0)
-        lease = self.shared.lease(inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys))
         # Done when the push hub wakes this task's workflow: the workflow then reads the task in an activity of its own
         # (it abandoned this one), so this one stops at once instead of polling on until a heartbeat tells it of the
         # cancel. Had the workflow not taken the wake, the state returned here makes it read again anyway.
         woken = lease.woken
+        # Done when woken, or when this process learns the wait is over otherwise (Lease.ended): every read and sleep
+        # below is cut short by it, a read in flight cancelled, and nothing is sent after it.
+        over = lease.over()
         await self._after_hub_read(lease)
         while True:
             try:
-                read = await self._read(inp, polls)
+                read = await self._read(inp, polls, over=over)
             except McpWireError as exc:
                 gave_up, wait = clock.failed(exc, inp, beat)
                 if gave_up is not None:
@@ -184,7 +206,9 @@ class Waiting:
                     return gave_up
                 activity.heartbeat(beat.details())
                 self.shared.live(beat)  # `run` shows at once that reads fail (and until when it tries)
-                await sleep_beating(wait, hb_every, beat, shutdown)
+                await sleep_beating(wait, hb_every, beat, shutdown, over)
+                if over.done():
+                    raise WaitOver
                 continue
             if isinstance(read, AwaitOutput):
                 return read
@@ -198,7 +222,7 @@ class Waiting:
             )
             activity.heartbeat(beat.details())
             self.shared.live(beat)
-            moved = await self._if_moved(session, state, inp, beat, polls, lease)
+            moved = await self._if_moved(session, state, inp, beat, polls, lease, over)
             if moved is not None:
                 return moved
             age = task_age_s(state.created_at, inp.submitted_at, time.time())
@@ -216,7 +240,7 @@ class Waiting:
             if (
                 factor == 1.0
                 and delay >= SETTLE_MIN_GAP_S
-                and await self._listed(lease, min(hb_every, delay / 4), shutdown, woken)
+                and await self._listed(lease, min(hb_every, delay / 4), shutdown, over)
             ):
                 # Registered just now on a session whose tasks/list is read here: the reader's next read lists it,
                 # so this first long gap stretches as the later ones will (not one gap at today's pace first).
@@ -227,9 +251,11 @@ class Waiting:
                 return AwaitOutput(state=state, polls=polls, idle=True, next_poll_at=time.time() + stretched)
             if inp.return_after_age_s is not None and age is not None and age >= inp.return_after_age_s:
                 return AwaitOutput(state=state, polls=polls, long_wait=True)
-            await sleep_beating(stretched, hb_every, beat, shutdown, woken)
+            await sleep_beating(stretched, hb_every, beat, shutdown, over)
             if woken.done():
                 return AwaitOutput(state=state, polls=polls)
+            if over.done():
+                raise WaitOver
 
     @staticmethod
     async def _listed(lease: Lease, timeout: float, *stop: asyncio.Future[None]) -> bool:
@@ -269,6 +295,18 @@ class Waiting:
         lease = self.shared.lease(
             inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys), gap_for=gap_for(inp)
         )
+        try:
+            return await self._poll_once(inp, info, clock, beat, lease)
+        except WaitOver:
+            raise _wait_ended() from None
+        finally:
+            lease.close()
+
+    async def _poll_once(
+        self, inp: AwaitInput, info: activity.Info, clock: FaultClock, beat: Heartbeat, lease: Lease
+    ) -> AwaitOutput:
+        """One attempt of :meth:`poll_task` (its lease closed by the caller)."""
+        over = lease.over()
         early = (inp.first_poll_at or 0.0) - time.time()
         if info.attempt == 1 and early > 0.05:
             # The hand-over came right after a poll: the first attempt only keeps the schedule (never undercut the
@@ -294,7 +332,7 @@ class Waiting:
             count("mcp_tasks_polls_from_worker", "idle attempts that took the worker's own recent read")
         else:
             try:
-                read = await self._read(inp, 1, beat)
+                read = await self._read(inp, 1, beat, over)
             except McpWireError as exc:
                 gave_up, wait = clock.failed(exc, inp, beat)
                 if gave_up is not None:
@@ -318,7 +356,7 @@ class Waiting:
                 activity.heartbeat(
                     beat.details()
                 )  # reads work again: the next attempt must not inherit the fault clock
-            moved = await self._if_moved(session, state, inp, beat, 1, lease)
+            moved = await self._if_moved(session, state, inp, beat, 1, lease, over)
             if moved is not None:
                 return moved
         age = task_age_s(state.created_at, inp.submitted_at, time.time())
@@ -352,15 +390,23 @@ class Waiting:
         )
 
     async def _if_moved(
-        self, session: WireSession, state: TaskState, inp: AwaitInput, beat: Heartbeat, polls: int, lease: Lease
+        self,
+        session: WireSession,
+        state: TaskState,
+        inp: AwaitInput,
+        beat: Heartbeat,
+        polls: int,
+        lease: Lease,
+        over: asyncio.Future[None],
     ) -> AwaitOutput | None:
-        """How a wait ends once the task moved: terminal (its payload read here too), or input to answer; None while
-        it works (input already answered counts as working: servers acknowledge lazily)."""
+        """How a wait ends once the task moved: terminal (its payload read here too, unless the wait is ``over``
+        first), or input to answer; None while it works (input already answered counts as working: servers
+        acknowledge lazily)."""
         if state.terminal:
             annotate(status=state.status, polls=polls)
             out = AwaitOutput(state=state.model_copy(update={"result": None}), polls=polls)
-            out.payload, out.retrieval_error = await self._read_payload(
-                tasks_of(session, inp.job), state, inp.output_schema, beat
+            out.payload, out.retrieval_error = await unless_over(
+                self._read_payload(tasks_of(session, inp.job), state, inp.output_schema, beat), over
             )
             self.shared.pool.track(session, state.task_id, done=True)
             lease.release()

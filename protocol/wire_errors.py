@@ -124,17 +124,22 @@ class TransportError(McpWireError):
     kind = "TransportError"
     retryable = True
 
-    def __init__(self, message: str, *, sent: bool, status: int | None = None, **kw: Any) -> None:
+    def __init__(
+        self, message: str, *, sent: bool, status: int | None = None, retry_after_s: float | None = None, **kw: Any
+    ) -> None:
         super().__init__(message, **kw)
         self.sent = sent
         self.status = status
+        #: A 503's ``Retry-After`` (a 429's: :class:`RateLimited`), read by :func:`read_retry_after`.
+        self.retry_after_s = retry_after_s
 
     @property
     def may_have_reached_server(self) -> bool:
         return self.sent
 
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "sent": self.sent, "status": self.status}
+        extra = {"retry_after_s": self.retry_after_s} if self.retry_after_s is not None else {}
+        return {**super().info(), "sent": self.sent, "status": self.status, **extra}
 
 
 class StreamLost(TransportError):
@@ -161,8 +166,7 @@ class RateLimited(TransportError):
         if retry_after_note:
             retry_after_note = cap_text(retry_after_note, 256)
             message = f"{message} ({retry_after_note})"
-        super().__init__(message, sent=True, status=429, **kw)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, sent=True, status=429, retry_after_s=retry_after_s, **kw)
         #: Why the server's Retry-After was clamped or ignored (None: used as sent, or absent).
         self.retry_after_note = retry_after_note
 

@@ -23,6 +23,7 @@ from mcp_temporal_tasks.activities.wire import (
     TransportError,
     WireSession,
 )
+from mcp_temporal_tasks.activities.wire.backpressure import HOLDS, key_of
 from mcp_temporal_tasks.activities.wire.http11 import H11Transport
 from mcp_temporal_tasks.activities.wire.http_transport import OLD_SWITCH, SWITCH, HttpTransport
 from mcp_temporal_tasks.protocol.wire_errors import RequestRefused
@@ -106,6 +107,8 @@ async def test_a_fault_on_a_kept_alive_read_is_the_httpx_paths_error(peer: Peer,
             else:
                 assert check is None, f"{type(fault).__name__}: no error"
             assert rule.fired == 1 and proxy.seen("tasks/get") == seen + (2 if check is None else 1)
+            # The 429's hold (activities/wire/backpressure.py, tests/test_backpressure.py) is not this test's subject.
+            HOLDS.clear(key_of(Endpoint(url=proxy.url)))
             state = await client.get(start.task.task_id)  # the next read is fine
             assert state.status == "working" and kept_alive(client).replies > before
         finally:

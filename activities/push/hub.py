@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -198,13 +199,53 @@ class PushHub:
         #: notices, woken, signals, signal_errors, duplicates, unknown, not_waking, malformed, lookups, ...
         self.counts: Counter[str] = Counter()
         self._closed = False
+        #: (key, task id) → the leases of activities running here on that task (weak: a lease an activity dropped
+        #: without closing goes with it).
+        self._live: dict[tuple[str, str], weakref.WeakSet[HubLease]] = {}
 
     # --- what the waiting activities call (through their lease) -----------------------------------------
 
     def register(self, registration: Registration) -> HubLease:
         """A lease on ``registration``'s wait: registered (and renewed) by :meth:`HubLease.renew` before each gap,
-        asked what the hub knows of it, released when the wait ends. Its key is computed here, once."""
-        return HubLease(self, registration, self.key(registration.ref, registration.principal))
+        asked what the hub knows of it, released when the wait ends. Its key is computed here, once.
+
+        An activity of the same workflow on the same task that still runs here was abandoned by its workflow (which
+        runs one at a time on a task, and starts the next only once it let the last one go): its lease ends
+        (:attr:`Lease.ended`), so it stops reading at once instead of when a heartbeat's reply brings the cancel."""
+        key = self.key(registration.ref, registration.principal)
+        lease = HubLease(self, registration, key)
+        self._end_leases(key, registration.task_id, registration.workflow_id, keep=lease)
+        self._live.setdefault((key, registration.task_id), weakref.WeakSet()).add(lease)
+        return lease
+
+    def moved_on(self, ref: SessionRef, principal: str | None, task_id: str, workflow_id: str) -> None:
+        """The workflow ``workflow_id`` left its wait on ``task_id`` (an activity of its next step started here: a
+        retrieval, a cancel): its waits here end, and the hub reads the task no more for it."""
+        key = self.key(ref, principal)
+        self._end_leases(key, task_id, workflow_id)
+        s = self._sessions.get(key)
+        route = s.routes.get(task_id) if s is not None else None
+        if route is not None and route.workflow_id == workflow_id:
+            self.forget(ref, principal, task_id, key=key)
+
+    def _end_leases(self, key: str, task_id: str, workflow_id: str | None, *, keep: HubLease | None = None) -> None:
+        """End the leases running here on ``task_id`` (of ``workflow_id`` only, unless None), ``keep`` aside."""
+        live = self._live.get((key, task_id))
+        if not live:
+            self._live.pop((key, task_id), None)
+            return
+        for other in list(live):
+            if other is not keep and (workflow_id is None or other.workflow_id == workflow_id):
+                other.end()
+                live.discard(other)
+                self.counts["waits_ended_here"] += 1
+
+    def _closed_lease(self, lease: HubLease, key: str, task_id: str) -> None:
+        live = self._live.get((key, task_id))
+        if live is not None:
+            live.discard(lease)
+            if not live:
+                del self._live[(key, task_id)]
 
     def watch(
         self,
@@ -334,7 +375,8 @@ class PushHub:
         self._read = read
 
     def forget(self, ref: SessionRef, principal: str | None, task_id: str, *, key: str | None = None) -> None:
-        """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here."""
+        """The wait on ``task_id`` ended (terminal, gone): no more wake-ups for it from here, no read of it (one in
+        flight is cancelled)."""
         s = self._sessions.get(key or self.key(ref, principal))
         if s is not None and s.poller is not None:
             s.poller.drop(task_id)
@@ -501,6 +543,10 @@ class PushHub:
                 if route.on_wake is not None:
                     with contextlib.suppress(Exception):
                         route.on_wake()
+        if state.terminal and (route.workflow_id, task_id, state.status, route.epoch) in self._woken:
+            # An end is final: the workflow, woken, reads it itself. Reading it again here only asks a server about a
+            # task already settled (a wake not sent yet is tried at the next read instead).
+            return None
         try:
             gap = route.gap_for(state)
         except Exception:  # noqa: BLE001  (a schedule that cannot be computed: the wait's own attempts go on)
@@ -583,6 +629,8 @@ class PushHub:
         while not self._closed:
             await asyncio.sleep(SWEEP_S)
             now = time.monotonic()
+            for gone in [k for k, live in self._live.items() if not live]:
+                del self._live[gone]
             for key in list(self._sessions):
                 s = self._sessions[key]
                 for task_id in [t for t, r in s.routes.items() if r.expires < now]:
@@ -744,12 +792,16 @@ class HubLease(Lease):
     """A lease on a :class:`PushHub`: each answer is the hub's, for the key computed once at registration (a
     heartbeating wait may renew every 100 ms, every idle wait once per attempt: the renewal makes no object)."""
 
-    __slots__ = ("_hub", "_reg", "_key", "_on_wake")
+    __slots__ = ("_hub", "_reg", "_key", "_on_wake", "__weakref__")
 
     def __init__(self, hub: PushHub, registration: Registration, key: str) -> None:
         super().__init__()
         self._hub, self._reg, self._key = hub, registration, key
         self._on_wake = self._wake  # bound once, handed to the hub at every renewal
+
+    @property
+    def workflow_id(self) -> str:
+        return self._reg.workflow_id
 
     @property
     def net(self) -> float:
@@ -797,6 +849,11 @@ class HubLease(Lease):
     def release(self) -> None:
         r = self._reg
         self._hub.forget(r.ref, r.principal, r.task_id, key=self._key)
+        # Read terminal here: any other wait on the task here has nothing left to read.
+        self._hub._end_leases(self._key, r.task_id, None, keep=self)
+
+    def close(self) -> None:
+        self._hub._closed_lease(self, self._key, self._reg.task_id)
 
     def _wake(self) -> None:
         if not self.woken.done():

@@ -1,7 +1,7 @@
 """What a wait holds of the push hub: its ``Registration``, and the ``Lease`` that answers what a wait asks.
 
-A lease answers renewal, stretch, a fresh read, spacing, listing, the wake-up and release. A lease on nothing
-(``Lease()``) answers as if no hub were there: today's schedule, nothing read, never woken.
+A lease answers renewal, stretch, a fresh read, spacing, listing, the wake-up, the end and release. A lease on nothing
+(``Lease()``) answers as if no hub were there: today's schedule, nothing read, never woken, never ended.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ class Lease:
     """A wait's hold on the hub. This base is the lease on nothing: a job binding, or an activity outside a worker
     (no Temporal client, no workflow id), which nothing can wake or read for. Renewing and releasing do nothing."""
 
-    __slots__ = ("_woken",)
+    __slots__ = ("_woken", "_ended", "_over")
 
     def __init__(self) -> None:
         self._woken: asyncio.Future[None] | None = None
+        self._ended: asyncio.Future[None] | None = None
+        self._over: asyncio.Future[None] | None = None
 
     @property
     def net(self) -> float:
@@ -97,6 +99,38 @@ class Lease:
     def rearm(self) -> None:
         """The wake-up was seen: :attr:`woken` waits for the next one."""
         self._woken = None
+
+    @property
+    def ended(self) -> asyncio.Future[None]:
+        """Done once this process knows the wait is over though its activity still runs: its workflow started
+        another activity on the task here (it abandoned this one: a cancel reaches the activity only with a
+        heartbeat's reply, up to 0.8 × the heartbeat timeout later), or another wait here read the task terminal.
+        Nothing is read for the wait after it; a read in flight is cancelled."""
+        if self._ended is None:
+            self._ended = asyncio.get_running_loop().create_future()
+        return self._ended
+
+    def end(self) -> None:
+        """The wait is over (:attr:`ended`)."""
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def over(self) -> asyncio.Future[None]:
+        """Done once the wait was woken (:attr:`woken`: its workflow then cancels it) or ended (:attr:`ended`): what
+        a wait's reads and sleeps are cut short by."""
+        if self._over is None:
+            over = self._over = asyncio.get_running_loop().create_future()
+
+            def done(_: asyncio.Future[None]) -> None:
+                if not over.done():
+                    over.set_result(None)
+
+            self.woken.add_done_callback(done)
+            self.ended.add_done_callback(done)
+        return self._over
+
+    def close(self) -> None:
+        """The activity that held the lease is done with it (whatever its end): the hub forgets the lease."""
 
     def release(self) -> None:
         """The wait ended (terminal, gone): nothing wakes it from here any more."""

@@ -2,7 +2,8 @@
 
 Read at the session's pollInterval; a wake it makes says ``via = list``. Only a list that is the session's own is read,
 and a wait counts as under the reader only while its last complete read (every page, within :func:`read_bounds`) listed
-it; anything else keeps today's per-task reads (``docs/how-it-works.md``, "Read, not told"; its bounds:
+it; anything else keeps today's per-task reads. A failed read is tried again after a backoff, never before the
+server's hold (``wire/backpressure.py``) has passed (``docs/how-it-works.md``, "Read, not told"; its bounds:
 ``docs/operating.md``, "The push hub").
 """
 
@@ -19,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from mcp_temporal_tasks.activities.wire import SessionRef, WireSession
+from mcp_temporal_tasks.activities.wire.backpressure import hold_of
 from mcp_temporal_tasks.protocol.limits import MAX_TASK_ID
 from mcp_temporal_tasks.protocol.wire_errors import (
     McpWireError,
@@ -229,7 +231,8 @@ class ListReader:
                     self.state, self.why = ListState.BACKING_OFF, f"{exc.kind}: {exc.message[:200]}"
                     self.covered.clear()
                     self._ended_a_read()
-                    await asyncio.sleep(backoff)
+                    # Never sooner than the server's hold (wire/backpressure.py): a held read is refused unsent.
+                    await asyncio.sleep(max(backoff, hold_of(exc) or 0.0))
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
                     continue
                 self.last_read_at = time.monotonic()

@@ -1,9 +1,11 @@
 """The hub's own reads of an HTTP session's idle waits' tasks, each on its wait's schedule, no Temporal round trip.
 
 A status that can end a wait wakes it (``via = poll``); a read here never decides. Bounds: :data:`MAX_IN_FLIGHT` reads
-of a session at once, a failed read tried again after min(its gap, :data:`RETRY_S`), and after :data:`FAILS_TO_STOP`
-failures in a row the session's waits keep today's schedule (:meth:`TaskPoller.healthy`) until a read succeeds
-(``docs/operating.md``, "The push hub").
+of a session at once, a failed read tried again after min(its gap, :data:`RETRY_S`) or once the server's hold has
+passed (``wire/backpressure.py``: its ``Retry-After``), whichever is later, and after :data:`FAILS_TO_STOP` failures in
+a row the session's waits keep today's schedule (:meth:`TaskPoller.healthy`) until a read succeeds
+(``docs/operating.md``, "The push hub"). A task dropped (its wait ended) is not read again, and a read of it in flight
+is cancelled.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from mcp_temporal_tasks.activities.wire.backpressure import HeldBack, hold_of
 from mcp_temporal_tasks.protocol.tasks import TaskState
 from mcp_temporal_tasks.protocol.wire_errors import McpWireError, TaskNotFound
 
@@ -63,6 +66,8 @@ class TaskPoller:
         self._seq = itertools.count()
         self._sooner = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
+        #: task id → its read in flight (cancelled when the task is dropped).
+        self._reading: dict[str, asyncio.Task[None]] = {}
         self.fails = 0
         self.counts: Counter[str] = Counter()
 
@@ -79,7 +84,11 @@ class TaskPoller:
             self._sooner.set()
 
     def drop(self, task_id: str) -> None:
+        """Read ``task_id`` no more: its planned read is dropped and a read of it in flight cancelled."""
         self._due.pop(task_id, None)
+        reading = self._reading.pop(task_id, None)
+        if reading is not None:
+            reading.cancel()
 
     def planned(self) -> int:
         return len(self._due)
@@ -107,6 +116,7 @@ class TaskPoller:
                     await slots.acquire()
                     t = asyncio.create_task(self._read(task_id, slots))
                     self._in_flight.add(t)
+                    self._reading[task_id] = t
                     t.add_done_callback(self._read_done)
                     now = time.monotonic()
                 if len(self._heap) > 4 * len(self._due) + 1024:  # stale entries of often-renewed waits
@@ -129,6 +139,11 @@ class TaskPoller:
             state = await self.read(task_id)
         except asyncio.CancelledError:
             raise
+        except HeldBack as held:
+            # Not sent: the server asked this process to wait. No failure of the reads; tried once the hold passed.
+            self.counts["held"] += 1
+            if self.before(task_id) is not None and task_id not in self._due:
+                self.schedule(task_id, held.retry_after_s or RETRY_S)
         except TaskNotFound:
             self.fails = 0
             self.counts["gone"] += 1  # not woken: the wait's own attempt finds out and decides
@@ -141,7 +156,8 @@ class TaskPoller:
                 log.debug("read of a task on %s failed: %s: %s", self.name, type(exc).__name__, exc)
             nxt = self.before(task_id)
             if nxt is not None and task_id not in self._due:
-                self.schedule(task_id, RETRY_S if nxt == 0 else min(RETRY_S, nxt))
+                hold = hold_of(exc) if isinstance(exc, McpWireError) else None
+                self.schedule(task_id, max(RETRY_S if nxt == 0 else min(RETRY_S, nxt), hold or 0.0))
         else:
             self.fails = 0
             self.counts["reads"] += 1
@@ -150,6 +166,8 @@ class TaskPoller:
             if nxt is not None and task_id not in self._due:
                 self.schedule(task_id, nxt)
         finally:
+            if self._reading.get(task_id) is asyncio.current_task():
+                del self._reading[task_id]
             slots.release()
 
     def _tell(self, result: str) -> None:

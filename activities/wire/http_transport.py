@@ -20,6 +20,7 @@ import httpx2
 
 from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth import BearerAuth
+from mcp_temporal_tasks.activities.wire.backpressure import HOLDS, HeldBack
 from mcp_temporal_tasks.activities.wire.http11 import FRESH_CONNECTION, H11Transport, RequestNotSent, StaleConnection
 from mcp_temporal_tasks.activities.wire.jsonrpc import (
     DEFAULT_TIMEOUT_S,
@@ -36,6 +37,7 @@ from mcp_temporal_tasks.activities.wire.redact import register as register_secre
 from mcp_temporal_tasks.activities.wire.resume import MAX_IDLE_RESUMPTIONS, ResumePoint
 from mcp_temporal_tasks.activities.wire.status import answered, http_error
 from mcp_temporal_tasks.protocol.limits import MAX_REPLY_BYTES
+from mcp_temporal_tasks.protocol.tasks import redact_url
 from mcp_temporal_tasks.protocol.wire_errors import (
     McpWireError,
     PayloadUnusable,
@@ -105,8 +107,12 @@ class HttpTransport:
         protocol_version: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         auth: BearerAuth | None = None,
+        hold_key: str | None = None,
     ) -> None:
         self.url = url
+        #: This server and credential's key in the process's holds (``backpressure``): every request asks it first.
+        self.hold_key = hold_key or url
+        self._server = redact_url(url)
         self.session_id = session_id
         self.protocol_version = protocol_version
         self._headers = dict(headers or {})
@@ -154,15 +160,34 @@ class HttpTransport:
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> dict[str, Any]:
-        if method not in WHOLE_BOUNDED_READS:
-            return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
-        # A read, bounded as a whole: a server trickling bytes cannot hold it past its timeout.
-        bound = timeout_s or self._timeout_s
         try:
-            async with asyncio.timeout(bound):
+            if method not in WHOLE_BOUNDED_READS:
                 return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
-        except TimeoutError:
-            raise TransportError(f"{method}: no reply within {bound:g}s", sent=True) from None
+            # A read, bounded as a whole: a server trickling bytes cannot hold it past its timeout.
+            bound = timeout_s or self._timeout_s
+            try:
+                async with asyncio.timeout(bound):
+                    return await self._exchange(method, params, headers, on_server_request, on_notification, timeout_s)
+            except TimeoutError:
+                raise TransportError(f"{method}: no reply within {bound:g}s", sent=True) from None
+        except McpWireError as exc:
+            self._saw(exc)
+            raise
+
+    def _held(self, what: str) -> None:
+        """Raise :class:`~.backpressure.HeldBack` while this server asks us to wait: nothing is sent meanwhile."""
+        HOLDS.check(self.hold_key, what, self._server)
+
+    def _saw(self, exc: McpWireError) -> None:
+        """A reply that asks this process to wait (``backpressure.hold_of``) holds every request to this server."""
+        if not isinstance(exc, HeldBack):
+            HOLDS.saw(self.hold_key, exc)
+
+    def _saw_status(self, what: str, response: httpx2.Response) -> None:
+        if response.status_code in (429, 503):
+            self._saw(
+                http_error(what, response.status_code, "", response.headers.get, "", url=self.url, session_id=None)
+            )
 
     async def _exchange(
         self,
@@ -203,6 +228,7 @@ class HttpTransport:
         *,
         fresh: bool,
     ) -> dict[str, Any]:
+        self._held(method)
         msg_id, body = request_body(method, params)
         try:
             req = self._client.build_request(
@@ -335,6 +361,7 @@ class HttpTransport:
     ) -> dict[str, Any] | None:
         """One resumption: ``GET`` with ``Last-Event-ID``. The reply, or None when this stream too ended first (or the
         GET failed in a way worth another try: a connect error, a 5xx, a 429). Final refusals raise StreamLost."""
+        self._held(f"{method} (resuming its stream)")
         headers = {**self._base_headers({"last-event-id": point.header() or ""}), "accept": "text/event-stream"}
         headers.pop("content-type", None)
         try:
@@ -380,11 +407,13 @@ class HttpTransport:
         await self._post_reply({"jsonrpc": "2.0", "id": request_id, "result": result}, "late reply")
 
     async def _post_reply(self, reply: dict[str, Any], what: str) -> None:
+        self._held(what)
         try:
             resp = await self._client.post(self.url, json=reply, headers=self._base_headers(None))
             await resp.aclose()
         except httpx2.HTTPError as exc:
             raise TransportError(f"{what}: {exc}", sent=True) from exc
+        self._saw_status(what, resp)
         if resp.status_code == 404 and self.session_id:
             raise SessionGone(f"{what}: session {self.session_id} is gone (HTTP 404)")
         if resp.status_code >= 400:
@@ -442,22 +471,30 @@ class HttpTransport:
             idle = 0 if answered else idle + 1
             await asyncio.sleep(point.delay_s())
 
-    def open_event_stream(self, *, read_timeout_s: float, last_event_id: str | None = None) -> Any:
+    @contextlib.asynccontextmanager
+    async def open_event_stream(
+        self, *, read_timeout_s: float, last_event_id: str | None = None
+    ) -> AsyncIterator[httpx2.Response]:
         """The session's standalone GET stream (what the server sends outside any request: task status
         notifications), as an httpx2 streaming-response context for :mod:`.notifications`: this session's headers
-        and auth, never bounded as a whole (it is held open); ``read_timeout_s`` bounds a silence."""
+        and auth, never bounded as a whole (it is held open); ``read_timeout_s`` bounds a silence. Not opened while
+        the server asks us to wait (:class:`~.backpressure.HeldBack`); a 429 or 503 to it holds the server too."""
+        self._held("GET stream")
         headers = {**self._base_headers(None), "accept": "text/event-stream"}
         headers.pop("content-type", None)
         if last_event_id:  # resuming (SEP-1699): the server may replay what this session missed
             headers["last-event-id"] = last_event_id
-        return self._client.stream(
+        async with self._client.stream(
             "GET", self.url, headers=headers, timeout=httpx2.Timeout(read_timeout_s, connect=10.0)
-        )
+        ) as response:
+            self._saw_status("GET stream", response)
+            yield response
 
     @scrubbed
     async def notify(
         self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
     ) -> None:
+        self._held(method)
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             body["params"] = params

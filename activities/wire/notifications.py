@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx2
 
+from mcp_temporal_tasks.activities.wire.backpressure import hold_of
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.resume import ResumePoint
 from mcp_temporal_tasks.activities.wire.session import WireSession
@@ -284,6 +285,8 @@ class Listener:
                 )
                 failures = 0 if time.monotonic() - opened >= MAX_BACKOFF_S else failures
                 delay = self._after_end_s(min(MAX_BACKOFF_S, 2.0**failures))
+                if isinstance(exc, McpWireError):
+                    delay = max(delay, hold_of(exc) or 0.0)  # the server's hold: wire/backpressure.py
                 failures += 1
             if self.state != Reach.HELD_ELSEWHERE:
                 held = 0

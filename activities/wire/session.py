@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp_temporal_tasks.activities.wire import eras, handshake, redact, sdk_compat
 from mcp_temporal_tasks.activities.wire.auth import bearer_auth
+from mcp_temporal_tasks.activities.wire.backpressure import key_of
 from mcp_temporal_tasks.activities.wire.http_transport import HttpTransport
 from mcp_temporal_tasks.activities.wire.jsonrpc import NotificationHandler, ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.replies import is_call_tool_result, parse_task
@@ -160,7 +161,12 @@ class WireSession:
             headers = resolve_refs(endpoint.header_refs, what="header")
             auth = bearer_auth(endpoint.url, endpoint.auth) if endpoint.auth is not None else None
             return HttpTransport(
-                endpoint.url, headers=headers, session_id=session_id, protocol_version=protocol_version, auth=auth
+                endpoint.url,
+                headers=headers,
+                session_id=session_id,
+                protocol_version=protocol_version,
+                auth=auth,
+                hold_key=key_of(endpoint),
             )
         env = dict(sdk_compat.default_stdio_environment())
         referenced = resolve_refs(endpoint.env_refs, what="environment variable")

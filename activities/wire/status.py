@@ -58,7 +58,15 @@ def http_error(
     ):
         return SessionGone(f"{method}: session {session_id} is gone (HTTP 404)", raw=raw)
     if status >= 500:
-        return TransportError(f"{method}: HTTP {status} from {url}", sent=True, status=status, raw=raw)
+        # A 503's Retry-After says how long the server is away (activities/wire/backpressure.py holds it).
+        later = read_retry_after(header("retry-after")) if status == 503 else None
+        return TransportError(
+            f"{method}: HTTP {status} from {url}" + (f" ({later.note})" if later and later.note else ""),
+            sent=True,
+            status=status,
+            retry_after_s=later.seconds if later else None,
+            raw=raw,
+        )
     if rpc_error is not None:
         return error_from_rpc(rpc_error, method=method, raw=raw)
     return HttpRefusal(f"{method}: HTTP {status} without a JSON-RPC error", code=None, raw=raw)

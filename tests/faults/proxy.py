@@ -27,12 +27,17 @@ Faults (what the client sees):
     forwarded; headers with the full ``Content-Length``, then half the body, then close.
 ``Status(code, body)``
     forwarded; answered with this HTTP status instead of the reply.
-``RateLimit(retry_after_s)``
-    not forwarded; HTTP 429 with ``Retry-After``.
+``RateLimit(retry_after_s, header=None)``
+    not forwarded; HTTP 429 with ``Retry-After`` (``header``: this exact value instead, an HTTP date or junk).
+
 ``Rewrite(fn)``
     forwarded; the JSON-RPC reply message (dict) is replaced by ``fn(message)``, re-encoded as JSON or as the
     SSE event it came in. ``fn`` may return a ``str``/``bytes``: sent as is (for text ``json.dumps`` cannot
     write: 5,000-deep nesting, lone surrogates as raw bytes...).
+
+``FaultProxy.requests`` logs every HTTP request that reached the proxy, faulted or not: ``Seen(at, wall, http,
+method, rpc_id, task_id, forwarded)`` (``at``: ``time.monotonic()``, ``wall``: ``time.time()``; ``task_id``: the
+JSON-RPC params' ``taskId``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,7 +111,23 @@ class Status(Fault):
 @dataclass
 class RateLimit(Fault):
     retry_after_s: float = 3
+    #: The header's exact value, when not ``retry_after_s`` (an HTTP date, a hostile value).
+    header: str | None = None
     forwarded = False
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One HTTP request that reached the proxy."""
+
+    at: float
+    #: ``time.time()`` then, to compare with Temporal's times (a workflow's close time).
+    wall: float
+    http: str
+    method: str | None
+    rpc_id: Any
+    task_id: str | None
+    forwarded: bool
 
 
 @dataclass
@@ -186,6 +208,17 @@ def _rpc_of(body: bytes) -> tuple[str | None, Any, bool]:
     if not isinstance(msg, dict) or not isinstance(msg.get("method"), str):
         return None, None, False
     return msg["method"], msg.get("id"), "id" in msg
+
+
+def _task_id_of(body: bytes) -> str | None:
+    """The ``taskId`` a JSON-RPC request's params name, if any."""
+    try:
+        msg = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    params = msg.get("params") if isinstance(msg, dict) else None
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    return task_id if isinstance(task_id, str) else None
 
 
 def _split_events(buf: bytearray) -> list[bytes]:
@@ -269,6 +302,8 @@ class FaultProxy:
         self._forwarded: Counter[str] = Counter()
         #: Every fault applied, in order: (method, fault class name, JSON-RPC id).
         self.log: list[tuple[str, str, Any]] = []
+        #: Every HTTP request, in order of arrival (see :class:`Seen`).
+        self.requests: list[Seen] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -484,6 +519,18 @@ class FaultProxy:
         """Answer one request; False when the connection must close."""
         rpc_method, rpc_id, is_request = _rpc_of(req.body) if req.method == "POST" else (None, None, False)
         fault = self._match(rpc_method, is_request)
+        with self._lock:
+            self.requests.append(
+                Seen(
+                    time.monotonic(),
+                    time.time(),
+                    req.method,
+                    rpc_method,
+                    rpc_id,
+                    _task_id_of(req.body) if rpc_method else None,
+                    fault is None or fault.forwarded,
+                )
+            )
         if fault is not None:
             self.log.append((rpc_method or "", type(fault).__name__, rpc_id))
         if isinstance(fault, RateLimit):
@@ -496,7 +543,14 @@ class FaultProxy:
                 429,
                 [
                     ("Content-Type", "application/json"),
-                    ("Retry-After", str(int(secs)) if float(secs).is_integer() else str(secs)),
+                    (
+                        "Retry-After",
+                        fault.header
+                        if fault.header is not None
+                        else str(int(secs))
+                        if float(secs).is_integer()
+                        else str(secs),
+                    ),
                 ],
                 body,
             )
