@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 
 from mcp_temporal_tasks.activities.wire import redact
+from mcp_temporal_tasks.activities.wire.auth.authorization_code import SubjectTokenSource
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
 from mcp_temporal_tasks.activities.wire.auth.grants import Grant, grant_for
@@ -157,7 +158,7 @@ class BearerAuth(httpx2.Auth):
     ``401`` (the request was not executed) a token from discovery and the same request once more; after a ``403
     insufficient_scope`` one step-up and the same request once more."""
 
-    def __init__(self, source: TokenSource) -> None:
+    def __init__(self, source: TokenSource | SubjectTokenSource) -> None:
         self.source = source
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
