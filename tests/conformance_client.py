@@ -9,15 +9,15 @@ The suite appends the scenario server's URL and sets ``MCP_CONFORMANCE_SCENARIO`
 reference, as a worker takes them), then ``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at
 ``CONFORMANCE_TEMPORAL_ADDRESS`` (an already-running one: no dev server per scenario). The exit code is ``run``'s.
 
-The ``auth/*`` scenarios of a subject's authorization-code grant (all but :data:`SERVICE_AUTH`) run
-``mcp-tasks login s --subject conformance-person`` with a token store of this run, and this script is the person:
-it fetches each consent URL login prints without following the redirect (the suite's mock answers at once with a 302
-carrying code and state) and hands the ``Location`` to login's loopback listener, as a browser would; login then lists
-the tools with the grant. The service-client ``auth/*`` scenarios check the flow (discovery, token request, bearer on
-every request) that ``mcp-tasks tools`` runs end to end with the same wire client and token source a worker's
-activities use; a ``run`` per auth scenario would add a Temporal worker's start to each without touching another line of auth code, so they
-run ``tools`` (CI time). ``elicitation-sep1034-client-defaults`` is answered as a person would: ``mcp-tasks run`` in
-the background, then ``mcp-tasks answer`` accepting with no content (the schema's defaults are ours to fill in).
+The ``auth/*`` scenarios of a subject's authorization-code grant (all but :data:`SERVICE_AUTH`) run ``mcp-tasks login
+s --subject conformance-person`` with a token store of this run, and this script is the person: it fetches each consent
+URL login prints without following the redirect (the suite's mock answers at once with a 302 carrying code and state)
+and hands the ``Location`` to login's loopback listener, as a browser would; login then lists the tools with the grant.
+The service-client ``auth/*`` scenarios check the flow (discovery, token request, bearer on every request) that
+``mcp-tasks tools`` runs end to end with the same wire client and token source a worker's activities use; a ``run``
+per auth scenario would add a Temporal worker's start to each without touching another line of auth code, so they run
+``tools`` (CI time). ``elicitation-sep1034-client-defaults`` is answered as a person would: ``mcp-tasks run`` in the
+background, then ``mcp-tasks answer`` accepting with no content (the schema's defaults are ours to fill in).
 
 Which tool: the scenario server's own (``add_numbers`` gets ``{"a": 2, "b": 3}``; any other tool ``{}``), the first
 of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it checks).

@@ -24,7 +24,7 @@ from mcp_temporal_tasks.activities.wire.auth.source import (
     negotiated_protocol,
     refresh_margin_s,
 )
-from mcp_temporal_tasks.protocol.tasks import OAuthClient
+from mcp_temporal_tasks.protocol.tasks import Endpoint, OAuthClient
 
 #: Each event loop's token sources, by server and OAuth client.
 _sources: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, TokenSource | SubjectTokenSource]] = (
@@ -43,6 +43,16 @@ def token_source(url: str, spec: OAuthClient) -> TokenSource | SubjectTokenSourc
             SubjectTokenSource(url, spec) if spec.type == "authorization_code" else TokenSource(url, spec)
         )
     return source
+
+
+def for_subject(endpoint: Endpoint, principal: str | None) -> Endpoint:
+    """``endpoint`` as a session for ``principal`` opens it: an ``authorization_code`` server's grant is the task's
+    principal's (set by the trusted caller, never by configuration or the server; None: no subject, no grant).
+    Any other endpoint unchanged: a service's credentials are the worker's whoever the task is for."""
+    auth = endpoint.auth
+    if auth is None or auth.type != "authorization_code" or auth.subject == principal:
+        return endpoint
+    return endpoint.model_copy(update={"auth": auth.model_copy(update={"subject": principal})})
 
 
 def bearer_auth(url: str, spec: OAuthClient) -> BearerAuth:
@@ -65,6 +75,7 @@ __all__ = [
     "SubjectTokenSource",
     "TokenSource",
     "bearer_auth",
+    "for_subject",
     "grant_for",
     "negotiated_protocol",
     "read_secret",
