@@ -43,8 +43,14 @@ from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired, Capab
 
 #: Discovery, registration and one token request together (not the person's consent).
 FLOW_TIMEOUT_S = 20.0
-#: How long before its expiry a subject's token is refreshed.
-REFRESH_MARGIN_S = 30.0
+
+
+def refresh_margin_s(lifetime_s: float) -> float:
+    """How long before its expiry a subject's token is refreshed: a fifth of its lifetime, between 2 s and 60 s
+    (as a service's, ``source.refresh_margin_s``: not imported, the layers keep the grants below the source)."""
+    return max(2.0, min(60.0, lifetime_s / 5))
+
+
 #: The callback's query, bounded.
 MAX_CALLBACK = 8 * 1024
 
@@ -339,7 +345,7 @@ class SubjectTokenSource:
         self._token = record["access_token"]
         self._generation = int(record.get("generation", 0))
         self._scope = record.get("scope")
-        self._due_at = float(record.get("expires_at", 0)) - REFRESH_MARGIN_S
+        self._due_at = float(record.get("expires_at", 0)) - refresh_margin_s(float(record.get("lifetime", 3600)))
         redact.register([self._token])
 
     async def _from_store_or_refresh(self) -> None:
@@ -406,6 +412,7 @@ class SubjectTokenSource:
             "access_token": tokens.access_token,
             "refresh_token": tokens.refresh_token or (previous or {}).get("refresh_token"),
             "expires_at": time.time() + lifetime_s(tokens),
+            "lifetime": lifetime_s(tokens),
             "scope": tokens.scope or scope,
             "refreshing": False,
         }
