@@ -18,7 +18,11 @@ import pytest
 from cryptography.fernet import Fernet
 
 from mcp_temporal_tasks.activities.wire import auth
-from mcp_temporal_tasks.activities.wire.auth.authorization_code import SubjectTokenSource, callback_params
+from mcp_temporal_tasks.activities.wire.auth.authorization_code import (
+    SubjectTokenSource,
+    callback_params,
+    complete_consent,
+)
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered
 from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, grant_id
 from mcp_temporal_tasks.protocol.tasks import Endpoint, OAuthClient
@@ -145,3 +149,11 @@ async def test_no_subject_never_gets_a_grant(tmp_path: Path) -> None:
         auth=OAuthClient(type="client_credentials", client_id="c", client_secret_env="X"),
     )
     assert auth.for_subject(service, "bob") is service  # a service's credentials are the worker's
+
+
+async def test_a_callback_for_no_pending_consent_is_refused(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    with pytest.raises(AuthorizationRequired, match="names no pending consent"):
+        await complete_consent("http://127.0.0.1:1/callback?code=c&state=never-asked", store=s)
+    with pytest.raises(AuthorizationRequired, match="names no pending consent"):
+        await complete_consent("http://127.0.0.1:1/callback?code=c", store=s)

@@ -4,7 +4,8 @@ The server's challenge starts it, as for a task: discovery, the client identity,
 (printed, and given to the browser unless ``--no-browser``); the browser comes back to a loopback listener on the
 configured ``redirect_uri``, whose ``state`` and ``iss`` are checked and whose code is exchanged here; the grant goes
 to the token store (encrypted with ``MCP_TASKS_TOKEN_KEY``), where a worker's tasks for that subject find it. Then
-``tools/list`` with it shows that it works. ``--new-key`` prints a key for the store and exits.
+``tools/list`` with it shows that it works. ``--callback URL`` completes a consent a task asked for (its URL in the
+task's error) from the URL the browser came back to. ``--new-key`` prints a key for the store and exits.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.discovery import is_loopback
-from mcp_temporal_tasks.activities.wire.auth.token_store import new_key
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, new_key
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from mcp_temporal_tasks.worker.cli.plan import check_env_refs, configuration
 
@@ -65,10 +66,29 @@ def _wait_for_redirect(redirect_uri: str, deadline: float, listening: threading.
     return got[0]
 
 
+async def _complete(args: argparse.Namespace) -> int:
+    """``--callback URL``: a consent a task asked for, completed here from where the person's browser came back."""
+    from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
+
+    try:
+        grant = await authorization_code.complete_consent(args.callback)
+    except AuthorizationRequired as exc:
+        raise CliError(f"consent not completed: {exc}", EXIT_ENDED, kind="refused") from None
+    except StoreError as exc:
+        raise CliError(f"token store: {exc}", EXIT_USAGE) from None
+    if args.json:
+        print(json.dumps({"grant": grant}))
+    else:
+        print(f"consent completed: grant {grant}; the task can be run again")
+    return EXIT_OK
+
+
 async def cmd_login(args: argparse.Namespace) -> int:
     if args.new_key:
         print(new_key())
         return EXIT_OK
+    if args.callback:
+        return await _complete(args)
     if not args.server:
         raise CliError("login needs SERVER (a server name of the worker configuration)", EXIT_USAGE)
     cfg = configuration(args)

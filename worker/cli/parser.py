@@ -365,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="worker TOML configuration (default: $MCP_TASKS_CONFIG)")
     p.add_argument("--no-browser", action="store_true", help="only print the consent URL; open no browser")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the consent (default 300)")
+    p.add_argument(
+        "--callback",
+        metavar="URL",
+        help="complete a consent a task asked for: the URL the browser was sent back to after opening the task's URL",
+    )
     p.add_argument("--new-key", action="store_true", help="print a new key for MCP_TASKS_TOKEN_KEY and exit")
     json_opt(p)
 

@@ -51,6 +51,8 @@ def refresh_margin_s(lifetime_s: float) -> float:
     return max(2.0, min(60.0, lifetime_s / 5))
 
 
+#: How long a consent kept for another process waits for its person before its state is forgotten.
+CONSENT_TTL_S = 15 * 60.0
 #: The callback's query, bounded.
 MAX_CALLBACK = 8 * 1024
 
@@ -62,9 +64,8 @@ consent_handler: contextvars.ContextVar[Callable[[str], Awaitable[str]] | None] 
 
 
 class ConsentRequired(AuthorizationRequired):
-    """No usable grant: a person must open ``url``; ``consent_id`` (its ``state``) is what completes it."""
-
-    kind = "ConsentRequired"
+    """No usable grant: a person must open ``url``; ``consent_id`` (its ``state``) is what completes it. Its kind
+    stays ``AuthorizationRequired``: the workflow's decisions take it as a refusal, never resent."""
 
     def __init__(self, message: str, *, url: str, consent_id: str, grant: str) -> None:
         super().__init__(message, status=401)
@@ -456,11 +457,26 @@ class SubjectTokenSource:
         }
         handler = consent_handler.get()
         if handler is None:
-            # No person here (a worker's activity): the task says so. Completing it later in another process
-            # (a pending consent kept by state) is not written yet: `mcp-tasks login` asks and completes it.
+            # No person here (a worker's activity): the consent is kept by its state, bounded in time, for
+            # whichever process the person's browser comes back to (complete_consent), and the task says so.
+            self.store.write(
+                "consent",
+                (state,),
+                {
+                    **pending,
+                    "url": self.url,
+                    "spec": self.spec.model_dump(mode="json"),
+                    "issuer": found.issuer,
+                    "token_endpoint": found.token_endpoint,
+                    "resource": found.resource,
+                    "client": self._client,
+                },
+                ttl_s=CONSENT_TTL_S,
+            )
             raise ConsentRequired(
-                f"{self.server} needs the consent of subject {self.spec.subject!r}: run "
-                f"`mcp-tasks login SERVER --subject {self.spec.subject}` (this consent's URL: {url})",
+                f"{self.server} needs the consent of subject {self.spec.subject!r}: open {url} (then "
+                "`mcp-tasks login --callback URL` with the URL the browser was sent back to), or run "
+                f"`mcp-tasks login SERVER --subject {self.spec.subject}`",
                 url=url,
                 consent_id=state,
                 grant=grant_id(*self._key),
@@ -517,3 +533,41 @@ def callback_params(callback: str) -> dict[str, str]:
     query = urlsplit(callback).query if "://" in callback or callback.startswith("/") else callback.lstrip("?")
     parsed = parse_qs(query, keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items() if v}
+
+
+async def complete_consent(callback: str, *, store: TokenStore | None = None) -> str:
+    """Complete a consent a task asked for, in whichever process the person's browser came back to (``mcp-tasks
+    login --callback``, or a service's own web callback): ``callback`` is that URL (or its query). Its ``state`` must
+    name a pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with
+    the PKCE verifier kept for it. Returns the grant's id."""
+    from mcp.shared.auth import OAuthMetadata
+
+    store = store or TokenStore.from_env()
+    try:
+        query = callback_params(callback)
+    except NoToken as exc:
+        raise AuthorizationRequired(exc.reason, status=None) from None
+    state = query.get("state") or ""
+    pending = store.read("consent", (state,)) if 0 < len(state) <= 512 else None
+    if pending is None:
+        raise AuthorizationRequired(
+            "the authorization response's state names no pending consent (unknown, already used, or older than "
+            f"{CONSENT_TTL_S:g} s)",
+            status=None,
+        )
+    store.delete("consent", (state,))  # one use, whatever follows
+    src = SubjectTokenSource(pending["url"], OAuthClient.model_validate(pending["spec"]), store)
+    client_info = pending["client"]
+    src._found = Discovered(
+        issuer=pending["issuer"],
+        token_endpoint=pending["token_endpoint"],
+        resource=pending["resource"],
+        scope=pending.get("scope"),
+        method=client_info["method"],
+        advertised_scope=None,
+        metadata=OAuthMetadata.model_validate(pending["metadata"]) if pending.get("metadata") else None,
+    )
+    src._client = client_info
+    src._key = (pending["key"][0], pending["key"][1], pending["key"][2], pending["key"][3])
+    await src._bounded(src._complete(callback, state, pending))
+    return grant_id(*src._key)
