@@ -2,7 +2,8 @@
 access tokens of 4 s): a consent by the authorization-code flow (PKCE, state, iss), then two worker processes sharing
 one token store keep asking for the grant's token across several lifetimes. The authorization server's own log must
 show every refresh succeeding (a rotated refresh token presented twice is ``invalid_grant`` there, and revokes the
-grant), at most one refresh per token lifetime, and both processes holding the same tokens.
+grant), at most one refresh per token lifetime, and both processes holding the same tokens. Then a revoked grant: its
+refresh refused once, the grant marked as needing consent, no second attempt.
 
 No MCP server: what is judged is the grant's token-endpoint traffic; discovery and the bearer on MCP requests are the
 conformance suite's (tests/test_conformance.py).
@@ -129,7 +130,21 @@ async def test_two_processes_refresh_one_rotating_grant_once_per_lifetime(tmp_pa
             timeout=10,
         )
         assert again.status_code == 400 and again.json()["error"] == "invalid_grant", again.text
-        log = server.log()[:-1]
+        # That reuse revoked the grant (the whole family): the next refresh is refused, and the grant is marked as
+        # needing consent, not retried (its tasks ask again).
+        store = TokenStore(Path(directory), key)
+        assert first._key is not None
+        record = store.read("grant", first._key)
+        assert record is not None
+        store.write("grant", first._key, {**record, "expires_at": 0})
+        assert await first.token() is None
+        marked = store.read("grant", first._key)
+        assert marked is not None and marked["needs_consent"] and "refresh_token" not in marked
+        assert marked["generation"] == record["generation"] + 1
+        assert await first.token() is None  # no second refresh attempt: nothing to send
+        full = server.log()
+        assert [e.get("error") for e in full[-2:]] == ["invalid_grant", "invalid_grant"], full[-3:]
+        log = full[:-2]
     refreshes = [e for e in log if e.get("grant_type") == "refresh_token"]
     print(f"{len(refreshes)} refreshes in {RUN_S:g} s; tokens seen per process: {[len(t) for t in seen]}")
     errors = [e for e in log if not e.get("ok")]
