@@ -157,3 +157,41 @@ async def test_a_callback_for_no_pending_consent_is_refused(tmp_path: Path) -> N
         await complete_consent("http://127.0.0.1:1/callback?code=c&state=never-asked", store=s)
     with pytest.raises(AuthorizationRequired, match="names no pending consent"):
         await complete_consent("http://127.0.0.1:1/callback?code=c", store=s)
+
+
+def test_login_bad_input_is_one_clear_line(tmp_path: Path) -> None:
+    """``mcp-tasks login``: a callback naming no consent, no store key, a server not configured for consent, a
+    redirect that is not loopback: each one line and its exit code, never a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[servers.svc]\nurl = "http://127.0.0.1:9/mcp"\n[servers.svc.auth]\ntype = "client_credentials"\n'
+        'client_id = "c"\nclient_secret = { env = "T55_SECRET" }\n'
+        '[servers.web]\nurl = "http://127.0.0.1:9/mcp"\n[servers.web.auth]\ntype = "authorization_code"\n'
+        'redirect_uri = "https://app.example/cb"\n'
+    )
+    env = {**os.environ, "T55_SECRET": "s", "MCP_TASKS_TOKEN_DIR": str(tmp_path / "store")}
+    env.pop("MCP_TASKS_TOKEN_KEY", None)
+
+    def login(*args: str, key: bool = True) -> subprocess.CompletedProcess[str]:
+        extra = {"MCP_TASKS_TOKEN_KEY": Fernet.generate_key().decode()} if key else {}
+        return subprocess.run(
+            [sys.executable, "-m", "mcp_temporal_tasks.worker.cli", "login", *args],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    cases = [
+        (login("--callback", "http://127.0.0.1:1/cb?state=nope&code=x"), 1, "names no pending consent"),
+        (login("--callback", "http://127.0.0.1:1/cb?state=nope", key=False), 2, "MCP_TASKS_TOKEN_KEY is not set"),
+        (login("svc", "--config", str(config)), 2, "not configured for a subject's consent"),
+        (login("web", "--config", str(config)), 2, "loopback redirect_uri"),
+    ]
+    for done, code, says in cases:
+        assert done.returncode == code and says in done.stderr, (done.returncode, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
