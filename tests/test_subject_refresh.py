@@ -79,9 +79,10 @@ async def person(url: str, subject: str) -> str:
     raise AssertionError("no redirect back to the client within 10 hops")
 
 
-def worker(issuer: str, directory: str, key: str, subject: str, out: Any) -> None:
+def worker(issuer: str, directory: str, key: str, subject: str, out: Any, start: Any) -> None:
     async def main() -> list[str]:
         src = source(issuer, directory, key, subject)
+        start.wait(30)  # both processes begin together, whatever their start-up took
         seen: list[str] = []
         deadline = time.monotonic() + RUN_S
         while time.monotonic() < deadline:
@@ -111,8 +112,8 @@ async def test_two_processes_refresh_one_rotating_grant_once_per_lifetime(tmp_pa
         consented = TokenStore(Path(directory), key).read("grant", first._key or ("",))
         assert consented is not None and consented["refresh_token"]
         ctx = multiprocessing.get_context("spawn")
-        out = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(issuer, directory, key, "alice", out)) for _ in range(2)]
+        out, start = ctx.Queue(), ctx.Barrier(2)
+        procs = [ctx.Process(target=worker, args=(issuer, directory, key, "alice", out, start)) for _ in range(2)]
         for p in procs:
             p.start()
         try:
