@@ -50,6 +50,12 @@ def test_records_are_encrypted_at_rest_and_keyed_by_subject(tmp_path: Path) -> N
     with pytest.raises(StoreError, match="does not decrypt"):
         store(tmp_path).read("grant", KEY)  # another key
     assert grant_id(*KEY).startswith("grant-") and "alice" not in grant_id(*KEY)
+    # Records that expire are gone once read past their time, and swept from the directory as new ones come.
+    s.write("consent", ("state-1",), {"verifier": "v"}, ttl_s=0.05)
+    time.sleep(0.1)
+    assert s.read("consent", ("state-1",)) is None
+    s.write("consent", ("state-2",), {"verifier": "v"}, ttl_s=0.05)
+    assert len(list(s.directory.glob("consent-*"))) == 1
 
 
 def _hold_lock(directory: str, key: str, held: Any, release: Any) -> None:

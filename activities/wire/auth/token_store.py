@@ -119,6 +119,7 @@ class TokenStore:
         body = {**record, "_key": [kind, *key]}
         if ttl_s is not None:
             body["_expires_at"] = time.time() + ttl_s
+            self._sweep(kind, ttl_s)
         path = self._path(kind, key)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -132,6 +133,15 @@ class TokenStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
+
+    def _sweep(self, kind: str, ttl_s: float) -> None:
+        """Records of a kind that expires (pending consents) older than ``ttl_s`` are deleted as new ones come: the
+        directory stays bounded by what one ``ttl_s`` can write."""
+        cutoff = time.time() - ttl_s
+        for path in self.directory.glob(f"{kind}-*"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
 
     def delete(self, kind: str, key: tuple[str, ...]) -> None:
         with contextlib.suppress(FileNotFoundError):
