@@ -201,3 +201,20 @@ def test_login_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     for done, code, says in cases:
         assert done.returncode == code and says in done.stderr, (done.returncode, done.stderr)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_a_refused_token_is_refreshed_not_sent_again(tmp_path: Path) -> None:
+    src, s = source(tmp_path)
+    live = {"generation": 5, "access_token": "at5", "refresh_token": "rt5", "expires_at": time.time() + 600}
+    s.write("grant", KEY, live)
+    await src._from_store_or_refresh(refused=None)
+    assert src.current() == "at5" and s.read("grant", KEY) == {**live, "_key": ["grant", *KEY]}  # no refresh
+    # The server refused at5 before its time: a refresh is tried (marked before sending; the token endpoint here
+    # cannot be reached, so the mark stays: that refresh token may be spent and is not sent again).
+    await src._from_store_or_refresh(refused="at5")
+    record = s.read("grant", KEY)
+    assert record is not None and record["refreshing"] is True and record["generation"] == 5
+    assert src.current() is None and src.refreshes == 0
+    await src._from_store_or_refresh(refused="at5")  # the next attempt finds the mark: consent, nothing sent
+    record = s.read("grant", KEY)
+    assert record is not None and record["needs_consent"] and "refresh_token" not in record

@@ -198,10 +198,10 @@ class SubjectTokenSource:
             if self._token is not None and self._token != sent and self.current() is not None:
                 return self._token
             await self._bounded(self._discover(challenge, protocol))
-            if sent is None or sent != self._token:
-                await self._bounded(self._from_store_or_refresh())
+            # The stored token, or (when it is the one just refused) a refreshed one.
+            await self._bounded(self._from_store_or_refresh(refused=sent))
             if self.current() is None or self._token == sent:
-                # The stored grant was refused (revoked, or for another resource): it is not sent again.
+                # No grant, or the grant was refused even fresh (revoked, or for another resource): a consent.
                 assert self._found is not None and self._client is not None
                 await self._consent(self._scope_for(self._found))
             assert self._token is not None
@@ -349,13 +349,15 @@ class SubjectTokenSource:
         self._due_at = float(record.get("expires_at", 0)) - refresh_margin_s(float(record.get("lifetime", 3600)))
         redact.register([self._token])
 
-    async def _from_store_or_refresh(self) -> None:
+    async def _from_store_or_refresh(self, refused: str | None = None) -> None:
+        """The stored token; refreshed when it is due, or when it is ``refused``, the one the server just refused
+        (an access token revoked before its time: its grant may still refresh)."""
         assert self._key is not None
         record = self.store.read("grant", self._key)
         self._hold(record)
-        if self.current() is not None or record is None or not record.get("refresh_token"):
+        if record is None or record.get("needs_consent") or not record.get("refresh_token"):
             return
-        if record.get("needs_consent"):
+        if self.current() is not None and (refused is None or self._token != refused):
             return
         await self._refresh(int(record.get("generation", 0)))
 
