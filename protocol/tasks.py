@@ -38,16 +38,19 @@ class StrictModel(BaseModel):
 
 
 class OAuthClient(StrictModel):
-    """How this worker gets OAuth access tokens for a server (machine to machine: the client credentials grant).
+    """How this worker gets OAuth access tokens for a server: as itself (client credentials, ``private_key_jwt``) or
+    for a subject (the authorization-code grant, ``authorization_code``).
 
     *References* only, like ``header_refs``: the secret (``client_secret_env``) and the private key
-    (``private_key_env`` or ``private_key_file``) are read in the worker when a token is needed, never carried.
+    (``private_key_env`` or ``private_key_file``) are read in the worker when a token is needed, never carried; a
+    subject's tokens live in the token store (``wire.auth.token_store``), never here.
     The token endpoint is discovered from the server (protected resource metadata, then the authorization
     server's metadata); ``issuer`` pins which authorization server may receive the credentials.
     """
 
-    type: Literal["client_credentials", "private_key_jwt"]
-    client_id: str = Field(min_length=1)
+    type: Literal["client_credentials", "private_key_jwt", "authorization_code"]
+    #: Required for the service grants; for ``authorization_code`` a pre-registered client (else CIMD, else DCR).
+    client_id: str | None = Field(default=None, min_length=1)
     client_secret_env: str | None = None
     #: None: chosen from the authorization server's ``token_endpoint_auth_methods_supported`` (``wire.auth``).
     token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post"] | None = None
@@ -56,14 +59,27 @@ class OAuthClient(StrictModel):
     signing_alg: str = "RS256"
     scope: str | None = None
     issuer: str | None = None
+    #: ``authorization_code``: the client ID metadata document URL (CIMD) used where no client id is configured.
+    client_metadata_url: str | None = None
+    #: ``authorization_code``: where the person's browser is sent back (a loopback URL for ``mcp-tasks login``).
+    redirect_uri: str = "http://127.0.0.1:33418/callback"
+    #: ``authorization_code``: whose grant; set per task from the request's ``principal`` (the trusted caller's),
+    #: never from configuration or the MCP server.
+    subject: str | None = None
 
     def model_post_init(self, _ctx: Any) -> None:
+        if self.type != "authorization_code" and not self.client_id:
+            raise ValueError(f"auth type {self.type!r} needs a client_id")
         if self.type == "client_credentials" and not self.client_secret_env:
             raise ValueError("auth type 'client_credentials' needs client_secret = { env = \"VAR\" }")
         if self.type == "private_key_jwt" and (self.private_key_env is None) == (self.private_key_file is None):
             raise ValueError('auth type \'private_key_jwt\' needs private_key = { env = "VAR" } or { file = "PATH" }')
         if self.issuer is not None and not self.issuer.startswith(("http://", "https://")):
             raise ValueError(f"auth issuer must be an http(s) URL, got {self.issuer!r}")
+        if self.client_metadata_url is not None and not self.client_metadata_url.startswith("https://"):
+            raise ValueError(f"auth client_metadata_url must be an https URL, got {self.client_metadata_url!r}")
+        if not self.redirect_uri.startswith(("http://", "https://")):
+            raise ValueError(f"auth redirect_uri must be an http(s) URL, got {self.redirect_uri!r}")
 
 
 class Endpoint(StrictModel):

@@ -9,11 +9,15 @@ The suite appends the scenario server's URL and sets ``MCP_CONFORMANCE_SCENARIO`
 reference, as a worker takes them), then ``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at
 ``CONFORMANCE_TEMPORAL_ADDRESS`` (an already-running one: no dev server per scenario). The exit code is ``run``'s.
 
-The ``auth/*`` scenarios check the authorization flow (discovery, token request, bearer on every request), which
+The ``auth/*`` scenarios of a subject's authorization-code grant (all but :data:`SERVICE_AUTH`) run ``mcp-tasks login
+s --subject conformance-person`` with a token store of this run, and this script is the person: it fetches each consent
+URL login prints without following the redirect (the suite's mock answers at once with a 302 carrying code and state)
+and hands the ``Location`` to login's loopback listener, as a browser would; login then lists the tools with the grant.
+The service-client ``auth/*`` scenarios check the flow (discovery, token request, bearer on every request) that
 ``mcp-tasks tools`` runs end to end with the same wire client and token source a worker's activities use; a ``run``
-per auth scenario would add a Temporal worker's start to each without touching another line of auth code, so they
-run ``tools`` (CI time). ``elicitation-sep1034-client-defaults`` is answered as a person would: ``mcp-tasks run`` in
-the background, then ``mcp-tasks answer`` accepting with no content (the schema's defaults are ours to fill in).
+per auth scenario would add a Temporal worker's start to each without touching another line of auth code, so they run
+``tools`` (CI time). ``elicitation-sep1034-client-defaults`` is answered as a person would: ``mcp-tasks run`` in the
+background, then ``mcp-tasks answer`` accepting with no content (the schema's defaults are ours to fill in).
 
 Which tool: the scenario server's own (``add_numbers`` gets ``{"a": 2, "b": 3}``; any other tool ``{}``), the first
 of its ``tools/list``. ``initialize`` only lists tools (the handshake is what it checks).
@@ -24,6 +28,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +58,23 @@ LIST_ONLY = {"initialize", "json-schema-ref-no-deref"}
 ECHO_TOOL = "json_schema_echo"
 #: Bound on each CLI step: the suite's own --timeout ends the whole command anyway.
 STEP_TIMEOUT_S = 60
+#: The auth scenarios a service client runs (client credentials, a pre-registered client, the resource check); every
+#: other ``auth/*`` scenario is a subject's authorization-code grant, consented with ``mcp-tasks login``.
+SERVICE_AUTH = {
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+    "auth/pre-registration",
+    "auth/resource-mismatch",
+    "auth/cross-app-access-complete-flow",
+}
+#: The client ID metadata document URL the suite's basic-cimd scenario expects (hard-coded there, never fetched).
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+#: Scenarios whose server asks for more scope on tools/call than on tools/list: after login, the tool is run as a
+#: task for the person, whose step-up consent (the URL in the task's error) the person gives and completes with
+#: ``mcp-tasks login --callback``; then the task is run again.
+TASK_AFTER_LOGIN = {"auth/scope-step-up": "test-tool"}
+#: The subject whose consent the scenario's "person" (this script) gives.
+PERSON = "conformance-person"
 #: Scenarios whose server asks a question mid-call, and the answer a person gives with ``mcp-tasks answer``.
 ANSWERS = {
     "elicitation-sep1034-client-defaults": {"action": "accept", "content": {}},
@@ -75,7 +98,15 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
     """``[servers.s]`` for ``url``; credentials from the context go to ``env`` and are referenced by name only."""
     lines = ["[servers.s]", f"url = {toml_value(url)}"]
     auth: dict[str, Any] = {}
-    if scenario.startswith("auth/") and not isinstance(context.get("client_id"), str):
+    if scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
+        with socket.socket() as free:  # a loopback port of this run alone (xdist runs scenarios side by side)
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        auth = {"type": "authorization_code", "redirect_uri": f"http://127.0.0.1:{port}/callback"}
+        if scenario == "auth/basic-cimd":
+            auth["client_metadata_url"] = CIMD_URL
+        context = {}
+    elif scenario.startswith("auth/") and not isinstance(context.get("client_id"), str):
         # No credentials from the suite: a service client is still configured with its own (the suite's mock
         # authorization servers accept any client for client credentials), as a user of mcp-tasks would be.
         context = {"client_id": DEFAULT_CLIENT_ID, "client_secret": DEFAULT_CLIENT_SECRET}
@@ -102,6 +133,59 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
     path = directory / "mcp-tasks.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def consented(args: list[str], env: dict[str, str]) -> int:
+    """``mcp-tasks login`` with this script as the person: each consent URL it prints is fetched without following
+    the authorization server's redirect (the suite's mock answers at once with a 302 carrying code and state, no
+    login page), then the ``Location`` is fetched as the browser would, reaching login's loopback listener."""
+    import httpx2
+
+    proc = subprocess.Popen(
+        [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    seen: list[str] = []
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:  # login ends within its --timeout, closing stderr
+            seen.append(line)
+            if line.startswith("http"):
+                answer = httpx2.get(line.strip(), follow_redirects=False, timeout=10)
+                location = answer.headers.get("location")
+                if answer.status_code in (301, 302, 303, 307) and location:
+                    httpx2.get(location, follow_redirects=False, timeout=10)
+        out, _ = proc.communicate(timeout=STEP_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, httpx2.HTTPError) as exc:
+        proc.kill()
+        out, _ = proc.communicate()
+        seen.append(f"person: {type(exc).__name__}\n")
+    sys.stderr.write(f"$ mcp-tasks login ... -> exit {proc.returncode}\n{''.join(seen)[-3000:]}")
+    sys.stdout.write(out[-3000:])
+    return proc.returncode
+
+
+def stepped_up(tool: str, target: list[str], scenario: str, env: dict[str, str]) -> int:
+    """The tool run as a task for the person; when it ends asking for a consent, the person opens that URL (not
+    following the mock's redirect), completes it with ``mcp-tasks login --callback``, and runs the task again."""
+    import httpx2
+
+    address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS", "")
+    code = 1
+    for attempt in range(2):
+        wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+        run = step(
+            ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address, "--principal", PERSON],
+            env,
+        )
+        code = run.returncode
+        asked = re.search(r"https?://[^\s\"')]+/authorize\?[^\s\"')]+", run.stdout + run.stderr)
+        if code == 0 or asked is None or attempt:
+            return code
+        answer = httpx2.get(asked.group(0), follow_redirects=False, timeout=10)
+        location = answer.headers.get("location") or ""
+        if step(["login", "--callback", location, "--json"], env).returncode != 0:
+            return 1
+    return code
 
 
 def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -225,6 +309,15 @@ def main(argv: list[str]) -> int:
         config = write_config(Path(tmp), url, scenario, context, env)
         env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
         target = ["--server", "s", "--config", str(config)]
+        if scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
+            from cryptography.fernet import Fernet
+
+            env["MCP_TASKS_TOKEN_KEY"] = Fernet.generate_key().decode()
+            login = ["login", "s", "--config", str(config), "--subject", PERSON, "--no-browser", "--timeout", "30"]
+            code = consented([*login, "--json"], env)
+            if code != 0 or scenario not in TASK_AFTER_LOGIN:
+                return code
+            return stepped_up(TASK_AFTER_LOGIN[scenario], target, scenario, env)
         if scenario.startswith("auth/"):
             return step(["tools", *target, "--json"], env).returncode
         refused: list[str] = []

@@ -164,6 +164,35 @@ def test_scenario(line: str, scenario: str, temporal_env: Any, tmp_path: Path) -
     else:
         assert failing, f'{scenario} passes now: set its row of {TABLE_FILE.name} to "pass" ({status}). {what}'
 
+    if scenario in SUBJECT_TASKS:
+        await_no_token_in_histories(temporal_env, scenario)
+
+
+#: Scenarios whose tool runs as a task for a subject (tests/conformance_client.py ``TASK_AFTER_LOGIN``), and what the
+#: suite's mock hands out: access tokens ``test-token-<ms>`` and the code ``test-auth-code``.
+SUBJECT_TASKS = {"auth/scope-step-up"}
+MOCK_SECRETS = ("test-token-", "test-auth-code")
+
+
+def await_no_token_in_histories(temporal_env: Any, scenario: str) -> None:
+    """The tasks this scenario ran for its subject: their histories (input, memo, search attributes, every event)
+    carry no token and no authorization code, only what names the grant."""
+    import asyncio
+
+    async def histories() -> list[str]:
+        prefix = f"conformance-{scenario.replace('/', '-')}-"
+        out = []
+        async for wf in temporal_env.client.list_workflows():
+            if wf.id.startswith(prefix):
+                history = await temporal_env.client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+                out.append(history.to_json())
+        return out
+
+    found = asyncio.run(histories())
+    assert len(found) == 2, f"{scenario}: expected the task asking for consent and the one run again, got {len(found)}"
+    for text in found:
+        assert all(secret not in text for secret in MOCK_SECRETS), f"{scenario}: a token in a workflow history"
+
 
 def write_docs() -> None:
     text = DOCS_PAGE.read_text(encoding="utf-8")

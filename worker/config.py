@@ -208,8 +208,11 @@ def _refs(table: Any, where: str) -> dict[str, str]:
     return out
 
 
-AUTH_TYPES = ("client_credentials", "private_key_jwt")
+AUTH_TYPES = ("client_credentials", "private_key_jwt", "authorization_code")
+#: Only ``authorization_code`` takes these: the app's client identity when not pre-registered, and its redirect.
+_USER_AUTH_KEYS = {"client_metadata_url", "redirect_uri"}
 _AUTH_KEYS = {
+    *_USER_AUTH_KEYS,
     "type",
     "client_id",
     "client_secret",
@@ -235,6 +238,10 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
     kind = raw.get("type")
     if kind not in AUTH_TYPES:
         raise ConfigError(f"{where}.type: must be one of {', '.join(AUTH_TYPES)} (got {kind!r})")
+    if kind == "authorization_code":
+        return _user_auth(raw, where, env)
+    for key in _USER_AUTH_KEYS & set(raw):
+        raise ConfigError(f"{where}.{key}: only auth type 'authorization_code' takes it")
     if not isinstance(raw.get("client_id"), str) or not raw["client_id"]:
         raise ConfigError(f"{where}.client_id: missing (the OAuth client id this worker authenticates as)")
     out = {k: v for k, v in raw.items() if k not in ("client_secret", "private_key")}
@@ -263,6 +270,27 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
         out["private_key_file"] = ref["file"]
     else:
         raise ConfigError(f"{where}.{secret_key}: given by reference only, as {forms}")
+    return out
+
+
+def _user_auth(raw: dict[str, Any], where: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """``type = "authorization_code"``: a subject's grant. The client is pre-registered (``client_id``, with a
+    ``client_secret`` by reference for a confidential one), else identified by ``client_metadata_url`` (CIMD), else
+    registered dynamically. The subject is never configured: it is each task's principal."""
+    if "private_key" in raw:
+        raise ConfigError(f"{where}.private_key: not used by auth type 'authorization_code'")
+    if "client_id" in raw and (not isinstance(raw["client_id"], str) or not raw["client_id"]):
+        raise ConfigError(f"{where}.client_id: must be a non-empty string (or left out)")
+    out = {k: v for k, v in raw.items() if k != "client_secret"}
+    ref = raw.get("client_secret")
+    if ref is not None:
+        if "client_id" not in raw:
+            raise ConfigError(f"{where}.client_secret: needs the client_id it belongs to")
+        if not (isinstance(ref, dict) and set(ref) == {"env"} and isinstance(ref["env"], str) and ref["env"]):
+            raise ConfigError(f'{where}.client_secret: given by reference only, as {{ env = "VAR" }}')
+        if not env.get(ref["env"]):
+            raise ConfigError(f"{where}.client_secret: environment variable {ref['env']} is not set")
+        out["client_secret_env"] = ref["env"]
     return out
 
 

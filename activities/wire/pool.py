@@ -11,10 +11,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from mcp_temporal_tasks.activities.wire.auth import for_subject
 from mcp_temporal_tasks.activities.wire.session import WireSession
 from mcp_temporal_tasks.activities.wire.stdio_transport import StdioTransport
 from mcp_temporal_tasks.protocol.tasks import Endpoint, Era, SessionRef
 from mcp_temporal_tasks.protocol.wire_errors import RateLimited, SessionGone, TaskUnreachable, TransportError
+
+
+def _subjected(ref: SessionRef, principal: str | None) -> SessionRef:
+    """``ref`` re-attached for ``principal``: a subject's grant is the task's own (``auth.for_subject``)."""
+    endpoint = for_subject(ref.endpoint, principal)
+    return ref if endpoint is ref.endpoint else ref.model_copy(update={"endpoint": endpoint})
+
 
 T = TypeVar("T")
 
@@ -81,7 +89,7 @@ class SessionPool:
             key = self._key(endpoint, principal, era)
             entry = self._by_key.get(key)
             if entry is None or not entry.client.alive:
-                entry = _Entry(await WireSession.connect(endpoint, era=era, owner=self.owner))
+                entry = _Entry(await WireSession.connect(for_subject(endpoint, principal), era=era, owner=self.owner))
                 self._by_key[key] = entry
                 if entry.client.transport.session_id:
                     self._by_session[self._session_key(endpoint, entry.client.transport.session_id)] = entry
@@ -112,13 +120,13 @@ class SessionPool:
                 skey = self._session_key(ref.endpoint, ref.session_id)
                 entry = self._by_session.get(skey)
                 if entry is None or not entry.client.alive:
-                    entry = _Entry(await WireSession.attach(ref))
+                    entry = _Entry(await WireSession.attach(_subjected(ref, principal)))
                     self._by_session[skey] = entry
             else:
                 key = self._key(ref.endpoint, principal, ref.era)
                 entry = self._by_key.get(key)
                 if entry is None or not entry.client.alive:
-                    entry = _Entry(await WireSession.attach(ref))
+                    entry = _Entry(await WireSession.attach(_subjected(ref, principal)))
                     self._by_key[key] = entry
             entry.last_used = time.monotonic()
             return entry.client
@@ -156,7 +164,7 @@ class SessionPool:
             )
         if old is not None:
             await old.client.aclose()
-        client = await WireSession.connect(ref.endpoint, era=ref.era, owner=self.owner)
+        client = await WireSession.connect(for_subject(ref.endpoint, principal), era=ref.era, owner=self.owner)
         async with self._lock:
             if ref.session_id:
                 self._by_session[self._session_key(ref.endpoint, ref.session_id)] = _Entry(client)

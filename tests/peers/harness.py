@@ -293,6 +293,30 @@ def oauth_server(
 
 
 @contextlib.contextmanager
+def oauth_user_server(
+    log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int = 20, name: str = "oauth-user"
+) -> Iterator[Peer]:
+    """A real authorization server for a subject's authorization-code grant (oidc-provider,
+    ``tests/peers/ts/oauth_user.mjs``): refresh-token rotation, consent given at once for ``login_hint``.
+
+    ``Peer.url`` is its issuer; ``Peer.log()`` has one line per token-endpoint outcome (``grant_type``, ``ok``,
+    ``error``)."""
+    node = require_ts_peer()
+    log_path = _fresh_log(log_dir, name)
+    extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
+    with _http_peer(
+        [node, str(TS_DIR / "oauth_user.mjs"), "--port", "0"],
+        name=name,
+        log_path=log_path,
+        flavour="oauth",
+        stateful=False,
+        cwd=TS_DIR,
+        extra_env=extra,
+    ) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
 def ts_stdio_peer(
     log_dir: Path, *, env_var: str = "MCP_TEST_PEER_LOG_TS_STDIO", child_env: dict[str, str] | None = None
 ) -> Iterator[Peer]:

@@ -36,6 +36,7 @@ from mcp_temporal_tasks.activities.wire import (
     WireSession,
     stdio,
 )
+from mcp_temporal_tasks.activities.wire.auth import for_subject
 from mcp_temporal_tasks.protocol.eras import era_rules, protocol_label
 from mcp_temporal_tasks.protocol.tasks import Endpoint, ToolInfo
 from mcp_temporal_tasks.worker.cli.connection import temporal, ui_link, untraced, why
@@ -116,7 +117,9 @@ async def _preflight(request: McpTaskRequest, cfg: WorkerConfig, *, stdio: bool)
     if endpoint is None or (endpoint.url is None and not stdio):
         return
     try:
-        client = await asyncio.wait_for(WireSession.connect(endpoint, era=request.era), timeout=15)
+        # As the task's worker opens it: a subject's server with the task's principal's grant.
+        subject_endpoint = for_subject(endpoint, request.principal)
+        client = await asyncio.wait_for(WireSession.connect(subject_endpoint, era=request.era), timeout=15)
         await client.aclose()
     except (TimeoutError, TransportError, TaskUnreachable) as exc:
         raise CliError(

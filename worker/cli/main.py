@@ -50,6 +50,10 @@ def command(name: str) -> Command:
         from mcp_temporal_tasks.worker.cli.schema import cmd_schema
 
         return cmd_schema
+    if name == "login":
+        from mcp_temporal_tasks.worker.cli.login import cmd_login
+
+        return cmd_login
     if name in ("run", "tools"):  # they reach an MCP server: only they load the wire and the MCP SDK
         from mcp_temporal_tasks.worker.cli import calling
 

@@ -359,6 +359,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     json_opt(p)
 
+    p = command("login", "give a subject's consent for a server at this terminal (its grant goes to the token store)")
+    p.add_argument("server", nargs="?", help="a server name from the worker configuration")
+    p.add_argument("--subject", help="whose grant: a task's principal (default: this OS user's name)")
+    p.add_argument("--config", help="worker TOML configuration (default: $MCP_TASKS_CONFIG)")
+    p.add_argument("--no-browser", action="store_true", help="only print the consent URL; open no browser")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the consent (default 300)")
+    p.add_argument(
+        "--callback",
+        metavar="URL",
+        help="complete a consent a task asked for: the URL the browser was sent back to after opening the task's URL",
+    )
+    p.add_argument("--new-key", action="store_true", help="print a new key for MCP_TASKS_TOKEN_KEY and exit")
+    json_opt(p)
+
     for name, helptext in (
         ("status", "show where a task is"),
         ("result", "print a task's outcome"),

@@ -20,9 +20,11 @@ MAX_AUTH_BODY = 64 * 1024
 class NoToken(Exception):
     """Why no token can be had: the reason alone (the token source names the server and the client, and scrubs it)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, oauth_error: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        #: The authorization server's RFC 6749 §5.2 ``error`` code when it answered one (``invalid_grant``...).
+        self.oauth_error = oauth_error
 
 
 def client() -> httpx2.AsyncClient:

@@ -27,6 +27,7 @@ class ClientSecret:
 
     def __init__(self, spec: OAuthClient) -> None:
         self.spec = spec
+        self.client_id = spec.client_id or ""  # required for this type (OAuthClient checks)
 
     def read_secret(self) -> str:
         value = os.environ.get(self.spec.client_secret_env or "")
@@ -55,9 +56,9 @@ class ClientSecret:
     async def token_request(self, found: Discovered) -> TokenRequest:
         secret = self.read_secret()
         if found.method == "client_secret_post":
-            return TokenRequest("client_credentials", {"client_id": self.spec.client_id, "client_secret": secret})
+            return TokenRequest("client_credentials", {"client_id": self.client_id, "client_secret": secret})
         if found.method == "none":
-            return TokenRequest("client_credentials", {"client_id": self.spec.client_id})
+            return TokenRequest("client_credentials", {"client_id": self.client_id})
         # client_secret_basic, form-encoded first (RFC 6749 §2.3.1)
-        basic = httpx2.BasicAuth(quote(self.spec.client_id, safe=""), quote(secret, safe=""))
+        basic = httpx2.BasicAuth(quote(self.client_id, safe=""), quote(secret, safe=""))
         return TokenRequest("client_credentials", {}, basic)

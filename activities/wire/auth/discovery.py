@@ -75,6 +75,11 @@ class Discovered:
     method: str
     #: ``scopes_supported`` of the protected resource metadata (for a challenge without scope).
     advertised_scope: str | None
+    #: What the authorization-code grant needs beyond the token endpoint: the challenge's scope, both metadata
+    #: documents as parsed (None: not served; the legacy defaults at the server's origin then).
+    challenge_scope: str | None = None
+    prm: Any = None
+    metadata: Any = None
 
 
 async def _metadata(http: httpx2.AsyncClient, urls: list[str], model: Any, what: str) -> Any:
@@ -147,7 +152,10 @@ async def discover(
                     chosen = servers[0]
             elif issuer_pin is not None:
                 chosen = issuer_pin
-            elif protocol == LEGACY_PROTOCOL:
+            elif protocol == LEGACY_PROTOCOL or (protocol is None and spec.type == "authorization_code"):
+                # 2025-03-26's default endpoints at the server's origin. Before a session has negotiated anything
+                # (a server that demands a token for initialize) only for the authorization-code grant: a person
+                # consents at that authorization server's own page; a service's secret would go there unasked.
                 parts = urlsplit(url)
                 chosen, legacy = f"{parts.scheme}://{parts.netloc}", True
             else:
@@ -189,6 +197,9 @@ async def discover(
         scope=scope,
         method=chosen_method,
         advertised_scope=advertised,
+        challenge_scope=challenge.scope,
+        prm=prm,
+        metadata=asm,
     )
     log.debug(
         "OAuth for %s: authorization server %s, token endpoint %s, %s, scope %r",

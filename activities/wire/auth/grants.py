@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from mcp_temporal_tasks.activities.wire.auth.authorization_code import AuthorizationCode
 from mcp_temporal_tasks.activities.wire.auth.client_credentials import ClientSecret
 from mcp_temporal_tasks.activities.wire.auth.private_key_jwt import PrivateKeyJwt
 from mcp_temporal_tasks.protocol.tasks import OAuthClient
@@ -43,6 +44,8 @@ class Grant(Protocol):
 GRANTS: Mapping[str, Callable[[OAuthClient], Grant]] = {
     "client_credentials": ClientSecret,
     "private_key_jwt": PrivateKeyJwt,
+    # A subject's grant: its tokens come from authorization_code.SubjectTokenSource (chosen by wire.auth.token_source).
+    "authorization_code": AuthorizationCode,
 }
 
 

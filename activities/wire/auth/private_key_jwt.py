@@ -30,6 +30,7 @@ class PrivateKeyJwt:
 
     def __init__(self, spec: OAuthClient) -> None:
         self.spec = spec
+        self.client_id = spec.client_id or ""  # required for this type (OAuthClient checks)
 
     def read_secret(self) -> str:
         if self.spec.private_key_env is not None:
@@ -56,8 +57,8 @@ class PrivateKeyJwt:
         from mcp.client.auth.extensions.client_credentials import SignedJWTParameters
 
         signer = SignedJWTParameters(
-            issuer=self.spec.client_id,
-            subject=self.spec.client_id,
+            issuer=self.client_id,
+            subject=self.client_id,
             signing_key=self.read_secret(),
             signing_algorithm=self.spec.signing_alg,
             lifetime_seconds=ASSERTION_LIFETIME_S,
@@ -72,7 +73,7 @@ class PrivateKeyJwt:
         return TokenRequest(
             "client_credentials",
             {
-                "client_id": self.spec.client_id,
+                "client_id": self.client_id,
                 "client_assertion": assertion,
                 "client_assertion_type": CLIENT_ASSERTION_TYPE,
             },

@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 
 from mcp_temporal_tasks.activities.wire import redact
+from mcp_temporal_tasks.activities.wire.auth.authorization_code import SubjectTokenSource
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
 from mcp_temporal_tasks.activities.wire.auth.grants import Grant, grant_for
@@ -34,7 +35,10 @@ def refresh_margin_s(lifetime_s: float) -> float:
 
 def negotiated_protocol(request: httpx2.Request) -> str | None:
     """Hook: the protocol version the session negotiated, as the transport sends it on every request after
-    ``initialize`` (``MCP-Protocol-Version``). None on ``initialize`` itself: nothing negotiated yet."""
+    ``initialize`` (``MCP-Protocol-Version``). None on ``initialize`` itself and on the ``server/discover`` probe
+    that precedes it: nothing is negotiated yet (the probe carries the version it offers, not one agreed)."""
+    if request.headers.get("mcp-method") == "server/discover":
+        return None
     return request.headers.get("mcp-protocol-version")
 
 
@@ -157,7 +161,7 @@ class BearerAuth(httpx2.Auth):
     ``401`` (the request was not executed) a token from discovery and the same request once more; after a ``403
     insufficient_scope`` one step-up and the same request once more."""
 
-    def __init__(self, source: TokenSource) -> None:
+    def __init__(self, source: TokenSource | SubjectTokenSource) -> None:
         self.source = source
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:

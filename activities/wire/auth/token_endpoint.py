@@ -46,6 +46,16 @@ def refusal(status: int, body: bytes) -> str:
     return f"HTTP {status}"
 
 
+def error_code(body: bytes) -> str | None:
+    """The ``error`` code of a token error response, if it has one (bounded)."""
+    try:
+        parsed = json.loads(body[:4096])
+    except ValueError:
+        return None
+    code = parsed.get("error") if isinstance(parsed, dict) else None
+    return code[:100] if isinstance(code, str) else None
+
+
 def lifetime_s(tokens: OAuthToken) -> float:
     """How long an access token can be used: its ``expires_in``, else an hour."""
     return float(tokens.expires_in) if tokens.expires_in and tokens.expires_in > 0 else 3600.0
@@ -71,7 +81,8 @@ async def request_token(endpoint: str, resource: str, scope: str | None, grant: 
         raise NoToken(f"cannot reach {where}: {type(exc).__name__}") from None
     if response.status_code not in (200, 201):
         raise NoToken(
-            f"the authorization server at {where} refused the token request: {refusal(response.status_code, body)}"
+            f"the authorization server at {where} refused the token request: {refusal(response.status_code, body)}",
+            oauth_error=error_code(body),
         )
     try:
         tokens = OAuthToken.model_validate_json(body)

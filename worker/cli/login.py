@@ -1,0 +1,158 @@
+"""``mcp-tasks login SERVER [--subject S]``: a subject's consent for a server, given at a terminal (RFC 8252 loopback).
+
+The server's challenge starts it, as for a task: discovery, the client identity, the consent URL, which a person opens
+(printed, and given to the browser unless ``--no-browser``); the browser comes back to a loopback listener on the
+configured ``redirect_uri``, whose ``state`` and ``iss`` are checked and whose code is exchanged here; the grant goes
+to the token store (encrypted with ``MCP_TASKS_TOKEN_KEY``), where a worker's tasks for that subject find it. Then
+``tools/list`` with it shows that it works. ``--callback URL`` completes a consent a task asked for (its URL in the
+task's error) from the URL the browser came back to. ``--new-key`` prints a key for the store and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import http.server
+import json
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession
+from mcp_temporal_tasks.activities.wire.auth import authorization_code
+from mcp_temporal_tasks.activities.wire.auth.discovery import is_loopback
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, new_key
+from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from mcp_temporal_tasks.worker.cli.plan import check_env_refs, configuration
+
+#: How many consents one login answers: the first, and one step-up (``403 insufficient_scope``).
+MAX_CONSENTS = 2
+
+
+def _wait_for_redirect(redirect_uri: str, deadline: float, listening: threading.Event) -> str:
+    """The first request to ``redirect_uri``'s path on its loopback address, as a URL (stdlib ``http.server``)."""
+    parts = urlsplit(redirect_uri)
+    got: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            if urlsplit(self.path).path != (parts.path or "/"):
+                self.send_error(404)
+                return
+            got.append(f"{parts.scheme}://{parts.netloc}{self.path}")
+            body = b"mcp-tasks: consent received; you can close this window.\n"
+            self.send_response(200)
+            self.send_header("content-type", "text/plain; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
+            return  # the query holds the code: never logged
+
+    server = http.server.HTTPServer((parts.hostname or "127.0.0.1", parts.port or 80), Handler)
+    server.timeout = 0.5
+    listening.set()
+    try:
+        while not got and time.monotonic() < deadline:
+            server.handle_request()
+    finally:
+        server.server_close()
+    if not got:
+        raise TimeoutError
+    return got[0]
+
+
+async def _complete(args: argparse.Namespace) -> int:
+    """``--callback URL``: a consent a task asked for, completed here from where the person's browser came back."""
+    from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
+
+    try:
+        grant = await authorization_code.complete_consent(args.callback)
+    except AuthorizationRequired as exc:
+        raise CliError(f"consent not completed: {exc}", EXIT_ENDED, kind="refused") from None
+    except StoreError as exc:
+        raise CliError(f"token store: {exc}", EXIT_USAGE) from None
+    if args.json:
+        print(json.dumps({"grant": grant}))
+    else:
+        print(f"consent completed: grant {grant}; the task can be run again")
+    return EXIT_OK
+
+
+async def cmd_login(args: argparse.Namespace) -> int:
+    if args.new_key:
+        print(new_key())
+        return EXIT_OK
+    if args.callback:
+        return await _complete(args)
+    if not args.server:
+        raise CliError("login needs SERVER (a server name of the worker configuration)", EXIT_USAGE)
+    cfg = configuration(args)
+    server = cfg.servers.get(args.server)
+    if server is None:
+        known = ", ".join(sorted(cfg.servers)) or "none"
+        raise CliError(f"unknown server {args.server!r} (configured: {known}); use --config", EXIT_USAGE)
+    check_env_refs(cfg, only=[args.server])
+    endpoint = server.endpoint()
+    if endpoint.auth is None or endpoint.auth.type != "authorization_code":
+        raise CliError(
+            f"server {args.server!r} is not configured for a subject's consent "
+            '([servers.NAME.auth] type = "authorization_code")',
+            EXIT_USAGE,
+        )
+    subject = args.subject or getpass.getuser()
+    endpoint = endpoint.model_copy(update={"auth": endpoint.auth.model_copy(update={"subject": subject})})
+    redirect_uri = endpoint.auth.redirect_uri if endpoint.auth is not None else ""
+    parts = urlsplit(redirect_uri)
+    if parts.scheme != "http" or not is_loopback(parts.hostname):
+        raise CliError(
+            f"login listens on a loopback redirect_uri (http://127.0.0.1:PORT/PATH); this server's is {redirect_uri}",
+            EXIT_USAGE,
+        )
+    asked = 0
+
+    async def present(url: str) -> str:
+        nonlocal asked
+        asked += 1
+        if asked > MAX_CONSENTS:
+            raise CliError(f"the server asked for consent more than {MAX_CONSENTS} times; stopped", EXIT_ENDED)
+        listening = threading.Event()
+        deadline = time.monotonic() + args.timeout
+        waiting = asyncio.ensure_future(asyncio.to_thread(_wait_for_redirect, redirect_uri, deadline, listening))
+        await asyncio.to_thread(listening.wait, 5)
+        sys.stderr.write(f"mcp-tasks: open this URL to consent for subject {subject!r}:\n{url}\n")
+        sys.stderr.flush()
+        if not args.no_browser:
+            import webbrowser
+
+            with contextlib.suppress(Exception):
+                webbrowser.open(url)
+        try:
+            return await waiting
+        except TimeoutError:
+            raise CliError(f"no consent within {args.timeout:g} s", EXIT_ENDED) from None
+
+    token = authorization_code.consent_handler.set(present)
+    try:
+        client = await asyncio.wait_for(WireSession.connect(endpoint), timeout=args.timeout + 30)
+        try:
+            tools = await asyncio.wait_for(client.list_tools(), timeout=args.timeout + 30)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.aclose(), 5)
+    except (TimeoutError, TransportError, TaskUnreachable) as exc:
+        raise CliError(f"MCP server unreachable: {exc or 'no answer in time'}", EXIT_UNREACHABLE) from None
+    except McpWireError as exc:
+        raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
+    finally:
+        authorization_code.consent_handler.reset(token)
+    out = {"server": args.server, "subject": subject, "consents": asked, "tools": len(tools)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"logged in to {args.server} as {subject!r} ({len(tools)} tools; {asked} consent(s) given)")
+    return EXIT_OK
