@@ -55,7 +55,7 @@ LONG_FIRST = (
     "tests/test_operator.py::test_worker_stops_in_time_on_every_sigterm",
     "tests/test_bench_push_smoke.py::test_bench_push_tiny",
     "tests/test_agents_google.py::test_worker_killed_mid_call_one_tools_call",
-    "tests/test_agents_langchain.py::test_worker_killed_mid_call_one_tools_call",
+    "tests/test_agents_ai_integrations.py::test_worker_killed_mid_call_one_tools_call",
     "tests/test_operator.py::test_run_with_its_own_worker_never_meets_a_foreign_worker",
     "tests/test_operator.py::test_dev_server_links_signals_and_lock",
     "tests/test_jobs.py::test_a_60s_synchronous_tool_completes_within_its_own_bound_with_live_progress",

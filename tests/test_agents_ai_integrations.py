@@ -1,8 +1,19 @@
-"""Strands on Temporal with :class:`McpTasksToolProvider`, on a real Temporal dev server and real MCP peers (the
-TypeScript SDK's 2025-11-25 runtime and fastmcp's 2026-07-28 extension), with the scripted Strands model of
-tests/fixtures/strands_scripted.py (tests/fixtures/strands_app.py). Strands' own MCP path (``TemporalMCPClient`` over
-its ``MCPClient``, which needs ``mcp<2``) runs from the peer venv of tests/peers/agents_own in the kill test. The
-servers' own request logs count every ``tools/call``.
+"""The three frameworks of Temporal's ai-integrations packages with this project's tools, on a real Temporal dev server
+and real MCP peers (the TypeScript SDK's 2025-11-25 runtime and fastmcp's 2026-07-28 extension), each with a scripted
+model (no LLM, no network):
+
+* ``langgraph``: a ``StateGraph`` on ``temporalio-langgraph`` (model node an activity, ``ToolNode`` in the workflow),
+  :class:`McpTasksTools`, tests/fixtures/langgraph_app.py;
+* ``deepagents``: ``create_deep_agent`` on ``temporalio-deepagents`` (the model through its ``TemporalModel``
+  activity), the same tools, tests/fixtures/deepagents_app.py (both with tests/fixtures/langchain_scripted.py);
+* ``strands``: a ``TemporalAgent`` on ``temporalio-strands-agents`` with :class:`McpTasksToolProvider`,
+  tests/fixtures/strands_app.py (with tests/fixtures/strands_scripted.py).
+
+What each framework's model sees is its own shape (a LangChain ``ToolMessage``, a Strands ``ToolResult``), and each
+fixture app reports it in one form (``tests.agents_common.seen``), so one test body holds for all three. The
+frameworks' own MCP paths (``langchain-mcp-adapters``; ``TemporalMCPClient`` over Strands' ``MCPClient``; both need
+``mcp<2``) run from the peer venv of tests/peers/agents_own in the kill test. The servers' own request logs count every
+``tools/call``.
 """
 
 from __future__ import annotations
@@ -50,12 +61,18 @@ class Framework:
         return list(self.app.plugins(servers_))
 
 
+LANGGRAPH = Framework(
+    "langgraph", "tests.fixtures.langgraph_app", "tests.peers.agents_own.langgraph_own", "LangGraphOwnMcpWorkflow"
+)
+DEEPAGENTS = Framework(
+    "deepagents", "tests.fixtures.deepagents_app", "tests.peers.agents_own.deepagents_own", "DeepAgentOwnMcpWorkflow"
+)
 STRANDS = Framework(
     "strands", "tests.fixtures.strands_app", "tests.peers.agents_own.strands_own", "StrandsOwnMcpWorkflow"
 )
 
 
-@pytest.fixture(params=[STRANDS], ids=lambda f: f.name)
+@pytest.fixture(params=[LANGGRAPH, DEEPAGENTS, STRANDS], ids=lambda f: f.name)
 def framework(request: pytest.FixtureRequest) -> Framework:
     return request.param
 
@@ -102,7 +119,8 @@ async def test_completed_and_tool_error_reach_the_model(app: App, fastmcp_server
     wid, out = await app.run(script("fm", [("slow_echo", {"seconds": 0.3, "text": text})], [("rate_limited", {})]))
     echo, error = seen(out)
     assert [echo] == echoed(text), echo
-    # tool_error: Strands' error ToolResult (status "error") with the server's text
+    # tool_error: LangChain's ToolException (a ToolMessage with status="error"), Strands' error ToolResult: the server's
+    # text either way
     assert error == {
         "tool": "rate_limited",
         "kind": "tool_error",
@@ -166,9 +184,10 @@ async def test_refused_replay_ends_the_run_with_mcp_task_error(
     framework: Framework, temporal_env: Any, ts_http_stateful: Peer, fastmcp_server: Peer
 ) -> None:
     """A ``tools/call`` whose reply is lost (the connection reset after the server got it) of a tool that is not
-    idempotent: the replay is refused, the child ends ``unknown_outcome``; the model sees an error result saying the
-    tool may already have run, the run stops after the current tools (``agent.cancel``), and ``raise_for_failures()``
-    fails the workflow with ``McpTaskError``."""
+    idempotent: the replay is refused, the child ends ``unknown_outcome``, and the workflow fails with ``McpTaskError``:
+    LangGraph and Deep Agents because the tool raises it out of the ``ToolNode`` (not a ``ToolException``); Strands,
+    which turns any tool exception into an error result, because the model sees an error result saying the tool may
+    already have run, the run stops after the current tools (``agent.cancel``) and ``raise_for_failures()`` raises."""
     mark = fastmcp_server.log_mark()
     args = {"seconds": 0.3, "text": unique("lost")}
     with FaultProxy(fastmcp_server.url or "") as proxy:
