@@ -275,20 +275,7 @@ def oauth_server(
     """A real authorization server (oidc-provider, ``tests/peers/ts/oauth.mjs``) with these registered clients.
 
     ``Peer.url`` is its issuer; ``Peer.log()`` has one line per issued token (``client``, ``ttl``)."""
-    node = require_ts_peer()
-    if not (TS_DIR / "node_modules" / "oidc-provider").is_dir():
-        pytest.fail(f"{TS_DIR}/node_modules/oidc-provider is missing: run npm ci in tests/peers/ts", pytrace=False)
-    log_path = _fresh_log(log_dir, name)
-    extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
-    with _http_peer(
-        [node, str(TS_DIR / "oauth.mjs"), "--port", "0"],
-        name=name,
-        log_path=log_path,
-        flavour="oauth",
-        stateful=False,
-        cwd=TS_DIR,
-        extra_env=extra,
-    ) as peer:
+    with _oidc_provider("oauth.mjs", log_dir, clients=clients, token_ttl_s=token_ttl_s, name=name) as peer:
         yield peer
 
 
@@ -301,11 +288,22 @@ def oauth_user_server(
 
     ``Peer.url`` is its issuer; ``Peer.log()`` has one line per token-endpoint outcome (``grant_type``, ``ok``,
     ``error``)."""
+    with _oidc_provider("oauth_user.mjs", log_dir, clients=clients, token_ttl_s=token_ttl_s, name=name) as peer:
+        yield peer
+
+
+@contextlib.contextmanager
+def _oidc_provider(
+    script: str, log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int, name: str
+) -> Iterator[Peer]:
+    """``tests/peers/ts/SCRIPT`` on oidc-provider: its clients, token lifetime and log passed by environment."""
     node = require_ts_peer()
+    if not (TS_DIR / "node_modules" / "oidc-provider").is_dir():
+        pytest.fail(f"{TS_DIR}/node_modules/oidc-provider is missing: run npm ci in tests/peers/ts", pytrace=False)
     log_path = _fresh_log(log_dir, name)
     extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
     with _http_peer(
-        [node, str(TS_DIR / "oauth_user.mjs"), "--port", "0"],
+        [node, str(TS_DIR / script), "--port", "0"],
         name=name,
         log_path=log_path,
         flavour="oauth",
