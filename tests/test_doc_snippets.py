@@ -107,7 +107,9 @@ def _clean_env(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.xdist_group("embedded-temporal")  # localhost:7233: one such test at a time (tests/conftest.py)
-async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_server: Peer, tmp_path: Path) -> None:
+async def test_the_service_example_runs_as_printed(fastmcp_server: Peer, tmp_path: Path) -> None:
+    """On a dev server of its own: its "no worker has polled" line needs a default queue that no worker of another
+    test polled in the last minutes (a stopped worker stays listed as a poller for a while)."""
     from mcp_temporal_tasks.worker.devserver import port_open
     from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE
 
@@ -116,7 +118,7 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
     script = tmp_path / "service.py"
     script.write_text(_service_snippet())
     env = _clean_env(tmp_path)
-    async with forward(7233, address_of(temporal_env)):
+    async with _own_temporal() as own, forward(7233, address_of(own)):
         # No worker: within the stated bound (10 s), it says so and names the command; the task waits.
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(script), env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -133,7 +135,7 @@ async def test_the_service_example_runs_as_printed(temporal_env: Any, fastmcp_se
         from mcp_temporal_tasks.activities.activity_io import ServerConfig
 
         async with in_process_worker(
-            temporal_env.client,
+            own.client,
             task_queue=DEFAULT_TASK_QUEUE,
             servers={"billing": ServerConfig(url=fastmcp_server.url)},
         ):
@@ -163,9 +165,10 @@ mcp.run()
 
 
 @contextlib.asynccontextmanager
-async def _own_temporal() -> AsyncIterator[str]:
-    """A dev server of this test's own (the snippet's workflow id is fixed: each machine's run starts it afresh)."""
+async def _own_temporal() -> AsyncIterator[Any]:
+    """A dev server of a test's own (the snippet's workflow id is fixed, and its default queue is every worker's)."""
     from temporalio.common import SearchAttributeKey
+    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
     from mcp_temporal_tasks.workflows.records import SEARCH_ATTRIBUTE_NAMES
@@ -173,12 +176,13 @@ async def _own_temporal() -> AsyncIterator[str]:
 
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
         search_attributes=[SearchAttributeKey.for_keyword(n) for n in SEARCH_ATTRIBUTE_NAMES],
         ui=False,
         dev_server_log_level="error",
     )
     try:
-        yield address_of(env)
+        yield env
     finally:
         await env.shutdown()
 
@@ -219,7 +223,7 @@ async def test_the_service_example_reads_a_large_result(tmp_path: Path) -> None:
             "two machines": (_machine(tmp_path / "a", **store), _machine(tmp_path / "c", **store)),
         }
         for name, (worker_env, service_env) in machines.items():
-            async with _own_temporal() as address, forward(7233, address):
+            async with _own_temporal() as own, forward(7233, address := address_of(own)):
                 with worker_process(address, DEFAULT_TASK_QUEUE, cfg, env=worker_env):
                     run = await asyncio.create_subprocess_exec(
                         sys.executable,
