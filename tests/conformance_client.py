@@ -164,6 +164,13 @@ def consented(args: list[str], env: dict[str, str]) -> int:
     return proc.returncode
 
 
+def workflow_id(scenario: str) -> str:
+    """A fresh workflow id per run, under ``CONFORMANCE_RUN`` when set: one Temporal serves both lines of the suite,
+    which share scenario names, and a test reads back exactly the workflows its own run started."""
+    run_tag = os.environ.get("CONFORMANCE_RUN", "")
+    return f"conformance-{run_tag}{'-' if run_tag else ''}{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+
+
 def stepped_up(tool: str, target: list[str], scenario: str, env: dict[str, str]) -> int:
     """The tool run as a task for the person; when it ends asking for a consent, the person opens that URL (not
     following the mock's redirect), completes it with ``mcp-tasks login --callback``, and runs the task again."""
@@ -172,7 +179,7 @@ def stepped_up(tool: str, target: list[str], scenario: str, env: dict[str, str])
     address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS", "")
     code = 1
     for attempt in range(2):
-        wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+        wid = workflow_id(scenario)
         run = step(
             ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address, "--principal", PERSON],
             env,
@@ -362,7 +369,7 @@ def run(
     or with ``expect_refusal`` 0 exactly when it ended rejected with ``tools/call`` never sent."""
     # A fresh workflow id per run: the default one is derived from the request, so a second run of a scenario
     # would (rightly) show the first one's stored outcome instead of calling the tool.
-    wid = f"conformance-{scenario.replace('/', '-')}-{uuid.uuid4().hex[:12]}"
+    wid = workflow_id(scenario)
     args = ["run", tool, *target, "--args", json.dumps(arguments), "--id", wid, "--json", "--address", address]
     if scenario in ANSWERS and (tool in MRTR_ASKING or not tool.startswith("test_mrtr_")):
         meanwhile = None

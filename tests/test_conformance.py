@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,8 @@ def test_scenario(line: str, scenario: str, temporal_env: Any, tmp_path: Path) -
     from tests.temporal_harness import address_of
 
     row = tables()[line][scenario]
-    env = suite_env(line, CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env))
+    run_tag = uuid.uuid4().hex[:8]
+    env = suite_env(line, CONFORMANCE_TEMPORAL_ADDRESS=address_of(temporal_env), CONFORMANCE_RUN=run_tag)
     started = time.monotonic()
     out = subprocess.run(
         [
@@ -165,7 +167,7 @@ def test_scenario(line: str, scenario: str, temporal_env: Any, tmp_path: Path) -
         assert failing, f'{scenario} passes now: set its row of {TABLE_FILE.name} to "pass" ({status}). {what}'
 
     if scenario in SUBJECT_TASKS:
-        await_no_token_in_histories(temporal_env, scenario)
+        await_no_token_in_histories(temporal_env, scenario, run_tag)
 
 
 #: Scenarios whose tool runs as a task for a subject (tests/conformance_client.py ``TASK_AFTER_LOGIN``), and what the
@@ -174,13 +176,13 @@ SUBJECT_TASKS = {"auth/scope-step-up"}
 MOCK_SECRETS = ("test-token-", "test-auth-code")
 
 
-def await_no_token_in_histories(temporal_env: Any, scenario: str) -> None:
+def await_no_token_in_histories(temporal_env: Any, scenario: str, run_tag: str) -> None:
     """The tasks this scenario ran for its subject: their histories (input, memo, search attributes, every event)
     carry no token and no authorization code, only what names the grant."""
     import asyncio
 
     async def histories() -> list[str]:
-        prefix = f"conformance-{scenario.replace('/', '-')}-"
+        prefix = f"conformance-{run_tag}-{scenario.replace('/', '-')}-"
         out = []
         async for wf in temporal_env.client.list_workflows():
             if wf.id.startswith(prefix):
