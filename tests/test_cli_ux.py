@@ -5,6 +5,7 @@ as a process against the real dev server and real MCP peers, and asserts the exi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -509,18 +510,31 @@ class Pty:
         os.write(self.master, text.encode())
 
     def wait(self, timeout_s: float = 30) -> int:
+        """The exit code; a process still running ``timeout_s`` later is killed and fails the test."""
         try:
             code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.rest()
+            printed = self.seen[-2000:]
+            raise AssertionError(f"still running {timeout_s}s later (killed); it printed {printed!r}") from None
         finally:
             self.rest()
-            os.close(self.master)
+            with contextlib.suppress(OSError):
+                os.close(self.master)
         return code
 
     def rest(self) -> None:
-        while True:
+        """What is left to read; bounded, since a process that lives on keeps the terminal open."""
+        import select
+
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
             try:
-                chunk = os.read(self.master, 4096)
-            except OSError:
+                ready, _, _ = select.select([self.master], [], [], 0.5)
+                chunk = os.read(self.master, 4096) if ready else b""
+            except (OSError, ValueError):
                 return
             if not chunk:
                 return
