@@ -121,6 +121,9 @@ class AgentMcpTools:
     **Bad input** ends with one error naming it, before any ``tools/call``: ``tools=`` naming a tool the server does
     not list, an unknown server (the ``list_tools`` activity's own error), and arguments that fail the tool's input
     schema (:class:`ArgumentsRejected`, which each adapter turns into its framework's "fix your arguments").
+    ``other_outcomes`` other than ``"raise"`` / ``"tell_model"`` is a ``ValueError`` here, when the adapter builds
+    this object: the one check for every adapter. This object only keeps it (:meth:`fresh` passes it on); each
+    adapter acts on its own ``other_outcomes`` attribute.
     """
 
     def __init__(
@@ -134,7 +137,10 @@ class AgentMcpTools:
         principal: str | None = None,
         era: Era | None = None,
         timeouts: Timeouts | None = None,
+        other_outcomes: OtherOutcomes = "raise",
     ) -> None:
+        if other_outcomes not in ("raise", "tell_model"):
+            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         self.server = server
         self.tools_filter = list(tools) if tools is not None else None
         self.static = (
@@ -147,6 +153,7 @@ class AgentMcpTools:
         self.principal = principal
         self.era = era
         self.timeouts = timeouts
+        self.other_outcomes: OtherOutcomes = other_outcomes
         self.key = _KEY_CHARS.sub("_", key or self.client.name)[:64] or "mcp"
         self._tools: list[mcp_types.Tool] | None = None
         self._listing_failed: ApplicationError | None = None
@@ -166,6 +173,7 @@ class AgentMcpTools:
             principal=self.principal,
             era=self.era,
             timeouts=self.timeouts,
+            other_outcomes=self.other_outcomes,
         )
 
     def for_run(self, run: str) -> AgentMcpTools:

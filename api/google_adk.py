@@ -129,8 +129,6 @@ class McpTasksToolset(BaseToolset):
         other_outcomes: OtherOutcomes = "raise",
         tool_name_prefix: str | None = None,
     ) -> None:
-        if other_outcomes not in ("raise", "tell_model"):
-            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         super().__init__(tool_name_prefix=tool_name_prefix)
         self._mcp = AgentMcpTools(
             server,
@@ -141,6 +139,7 @@ class McpTasksToolset(BaseToolset):
             principal=principal,
             era=era,
             timeouts=timeouts,
+            other_outcomes=other_outcomes,
         )
         self.other_outcomes: OtherOutcomes = other_outcomes
 

@@ -170,8 +170,6 @@ class McpTasksClientSession(ClientSession):
         other_outcomes: OtherOutcomes = "raise",
         key: str | None = None,
     ) -> None:
-        if other_outcomes not in ("raise", "tell_model"):
-            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         self._mcp = AgentMcpTools(
             server,
             key=key,
@@ -181,6 +179,7 @@ class McpTasksClientSession(ClientSession):
             principal=principal,
             era=era,
             timeouts=timeouts,
+            other_outcomes=other_outcomes,
         )
         self.other_outcomes: OtherOutcomes = other_outcomes
         #: With ``other_outcomes="raise"``: the calls that ended other than ``completed``/``tool_error``, in order.

@@ -130,8 +130,6 @@ class McpTasksTools:
         other_outcomes: OtherOutcomes = "raise",
         tool_name_prefix: bool = False,
     ) -> None:
-        if other_outcomes not in ("raise", "tell_model"):
-            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         self._mcp = AgentMcpTools(
             server,
             key=key,
@@ -141,6 +139,7 @@ class McpTasksTools:
             principal=principal,
             era=era,
             timeouts=timeouts,
+            other_outcomes=other_outcomes,
         )
         self.other_outcomes: OtherOutcomes = other_outcomes
         self.tool_name_prefix = tool_name_prefix

@@ -165,8 +165,6 @@ def mcp_tasks_server(
     ``AgentsWorkflowError`` whose ``__cause__`` is our :class:`~mcp_temporal_tasks.McpTaskError`; the workflow fails
     with both, and ``McpTaskError.outcome_of(err)`` reads the outcome from either.
     """
-    if other_outcomes not in ("raise", "tell_model"):
-        raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
     mcp = AgentMcpTools(
         server,
         key=key,
@@ -176,6 +174,7 @@ def mcp_tasks_server(
         principal=principal,
         era=era,
         timeouts=timeouts,
+        other_outcomes=other_outcomes,
     )
     client = McpTasksServerClient(mcp, other_outcomes=other_outcomes)
     # The framework's own workflow-side server class: Runner.run in a workflow accepts no other MCPServer type

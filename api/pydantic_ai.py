@@ -88,8 +88,6 @@ class McpTasksToolset(AbstractToolset[AgentDepsT]):
         tool_error_behavior: Literal["retry", "failed"] = "retry",
         max_retries: int | None = None,
     ) -> None:
-        if other_outcomes not in ("raise", "tell_model"):
-            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         if tool_error_behavior not in ("retry", "failed"):
             raise ValueError(f"tool_error_behavior must be 'retry' or 'failed', not {tool_error_behavior!r}")
         self._id = id
@@ -102,6 +100,7 @@ class McpTasksToolset(AbstractToolset[AgentDepsT]):
             principal=principal,
             era=era,
             timeouts=timeouts,
+            other_outcomes=other_outcomes,
         )
         self.other_outcomes: OtherOutcomes = other_outcomes
         self.tool_error_behavior = tool_error_behavior

@@ -122,8 +122,6 @@ class McpTasksToolProvider(TemporalMCPClient):
         timeouts: Timeouts | None = None,
         other_outcomes: OtherOutcomes = "raise",
     ) -> None:
-        if other_outcomes not in ("raise", "tell_model"):
-            raise ValueError(f"other_outcomes must be 'raise' or 'tell_model', not {other_outcomes!r}")
         self._mcp = AgentMcpTools(
             server,
             key=key,
@@ -133,6 +131,7 @@ class McpTasksToolProvider(TemporalMCPClient):
             principal=principal,
             era=era,
             timeouts=timeouts,
+            other_outcomes=other_outcomes,
         )
         # Listed again before each model call (cache_tools=False): the list is kept per workflow run by _run().
         super().__init__(self._mcp.name, cache_tools=False)
