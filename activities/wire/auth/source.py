@@ -186,6 +186,7 @@ class BearerAuth(httpx2.Auth):
             return
         if prover is None:
             request.headers["authorization"] = f"Bearer {token}"
+            request.headers.pop("dpop", None)  # a grant's binding may have changed since the last send
             return
         request.headers["authorization"] = f"DPoP {token}"
         request.headers["dpop"] = prover.proof(request.method, str(request.url), access_token=token)
