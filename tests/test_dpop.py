@@ -4,8 +4,10 @@ sent again after a nonce challenge is run once.
 The proofs are built with PyJWT (``wire.auth.dpop``) and verified here with joserfc, a JOSE implementation we do
 not sign with: signature by the key in the proof's own ``jwk`` header, and every claim RFC 9449 §4.2 asks for. The
 servers of the last tests are small HTTP servers of the test's own (``FakeHttp``, as in test_auth_hostile.py): an
-authorization server and an MCP endpoint that check each proof the same way, and count what they run. The suite's
-own DPoP scenarios (``auth/dpop``, ``auth/dpop-nonce``) run in tests/test_conformance.py.
+authorization server and an MCP endpoint that check each proof the same way, and count what they run. Last, a
+subject's grant: its key kept in the token store signs its refresh, and a grant bound otherwise than configured is not
+used. The suite's own DPoP scenarios (``auth/dpop``, ``auth/dpop-nonce``: the authorization-code grant through
+``mcp-tasks login``, then a task) run in tests/test_conformance.py.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -23,11 +26,13 @@ import pytest
 from joserfc import jws
 from joserfc.jwk import ECKey
 
-from mcp_temporal_tasks.activities.wire.auth import TokenSource
+from mcp_temporal_tasks.activities.wire.auth import SubjectTokenSource, TokenSource
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken
+from mcp_temporal_tasks.activities.wire.auth.discovery import Discovered
 from mcp_temporal_tasks.activities.wire.auth.dpop import MAX_NONCE, DpopKey, Prover, check_nonce
 from mcp_temporal_tasks.activities.wire.auth.source import BearerAuth
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import TokenRequest, request_token
+from mcp_temporal_tasks.activities.wire.auth.token_store import TokenStore
 from mcp_temporal_tasks.protocol.tasks import OAuthClient
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 from mcp_temporal_tasks.worker.config import ConfigError, server_config
@@ -289,3 +294,74 @@ async def test_a_server_nonce_that_is_not_one_is_one_clear_error_and_runs_nothin
     with pytest.raises(AuthorizationRequired, match="DPoP-Nonce header"):
         await call(server, monkeypatch)
     assert runs == [] and [r["path"] for r in server.requests].count("/mcp") == 2
+
+
+# --- a subject's grant: its key in the token store -----------------------------------------------------------------
+
+GRANT = ("alice", "https://as.example", "https://mcp.example/mcp", "client-1")
+
+
+def subject_source(tmp_path: Path, token_endpoint: str, *, dpop: bool) -> tuple[SubjectTokenSource, TokenStore]:
+    from cryptography.fernet import Fernet
+
+    store = TokenStore(tmp_path / "store", Fernet.generate_key().decode())
+    spec = OAuthClient(type="authorization_code", client_id="client-1", subject="alice", dpop=dpop)
+    src = SubjectTokenSource(GRANT[2], spec, store)
+    src._found = Discovered(
+        issuer=GRANT[1],
+        token_endpoint=token_endpoint,
+        resource=GRANT[2],
+        scope=None,
+        method="none",
+        advertised_scope=None,
+    )
+    src._client = {"client_id": "client-1", "method": "none"}
+    src._key = GRANT
+    return src, store
+
+
+async def test_a_refresh_proves_the_key_the_grant_was_bound_to(server: FakeHttp, tmp_path: Path) -> None:
+    """The stored grant's key signs its refresh (the authorization server binds a public client's refresh token to
+    it) and the new tokens' presentation; the record keeps it, encrypted: its raw bytes hold no part of the key."""
+    token_endpoint(server, nonces=iter(["as-1"]))
+    key = DpopKey.generate()
+    src, store = subject_source(tmp_path, f"{server.url}/token", dpop=True)
+    jwk = key.private_jwk()
+    store.write(
+        "grant",
+        GRANT,
+        {"generation": 1, "access_token": "old", "refresh_token": "rt1", "expires_at": 0, "dpop_jwk": jwk},
+    )
+    await src._from_store_or_refresh()
+    assert src.refreshes == 1 and (src.current() or "").startswith("at-")
+    thumbprint = ECKey.import_key(key.public_jwk).thumbprint()
+    proofs = [header(r, "dpop") or "" for r in server.requests if r["path"] == "/token"]
+    assert len(proofs) == 2  # refused for the nonce, then granted: both signed by the grant's key
+    assert all(ECKey.import_key(verified(p)[0]["jwk"]).thumbprint() == thumbprint for p in proofs)
+    prover = src.prover()
+    assert prover is not None and ECKey.import_key(prover.key.public_jwk).thumbprint() == thumbprint
+    record = store.read("grant", GRANT)
+    assert record is not None and record["dpop_jwk"] == jwk and record["generation"] == 2
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "store").glob("grant-*") if p.suffix != ".lock")
+    assert jwk["d"].encode() not in raw and jwk["x"].encode() not in raw
+
+
+@pytest.mark.fast
+async def test_a_grant_bound_otherwise_than_configured_is_not_used(tmp_path: Path) -> None:
+    """A bearer grant where ``dpop = true`` (or the reverse) is neither presented nor refreshed: a consent is asked
+    (the token endpoint here is unreachable: a refresh would fail the test)."""
+    for configured, stored in ((True, None), (False, DpopKey.generate().private_jwk())):
+        src, store = subject_source(tmp_path / str(configured), "http://127.0.0.1:9/token", dpop=configured)
+        store.write(
+            "grant",
+            GRANT,
+            {
+                "generation": 1,
+                "access_token": "at",
+                "refresh_token": "rt",
+                "expires_at": time.time() + 600,
+                "dpop_jwk": stored,
+            },
+        )
+        await src._from_store_or_refresh()
+        assert src.current() is None and src.refreshes == 0 and src.prover() is None
