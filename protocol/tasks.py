@@ -66,6 +66,9 @@ class OAuthClient(StrictModel):
     #: ``authorization_code``: whose grant; set per task from the request's ``principal`` (the trusted caller's),
     #: never from configuration or the MCP server.
     subject: str | None = None
+    #: Sender-constrained tokens (DPoP, RFC 9449): tokens bound to a key of this client, a fresh proof with every
+    #: request (``wire.auth.dpop``). Off: bearer tokens.
+    dpop: bool = False
 
     def model_post_init(self, _ctx: Any) -> None:
         if self.type != "authorization_code" and not self.client_id:

@@ -71,8 +71,12 @@ SERVICE_AUTH = {
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
 #: Scenarios whose server asks for more scope on tools/call than on tools/list: after login, the tool is run as a
 #: task for the person, whose step-up consent (the URL in the task's error) the person gives and completes with
-#: ``mcp-tasks login --callback``; then the task is run again.
-TASK_AFTER_LOGIN = {"auth/scope-step-up": "test-tool"}
+#: ``mcp-tasks login --callback``; then the task is run again. ``auth/dpop-nonce``: the task runs at once, its worker
+#: signing with the DPoP key login stored in the grant (and meeting the MCP server's nonce challenge afresh).
+TASK_AFTER_LOGIN = {"auth/scope-step-up": "test-tool", "auth/dpop-nonce": "test-tool"}
+#: Scenarios whose servers take only DPoP-bound tokens (SEP-1932): the server's configuration says ``dpop = true``,
+#: as a user's would for a server that asks for it (the extension is optional: nothing turns it on unasked).
+DPOP = {"auth/dpop", "auth/dpop-nonce"}
 #: The subject whose consent the scenario's "person" (this script) gives.
 PERSON = "conformance-person"
 #: Scenarios whose server asks a question mid-call, and the answer a person gives with ``mcp-tasks answer``.
@@ -105,6 +109,8 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
         auth = {"type": "authorization_code", "redirect_uri": f"http://127.0.0.1:{port}/callback"}
         if scenario == "auth/basic-cimd":
             auth["client_metadata_url"] = CIMD_URL
+        if scenario in DPOP:
+            auth["dpop"] = True
         context = {}
     elif scenario.startswith("auth/") and not isinstance(context.get("client_id"), str):
         # No credentials from the suite: a service client is still configured with its own (the suite's mock

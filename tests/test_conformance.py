@@ -168,12 +168,34 @@ def test_scenario(line: str, scenario: str, temporal_env: Any, tmp_path: Path) -
 
     if scenario in SUBJECT_TASKS:
         await_no_token_in_histories(temporal_env, scenario, run_tag)
+    if scenario in STORED_KEY_TASKS:
+        assert "Client exited with code" not in report, what
+        await_one_completed_task(temporal_env, scenario, run_tag)
 
 
 #: Scenarios whose tool runs as a task for a subject (tests/conformance_client.py ``TASK_AFTER_LOGIN``), and what the
 #: suite's mock hands out: access tokens ``test-token-<ms>`` and the code ``test-auth-code``.
 SUBJECT_TASKS = {"auth/scope-step-up"}
 MOCK_SECRETS = ("test-token-", "test-auth-code")
+
+
+#: Scenarios whose tool runs as a task after login (``TASK_AFTER_LOGIN``) with no further consent: a worker's own
+#: process presents the grant login stored, signing with the DPoP key kept in the grant's record (dpop-nonce: the MCP
+#: server's nonce challenge on the task's requests too, a ``tools/call`` among them).
+STORED_KEY_TASKS = {"auth/dpop-nonce"}
+
+
+def await_one_completed_task(temporal_env: Any, scenario: str, run_tag: str) -> None:
+    """The scenario ran exactly one task for its subject, and it completed."""
+    import asyncio
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    async def statuses() -> list[Any]:
+        prefix = f"conformance-{run_tag}-{scenario.replace('/', '-')}-"
+        return [wf.status async for wf in temporal_env.client.list_workflows() if wf.id.startswith(prefix)]
+
+    assert asyncio.run(statuses()) == [WorkflowExecutionStatus.COMPLETED], scenario
 
 
 def await_no_token_in_histories(temporal_env: Any, scenario: str, run_tag: str) -> None:

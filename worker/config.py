@@ -221,6 +221,7 @@ _AUTH_KEYS = {
     "issuer",
     "token_endpoint_auth_method",
     "signing_alg",
+    "dpop",
 }
 
 
@@ -238,6 +239,8 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
     kind = raw.get("type")
     if kind not in AUTH_TYPES:
         raise ConfigError(f"{where}.type: must be one of {', '.join(AUTH_TYPES)} (got {kind!r})")
+    if "dpop" in raw and not isinstance(raw["dpop"], bool):
+        raise ConfigError(f"{where}.dpop: must be true or false (got {str(raw['dpop'])[:40]!r})")
     if kind == "authorization_code":
         return _user_auth(raw, where, env)
     for key in _USER_AUTH_KEYS & set(raw):

@@ -19,6 +19,12 @@ may have refreshed: its token is used); the record is marked "refreshing" before
 process killed between the authorization server's answer and the store never lets the spent refresh token be sent
 again (the next one finds the mark and asks for consent); ``invalid_grant`` marks the grant as needing consent only
 if the generation still matches.
+
+DPoP (``auth.dpop``): each consent's code exchange makes a new key (:mod:`.dpop`), kept in the grant's record beside
+the tokens bound to it (the store's encryption covers both; a worker that uses the grant signs with it, and a
+refresh proves the same key, as the authorization server binds a public client's refresh token to it). A stored grant
+whose binding is not what the configuration asks for (bearer where DPoP is set, or the reverse) is not used: a
+consent is asked again.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import asyncio
 import contextvars
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urljoin, urlsplit
@@ -36,6 +43,7 @@ import httpx2
 from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken, client, read_body
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
+from mcp_temporal_tasks.activities.wire.auth.dpop import DpopKey, Prover
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import TokenRequest, lifetime_s, request_token
 from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, grant_id
 from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
@@ -152,6 +160,9 @@ class SubjectTokenSource:
         self.discoveries = 0
         self.step_ups = 0
         self.refreshes = 0
+        #: The held token's DPoP key (None: a bearer token), and the servers' nonces (kept across keys).
+        self._prover: Prover | None = None
+        self._nonces: OrderedDict[str, str] = OrderedDict()
 
     @property
     def store(self) -> TokenStore:
@@ -175,6 +186,9 @@ class SubjectTokenSource:
         )
 
     # --- what BearerAuth asks for -------------------------------------------------------------------------
+
+    def prover(self) -> Prover | None:
+        return self._prover
 
     def current(self) -> str | None:
         if self._token is not None and time.time() < self._due_at:
@@ -339,10 +353,23 @@ class SubjectTokenSource:
 
     # --- the grant in the store ---------------------------------------------------------------------------
 
+    def _fits(self, record: dict[str, Any]) -> bool:
+        """Whether a stored grant's binding is the configured one (DPoP or bearer)."""
+        return bool(record.get("dpop_jwk")) == self.spec.dpop
+
+    def _prover_of(self, record: dict[str, Any]) -> Prover | None:
+        jwk = record.get("dpop_jwk")
+        if not jwk:
+            return None
+        if isinstance(jwk, dict) and isinstance(jwk.get("d"), str):
+            redact.register([jwk["d"]])
+        return Prover(DpopKey.from_jwk(jwk if isinstance(jwk, dict) else {}), self._nonces)
+
     def _hold(self, record: dict[str, Any] | None) -> None:
-        if record is None or record.get("needs_consent") or not record.get("access_token"):
-            self._token, self._due_at = None, 0.0
+        if record is None or record.get("needs_consent") or not record.get("access_token") or not self._fits(record):
+            self._token, self._due_at, self._prover = None, 0.0, None
             return
+        self._prover = self._prover_of(record)
         self._token = record["access_token"]
         self._generation = int(record.get("generation", 0))
         self._scope = record.get("scope")
@@ -355,7 +382,7 @@ class SubjectTokenSource:
         assert self._key is not None
         record = self.store.read("grant", self._key)
         self._hold(record)
-        if record is None or record.get("needs_consent") or not record.get("refresh_token"):
+        if record is None or record.get("needs_consent") or not record.get("refresh_token") or not self._fits(record):
             return
         if self.current() is not None and (refused is None or self._token != refused):
             return
@@ -382,6 +409,7 @@ class SubjectTokenSource:
                     self._found.resource,
                     None,
                     TokenRequest("refresh_token", {"refresh_token": record["refresh_token"], **fields}, basic),
+                    dpop=self._prover_of(record),
                 )
             except NoToken as exc:
                 if exc.oauth_error is not None:
@@ -393,7 +421,9 @@ class SubjectTokenSource:
                 self._hold(None)
                 return
             self.refreshes += 1
-            self._save(tokens, record.get("scope"), generation=seen + 1, previous=record)
+            self._save(
+                tokens, record.get("scope"), generation=seen + 1, previous=record, dpop_jwk=record.get("dpop_jwk")
+            )
 
     def _mark_needs_consent(self, record: dict[str, Any], why: str) -> None:
         assert self._key is not None
@@ -408,7 +438,15 @@ class SubjectTokenSource:
             },
         )
 
-    def _save(self, tokens: Any, scope: str | None, *, generation: int, previous: dict[str, Any] | None) -> None:
+    def _save(
+        self,
+        tokens: Any,
+        scope: str | None,
+        *,
+        generation: int,
+        previous: dict[str, Any] | None,
+        dpop_jwk: dict[str, str] | None = None,
+    ) -> None:
         assert self._key is not None
         record = {
             "generation": generation,
@@ -418,6 +456,7 @@ class SubjectTokenSource:
             "lifetime": lifetime_s(tokens),
             "scope": tokens.scope or scope,
             "refreshing": False,
+            "dpop_jwk": dpop_jwk,
         }
         self.store.write("grant", self._key, record)
         self.fetched += 1
@@ -510,6 +549,7 @@ class SubjectTokenSource:
             raise NoToken("the authorization response carries no code")
         redact.register([code], lifetime_s=600)
         fields, basic = self._client_auth()
+        key = DpopKey.generate() if self.spec.dpop else None  # a new grant, a new key
         tokens = await request_token(
             self._found.token_endpoint,
             self._found.resource,
@@ -519,12 +559,19 @@ class SubjectTokenSource:
                 {"code": code, "redirect_uri": self.spec.redirect_uri, "code_verifier": pending["verifier"], **fields},
                 basic,
             ),
+            dpop=Prover(key, self._nonces) if key is not None else None,
         )
         assert self._key is not None
         async with self.store.locked("grant", self._key):
             previous = self.store.read("grant", self._key)
             generation = int((previous or {}).get("generation", 0)) + 1
-            self._save(tokens, pending.get("scope"), generation=generation, previous=None)
+            self._save(
+                tokens,
+                pending.get("scope"),
+                generation=generation,
+                previous=None,
+                dpop_jwk=key.private_jwk() if key is not None else None,
+            )
         self._scope = pending.get("scope") or self._scope
 
 

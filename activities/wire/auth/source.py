@@ -3,6 +3,12 @@
 The server speaks first: a request goes with the token held (or none); a ``401`` runs discovery and the grant's token
 request, a ``403 insufficient_scope`` one step-up, each followed by the same request once more. A token is replaced
 a little before it expires; what discovery found is kept for that token's lifetime.
+
+A DPoP client (``auth.dpop``, :mod:`.dpop`) sends ``Authorization: DPoP`` and a fresh proof with every request; a
+``401`` whose challenge is ``error="use_dpop_nonce"`` is sent again once with the server's nonce. A 401 is the
+server's refusal before it ran anything (the rule every 401 here follows: RFC 9449 §7.1 and §9 put the proof's check,
+nonce included, before the resource is served), so a ``tools/call`` sent again after one is not run twice; any
+other answer is never followed by the same request.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth.authorization_code import SubjectTokenSource
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
+from mcp_temporal_tasks.activities.wire.auth.dpop import DpopKey, Prover
 from mcp_temporal_tasks.activities.wire.auth.grants import Grant, grant_for
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import lifetime_s, request_token
 from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
@@ -67,8 +74,15 @@ class TokenSource:
         self.fetched = 0
         self.discoveries = 0
         self.step_ups = 0
+        #: ``auth.dpop``: this client's key, made when this source is (it lives as long as the tokens bound to it,
+        #: in this process's memory only: a new process gets new tokens, bound to a new key).
+        self._prover = Prover(DpopKey.generate()) if spec.dpop else None
 
     # --- what the transport's auth asks for ---------------------------------------------------------------
+
+    def prover(self) -> Prover | None:
+        """The DPoP key and nonces the held token is presented with (None: a bearer token)."""
+        return self._prover
 
     def current(self) -> str | None:
         """The token held, if it is not due for replacement."""
@@ -145,7 +159,7 @@ class TokenSource:
 
     async def _request_token(self, found: Discovered, scope: str | None) -> None:
         grant = await self.grant.token_request(found)
-        tokens = await request_token(found.token_endpoint, found.resource, scope, grant)
+        tokens = await request_token(found.token_endpoint, found.resource, scope, grant, dpop=self._prover)
         self._store(tokens.access_token, scope, lifetime_s(tokens))
 
     def _store(self, token: str, scope: str | None, lifetime: float) -> None:
@@ -157,31 +171,81 @@ class TokenSource:
 
 
 class BearerAuth(httpx2.Auth):
-    """``httpx`` auth of one HTTP transport, on the real requests: the shared token when there is one; after a
-    ``401`` (the request was not executed) a token from discovery and the same request once more; after a ``403
-    insufficient_scope`` one step-up and the same request once more."""
+    """``httpx`` auth of one HTTP transport, on the real requests: the shared token when there is one (``Bearer``,
+    or ``DPoP`` with a fresh proof); after a ``401`` (the request was not executed) a token from discovery and the
+    same request once more; after a DPoP nonce challenge (a ``401`` too) the same request once more with the nonce;
+    after a ``403 insufficient_scope`` one step-up and the same request once more. At most four sends of a request,
+    each after a refusal."""
 
     def __init__(self, source: TokenSource | SubjectTokenSource) -> None:
         self.source = source
 
+    def _present(self, request: httpx2.Request, token: str | None) -> None:
+        prover = self.source.prover() if token is not None else None
+        if token is None:
+            return
+        if prover is None:
+            request.headers["authorization"] = f"Bearer {token}"
+            request.headers.pop("dpop", None)  # a grant's binding may have changed since the last send
+            return
+        request.headers["authorization"] = f"DPoP {token}"
+        request.headers["dpop"] = prover.proof(request.method, str(request.url), access_token=token)
+
+    def _nonce_asked(self, request: httpx2.Request, response: httpx2.Response, token: str | None) -> bool:
+        """A DPoP nonce challenge to a request that presented a DPoP token: its nonce is kept for the next proofs
+        (a challenge without one, or with garbage: the one error naming it, nothing sent again)."""
+        prover = self.source.prover() if token is not None else None
+        if prover is None or response.status_code != 401 or Challenge.of(response).error != "use_dpop_nonce":
+            return False
+        try:
+            prover.take_nonce(str(request.url), response.headers)
+        except NoToken as exc:
+            raise self.source._error(exc.reason, status=401) from None
+        return True
+
+    def _nonce_again(self) -> AuthorizationRequired:
+        return self.source._error(
+            "the server asked for a new DPoP nonce again after the request carried the one it gave "
+            "(use_dpop_nonce twice): not sent a third time",
+            status=401,
+        )
+
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         token = await self.source.token()
-        if token is not None:
-            request.headers["authorization"] = f"Bearer {token}"
+        self._present(request, token)
         response = yield request
-        challenge = Challenge.of(response) if response.status_code in (401, 403) else None
-        if challenge is not None and challenge.status == 401:
-            token = await self.source.after_401(token, challenge, negotiated_protocol(request))
-            request.headers["authorization"] = f"Bearer {token}"
-            response = yield request
-            challenge = Challenge.of(response) if response.status_code == 403 else None
-        if challenge is not None and challenge.status == 403 and challenge.error == "insufficient_scope" and token:
+        nonce_sent = authorized = False
+        while True:
+            if self._nonce_asked(request, response, token):
+                if nonce_sent:
+                    raise self._nonce_again()
+                nonce_sent = True
+                self._present(request, token)
+                response = yield request
+                continue
+            if response.status_code == 401 and not authorized:
+                authorized = True
+                token = await self.source.after_401(token, Challenge.of(response), negotiated_protocol(request))
+                self._present(request, token)
+                response = yield request
+                continue
+            break
+        challenge = Challenge.of(response) if response.status_code == 403 else None
+        if challenge is not None and challenge.error == "insufficient_scope" and token:
             token = await self.source.step_up(token, challenge)
-            request.headers["authorization"] = f"Bearer {token}"
+            self._present(request, token)
             response = yield request
+            if self._nonce_asked(request, response, token):
+                if nonce_sent:
+                    raise self._nonce_again()
+                self._present(request, token)
+                response = yield request
             if response.status_code == 403:
                 raise self.source._error(
                     f"the server still refuses for insufficient scope after one step-up to "
                     f"scope {self.source._scope!r}",
                     status=403,
                 )
+        prover = self.source.prover() if token is not None else None
+        if prover is not None and response.status_code < 400:
+            prover.note_nonce(str(request.url), response.headers)
