@@ -24,6 +24,7 @@ import httpx
 import httpx2
 import pytest
 from cryptography.fernet import Fernet
+from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from mcp_temporal_tasks.activities.activity_io import AUTHORIZATION_MEMO
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
@@ -246,6 +247,8 @@ async def test_a_task_waits_for_consent_and_the_same_workflow_sends_one_call(
         assert "AWAITING_AUTHORIZATION" in text and url in text and "login --callback" in text, text
         memo = await (await handle.describe()).memo()
         assert memo[AUTHORIZATION_MEMO]["url"] == url  # what the UI shows with no worker running
+        details = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "AWAITING_AUTHORIZATION" in details.current_details and url in details.current_details
         listed = await until_listed(wid, address, store_env)
         assert listed
         location = await person(url, "alice")
