@@ -244,6 +244,7 @@ async def test_a_task_waits_for_consent_and_the_same_workflow_sends_one_call(
         url = view["authorization"]["url"]
         assert "code_challenge=" in url and "state=" in url and view["authorization"]["grant"].startswith("grant-")
         _, text, _ = await cli("status", wid, "--address", address, env=store_env)
+        print(f"$ mcp-tasks status {wid}\n{text}")
         assert "AWAITING_AUTHORIZATION" in text and url in text and "login --callback" in text, text
         memo = await (await handle.describe()).memo()
         assert memo[AUTHORIZATION_MEMO]["url"] == url  # what the UI shows with no worker running
@@ -264,8 +265,16 @@ async def test_a_task_waits_for_consent_and_the_same_workflow_sends_one_call(
         out = await asyncio.wait_for(outcome_of(handle), 60)
         await keep_history(handle, "consent_wait_completed")
         history = (await handle.fetch_history()).to_json()
+    calls = tool_calls(server, mark, "slow_echo")
+    print(
+        f"callback: wrong state {wrong_state.status_code} {wrong_state.text.strip()!r}; wrong iss "
+        f"{wrong_iss.status_code} {wrong_iss.text.strip()!r}; right {right.status_code} {right.text.strip()!r}"
+    )
+    print(
+        f"outcome {out.outcome.value}; tools/call on the server: {len(calls)}; attempts {len(out.operation_attempts)}"
+    )
     assert out.outcome == Outcome.COMPLETED, out
-    assert len(tool_calls(server, mark, "slow_echo")) == 1  # the server counted exactly one tools/call
+    assert len(calls) == 1  # the server counted exactly one tools/call
     assert len(out.operation_attempts) == 1 and out.operation_attempts[0].reason == "initial"
     code = parse_qs(urlsplit(location).query)["code"][0]
     assert code not in history and "code_verifier" not in history  # the code stayed in the store
