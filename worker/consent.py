@@ -6,10 +6,11 @@ person's browser comes back to the ``redirect_uri`` of the server's configuratio
 the answer (its ``state`` names a pending consent, its ``iss`` passes RFC 9207), keeps the code in the encrypted
 token store under a new opaque id, and signals the workflow that asked for the consent with that id only
 (``mcp_task_consent``); the task's own ``consent_check`` activity exchanges the code (never this process, never
-workflow code). The workflow is found by the id the consent was stored with (encrypted, never indexed): no subject
-and no grant goes to a search attribute. A wrong ``state`` or ``iss`` is one clear error and changes nothing: the
-task keeps waiting. A signal that does not arrive (Temporal unreachable) is no loss: the waiting task looks at its
-consent by itself (``decisions.consent_recheck_s``) and finds the kept answer.
+workflow code; a consent no task waits for is exchanged here, as ``mcp-tasks login --callback`` does). The workflow
+is found by the id the consent was stored with (encrypted, never indexed): no subject and no grant goes to a search
+attribute. A wrong ``state`` or ``iss`` is one clear error and changes nothing: the task keeps waiting. A signal that
+does not arrive (Temporal unreachable) is no loss: the waiting task looks at its consent by itself
+(``decisions.consent_recheck_s``) and finds the kept answer.
 
 :func:`wake_waiting` nudges the tasks that wait for a grant a login just gave (``mcp-tasks login SERVER --subject
 S``), read from the store's record of who waits for it.
@@ -49,13 +50,19 @@ async def hand_over(client: Client, answered: Answered) -> bool:
     return True
 
 
-async def complete_consent(callback: str, client: Client, *, store: TokenStore | None = None) -> Answered:
+async def complete_consent(callback: str, client: Client, *, store: TokenStore | None = None) -> tuple[Answered, bool]:
     """The answer a person's browser brought back to ``callback`` (the full URL, or its query): checked, kept, and
-    handed to the waiting task. Raises ``AuthorizationRequired`` naming what was wrong (no pending consent for the
-    ``state``, ``iss`` failing RFC 9207, a consent already answered, no code); nothing changes then."""
-    answered = authorization_code.accept_callback(callback, store=store or TokenStore.from_env())
-    await hand_over(client, answered)
-    return answered
+    handed to the waiting task; with whether the task was told now (else its own re-check finds the answer). A consent
+    no task waits for is completed here (its code exchanged in this process: there is no task to do it). Raises
+    ``AuthorizationRequired`` naming what was wrong (no pending consent for the ``state``, ``iss`` failing RFC 9207,
+    a consent already answered, no code); nothing changes then."""
+    store = store or TokenStore.from_env()
+    answered = authorization_code.accept_callback(callback, store=store)
+    if answered.workflow_id is None:
+        # No task waits (a consent asked outside a task, or by a worker from before): exchanged here, as login does.
+        await authorization_code.exchange_answer(answered.ref, store=store)
+        return answered, False
+    return answered, await hand_over(client, answered)
 
 
 async def wake_waiting(client: Client, grant: str, *, store: TokenStore | None = None) -> int:
@@ -83,13 +90,16 @@ def consent_app(client: Client, *, path: str = "/callback", store: TokenStore | 
 
     async def callback(request: Request) -> PlainTextResponse:
         try:
-            answered = await complete_consent(str(request.url), client, store=store)
+            answered, told = await complete_consent(str(request.url), client, store=store)
         except AuthorizationRequired as exc:
             return PlainTextResponse(f"consent not completed: {exc.message}\n", status_code=400)
         except Exception as exc:  # noqa: BLE001 - the store unusable here: said, never a traceback to the browser
             return PlainTextResponse(f"consent not completed: {type(exc).__name__}: {exc}\n"[:500], status_code=503)
-        told = "the task resumes" if answered.workflow_id else "no task waits for it"
-        return PlainTextResponse(f"consent received ({told}); you can close this window.\n")
+        if answered.workflow_id is None:
+            said = f"grant {answered.grant} stored; no task waits for it"
+        else:
+            said = "the task resumes" if told else "the task finds it within minutes"
+        return PlainTextResponse(f"consent received ({said}); you can close this window.\n")
 
     routes: list[Any] = [Route(path, callback, methods=["GET"])]
     return Starlette(routes=routes)
