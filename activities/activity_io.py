@@ -179,6 +179,9 @@ class StartCallInput(_Model):
     input_wait_s: float | None = None
     #: The answer when nobody gave one within ``input_wait_s``: ``decline`` or ``cancel``.
     input_timeout_action: str = "decline"
+    #: How long a subject's consent asked by this call stays open for the task that waits for it (``consent-wait``);
+    #: None (a workflow from before): the store's own bound.
+    consent_wait_s: float | None = None
 
 
 class StartCallOutput(_Model):
@@ -412,3 +415,35 @@ class TaskNotified(_Model):
     #: How the worker learned it: None, a server's notification; ``list``, a ``tasks/list`` read (list_reader.py);
     #: ``poll``, the worker's own ``tasks/get`` of an idle wait's task (poller.py).
     via: Literal["list", "poll"] | None = None
+
+
+#: Signal to a task that waits for a subject's consent (AWAITING_AUTHORIZATION): a callback accepted an answer and
+#: kept it under ``ref`` (the code stays in the token store), or, with no ``ref``, a grant may have been given
+#: (``mcp-tasks login SERVER --subject S``). Its handler only wakes the wait; the ``consent_check`` activity decides.
+CONSENT_SIGNAL = "mcp_task_consent"
+#: The memo key of the consent a task waits for (URL, grant id, until): the UI shows it with no worker running;
+#: None once the wait is over.
+AUTHORIZATION_MEMO = "mcp_task_authorization"
+
+
+class ConsentAnswered(_Model):
+    """What :data:`CONSENT_SIGNAL` carries: an answer's opaque id, or nothing (look again)."""
+
+    ref: str | None = Field(None, max_length=128)
+
+
+class ConsentCheckInput(_Model):
+    """A waiting task's consent: its ``state`` (also in the URL the task shows), the grant's opaque id, and the
+    answer a callback handed the task, if any."""
+
+    state: str = Field(max_length=512)
+    grant: str = Field(max_length=128)
+    ref: str | None = Field(None, max_length=128)
+
+
+class ConsentCheckOutput(_Model):
+    """``ready``: the grant is there (exchanged now, or given meanwhile): send ``tools/call``. ``refused``: the consent
+    ended without a grant (the authorization server refused it, the code was refused), in words. Neither: wait on."""
+
+    ready: bool = False
+    refused: str | None = None

@@ -19,6 +19,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mcp_temporal_tasks.activities.activity_io import (
+    ConsentCheckInput,
+    ConsentCheckOutput,
     DecodedPayload,
     JobBinding,
     ListToolsInput,
@@ -41,6 +43,8 @@ from mcp_temporal_tasks.activities.heartbeats import (
 from mcp_temporal_tasks.activities.input_relay import InputRelay, refuse_unless_form
 from mcp_temporal_tasks.activities.shared import Shared, count, heartbeating
 from mcp_temporal_tasks.activities.wire import McpWireError, WireSession
+from mcp_temporal_tasks.activities.wire.auth import authorization_code
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
@@ -313,6 +317,10 @@ class Calling:
                 start, reconciled = await self._call_tool(client, inp, progress, on_request)
             return self._answered(client, inp, start, tools, reconciled)
 
+        # A consent this call asks for is kept for this task, as long as it waits (consent-wait).
+        waiter = (
+            authorization_code.consent_waiter.set((workflow_id, inp.consent_wait_s)) if inp.consent_wait_s else None
+        )
         try:
             out = await heartbeating(
                 self.shared.pool.run_new_call(profile.endpoint, principal=profile.principal, era=profile.era, fn=call),
@@ -321,8 +329,30 @@ class Calling:
             )
         except McpWireError as exc:
             raise to_application_error(exc, sent=None if sent else False)
+        finally:
+            if waiter is not None:
+                authorization_code.consent_waiter.reset(waiter)
         count("mcp_tasks_tool_calls", "tools/call requests sent", tool=inp.tool)
         return out
+
+    async def consent_check(self, inp: ConsentCheckInput) -> ConsentCheckOutput:
+        """Where a waiting task's consent stands: an answer a callback kept (handed by signal, or found with the
+        consent when the signal was lost) is exchanged here, in this activity (the code never leaves the store
+        otherwise); else whether a grant was given meanwhile. Reads the store only: no MCP server is reached."""
+        try:
+            store = TokenStore.from_env()
+            ref, usable = (inp.ref, False) if inp.ref else authorization_code.consent_state(inp.state, store=store)
+            if ref is None:
+                return ConsentCheckOutput(ready=usable)
+            await authorization_code.exchange_answer(ref, store=store, state=inp.state)
+        except ValueError:
+            return ConsentCheckOutput()  # an answer to another consent: this one waits on
+        except McpWireError as exc:
+            return ConsentCheckOutput(refused=cap_text(exc.message, 1024))
+        except StoreError as exc:
+            # The store cannot be read here (no key on this worker, a lock held): retried, the wait goes on.
+            raise ApplicationError(f"token store: {exc}", type="TokenStoreError") from None
+        return ConsentCheckOutput(ready=True)
 
     @staticmethod
     async def _submit_job(

@@ -22,6 +22,8 @@ from mcp_temporal_tasks.activities.activity_io import (
     AwaitOutput,
     CancelInput,
     CancelOutput,
+    ConsentCheckInput,
+    ConsentCheckOutput,
     FetchOutcomeInput,
     ListToolsInput,
     RelayInput,
@@ -44,6 +46,7 @@ RELAY_INPUT = "mcp-tasks.relay_input.v1"
 LIST_TOOLS = "mcp-tasks.list_tools.v1"
 FETCH_OUTCOME = "mcp-tasks.fetch_outcome.v1"
 POLL_TASK = "mcp-tasks.poll_task.v1"
+CONSENT_CHECK = "mcp-tasks.consent_check.v1"
 
 
 def _runs_on_a_worker(name: str) -> NoReturn:
@@ -95,3 +98,7 @@ class McpActivityDefs:
     @activity.defn(name=RELAY_INPUT)
     async def relay_input(self, inp: RelayInput) -> RelayOutput:
         _runs_on_a_worker(RELAY_INPUT)
+
+    @activity.defn(name=CONSENT_CHECK)
+    async def consent_check(self, inp: ConsentCheckInput) -> ConsentCheckOutput:
+        _runs_on_a_worker(CONSENT_CHECK)

@@ -22,6 +22,8 @@ from mcp_temporal_tasks.activities.activity_io import (
     AwaitOutput,
     CancelInput,
     CancelOutput,
+    ConsentCheckInput,
+    ConsentCheckOutput,
     FetchOutcomeInput,
     ListToolsInput,
     RelayInput,
@@ -39,6 +41,7 @@ from mcp_temporal_tasks.activities.defs import (  # the names stay importable fr
     ANSWER_INPUT,
     AWAIT_TASK,
     CANCEL_TASK,
+    CONSENT_CHECK,
     FETCH_OUTCOME,
     LIST_TOOLS,
     POLL_TASK,
@@ -137,6 +140,7 @@ class McpActivities(McpActivityDefs):
             self.relay_input,
             self.list_tools,
             self.fetch_outcome,
+            self.consent_check,
         ]
 
     @activity.defn(name=RESOLVE)
@@ -150,6 +154,10 @@ class McpActivities(McpActivityDefs):
     @activity.defn(name=LIST_TOOLS)
     async def list_tools(self, inp: ListToolsInput) -> dict[str, Any]:
         return await self.calling.list_tools(inp)
+
+    @activity.defn(name=CONSENT_CHECK)
+    async def consent_check(self, inp: ConsentCheckInput) -> ConsentCheckOutput:
+        return await self.calling.consent_check(inp)
 
     @activity.defn(name=AWAIT_TASK)
     async def await_task(self, inp: AwaitInput) -> AwaitOutput:

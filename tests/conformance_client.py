@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -70,9 +69,10 @@ SERVICE_AUTH = {
 #: The client ID metadata document URL the suite's basic-cimd scenario expects (hard-coded there, never fetched).
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
 #: Scenarios whose server asks for more scope on tools/call than on tools/list: after login, the tool is run as a
-#: task for the person, whose step-up consent (the URL in the task's error) the person gives and completes with
-#: ``mcp-tasks login --callback``; then the task is run again. ``auth/dpop-nonce``: the task runs at once, its worker
-#: signing with the DPoP key login stored in the grant (and meeting the MCP server's nonce challenge afresh).
+#: task for the person, which waits for the step-up consent (AWAITING_AUTHORIZATION, the URL in ``mcp-tasks status``);
+#: the person gives it and hands the answer with ``mcp-tasks login --callback``; the same task then calls the tool.
+#: ``auth/dpop-nonce``: the task runs at once, its worker signing with the DPoP key login stored in the grant (and
+#: meeting the MCP server's nonce challenge afresh).
 TASK_AFTER_LOGIN = {"auth/scope-step-up": "test-tool", "auth/dpop-nonce": "test-tool"}
 #: Scenarios whose servers take only DPoP-bound tokens (SEP-1932): the server's configuration says ``dpop = true``,
 #: as a user's would for a server that asks for it (the extension is optional: nothing turns it on unasked).
@@ -178,27 +178,44 @@ def workflow_id(scenario: str) -> str:
 
 
 def stepped_up(tool: str, target: list[str], scenario: str, env: dict[str, str]) -> int:
-    """The tool run as a task for the person; when it ends asking for a consent, the person opens that URL (not
-    following the mock's redirect), completes it with ``mcp-tasks login --callback``, and runs the task again."""
+    """The tool run as one task for the person: when it waits for a consent (AWAITING_AUTHORIZATION, the URL in
+    ``mcp-tasks status``), the person opens that URL (not following the mock's redirect) and hands the answer with
+    ``mcp-tasks login --callback``; the same workflow then sends its ``tools/call``. ``run``'s exit is the verdict."""
     import httpx2
 
     address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS", "")
-    code = 1
-    for attempt in range(2):
-        wid = workflow_id(scenario)
-        run = step(
-            ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address, "--principal", PERSON],
-            env,
-        )
-        code = run.returncode
-        asked = re.search(r"https?://[^\s\"')]+/authorize\?[^\s\"')]+", run.stdout + run.stderr)
-        if code == 0 or asked is None or attempt:
-            return code
-        answer = httpx2.get(asked.group(0), follow_redirects=False, timeout=10)
-        location = answer.headers.get("location") or ""
-        if step(["login", "--callback", location, "--json"], env).returncode != 0:
-            return 1
-    return code
+    wid = workflow_id(scenario)
+    args = ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address, "--principal", PERSON]
+    run = subprocess.Popen(
+        [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    answered: set[str] = set()
+    failed = 0
+    try:
+        while time.monotonic() < deadline and run.poll() is None:
+            shown = step(["status", wid, "--address", address, "--json"], env)
+            try:
+                view = json.loads(shown.stdout or "{}")
+            except ValueError:
+                view = {}
+            asked = (view.get("authorization") or {}).get("url") if isinstance(view, dict) else None
+            if isinstance(asked, str) and asked not in answered:
+                answered.add(asked)
+                answer = httpx2.get(asked, follow_redirects=False, timeout=10)
+                location = answer.headers.get("location") or ""
+                callback = ["login", "--callback", location, "--json", "--address", address]
+                if step(callback, env).returncode != 0:
+                    failed = 1
+                    break
+            time.sleep(0.3)
+        out, err = run.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, err = run.communicate()
+    sys.stderr.write(f"$ mcp-tasks run ... -> exit {run.returncode} ({len(answered)} consent(s))\n{err[-3000:]}")
+    sys.stdout.write(out[-3000:])
+    return max(run.returncode, failed)
 
 
 def step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

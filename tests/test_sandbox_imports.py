@@ -139,7 +139,7 @@ def test_the_stubs_name_what_the_worker_runs() -> None:
         for name in dir(McpActivityDefs)
         if hasattr(getattr(McpActivityDefs, name), "__temporal_activity_definition")
     }
-    assert len(stubs) == 10
+    assert len(stubs) == 11
     implemented = {name: getattr(McpActivities, name).__temporal_activity_definition.name for name in stubs}
     assert implemented == stubs
     registered = {fn.__temporal_activity_definition.name for fn in McpActivities().all()}

@@ -23,7 +23,12 @@ pytestmark = pytest.mark.fast
 def test_the_workflow_keeps_its_names() -> None:
     defn = _Definition.must_from_class(McpTaskWorkflow)
     assert defn.name == "McpTaskWorkflow"
-    assert set(defn.signals) == {"legacy_input_requested", "legacy_input_delivered", "mcp_task_notified"}
+    assert set(defn.signals) == {
+        "legacy_input_requested",
+        "legacy_input_delivered",
+        "mcp_task_notified",
+        "mcp_task_consent",
+    }
     assert set(defn.queries) == {"status", "legacy_relay_state"}
     assert set(defn.updates) == {"cancel", "approve_replay", "provide_input"}
     assert all(defn.updates[name].validator is not None for name in defn.updates)
@@ -55,5 +60,5 @@ def test_the_patch_ids_are_the_registers() -> None:
     ids = {v for k, v in vars(patches).items() if k.isupper() and isinstance(v, str)}
     register = section((REPO_ROOT / "ARCHITECTURE.md").read_text(), "## `workflow.patched` register")
     listed = set(re.findall(r"^\| `([^`]+)` \|", register, re.MULTILINE))
-    assert len(ids) == 12
+    assert len(ids) == 13
     assert ids == listed, (sorted(ids - listed), sorted(listed - ids))

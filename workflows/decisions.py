@@ -386,3 +386,57 @@ def call_input_bound_s(input_s: float, call_bound_s: float) -> float:
     (``submit_s``, or the tool's ``max_call_s``), so the tool has the other half to finish once answered. Then the
     answer is ``decline`` (``cancel`` with ``on_input_timeout = "cancel"``)."""
     return max(1.0, min(input_s, call_bound_s / 2))
+
+
+# --- a subject's consent (AWAITING_AUTHORIZATION, patch ``consent-wait``) ---------------------------------------
+
+#: How many consents one task may ask (the first; one more after a grant given and refused anyway, e.g. a step-up):
+#: bounded, never a loop of consents.
+MAX_CONSENTS = 3
+#: How often a waiting task looks at the token store by itself (a login given without any signal still wakes it):
+#: first after this, doubling up to :data:`CONSENT_RECHECK_MAX_S` (a day's wait costs ~150 checks).
+CONSENT_RECHECK_FIRST_S = 30.0
+CONSENT_RECHECK_MAX_S = 600.0
+
+
+def consent_asked(kind: str, reached: bool, info: dict[str, Any]) -> dict[str, str] | None:
+    """The consent a failed ``start_call`` asks for (``AuthorizationRequired`` with its ``consent``: URL, grant id,
+    state; ``tools/call`` never sent), or None when it is not one, or not well formed (then the refusal stands)."""
+    consent = info.get("consent")
+    if kind != "AuthorizationRequired" or reached or not isinstance(consent, dict):
+        return None
+    url, grant, state = consent.get("url"), consent.get("grant"), consent.get("state")
+    if not (isinstance(url, str) and url.startswith(("https://", "http://")) and len(url) <= 8192):
+        return None
+    if not (isinstance(grant, str) and 0 < len(grant) <= 128 and isinstance(state, str) and 0 < len(state) <= 512):
+        return None
+    return {"url": url, "grant": grant, "state": state}
+
+
+def consent_recheck_s(checks: int, left_s: float) -> float:
+    """How long a waiting task sleeps before it looks at the store again (a signal cuts it short): 30 s doubling to
+    10 min, never past the end of its bound."""
+    return max(0.0, min(left_s, CONSENT_RECHECK_FIRST_S * 2.0 ** min(checks, 10), CONSENT_RECHECK_MAX_S))
+
+
+def after_consent_check(
+    *, ready: bool, refused: str | None, left_s: float, cancelled: bool
+) -> Literal["send", "refused", "expired", "cancelled", "wait"]:
+    """What a waiting task does after a look at its consent: a grant there → send ``tools/call``; the consent refused
+    (by the person, or the code by the authorization server) → end; past the bound → end ``consent_expired``; a
+    cancel → end cancelled; else wait on. A grant found wins over a cancel or the bound that came meanwhile only if
+    nothing cancelled: a cancel is never overridden."""
+    if cancelled:
+        return "cancelled"
+    if ready:
+        return "send"
+    if refused is not None:
+        return "refused"
+    if left_s <= 0:
+        return "expired"
+    return "wait"
+
+
+def may_ask_consent(consents: int) -> bool:
+    """Whether a task may wait for one more consent (:data:`MAX_CONSENTS`)."""
+    return consents < MAX_CONSENTS

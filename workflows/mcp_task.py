@@ -2,17 +2,19 @@
 
 Its phases and the moves between them (``records.TRANSITIONS``, checked on every move; a test keeps this copy equal):
 
-    SUBMITTING        ─► SUBMITTING · WORKING · INPUT_REQUIRED · AWAITING_APPROVAL
-                         REPLAYING · CANCELLING · DONE
-    WORKING           ─► WORKING · INPUT_REQUIRED · RETRIEVING · AWAITING_APPROVAL
-                         REPLAYING · CANCELLING · DONE
-    INPUT_REQUIRED    ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING
-                         CANCELLING · DONE
-    RETRIEVING        ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
-    AWAITING_APPROVAL ─► REPLAYING · DONE
-    REPLAYING         ─► SUBMITTING · DONE
-    CANCELLING        ─► RETRIEVING · DONE
-    DONE              ─► (end)
+    SUBMITTING             ─► SUBMITTING · WORKING · INPUT_REQUIRED
+                              AWAITING_AUTHORIZATION · AWAITING_APPROVAL · REPLAYING
+                              CANCELLING · DONE
+    WORKING                ─► WORKING · INPUT_REQUIRED · RETRIEVING
+                              AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    INPUT_REQUIRED         ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING
+                              CANCELLING · DONE
+    AWAITING_AUTHORIZATION ─► SUBMITTING · DONE
+    RETRIEVING             ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    AWAITING_APPROVAL      ─► REPLAYING · DONE
+    REPLAYING              ─► SUBMITTING · DONE
+    CANCELLING             ─► RETRIEVING · DONE
+    DONE                   ─► (end)
 """
 
 from __future__ import annotations

@@ -109,11 +109,13 @@ def validation_message(error: Any) -> str:
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # CANCELLING: a cancel while a resend waits out a Retry-After settles the previous attempt's task, if any.
     # INPUT_REQUIRED: the server asked for input on the stream of a plain tools/call, which goes on once answered.
+    # AWAITING_AUTHORIZATION: the call needs a subject's consent first; once given, it is sent (SUBMITTING).
     Phase.SUBMITTING: frozenset(
         {
             Phase.SUBMITTING,
             Phase.WORKING,
             Phase.INPUT_REQUIRED,
+            Phase.AWAITING_AUTHORIZATION,
             Phase.CANCELLING,
             Phase.AWAITING_APPROVAL,
             Phase.REPLAYING,
@@ -134,6 +136,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.INPUT_REQUIRED: frozenset(
         {Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}
     ),
+    Phase.AWAITING_AUTHORIZATION: frozenset({Phase.SUBMITTING, Phase.DONE}),
     Phase.RETRIEVING: frozenset({Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
     Phase.CANCELLING: frozenset({Phase.RETRIEVING, Phase.DONE}),
     Phase.AWAITING_APPROVAL: frozenset({Phase.REPLAYING, Phase.DONE}),
@@ -192,6 +195,11 @@ class Timeouts(_Model):
     idle_gap_s: float | None = Field(None, ge=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: Default human-answer timeout for input requests.
     input_s: float = Field(24 * 3600.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
+    #: How long a task waits for a subject's consent (AWAITING_AUTHORIZATION) before it ends ``rejected``
+    #: (``consent_expired``), never having sent ``tools/call``. A person's answer, as ``input_s``: a day covers the
+    #: person who answers tomorrow morning; the consent (its PKCE verifier, encrypted) is kept in the token store
+    #: exactly as long.
+    consent_s: float = Field(24 * 3600.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
     #: How long a task's server may give no usable answer (refused, reset, garbled, 5xx) before the task
     #: counts as ``lost``. Such a task may still exist on the server, so this ``lost`` is never replayed.
     unreachable_s: float = Field(600.0, gt=0, le=MAX_SPAN_S, allow_inf_nan=False)
@@ -438,6 +446,18 @@ class TaskView(_Model):
     ledger: Ledger
     #: As in the outcome, once the end is known: ``notification`` or ``poll``.
     delivered_by: DeliveredBy | None = None
+    #: In AWAITING_AUTHORIZATION: the consent the task waits for (the URL a person opens).
+    authorization: AuthorizationWait | None = None
+
+
+class AuthorizationWait(_Model):
+    """A consent the task waits for: the URL a person opens (it carries ``state`` and the PKCE challenge, never
+    the verifier or a code), the grant's opaque id, and until when it waits."""
+
+    url: str = Field(max_length=8192)
+    grant: str = Field(max_length=128)
+    state: str = Field(max_length=512)
+    until: datetime
 
 
 class LegacyInputRecord(_Model):
@@ -485,3 +505,9 @@ class MachineState(_Model):
     #: ``poll``, the worker's own read of an idle wait's task.
     wake_via: str | None = None
     delivered_by: DeliveredBy | None = None
+    #: The consent waited for (AWAITING_AUTHORIZATION), the answers handed by ``mcp_task_consent`` not checked yet,
+    #: a nudge to look again (a login), and how many consents this task asked.
+    authorization: AuthorizationWait | None = None
+    consent_refs: list[str] = Field(default_factory=list)
+    consent_nudged: bool = False
+    consents: int = 0

@@ -47,6 +47,8 @@ class Phase(str, Enum):
     SUBMITTING = "SUBMITTING"
     WORKING = "WORKING"
     INPUT_REQUIRED = "INPUT_REQUIRED"
+    #: A subject's consent is asked before ``tools/call`` can be sent: the task waits for it (``consent-wait``).
+    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
     RETRIEVING = "RETRIEVING"
     AWAITING_APPROVAL = "AWAITING_APPROVAL"
     REPLAYING = "REPLAYING"

@@ -207,6 +207,14 @@ def view_line(view: TaskView, workflow_id: str, live: dict[str, Any] | None = No
             f"\n    waiting for approval to send tools/call again: the last call ended {printable(ended or 'unknown')}"
             f"\n    approve with: {hint('approve', wid)}   (or stop with: {hint('cancel', wid)})"
         )
+    if view.authorization is not None and view.phase.value == "AWAITING_AUTHORIZATION":
+        until = view.authorization.until.strftime("%Y-%m-%d %H:%M:%S UTC")
+        line += (
+            f"\n    waiting for authorization (grant {printable(view.authorization.grant)}) until {until}: open"
+            f"\n    {printable(view.authorization.url)}"
+            f"\n    then: mcp-tasks login --callback URL (the URL the browser was sent back to), or the service's "
+            f"callback; or {hint('cancel', wid)}"
+        )
     for p in view.pending_inputs:
         key = printable(p.key)
         # --key=KEY: a key may begin with '-' (servers make them random, base64url), which `--key KEY` would read

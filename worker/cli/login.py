@@ -4,8 +4,11 @@ The server's challenge starts it, as for a task: discovery, the client identity,
 (printed, and given to the browser unless ``--no-browser``); the browser comes back to a loopback listener on the
 configured ``redirect_uri``, whose ``state`` and ``iss`` are checked and whose code is exchanged here; the grant goes
 to the token store (encrypted with ``MCP_TASKS_TOKEN_KEY``), where a worker's tasks for that subject find it. Then
-``tools/list`` with it shows that it works. ``--callback URL`` completes a consent a task asked for (its URL in the
-task's error) from the URL the browser came back to. ``--new-key`` prints a key for the store and exits.
+``tools/list`` with it shows that it works, and the tasks waiting for that grant are told (``mcp_task_consent``).
+``--callback URL`` answers a consent a task waits for (its URL in ``mcp-tasks status``) from the URL the browser
+came back to: checked, kept in the store, and handed to the task, whose worker exchanges the code
+(:mod:`mcp_temporal_tasks.worker.consent`); a consent no task waits for is completed here. ``--new-key`` prints a
+key for the store and exits.
 """
 
 from __future__ import annotations
@@ -19,14 +22,22 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession
+from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession, auth
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.discovery import is_loopback
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, new_key
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, new_key
+from mcp_temporal_tasks.worker import consent
+from mcp_temporal_tasks.worker.cli.connection import temporal
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
-from mcp_temporal_tasks.worker.cli.plan import check_env_refs, configuration
+from mcp_temporal_tasks.worker.cli.plan import check_env_refs, configuration, temporal_target
+from mcp_temporal_tasks.worker.printable import printable
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 #: How many consents one login answers: the first, and one step-up (``403 insufficient_scope``).
 MAX_CONSENTS = 2
@@ -67,20 +78,45 @@ def _wait_for_redirect(redirect_uri: str, deadline: float, listening: threading.
 
 
 async def _complete(args: argparse.Namespace) -> int:
-    """``--callback URL``: a consent a task asked for, completed here from where the person's browser came back."""
+    """``--callback URL``: the answer to a consent, from where the person's browser came back: handed to the task
+    that waits for it, or (no task waits) its code exchanged here."""
     from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 
     try:
-        grant = await authorization_code.complete_consent(args.callback)
+        store = TokenStore.from_env()
+        answered = authorization_code.accept_callback(args.callback, store=store)
+        if answered.workflow_id is None:
+            grant = await authorization_code.exchange_answer(answered.ref, store=store)
+            out = {"grant": grant, "workflow_id": None, "told": False}
+            text = f"consent completed: grant {grant}; the task can be run again"
+        else:
+            told = await _tell(args, lambda client: consent.hand_over(client, answered))
+            out = {"grant": answered.grant, "workflow_id": answered.workflow_id, "told": bool(told)}
+            text = f"consent received: task {printable(answered.workflow_id)} " + (
+                "resumes (its worker exchanges the code)" if told else _NOT_TOLD
+            )
     except AuthorizationRequired as exc:
         raise CliError(f"consent not completed: {exc}", EXIT_ENDED, kind="refused") from None
     except StoreError as exc:
         raise CliError(f"token store: {exc}", EXIT_USAGE) from None
     if args.json:
-        print(json.dumps({"grant": grant}))
+        print(json.dumps(out))
     else:
-        print(f"consent completed: grant {grant}; the task can be run again")
+        print(text)
     return EXIT_OK
+
+
+_NOT_TOLD = "was not told now (Temporal unreachable); it finds the answer kept in the store within minutes"
+
+
+async def _tell(args: argparse.Namespace, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+    """``fn`` with a client of the Temporal the options name; None when none answers (the task's own re-checks
+    then find what was kept)."""
+    try:
+        async with temporal(temporal_target(args)) as (client, _):
+            return await fn(client)
+    except (CliError, OSError, RuntimeError):
+        return None
 
 
 async def cmd_login(args: argparse.Namespace) -> int:
@@ -150,9 +186,14 @@ async def cmd_login(args: argparse.Namespace) -> int:
         raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
     finally:
         authorization_code.consent_handler.reset(token)
-    out = {"server": args.server, "subject": subject, "consents": asked, "tools": len(tools)}
+    # The grant this login gave (its opaque id, from the session's own token source): who waits for it is told.
+    source = auth.token_source(endpoint.url, endpoint.auth) if endpoint.url and endpoint.auth else None
+    grant = getattr(source, "grant", None)
+    woken = await _tell(args, lambda client: consent.wake_waiting(client, grant)) if grant and asked else 0
+    out = {"server": args.server, "subject": subject, "consents": asked, "tools": len(tools), "tasks_told": woken or 0}
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"logged in to {args.server} as {subject!r} ({len(tools)} tools; {asked} consent(s) given)")
+        told = f"; {woken} waiting task(s) told" if woken else ""
+        print(f"logged in to {args.server} as {subject!r} ({len(tools)} tools; {asked} consent(s) given{told})")
     return EXIT_OK

@@ -371,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="complete a consent a task asked for: the URL the browser was sent back to after opening the task's URL",
     )
     p.add_argument("--new-key", action="store_true", help="print a new key for MCP_TASKS_TOKEN_KEY and exit")
+    temporal_opts(p, config=False)  # where the waiting task is told (its own re-check finds the consent otherwise)
     json_opt(p)
 
     for name, helptext in (

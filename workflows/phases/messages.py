@@ -1,8 +1,9 @@
 """The workflow's query, updates (with their validators) and signals.
 
 The ``status`` query; the ``cancel``, ``approve_replay`` and ``provide_input`` updates; the 2025-11-25 input relay's
-signals and query; the push hub's ``mcp_task_notified`` signal. A handler only records (in
-:class:`~mcp_temporal_tasks.workflows.records.MachineState`); the phase waiting on it acts.
+signals and query; the push hub's ``mcp_task_notified`` signal; ``mcp_task_consent`` (a consent's answer, or a
+nudge). A handler only records (in :class:`~mcp_temporal_tasks.workflows.records.MachineState`); the phase waiting on
+it acts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
     from pydantic import ValidationError
 
-    from mcp_temporal_tasks.activities.activity_io import TASK_NOTIFIED_SIGNAL, LegacyInputRequest, TaskNotified
+    from mcp_temporal_tasks.activities.activity_io import (
+        CONSENT_SIGNAL,
+        TASK_NOTIFIED_SIGNAL,
+        ConsentAnswered,
+        LegacyInputRequest,
+        TaskNotified,
+    )
     from mcp_temporal_tasks.activities.relay import INPUT_DELIVERED_SIGNAL, INPUT_REQUESTED_SIGNAL, RELAY_STATE_QUERY
     from mcp_temporal_tasks.protocol.elicitation import with_defaults
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine
@@ -26,6 +33,8 @@ with workflow.unsafe.imports_passed_through():
 _WAKE_STATUSES = ("input_required", "completed", "failed", "cancelled")
 #: Wakes one task may act on: one per status and input round, whatever a server repeats.
 _MAX_WAKES = 16
+#: Consent answers one wait keeps before it looks at them (each is one ``consent_check``).
+_MAX_CONSENT_REFS = 4
 
 
 class Messages(TaskMachine):
@@ -48,6 +57,7 @@ class Messages(TaskMachine):
             outcome=self.state.outcome.outcome if self.state.outcome else None,
             ledger=self.state.ledger,
             delivered_by=self.state.delivered_by,
+            authorization=self.state.authorization,
         )
 
     @workflow.update
@@ -116,6 +126,22 @@ class Messages(TaskMachine):
             return
         self.state.wakes.append(key)
         self.state.wake, self.state.wake_via = n.status, n.via
+
+    @workflow.signal(name=CONSENT_SIGNAL)
+    def _consent_answered(self, answer: Any) -> None:
+        """A callback kept a consent's answer under an opaque id (``ref``), or a grant may have been given (no
+        ``ref``): the wait looks (``consent_check`` decides). Only in AWAITING_AUTHORIZATION, bounded, decoded here:
+        a malformed, repeated or late signal changes nothing."""
+        try:
+            a = answer if isinstance(answer, ConsentAnswered) else ConsentAnswered.model_validate(answer or {})
+        except ValidationError:
+            return
+        if self.state.phase != Phase.AWAITING_AUTHORIZATION:
+            return
+        if a.ref is None:
+            self.state.consent_nudged = True
+        elif a.ref not in self.state.consent_refs and len(self.state.consent_refs) < _MAX_CONSENT_REFS:
+            self.state.consent_refs.append(a.ref)
 
     @workflow.query(name=RELAY_STATE_QUERY)
     def _legacy_relay_state(self) -> dict[str, dict[str, Any]]:

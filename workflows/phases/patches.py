@@ -44,3 +44,9 @@ ENDING_MEMO = "ending-in-memo"
 #: person, the call sent again with the answers and the echoed ``requestState``, an ``input_response`` attempt) instead
 #: of ending rejected. Asked only when such an answer arrives: a history from before ended there and replays unchanged.
 MRTR_CONTINUATION = "mrtr-continuation"
+#: A ``tools/call`` that needs a subject's consent first (``start_call`` failed with ``AuthorizationRequired`` carrying
+#: its ``consent``) waits for it in AWAITING_AUTHORIZATION (the URL in the status, the memo and the current details;
+#: woken by ``mcp_task_consent`` or its own bounded re-checks; ``consent_check`` exchanges the code in an activity)
+#: and is then sent, instead of ending ``rejected``; ``Timeouts.consent_s`` bounds it (``consent_expired``). Asked
+#: only when such a failure arrives: a history from before ended there and replays unchanged.
+CONSENT_WAIT = "consent-wait"

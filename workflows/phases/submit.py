@@ -2,7 +2,8 @@
 
 A failure that surely never reached the server is resent after its ``Retry-After``; anything else ends ``rejected`` or
 ``unknown_outcome`` (``decisions.after_submit_failure``). A question asked on the call's own stream is put to a person
-(INPUT_REQUIRED) while the call goes on. A task the call started is followed (``Follow``).
+(INPUT_REQUIRED) while the call goes on. A call that needs a subject's consent first waits for it
+(AWAITING_AUTHORIZATION), and is then sent. A task the call started is followed (``Follow``).
 """
 
 from __future__ import annotations
@@ -15,21 +16,32 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from mcp_temporal_tasks.activities.activity_io import StartCallInput, StartCallOutput
+    from mcp_temporal_tasks.activities.activity_io import (
+        AUTHORIZATION_MEMO,
+        ConsentCheckInput,
+        StartCallInput,
+        StartCallOutput,
+    )
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import failure_info
-    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
+    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT, TASK_STEP
     from mcp_temporal_tasks.workflows.phases import endings
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
-    from mcp_temporal_tasks.workflows.phases.patches import CALL_INPUT, MRTR_CONTINUATION, READ_ONLY_IS_IDEMPOTENT
+    from mcp_temporal_tasks.workflows.phases.patches import (
+        CALL_INPUT,
+        CONSENT_WAIT,
+        MRTR_CONTINUATION,
+        READ_ONLY_IS_IDEMPOTENT,
+    )
     from mcp_temporal_tasks.workflows.phases.steps import Ended, Follow, Step, Submit
     from mcp_temporal_tasks.workflows.records import (
         SA_SERVER,
         SA_STATUS,
         SA_TASK_ID,
         SA_TOOL,
+        AuthorizationWait,
         Classification,
         Ending,
         OperationAttempt,
@@ -200,6 +212,7 @@ async def _send(
                 input_timeout_action="cancel" if mc.req.on_input_timeout == "cancel" else "decline",
                 input_responses=input_responses,
                 request_state=request_state,
+                consent_wait_s=mc.req.timeouts.consent_s if _for_a_subject(mc) else None,
             ),
             **mc.config(
                 SUBMIT,
@@ -212,6 +225,12 @@ async def _send(
             out = await _await_call(mc, handle)
         except ActivityError as err:
             failure = kind, reached, info = failure_info(err)
+            consent = decisions.consent_asked(kind, reached, info)
+            if consent is not None and workflow.patched(CONSENT_WAIT):
+                waited = await _await_consent(mc, consent)
+                if waited is not None:
+                    return waited
+                continue  # the grant is there: tools/call now (the failed attempt never sent it)
             verdict = decisions.after_submit_failure(kind, may_have_reached_server=reached, resends=resends)
             retry_after = decisions.bounded_delay_s(info.get("retry_after_s")) or 0.0
             if verdict == "resend" and retry_after <= MAX_RESEND_DELAY_S:
@@ -229,6 +248,96 @@ async def _send(
                 verdict = "unreachable"
             return _not_through(mc, reason, sent_at, err, failure, verdict, retry_after)
         return _accepted(mc, out, reason, sent_at)
+
+
+def _for_a_subject(mc: TaskMachine) -> bool:
+    auth = mc.state.profile.endpoint.auth if mc.state.profile is not None else None
+    return auth is not None and auth.type == "authorization_code"
+
+
+async def _await_consent(mc: TaskMachine, consent: dict[str, str]) -> Ending | None:
+    """AWAITING_AUTHORIZATION: the task shows the URL a person opens (status, memo, current details) and waits for
+    the consent: an answer handed by ``mcp_task_consent`` (a callback kept its code under an opaque id), a nudge, or
+    its own re-check of the store (a login given with no signal), each looked at by ``consent_check`` (the code is
+    exchanged there, in an activity). None: the grant is there, send ``tools/call``; else the ending (refused,
+    ``consent_expired`` past ``Timeouts.consent_s``, cancelled, or too many consents), ``tools/call`` never sent."""
+    bound = mc.req.timeouts.consent_s
+    if not decisions.may_ask_consent(mc.state.consents):
+        return _consent_ending(mc, f"the server asked for consent more than {decisions.MAX_CONSENTS} times")
+    mc.state.consents += 1
+    wait = AuthorizationWait(
+        url=consent["url"],
+        grant=consent["grant"],
+        state=consent["state"],
+        until=workflow.now() + timedelta(seconds=bound),
+    )
+    mc.state.authorization, mc.state.consent_refs, mc.state.consent_nudged = wait, [], False
+    mc.enter(Phase.AWAITING_AUTHORIZATION, "awaiting_authorization")
+    workflow.upsert_memo({AUTHORIZATION_MEMO: wait.model_dump(mode="json", exclude={"state"})})
+    who = f"subject {mc.principal()!r}" if mc.principal() else "its subject"
+    workflow.set_current_details(
+        f"**{mc.req.tool}** — AWAITING_AUTHORIZATION: {who} must consent at {wait.url} "
+        f"(until {wait.until:%Y-%m-%d %H:%M} UTC)"
+    )
+    checks = 0
+    while True:
+        left = (wait.until - workflow.now()).total_seconds()
+        await mc.interruptible_wait(
+            lambda: bool(mc.state.consent_refs) or mc.state.consent_nudged,
+            timeout_s=max(1.0, decisions.consent_recheck_s(checks, left)),
+        )
+        ref = mc.state.consent_refs.pop(0) if mc.state.consent_refs else None
+        mc.state.consent_nudged = False
+        ready, refused = False, None
+        if mc.state.cancel_reason is None:
+            checks += 1
+            try:
+                checked = await workflow.execute_activity_method(
+                    McpActivityDefs.consent_check,
+                    ConsentCheckInput(state=wait.state, grant=wait.grant, ref=ref),
+                    # No heartbeat (one store read, at most one token request); bounded, then the wait goes on.
+                    start_to_close_timeout=timedelta(seconds=60),
+                    schedule_to_close_timeout=timedelta(seconds=180),
+                    retry_policy=TASK_STEP["retry_policy"],
+                    summary="consent check",
+                )
+                ready, refused = checked.ready, checked.refused
+            except ActivityError:
+                pass  # the store unreadable for now (retried within the preset): the wait goes on, bounded
+            except asyncio.CancelledError:
+                mc.cancelled_by_temporal()
+        verdict = decisions.after_consent_check(
+            ready=ready,
+            refused=refused,
+            left_s=(wait.until - workflow.now()).total_seconds(),
+            cancelled=mc.state.cancel_reason is not None,
+        )
+        if verdict == "wait":
+            continue
+        mc.state.authorization = None
+        workflow.upsert_memo({AUTHORIZATION_MEMO: None})
+        if verdict == "send":
+            mc.enter(Phase.SUBMITTING, "submitting")
+            return None
+        if verdict == "cancelled":
+            return Ending(
+                outcome=Outcome.CANCELLED,
+                stage=Stage.SUBMITTING,
+                reason=f"{mc.state.cancel_reason} while waiting for consent; tools/call was never sent",
+            )
+        if verdict == "refused":
+            return _consent_ending(mc, f"consent not given: {refused}")
+        return _consent_ending(mc, f"consent_expired: no consent of {who} within {bound:g} s", kind="ConsentExpired")
+
+
+def _consent_ending(mc: TaskMachine, why: str, *, kind: str = "AuthorizationRequired") -> Ending:
+    return Ending(
+        outcome=Outcome.REJECTED,
+        stage=Stage.SUBMITTING,
+        error=RpcErrorInfo(code=-32001, message=why[:2048], data={"kind": kind}),
+        classification=Classification.AUTHORIZATION_REQUIRED,
+        reason=f"{why[:512]}; tools/call was never sent",
+    )
 
 
 def _not_through(

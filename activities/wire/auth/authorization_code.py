@@ -5,9 +5,13 @@ order (a configured client id; else the configured CIMD URL where the authorizat
 registration, kept per issuer in the store), then the subject's grant for (subject, issuer, resource, client id).
 With no usable grant a consent is asked: PKCE S256, ``state``, ``resource`` (RFC 8707), the scope of the challenge or
 the metadata (``offline_access`` only where the authorization server lists it, SEP-2207). Who answers it: a consent
-handler in the running context (``mcp-tasks login``: the person's browser comes back to a loopback listener), else the
-task fails with :class:`ConsentRequired` naming it (a durable pending consent completed from another process is not
-written yet). The answer's ``state`` and ``iss`` (RFC 9207) are checked and the code exchanged in this process.
+handler in the running context (``mcp-tasks login``: the person's browser comes back to a loopback listener; the
+answer's ``state`` and ``iss`` (RFC 9207) checked and the code exchanged in this process), else the consent is kept in
+the store by its ``state`` for the task that waits for it (:data:`consent_waiter`: its workflow id and bound) and
+:class:`ConsentRequired` raised with its URL. The callback that receives the person's answer (:func:`accept_callback`:
+``state`` and ``iss`` checked) keeps the code in the store under an opaque id and hands the workflow that id; the code
+is exchanged by the task's own activity (:func:`exchange_answer`), or a grant given meanwhile by ``mcp-tasks login``
+found (:func:`consent_state`).
 
 The protocol pieces are the ``mcp`` SDK's (``PKCEParameters``, ``get_client_metadata_scopes``, ``union_scopes``,
 ``validate_authorization_response_iss``, the registration request and response, ``should_use_client_metadata_url``);
@@ -35,6 +39,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urljoin, urlsplit
 
@@ -59,8 +64,16 @@ def refresh_margin_s(lifetime_s: float) -> float:
     return max(2.0, min(60.0, lifetime_s / 5))
 
 
-#: How long a consent kept for another process waits for its person before its state is forgotten.
+#: How long a consent kept for another process waits for its person before its state is forgotten, when no task
+#: waits for it (a task's own bound, ``Timeouts.consent_s``, is the consent's lifetime otherwise).
 CONSENT_TTL_S = 15 * 60.0
+#: How long a callback's answer (the code) waits in the store for the task's activity to exchange it: an
+#: authorization code lives at most 10 minutes (RFC 6749 §4.1.2).
+ANSWER_TTL_S = 10 * 60.0
+#: How many waiting tasks one grant's ``waiting`` record names (the newest).
+MAX_WAITING = 256
+#: An answer's opaque id: what a callback hands the workflow (never the code).
+ANSWER_PREFIX = "answer-"
 #: The callback's query, bounded.
 MAX_CALLBACK = 8 * 1024
 
@@ -71,15 +84,29 @@ consent_handler: contextvars.ContextVar[Callable[[str], Awaitable[str]] | None] 
 )
 
 
-class ConsentRequired(AuthorizationRequired):
-    """No usable grant: a person must open ``url``; ``consent_id`` (its ``state``) is what completes it. Its kind
-    stays ``AuthorizationRequired``: the workflow's decisions take it as a refusal, never resent."""
+#: Who waits for a consent asked in this context: (workflow id, seconds it waits), set by ``start_call``. None: the
+#: consent is kept :data:`CONSENT_TTL_S` for whichever process completes it, and names no task.
+consent_waiter: contextvars.ContextVar[tuple[str, float] | None] = contextvars.ContextVar(
+    "consent_waiter", default=None
+)
 
-    def __init__(self, message: str, *, url: str, consent_id: str, grant: str) -> None:
+
+class ConsentRequired(AuthorizationRequired):
+    """No usable grant: a person must open ``url``; ``consent_id`` (its ``state``, also in the URL) is what completes
+    it, until ``expires_at`` (epoch seconds). Its kind stays ``AuthorizationRequired`` (a refusal, never resent); its
+    info carries ``consent`` (the URL, the grant's opaque id, the state, the expiry: no verifier, no code), which a
+    workflow of ``consent-wait`` waits on."""
+
+    def __init__(self, message: str, *, url: str, consent_id: str, grant: str, expires_at: float = 0.0) -> None:
         super().__init__(message, status=401)
         self.url = url
         self.consent_id = consent_id
         self.grant = grant
+        self.expires_at = expires_at
+
+    def info(self) -> dict[str, Any]:
+        consent = {"url": self.url, "grant": self.grant, "state": self.consent_id, "expires_at": self.expires_at}
+        return {**super().info(), "consent": consent}
 
 
 class AuthorizationCode:
@@ -227,6 +254,13 @@ class SubjectTokenSource:
         async with self._lock:
             if self._token is not None and self._token != sent and self.current() is not None:
                 return self._token
+            if self._key is not None:
+                # A consent given meanwhile elsewhere (a task's callback, a login) may hold the wider grant already.
+                record = self.store.read("grant", self._key)
+                if record is not None and record.get("access_token") not in (None, sent):
+                    self._hold(record)
+                    if self.current() is not None:
+                        return self._token  # type: ignore[return-value]
             wanted = union_scopes(self._scope, challenge.scope)
             if self._found is None or not challenge.scope or wanted == self._scope:
                 raise self._error(
@@ -499,7 +533,9 @@ class SubjectTokenSource:
         handler = consent_handler.get()
         if handler is None:
             # No person here (a worker's activity): the consent is kept by its state, bounded in time, for
-            # whichever process the person's browser comes back to (complete_consent), and the task says so.
+            # whichever process the person's browser comes back to (accept_callback), and the task says so.
+            waiter = consent_waiter.get()
+            ttl_s = waiter[1] if waiter else CONSENT_TTL_S
             self.store.write(
                 "consent",
                 (state,),
@@ -511,42 +547,49 @@ class SubjectTokenSource:
                     "token_endpoint": found.token_endpoint,
                     "resource": found.resource,
                     "client": self._client,
+                    "workflow_id": waiter[0] if waiter else None,
+                    # A grant newer than this one (a login meanwhile) is what the waiting task looks for.
+                    "seen_generation": int((self.store.read("grant", self._key) or {}).get("generation", 0)),
                 },
-                ttl_s=CONSENT_TTL_S,
+                ttl_s=ttl_s,
             )
+            gid = grant_id(*self._key)
+            if waiter is not None:
+                await self._note_waiting(gid, waiter[0], ttl_s)
             raise ConsentRequired(
                 f"{self.server} needs the consent of subject {self.spec.subject!r}: open {url} (then "
                 "`mcp-tasks login --callback URL` with the URL the browser was sent back to), or run "
                 f"`mcp-tasks login SERVER --subject {self.spec.subject}`",
                 url=url,
                 consent_id=state,
-                grant=grant_id(*self._key),
+                grant=gid,
+                expires_at=time.time() + ttl_s,
             )
         callback = await handler(url)
         await self._bounded(self._complete(callback, state, pending))
 
-    async def _complete(self, callback: str, state: str, pending: dict[str, Any]) -> None:
-        from mcp.client.auth.exceptions import OAuthFlowError
-        from mcp.client.auth.utils import validate_authorization_response_iss
-        from mcp.shared.auth import OAuthMetadata
+    async def _note_waiting(self, grant: str, workflow_id: str, ttl_s: float) -> None:
+        """Who waits for this grant (the store's ``waiting`` record, by the grant's opaque id): what a login that
+        gives it reads to wake them. Bounded: the newest :data:`MAX_WAITING` tasks, each until its own bound."""
+        async with self.store.locked("waiting", (grant,)):
+            now = time.time()
+            kept = (self.store.read("waiting", (grant,)) or {}).get("tasks") or {}
+            tasks = {w: t for w, t in kept.items() if isinstance(t, (int, float)) and t > now}
+            tasks[workflow_id] = now + ttl_s
+            newest = dict(sorted(tasks.items(), key=lambda wt: wt[1])[-MAX_WAITING:])
+            self.store.write("waiting", (grant,), {"tasks": newest}, ttl_s=max(newest.values()) - now)
 
+    async def _complete(self, callback: str, state: str, pending: dict[str, Any]) -> None:
         assert self._found is not None
         query = callback_params(callback)
         got_state = query.get("state")
         if got_state is None or not secrets.compare_digest(got_state, state):
             raise NoToken("the authorization response's state is not the one this consent sent")
-        metadata = OAuthMetadata.model_validate(pending["metadata"]) if pending.get("metadata") else None
-        try:
-            validate_authorization_response_iss(query.get("iss"), metadata)
-        except OAuthFlowError as exc:
-            raise NoToken(f"the authorization response fails RFC 9207: {str(exc)[:200]}") from None
-        if "error" in query:
-            desc = query.get("error_description")
-            why = query["error"][:100] + (f" ({desc[:200]})" if desc else "")
-            raise NoToken(f"the authorization server refused consent: {why}")
-        code = query.get("code")
-        if not code:
-            raise NoToken("the authorization response carries no code")
+        await self._exchange(checked_code(query, pending), pending)
+
+    async def _exchange(self, code: str, pending: dict[str, Any]) -> None:
+        """The authorization code for tokens, with the consent's PKCE verifier; the grant stored (next generation)."""
+        assert self._found is not None
         redact.register([code], lifetime_s=600)
         fields, basic = self._client_auth()
         key = DpopKey.generate() if self.spec.dpop else None  # a new grant, a new key
@@ -575,6 +618,30 @@ class SubjectTokenSource:
         self._scope = pending.get("scope") or self._scope
 
 
+def checked_code(query: dict[str, str], pending: dict[str, Any]) -> str:
+    """The code of an authorization response whose ``state`` was matched: its ``iss`` per RFC 9207 (against the
+    metadata kept with the consent), the authorization server's refusal named, a missing code named."""
+    from mcp.client.auth.exceptions import OAuthFlowError
+    from mcp.client.auth.utils import validate_authorization_response_iss
+    from mcp.shared.auth import OAuthMetadata
+
+    metadata = OAuthMetadata.model_validate(pending["metadata"]) if pending.get("metadata") else None
+    try:
+        validate_authorization_response_iss(query.get("iss"), metadata)
+    except OAuthFlowError as exc:
+        raise NoToken(f"the authorization response fails RFC 9207: {str(exc)[:200]}") from None
+    if "error" in query:
+        desc = query.get("error_description")
+        why = query["error"][:100] + (f" ({desc[:200]})" if desc else "")
+        raise NoToken(f"the authorization server refused consent: {why}")
+    code = query.get("code")
+    if not code:
+        raise NoToken("the authorization response carries no code")
+    if len(code) > 2048:
+        raise NoToken("the authorization response's code is longer than 2048 characters")
+    return code
+
+
 def callback_params(callback: str) -> dict[str, str]:
     """The query of the URL the person's browser was sent back to (or the query alone), one value per name."""
     if len(callback) > MAX_CALLBACK:
@@ -584,27 +651,22 @@ def callback_params(callback: str) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items() if v}
 
 
-async def complete_consent(callback: str, *, store: TokenStore | None = None) -> str:
-    """Complete a consent a task asked for, in whichever process the person's browser came back to (``mcp-tasks
-    login --callback``, or a service's own web callback): ``callback`` is that URL (or its query). Its ``state`` must
-    name a pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with
-    the PKCE verifier kept for it. Returns the grant's id."""
-    from mcp.shared.auth import OAuthMetadata
-
-    store = store or TokenStore.from_env()
-    try:
-        query = callback_params(callback)
-    except NoToken as exc:
-        raise AuthorizationRequired(exc.reason, status=None) from None
+def _pending_of(query: dict[str, str], store: TokenStore) -> tuple[str, dict[str, Any]]:
     state = query.get("state") or ""
     pending = store.read("consent", (state,)) if 0 < len(state) <= 512 else None
     if pending is None:
         raise AuthorizationRequired(
-            "the authorization response's state names no pending consent (unknown, already used, or older than "
-            f"{CONSENT_TTL_S:g} s)",
+            "the authorization response's state names no pending consent (unknown, already used, or past its "
+            "task's consent bound)",
             status=None,
         )
-    store.delete("consent", (state,))  # one use, whatever follows
+    return state, pending
+
+
+def _source_of(pending: dict[str, Any], store: TokenStore) -> SubjectTokenSource:
+    """A token source standing where the consent was asked (discovery and client identity as kept with it)."""
+    from mcp.shared.auth import OAuthMetadata
+
     src = SubjectTokenSource(pending["url"], OAuthClient.model_validate(pending["spec"]), store)
     client_info = pending["client"]
     src._found = Discovered(
@@ -618,5 +680,120 @@ async def complete_consent(callback: str, *, store: TokenStore | None = None) ->
     )
     src._client = client_info
     src._key = (pending["key"][0], pending["key"][1], pending["key"][2], pending["key"][3])
+    return src
+
+
+async def complete_consent(callback: str, *, store: TokenStore | None = None) -> str:
+    """Complete a consent in this process, whichever process the person's browser came back to (``mcp-tasks login
+    --callback`` for a consent no task waits for): ``callback`` is that URL (or its query). Its ``state`` must name a
+    pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with the PKCE
+    verifier kept for it. Returns the grant's id. A consent a task waits for goes through :func:`accept_callback`."""
+    store = store or TokenStore.from_env()
+    try:
+        query = callback_params(callback)
+    except NoToken as exc:
+        raise AuthorizationRequired(exc.reason, status=None) from None
+    state, pending = _pending_of(query, store)
+    store.delete("consent", (state,))  # one use, whatever follows
+    src = _source_of(pending, store)
     await src._bounded(src._complete(callback, state, pending))
-    return grant_id(*src._key)
+    return grant_id(*src._key)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A consent's answer accepted by a callback: the opaque id it is kept under, and whom to hand it."""
+
+    #: What the waiting workflow is handed (the code stays in the store under it).
+    ref: str
+    grant: str
+    #: The workflow that asked for the consent (None: a consent no task waits for).
+    workflow_id: str | None
+
+
+def accept_callback(callback: str, *, store: TokenStore) -> Answered:
+    """A callback's answer to a pending consent, checked and kept (a service's web callback, ``mcp-tasks login
+    --callback``): its ``state`` must name a pending consent not answered yet, its ``iss`` pass RFC 9207; a refusal
+    by the authorization server (``error=``) is kept too, so the task ends naming it. The code goes to the store
+    under a new opaque id (:data:`ANSWER_TTL_S`), never further; the task's own activity exchanges it
+    (:func:`exchange_answer`). A wrong ``state`` or ``iss`` raises ``AuthorizationRequired`` naming it and changes
+    nothing: the task keeps waiting."""
+    try:
+        query = callback_params(callback)
+    except NoToken as exc:
+        raise AuthorizationRequired(exc.reason, status=None) from None
+    state, pending = _pending_of(query, store)
+    if pending.get("answered"):
+        raise AuthorizationRequired("this consent was already answered (a callback is used once)", status=None)
+    refusal: str | None = None
+    try:
+        code: str | None = checked_code(query, pending)
+    except NoToken as exc:
+        if "refused consent" not in exc.reason:
+            raise AuthorizationRequired(exc.reason, status=None) from None
+        code, refusal = None, exc.reason
+    ref = ANSWER_PREFIX + secrets.token_urlsafe(24)
+    store.write("answer", (ref,), {"state": state, "code": code, "refusal": refusal}, ttl_s=ANSWER_TTL_S)
+    left = float(pending.get("_expires_at", 0)) - time.time()
+    store.write(
+        "consent",
+        (state,),
+        {k: v for k, v in pending.items() if not k.startswith("_")} | {"answered": ref},
+        ttl_s=max(1.0, left),
+    )
+    return Answered(ref=ref, grant=grant_id(*pending["key"]), workflow_id=pending.get("workflow_id"))
+
+
+async def exchange_answer(ref: str, *, store: TokenStore, state: str | None = None) -> str:
+    """A kept answer's code exchanged for the grant (the task's activity: never the callback's process, never
+    workflow code); the answer and its consent forgotten whatever follows. Returns the grant's id; raises
+    ``AuthorizationRequired`` naming why not (the authorization server refused consent, the answer or its consent
+    expired, the token endpoint refused the code). ``state``: the consent the caller waits for; an answer to another
+    raises ``ValueError`` and is left as it was."""
+    answer = store.read("answer", (ref,)) if ref.startswith(ANSWER_PREFIX) and len(ref) <= 128 else None
+    if answer is None:
+        raise AuthorizationRequired(
+            f"the consent's answer {ref[:60]!r} is not in the token store (unknown, already exchanged, or older "
+            f"than {ANSWER_TTL_S:g} s)",
+            status=None,
+        )
+    if state is not None and not secrets.compare_digest(str(answer.get("state") or ""), state):
+        raise ValueError("the answer belongs to another consent")
+    store.delete("answer", (ref,))
+    state = str(answer.get("state") or "")
+    pending = store.read("consent", (state,))
+    store.delete("consent", (state,))
+    if answer.get("refusal"):
+        raise AuthorizationRequired(str(answer["refusal"])[:400], status=None)
+    if pending is None or not answer.get("code"):
+        raise AuthorizationRequired("the consent this answer belongs to has expired", status=None)
+    src = _source_of(pending, store)
+    await src._bounded(src._exchange(str(answer["code"]), pending))
+    return grant_id(*src._key)  # type: ignore[misc]
+
+
+def consent_state(state: str, *, store: TokenStore) -> tuple[str | None, bool]:
+    """What became of a pending consent, read without any token request: the id of its answer when a callback
+    answered it (to exchange), and whether its subject's grant is usable now (given meanwhile by ``mcp-tasks login
+    SERVER --subject S``, or by another task's consent). A consent no longer kept: (None, False)."""
+    pending = store.read("consent", (state,)) if 0 < len(state) <= 512 else None
+    if pending is None:
+        return None, False
+    answered = pending.get("answered")
+    key = tuple(str(k) for k in pending.get("key") or ())
+    grant = store.read("grant", key) if len(key) == 4 else None
+    usable = bool(
+        grant
+        and int(grant.get("generation", 0)) > int(pending.get("seen_generation", 0))
+        and not grant.get("needs_consent")
+        and (grant.get("access_token") or grant.get("refresh_token"))
+    )
+    return (answered if isinstance(answered, str) else None), usable
+
+
+def waiting_for(grant: str, *, store: TokenStore) -> list[str]:
+    """The workflow ids of the tasks waiting for ``grant`` (their consent not past its bound)."""
+    record = store.read("waiting", (grant,)) if grant.startswith("grant-") and len(grant) <= 128 else None
+    now = time.time()
+    tasks = (record or {}).get("tasks") or {}
+    return [w for w, t in tasks.items() if isinstance(t, (int, float)) and t > now]

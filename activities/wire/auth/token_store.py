@@ -1,9 +1,11 @@
 """Where subjects' OAuth grants live: one encrypted file per record in a directory, each locked across processes.
 
-Three kinds of record, each keyed so that nothing crosses: a grant by (subject, issuer, resource, client id); a
+Four kinds of record, each keyed so that nothing crosses: a grant by (subject, issuer, resource, client id); a
 registered client by issuer (SEP-2352: another authorization server, another registration); a pending consent by its
-``state``. A record's file name is a hash of its key; its content is Fernet (AES-128-CBC + HMAC-SHA256, from
-``cryptography``) under the key in ``MCP_TASKS_TOKEN_KEY``, so the raw bytes hold no token and no subject.
+``state``; a consent's answer (the authorization code a callback received) by an opaque random id, the only thing of
+it a workflow is handed (and, by a grant's opaque id, the tasks waiting for it). A record's file name is a hash of
+its key; its content is Fernet (AES-128-CBC + HMAC-SHA256, from ``cryptography``) under the key in
+``MCP_TASKS_TOKEN_KEY``, so the raw bytes hold no token and no subject.
 
 Why a directory: one machine's workers (every process of it) share it with nothing more to run; the lock is
 ``fcntl.flock`` on the record's own lock file and every write is an atomic rename, so a reader never sees half a
@@ -119,7 +121,7 @@ class TokenStore:
         body = {**record, "_key": [kind, *key]}
         if ttl_s is not None:
             body["_expires_at"] = time.time() + ttl_s
-            self._sweep(kind, ttl_s)
+            self._sweep(kind)
         path = self._path(kind, key)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -128,19 +130,25 @@ class TokenStore:
                 fh.write(self._fernet.encrypt(json.dumps(body).encode()))
                 fh.flush()
                 os.fsync(fh.fileno())
+            if ttl_s is not None:
+                # The file's mtime is its expiry: the sweep needs no key, and records of one kind may differ in ttl.
+                os.utime(tmp, (body["_expires_at"], body["_expires_at"]))
             os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
 
-    def _sweep(self, kind: str, ttl_s: float) -> None:
-        """Records of a kind that expires (pending consents) older than ``ttl_s`` are deleted as new ones come: the
-        directory stays bounded by what one ``ttl_s`` can write."""
-        cutoff = time.time() - ttl_s
+    def _sweep(self, kind: str) -> None:
+        """Records of a kind that expires (pending consents, their answers) past their time are deleted as new ones
+        come (a record that expires carries its expiry as its file's mtime): the directory stays bounded by what the
+        records' lifetimes can write."""
+        now = time.time()
         for path in self.directory.glob(f"{kind}-*"):
+            if path.suffix == ".lock":
+                continue  # a lock file another process may hold: never replaced under it
             with contextlib.suppress(OSError):
-                if path.stat().st_mtime < cutoff:
+                if path.stat().st_mtime < now:
                     path.unlink()
 
     def delete(self, kind: str, key: tuple[str, ...]) -> None:

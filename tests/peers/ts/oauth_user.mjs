@@ -32,6 +32,8 @@ const provider = new Provider(issuer, {
   scopes: ['openid', 'offline_access', 'mcp:tools'],
   features: {
     devInteractions: { enabled: false },
+    // A protected MCP server (server.mjs with PEER_AUTH_ISSUER) checks a subject's token here, as a confidential client.
+    introspection: { enabled: true },
     resourceIndicators: {
       enabled: true,
       defaultResource: async (_ctx, _client, oneOf) => oneOf,
