@@ -211,12 +211,16 @@ async def test_worker_killed_between_refresh_answer_and_store_then_no_token_anyw
         "the token store's raw bytes": store_bytes,
     }
     hits = {(where, kind) for where, data in places.items() for token, kind in tokens.items() if token in data}
+    sizes = ", ".join(f"{where} {len(data)} B" for where, data in places.items())
+    print(f"{len(tokens)} tokens searched for in {sizes}: {len(hits)} hits")
     assert hits == set(), sorted(hits)
     # The control: the search reads what it claims to (the subject, the task's principal, is there in plain text;
     # the consent URLs are in the logs).
     for where in ("histories", "Temporal's SQLite file", "worker A's stdout/stderr", "worker B's logs"):
         assert SUBJECT.encode() in places[where], where
     assert b"whoami" in described
+    # ... and Temporal's file keeps history payloads as they are (the tool's answer, only in history events, is there).
+    assert f"subject={SUBJECT}".encode() in sqlite
     assert SUBJECT.encode() not in store_bytes  # encrypted: not even the subject's name
 
 
