@@ -65,6 +65,7 @@ from .idle import idle_targets, phase_idle_waits, render_idle
 from .minimal import MinimalWorkflow
 from .naive import NaivePollWorkflow, NaiveRequest
 from .push import DESIGNS, phase_push, phase_push_inflight, push_targets, render_push
+from .refresh import phase_refresh, render_refresh
 from .waiting import (
     AgedBackground,
     HeartbeatLedger,
@@ -1029,6 +1030,7 @@ def render(res: dict[str, Any]) -> str:
     lines += render_waiting(res)
     lines += render_idle(res)
     lines += render_push(res)
+    lines += render_refresh(res)
     lines += render_targets(res.get("targets") or [])
     lines += ["", f"Total wall time: {res['wall_s']:.1f} s"]
     return "\n".join(lines)
@@ -1051,6 +1053,7 @@ PHASES = (
     "idle-waits",
     "push",
     "push-inflight",
+    "refresh",
 )
 
 
@@ -1201,6 +1204,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     g.add_argument(
         "--idle-cancels", type=int, default=None, help="idle in-flight tasks cancelled (default 20; quick 3)"
+    )
+    g = p.add_argument_group("acting for users (bench/refresh.py; `--only refresh`, ~4 min; not in the default run)")
+    g.add_argument("--refresh-tasks", type=int, default=200, help="tasks (default 200)")
+    g.add_argument("--refresh-subjects", type=int, default=10, help="subjects, each with its own grant (default 10)")
+    g.add_argument("--refresh-window", type=float, default=180.0, help="seconds the starts are spread over (180)")
+    g.add_argument("--refresh-ttl", type=int, default=20, help="access token lifetime at the authorization server (20)")
+    g.add_argument(
+        "--refresh-work", type=float, default=80.0, help="a task works 2 s … this long at the server (default 80)"
     )
     g = p.add_argument_group("told, not polled (bench/push.py; `--only push`; not in the default run)")
     g.add_argument(
@@ -1371,6 +1382,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.skip_push_inflight = "push-inflight" not in only
     if not args.skip_push_inflight and not inflight_given:
         args.push_inflight = 300 if q else 10000
+    if "refresh" not in only:
+        args.skip_refresh = True  # its own servers and workers, ~4 min: by name only
     if "push" not in only:
         args.skip_push = True  # ~16 min in --quick, ~2 hours in full (the old tasks' stretched gaps): by name only
     if q:
@@ -1525,6 +1538,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             res["push"] = await phase_push(env, args)
         if not args.skip_push_inflight:
             res["push_inflight"] = await phase_push_inflight(env, args)
+        if not args.skip_refresh:
+            res["refresh"] = await phase_refresh(env, args)
     finally:
         env.stop()
     res["earlier_targets"] = targets(res)

@@ -134,7 +134,8 @@ async def test_another_process_refresh_is_used_not_repeated(tmp_path: Path) -> N
 
 async def test_an_interrupted_refresh_never_sends_its_refresh_token_again(tmp_path: Path) -> None:
     src, s = source(tmp_path)
-    # A process marked the refresh, sent it, and died before storing the answer.
+    # A process marked the refresh, sent it, and died before storing the answer (the record it leaves; a real worker
+    # SIGKILLed at that moment: tests/test_subject_kill.py).
     s.write("grant", KEY, {"generation": 3, "access_token": "a", "refresh_token": "spent", "refreshing": True})
     await src._refresh(seen=3)
     record = s.read("grant", KEY)

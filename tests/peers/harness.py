@@ -281,27 +281,49 @@ def oauth_server(
 
 @contextlib.contextmanager
 def oauth_user_server(
-    log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int = 20, name: str = "oauth-user"
+    log_dir: Path,
+    *,
+    clients: list[dict[str, Any]],
+    token_ttl_s: int = 20,
+    name: str = "oauth-user",
+    issued: Path | None = None,
 ) -> Iterator[Peer]:
     """A real authorization server for a subject's authorization-code grant (oidc-provider,
-    ``tests/peers/ts/oauth_user.mjs``): refresh-token rotation, consent given at once for ``login_hint``.
+    ``tests/peers/ts/oauth_user.mjs``): refresh-token rotation, consent given at once for ``login_hint``,
+    introspection for a confidential client among ``clients``.
 
     ``Peer.url`` is its issuer; ``Peer.log()`` has one line per token-endpoint outcome (``grant_type``, ``ok``,
-    ``error``)."""
-    with _oidc_provider("oauth_user.mjs", log_dir, clients=clients, token_ttl_s=token_ttl_s, name=name) as peer:
+    ``error``, ``grant``, ``rt``: a digest of the refresh token presented), ``Peer.events()`` oidc-provider's own
+    ``refresh_token.consumed`` and ``grant.revoked``. ``issued``: a file that receives every token handed out, in
+    clear (``OAUTH_ISSUED``), for tests that search for them."""
+    extra = {"OAUTH_ISSUED": str(issued)} if issued is not None else None
+    with _oidc_provider(
+        "oauth_user.mjs", log_dir, clients=clients, token_ttl_s=token_ttl_s, name=name, extra_env=extra
+    ) as peer:
         yield peer
 
 
 @contextlib.contextmanager
 def _oidc_provider(
-    script: str, log_dir: Path, *, clients: list[dict[str, Any]], token_ttl_s: int, name: str
+    script: str,
+    log_dir: Path,
+    *,
+    clients: list[dict[str, Any]],
+    token_ttl_s: int,
+    name: str,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[Peer]:
     """``tests/peers/ts/SCRIPT`` on oidc-provider: its clients, token lifetime and log passed by environment."""
     node = require_ts_peer()
     if not (TS_DIR / "node_modules" / "oidc-provider").is_dir():
         pytest.fail(f"{TS_DIR}/node_modules/oidc-provider is missing: run npm ci in tests/peers/ts", pytrace=False)
     log_path = _fresh_log(log_dir, name)
-    extra = {"OAUTH_CLIENTS": json.dumps(clients), "OAUTH_TOKEN_TTL_S": str(token_ttl_s), "OAUTH_LOG": str(log_path)}
+    extra = {
+        "OAUTH_CLIENTS": json.dumps(clients),
+        "OAUTH_TOKEN_TTL_S": str(token_ttl_s),
+        "OAUTH_LOG": str(log_path),
+        **(extra_env or {}),
+    }
     with _http_peer(
         [node, str(TS_DIR / script), "--port", "0"],
         name=name,

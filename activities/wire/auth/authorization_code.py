@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import secrets
 import time
 from collections import OrderedDict
@@ -76,6 +77,26 @@ MAX_WAITING = 256
 ANSWER_PREFIX = "answer-"
 #: The callback's query, bounded.
 MAX_CALLBACK = 8 * 1024
+
+#: Tests only: a file path. The first process (of those given it) to hold the authorization server's refresh answer,
+#: not yet stored, creates the file with its pid in it and waits (:data:`TEST_PAUSE_S`) for the test to SIGKILL it:
+#: the moment a crash costs the most. The file existing, nobody else pauses.
+TEST_PAUSE_ENV = "MCP_TASKS_TEST_PAUSE_AFTER_REFRESH"
+TEST_PAUSE_S = 15.0  # under FLOW_TIMEOUT_S: a process nobody kills goes on and stores the answer
+
+
+async def _test_pause() -> None:
+    path = os.environ.get(TEST_PAUSE_ENV)
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:  # the announcement: the test reads the pid, then kills it
+        fh.write(f"{os.getpid()}\n")
+    await asyncio.sleep(TEST_PAUSE_S)
+
 
 #: Who answers a consent in this context: given the URL the person opens, it returns the URL their browser was sent
 #: back to (``mcp-tasks login``). None: the consent is stored as pending and :class:`ConsentRequired` raised.
@@ -454,6 +475,7 @@ class SubjectTokenSource:
                         self.store.write("grant", self._key, {**record, "refreshing": False})
                 self._hold(None)
                 return
+            await _test_pause()
             self.refreshes += 1
             self._save(
                 tokens, record.get("scope"), generation=seen + 1, previous=record, dpop_jwk=record.get("dpop_jwk")

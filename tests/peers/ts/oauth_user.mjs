@@ -7,8 +7,15 @@
 // Env:
 //   OAUTH_CLIENTS      JSON array of client metadata (public clients: token_endpoint_auth_method "none")
 //   OAUTH_TOKEN_TTL_S  access token lifetime (default 20)
-//   OAUTH_LOG          /path.jsonl: one line per token-endpoint outcome ({ts, grant_type, ok, error, account}),
-//                      never a token. A rotated refresh token presented twice shows as invalid_grant here.
+//   OAUTH_LOG          /path.jsonl: one line per token-endpoint outcome ({ts, grant_type, ok, error, description,
+//                      account, grant, rt}), never a token: `grant` is oidc-provider's grant id, `rt` the first 16 hex
+//                      of the SHA-256 of the refresh token presented (the same `rt` on two lines: a refresh token
+//                      used twice). A rotated refresh token presented twice shows as invalid_grant here, and
+//                      oidc-provider's own `refresh_token.consumed` / `grant.revoked` events as {event, grant, rt}.
+//   OAUTH_ISSUED       /path.jsonl (test only): every access and refresh token the server hands out, in clear, so a
+//                      test can search for them elsewhere ({ts, grant, access_token, refresh_token}).
+//   Introspection (RFC 7662) is on: an MCP server checks tokens as a confidential client listed in OAUTH_CLIENTS.
+import { createHash } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
@@ -17,7 +24,9 @@ import Provider from 'oidc-provider';
 const { values: opts } = parseArgs({ options: { port: { type: 'string', default: '0' } } });
 const TTL_S = Number(process.env.OAUTH_TOKEN_TTL_S ?? 20);
 const LOG = process.env.OAUTH_LOG;
+const ISSUED = process.env.OAUTH_ISSUED;
 const log = entry => { if (LOG) appendFileSync(LOG, JSON.stringify({ ts: Date.now(), ...entry }) + '\n'); };
+const digest = token => typeof token === 'string' ? createHash('sha256').update(token).digest('hex').slice(0, 16) : null;
 const clients = JSON.parse(process.env.OAUTH_CLIENTS ?? '[]').map(c => ({
   grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none',
   ...c
@@ -51,12 +60,28 @@ const provider = new Provider(issuer, {
   cookies: { keys: ['test-only-cookie-key'] }
 });
 
-provider.on('grant.success', ctx => log({
-  grant_type: ctx.oidc.params.grant_type, ok: true, account: ctx.oidc.entities.Account?.accountId ?? null
-}));
+// The grant a token request was for: the refresh token's, or the authorization code's.
+const grantOf = ctx => ctx.oidc?.entities?.Grant?.jti ?? ctx.oidc?.entities?.RefreshToken?.grantId
+  ?? ctx.oidc?.entities?.AuthorizationCode?.grantId ?? null;
+provider.on('grant.success', ctx => {
+  const grant = grantOf(ctx);
+  log({
+    grant_type: ctx.oidc.params.grant_type, ok: true, account: ctx.oidc.entities.Account?.accountId ?? null, grant,
+    rt: digest(ctx.oidc.params.refresh_token)
+  });
+  if (ISSUED) {
+    appendFileSync(ISSUED, JSON.stringify({
+      ts: Date.now(), grant, access_token: ctx.body?.access_token ?? null, refresh_token: ctx.body?.refresh_token ?? null
+    }) + '\n');
+  }
+});
 provider.on('grant.error', (ctx, err) => log({
-  grant_type: ctx.oidc.params?.grant_type ?? null, ok: false, error: err.error ?? String(err.message)
+  grant_type: ctx.oidc?.params?.grant_type ?? null, ok: false, error: err.error ?? String(err.message),
+  description: err.error_description ?? null, account: ctx.oidc?.entities?.Account?.accountId ?? null,
+  grant: grantOf(ctx), rt: digest(ctx.oidc?.params?.refresh_token)
 }));
+provider.on('refresh_token.consumed', token => log({ event: 'refresh_token.consumed', grant: token.grantId }));
+provider.on('grant.revoked', (_ctx, grantId) => log({ event: 'grant.revoked', grant: grantId }));
 provider.on('server_error', (_ctx, err) => process.stderr.write(`[oauth_user] server_error: ${err.stack}\n`));
 
 // The person: signs in as login_hint, then grants the scopes and the resource asked for.

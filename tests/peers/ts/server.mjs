@@ -421,6 +421,14 @@ function buildServer() {
         return { ...text(`elicitation failed: ${err.message}`), isError: true };
       }
     });
+  // Whose token the call came with: the `sub` the authorization server's introspection gave for it (PEER_AUTH_ISSUER),
+  // after `seconds`, so a task may outlive the token it was called with.
+  taskTool(server, 'whoami', { description: 'The subject of the bearer token this call came with.',
+    inputSchema: { seconds: z.number().default(0) }, taskSupport: 'optional' },
+  async ({ seconds }, taskId, extra) => {
+    const sub = extra.authInfo?.extra?.sub ?? null;
+    return (await work(taskId, seconds * 1000)) && ['completed', { ...text(`subject=${sub ?? ''}`), structuredContent: { subject: sub } }];
+  });
   server.registerTool('counter', { description: 'tools/call count per tool name in this process.', inputSchema: {} },
     async () => text(JSON.stringify(callCounts)));
   registerJobTools(server);
@@ -502,7 +510,7 @@ async function protectedApp(resourceUrl, serve) {
       const info = await reply.json();
       if (!info.active) throw new InvalidTokenError('token is not active');
       return { token, clientId: info.client_id, scopes: (info.scope ?? '').split(' ').filter(Boolean),
-               expiresAt: info.exp, resource: info.aud };
+               expiresAt: info.exp, resource: info.aud, extra: { sub: info.sub ?? null } };
     }
   };
   const app = express();
