@@ -4,8 +4,9 @@
 ``tests/peers/ts/oauth_user.mjs``: refresh-token rotation on, reuse detection revoking the grant, access tokens of
 ``--refresh-ttl`` seconds, 20 by default) in front of a real MCP server that checks every token by introspection at
 that authorization server and echoes its subject (the TypeScript SDK's server, ``tests/peers/ts/server.mjs``, tool
-``whoami``). Each of ``--refresh-subjects`` subjects consents once (a task asks, the person follows the URL, the
-callback completes it: ``complete_consent``); then ``--refresh-tasks`` tasks (subject ``i mod N``, each working
+``whoami``). Each of ``--refresh-subjects`` subjects consents once (a task waits for it, the person follows the URL,
+the callback hands the answer to that task: ``worker.consent.complete_consent``); then ``--refresh-tasks`` tasks
+(subject ``i mod N``, each working
 ``--refresh-work`` seconds at the server, spread from 2 s to 4 × the token lifetime, so that polls span refreshes) are
 started at an even pace over ``--refresh-window`` seconds on two ``mcp-tasks worker`` processes sharing one token store,
 and every outcome awaited.
@@ -24,7 +25,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import threading
@@ -136,8 +136,9 @@ def most_refreshes_per_lifetime(entries: list[dict[str, Any]], ttl_s: float) -> 
 async def phase_refresh(env: Any, args: Any) -> dict[str, Any]:
     from cryptography.fernet import Fernet
 
-    from mcp_temporal_tasks.activities.wire.auth.authorization_code import complete_consent
+    from mcp_temporal_tasks.activities.activity_io import AUTHORIZATION_MEMO
     from mcp_temporal_tasks.activities.wire.auth.token_store import TokenStore
+    from mcp_temporal_tasks.worker.consent import complete_consent
     from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
     from mcp_temporal_tasks.workflows.records import McpTaskRequest
 
@@ -207,17 +208,26 @@ async def phase_refresh(env: Any, args: Any) -> dict[str, Any]:
         def request(subject: str, seconds: float) -> Any:
             return McpTaskRequest(server="s", tool="whoami", arguments={"seconds": seconds}, principal=subject)
 
-        # Consent, once per subject: the task says where; the person goes there; the callback completes it.
+        # Consent, once per subject: the task waits for it and says where (its memo, as the UI shows it); the person
+        # goes there; the callback hands the answer to the same task, which exchanges the code and completes.
         names = [f"user-{i:02d}" for i in range(subjects)]
         for subject in names:
             handle = await start_mcp_task(
                 client, request(subject, 0), workflow_id=f"consent-{subject}-{env.run_id}", task_queue=queue
             )
+            url = None
+            for _ in range(600):  # 60 s
+                asked = (await (await handle.describe()).memo()).get(AUTHORIZATION_MEMO)
+                url = asked.get("url") if isinstance(asked, dict) else None
+                if url:
+                    break
+                await asyncio.sleep(0.1)
+            if not url:
+                raise RuntimeError(f"{subject}: the task did not wait for a consent within 60 s")
+            await complete_consent(await person(url, subject), client, store=store)
             out = await asyncio.wait_for(outcome_of(handle), 120)
-            asked = re.search(r"https?://[^\s\"']+/auth\?[^\s\"']+", json.dumps(out.model_dump(mode="json")))
-            if asked is None:
-                raise RuntimeError(f"{subject}: no consent asked: {out.outcome} {out.reason}")
-            await complete_consent(await person(asked.group(0), subject), store=store)
+            if out.outcome.value != "completed":
+                raise RuntimeError(f"{subject}: the consenting task ended {out.outcome.value}: {out.reason}")
         consents = len(read_jsonl(as_log))
         log(f"refresh: {subjects} subjects consented ({consents} token answers); {n} tasks over {window:g}s")
 

@@ -23,7 +23,6 @@ is anywhere. The subject's name is looked for in the same places as a control th
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
@@ -37,7 +36,8 @@ from cryptography.fernet import Fernet
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from mcp_temporal_tasks.activities.wire.auth.authorization_code import TEST_PAUSE_ENV, complete_consent
+from mcp_temporal_tasks.activities.activity_io import AUTHORIZATION_MEMO
+from mcp_temporal_tasks.activities.wire.auth.authorization_code import TEST_PAUSE_ENV
 from mcp_temporal_tasks.worker.config import load_config
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
@@ -84,12 +84,6 @@ async def person(url: str, subject: str) -> str:
 
 #: A consent URL at oidc-provider (its authorization endpoint is ``/auth``).
 CONSENT_URL = re.compile(r"https?://[^\s\"'()]+/auth\?[^\s\"'()]+")
-
-
-def consent_url(text: str) -> str:
-    found = CONSENT_URL.search(text)
-    assert found is not None, f"no consent URL in: {text[:1500]}"
-    return found.group(0)
 
 
 async def consent_asked(handle: Any) -> str | None:
@@ -156,11 +150,22 @@ async def test_worker_killed_between_refresh_answer_and_store_then_no_token_anyw
                     task_queue=queue,
                 )
 
-            # No grant yet: the task asks for the subject's consent (the URL in its outcome); the person gives it,
-            # and the callback completes it (what `mcp-tasks login --callback` runs, here in this process).
-            asked = await asyncio.wait_for(outcome_of(await task(0)), 60)
-            assert asked.outcome != Outcome.COMPLETED, asked
-            await complete_consent(await person(consent_url(json.dumps(asked.model_dump(mode="json"))), SUBJECT))
+            # No grant yet: the task waits for the subject's consent (the URL in its memo, as the UI shows it); the
+            # person gives it and hands the answer with `mcp-tasks login --callback`, and the same task completes.
+            consenting = await task(0)
+
+            async def waiting_url() -> str | None:
+                memo = await (await consenting.describe()).memo()
+                asked = memo.get(AUTHORIZATION_MEMO)
+                return asked.get("url") if isinstance(asked, dict) else None
+
+            url = await eventually(waiting_url, 60, "the task waiting for consent")
+            code, out, err = await cli(
+                "login", "--callback", await person(url, SUBJECT), "--json", "--address", server.address, env=env
+            )
+            assert code == 0, (code, out[-1500:], err[-1500:])
+            consented = await asyncio.wait_for(outcome_of(consenting), 60)
+            assert consented.outcome == Outcome.COMPLETED, consented
             # A task longer than its token: tools/call with the consented token, then a wait whose polls need a
             # refresh. A, holding the authorization server's answer, pauses before the store; it is killed there.
             mark = peer.log_mark()
