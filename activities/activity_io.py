@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator
 
+from mcp_temporal_tasks.protocol.limits import cap_text
 from mcp_temporal_tasks.protocol.tasks import (
     Endpoint,
     Era,
@@ -105,6 +106,10 @@ class JobBinding(ToolPolicy):
             raise ValueError("states must map at least one server state to 'completed'")
 
 
+#: The longest ``[servers.NAME] subjects`` pattern.
+MAX_SUBJECTS_PATTERN = 500
+
+
 class ServerConfig(_Model):
     """One entry of the worker's server registry."""
 
@@ -115,11 +120,38 @@ class ServerConfig(_Model):
     headers: dict[str, str] = Field(default_factory=dict, description="header -> worker env var name")
     auth: OAuthClient | None = Field(None, description="OAuth client credentials, by reference")
     principal: str | None = None
+    #: The subjects tasks may act for on this server (a regular expression a task's principal must match in full):
+    #: a caller is trusted to name the subject, this says which subjects exist here at all.
+    subjects: str | None = Field(None, min_length=1, max_length=MAX_SUBJECTS_PATTERN)
     era: Era | None = None
     trust_annotations: StrictBool = False
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     polling: PollSchedule = Field(default_factory=PollSchedule)
     jobs: dict[str, JobBinding] = Field(default_factory=dict)
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects_pattern(cls, v: str | None) -> str | None:
+        import re
+
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"{v!r} is not a regular expression: {exc}") from None
+        return v
+
+    def subject_refusal(self, principal: str | None) -> str | None:
+        """Why a task for ``principal`` must not run on this server (its ``subjects`` do not include it), else None."""
+        import re
+
+        if self.subjects is None:
+            return None
+        if principal is None:
+            return "the task names no subject, and this server's tasks act for one (its subjects are configured)"
+        if re.fullmatch(self.subjects, principal) is None:
+            return f"subject {cap_text(principal, 100)!r} is not one of this server's subjects ({self.subjects!r})"
+        return None
 
     def endpoint(self) -> Endpoint:
         return Endpoint(

@@ -117,7 +117,8 @@ class Calling:
 
         An unknown server name → ``ApplicationError(type="UnknownServer")``. An inline endpoint this worker's
         configuration does not allow (command, credential references or URL, each by its own ``[worker]`` key) →
-        ``ApplicationError(type="InlineEndpointRefused")``; nothing runs. Both are non-retryable.
+        ``ApplicationError(type="InlineEndpointRefused")``; a principal the server's ``subjects`` do not include →
+        ``ApplicationError(type="SubjectRefused")``; nothing runs. All are non-retryable.
         """
         if isinstance(inp.server, str):
             cfg = self.servers.get(inp.server)
@@ -128,6 +129,13 @@ class Calling:
                     f"{activity.info().task_queue!r} took this task and has no such server (its "
                     f"servers: {known}); every worker on a queue needs the same [servers]",
                     type="UnknownServer",
+                    non_retryable=True,
+                )
+            refused = cfg.subject_refusal(inp.principal or cfg.principal)
+            if refused is not None:
+                raise ApplicationError(
+                    f"server {inp.server!r}: {refused}; nothing was sent",
+                    type="SubjectRefused",
                     non_retryable=True,
                 )
             endpoint = cfg.endpoint()

@@ -43,6 +43,8 @@ DEFAULT_TASK_QUEUE = "mcp-tasks"
 #: under Temporal's 2 MiB payload limit (and its 512 KiB warning).
 MAX_ARGUMENTS_BYTES = 512 * 1024
 MAX_TOOL_NAME = 256
+#: The longest principal (a subject: a user id, an email, a tenant); it is in the ledger, the memo and the store's keys.
+MAX_PRINCIPAL = 256
 
 
 #: The search attributes every task keeps up to date (Keyword). Registered by the worker, the plugin, the dev server.
@@ -224,7 +226,7 @@ class McpTaskRequest(_Model):
     #: None: the configured per-tool value, else 1.
     max_replays: int | None = Field(None, ge=0, le=10)
     idempotent: bool | None = None
-    principal: str | None = None
+    principal: str | None = Field(None, min_length=1, max_length=MAX_PRINCIPAL)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     #: What to do when a human does not answer an input request in time.
     on_input_timeout: Literal["decline", "cancel"] = "cancel"
