@@ -47,6 +47,8 @@ def test_records_are_encrypted_at_rest_and_keyed_by_subject(tmp_path: Path) -> N
     assert b"at-secret-1" not in raw and b"rt-secret-1" not in raw and b"alice" not in raw
     assert store(tmp_path, key).read("grant", KEY) is not None  # another process with the key reads it
     assert s.read("grant", ("bob", *KEY[1:])) is None  # another subject's key: nothing
+    assert s.read("grant", (*KEY[:2], "https://other.example/mcp", KEY[3])) is None  # another resource's: nothing
+    assert s.read("grant", (KEY[0], "https://other-as.example", *KEY[2:])) is None  # another issuer's: nothing
     with pytest.raises(StoreError, match="does not decrypt"):
         store(tmp_path).read("grant", KEY)  # another key
     assert grant_id(*KEY).startswith("grant-") and "alice" not in grant_id(*KEY)
