@@ -371,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="complete a consent a task asked for: the URL the browser was sent back to after opening the task's URL",
     )
     p.add_argument("--new-key", action="store_true", help="print a new key for MCP_TASKS_TOKEN_KEY and exit")
+    p.add_argument(
+        "--id-token-file",
+        metavar="FILE",
+        help="enterprise-managed server: the subject's ID token from their identity provider (- for stdin)",
+    )
     json_opt(p)
 
     for name, helptext in (

@@ -61,6 +61,26 @@ def lifetime_s(tokens: OAuthToken) -> float:
     return float(tokens.expires_in) if tokens.expires_in and tokens.expires_in > 0 else 3600.0
 
 
+async def post_form(endpoint: str, data: dict[str, str], basic: httpx2.BasicAuth | None, who: str) -> bytes:
+    """The body of a successful token-endpoint POST of ``data`` (at ``endpoint``, ``who``'s); a refusal, an
+    unreachable endpoint or a body over the bound is :class:`NoToken` naming ``who`` and the RFC 6749 §5.2 error."""
+    where = redact_url(endpoint)
+    try:
+        async with client() as http:
+            async with http.stream(
+                "POST", endpoint, data=data, auth=basic, headers={"accept": "application/json"}
+            ) as response:
+                body = await read_body(response, "the token response")
+    except httpx2.HTTPError as exc:
+        raise NoToken(f"cannot reach {where}: {type(exc).__name__}") from None
+    if response.status_code not in (200, 201):
+        raise NoToken(
+            f"{who} at {where} refused the token request: {refusal(response.status_code, body)}",
+            oauth_error=error_code(body),
+        )
+    return body
+
+
 async def request_token(endpoint: str, resource: str, scope: str | None, grant: TokenRequest) -> OAuthToken:
     """A bearer token from the token endpoint at ``endpoint`` (found by discovery), for ``resource`` and ``scope``."""
     from mcp.shared.auth import OAuthToken
@@ -71,19 +91,7 @@ async def request_token(endpoint: str, resource: str, scope: str | None, grant: 
         data["scope"] = scope
     data.update(grant.fields)
     where = redact_url(endpoint)
-    try:
-        async with client() as http:
-            async with http.stream(
-                "POST", endpoint, data=data, auth=grant.basic, headers={"accept": "application/json"}
-            ) as response:
-                body = await read_body(response, "the token response")
-    except httpx2.HTTPError as exc:
-        raise NoToken(f"cannot reach {where}: {type(exc).__name__}") from None
-    if response.status_code not in (200, 201):
-        raise NoToken(
-            f"the authorization server at {where} refused the token request: {refusal(response.status_code, body)}",
-            oauth_error=error_code(body),
-        )
+    body = await post_form(endpoint, data, grant.basic, "the authorization server")
     try:
         tokens = OAuthToken.model_validate_json(body)
     except ValidationError:
