@@ -73,6 +73,9 @@ SERVICE_AUTH = {
 #: with ``mcp-tasks login s --subject conformance-person --id-token-file``, which then lists the tools for the person
 #: (the token exchange at the suite's IdP, then the JWT-bearer grant at its authorization server).
 ENTERPRISE = {"auth/cross-app-access-complete-flow", "auth/enterprise-managed-authorization"}
+#: Of those, the one whose tool then also runs as a task for the person (a worker's path: the ID token read from the
+#: store in the activity; tests/test_conformance.py searches its history for tokens). One line only: CI time.
+TASK_AFTER_HANDOVER = {"auth/enterprise-managed-authorization": "test-tool"}
 #: The client ID metadata document URL the suite's basic-cimd scenario expects (hard-coded there, never fetched).
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
 #: Scenarios whose server asks for more scope on tools/call than on tools/list: after login, the tool is run as a
@@ -351,7 +354,15 @@ def main(argv: list[str]) -> int:
             id_token.write_text(str(context.get("idp_id_token", "")))
             id_token.chmod(0o600)
             login = ["login", "s", "--config", str(config), "--subject", PERSON, "--id-token-file", str(id_token)]
-            return step([*login, "--timeout", "30", "--json"], env).returncode
+            code = step([*login, "--timeout", "30", "--json"], env).returncode
+            if code != 0 or scenario not in TASK_AFTER_HANDOVER:
+                return code
+            # As a worker runs it: a task for the person, whose worker reads the ID token from the store.
+            address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS", "")
+            wid = workflow_id(scenario)
+            tool = TASK_AFTER_HANDOVER[scenario]
+            run_args = ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address]
+            return step([*run_args, "--principal", PERSON], env).returncode
         if scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
             from cryptography.fernet import Fernet
 
