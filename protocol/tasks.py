@@ -38,8 +38,10 @@ class StrictModel(BaseModel):
 
 
 class OAuthClient(StrictModel):
-    """How this worker gets OAuth access tokens for a server: as itself (client credentials, ``private_key_jwt``) or
-    for a subject (the authorization-code grant, ``authorization_code``).
+    """How this worker gets OAuth access tokens for a server: as itself (client credentials, ``private_key_jwt``, a
+    platform token presented with the JWT-bearer grant: ``workload_identity``) or for a subject (the
+    authorization-code grant, ``authorization_code``; the subject's identity-provider token exchanged for an ID-JAG:
+    ``enterprise_managed``).
 
     *References* only, like ``header_refs``: the secret (``client_secret_env``) and the private key
     (``private_key_env`` or ``private_key_file``) are read in the worker when a token is needed, never carried; a
@@ -48,8 +50,11 @@ class OAuthClient(StrictModel):
     server's metadata); ``issuer`` pins which authorization server may receive the credentials.
     """
 
-    type: Literal["client_credentials", "private_key_jwt", "authorization_code"]
-    #: Required for the service grants; for ``authorization_code`` a pre-registered client (else CIMD, else DCR).
+    type: Literal[
+        "client_credentials", "private_key_jwt", "authorization_code", "workload_identity", "enterprise_managed"
+    ]
+    #: Required for the service grants; for ``authorization_code`` a pre-registered client (else CIMD, else DCR);
+    #: optional for ``workload_identity`` (sent with the assertion when set).
     client_id: str | None = Field(default=None, min_length=1)
     client_secret_env: str | None = None
     #: None: chosen from the authorization server's ``token_endpoint_auth_methods_supported`` (``wire.auth``).
@@ -69,10 +74,30 @@ class OAuthClient(StrictModel):
     #: Sender-constrained tokens (DPoP, RFC 9449): tokens bound to a key of this client, a fresh proof with every
     #: request (``wire.auth.dpop``). Off: bearer tokens.
     dpop: bool = False
+    #: ``workload_identity``: the platform token (a JWT: a projected service-account token, a CI OIDC token), by
+    #: reference: a file read at each token request (it rotates) or an environment variable.
+    assertion_file: str | None = None
+    assertion_env: str | None = None
+    #: ``enterprise_managed``: the subject's identity provider (its ID token, handed over with ``mcp-tasks login
+    #: --id-token-file``, must name this issuer), its token endpoint (the RFC 8693 exchange for an ID-JAG), and this
+    #: app's client there (with its secret by reference, optional).
+    idp_issuer: str | None = None
+    idp_token_endpoint: str | None = None
+    idp_client_id: str | None = None
+    idp_client_secret_env: str | None = None
 
     def model_post_init(self, _ctx: Any) -> None:
-        if self.type != "authorization_code" and not self.client_id:
+        if self.type not in ("authorization_code", "workload_identity") and not self.client_id:
             raise ValueError(f"auth type {self.type!r} needs a client_id")
+        if self.type == "workload_identity" and (self.assertion_env is None) == (self.assertion_file is None):
+            raise ValueError('auth type \'workload_identity\' needs assertion = { env = "VAR" } or { file = "PATH" }')
+        if self.type == "enterprise_managed":
+            if not self.client_secret_env:
+                raise ValueError("auth type 'enterprise_managed' needs client_secret = { env = \"VAR\" }")
+            for name in ("idp_issuer", "idp_token_endpoint"):
+                value = getattr(self, name)
+                if not value or not value.startswith(("http://", "https://")):
+                    raise ValueError(f"auth type 'enterprise_managed' needs {name}, an http(s) URL (got {value!r})")
         if self.type == "client_credentials" and not self.client_secret_env:
             raise ValueError("auth type 'client_credentials' needs client_secret = { env = \"VAR\" }")
         if self.type == "private_key_jwt" and (self.private_key_env is None) == (self.private_key_file is None):
@@ -117,6 +142,10 @@ class Endpoint(StrictModel):
     def identity(self) -> str:
         """Server identity for ledgers and search attributes: no userinfo, query or arguments (may hold tokens)."""
         return redact_url(self.url) if self.url else (self.command or [""])[0]
+
+
+#: The auth types whose tokens are a subject's (the task's principal's), never the worker's own.
+SUBJECT_AUTH_TYPES = ("authorization_code", "enterprise_managed")
 
 
 def redact_url(url: str) -> str:

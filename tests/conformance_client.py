@@ -4,10 +4,12 @@
 
 The suite appends the scenario server's URL and sets ``MCP_CONFORMANCE_SCENARIO`` (and, for some auth scenarios,
 ``MCP_CONFORMANCE_CONTEXT``: JSON with ``client_id`` and ``client_secret``, or ``private_key_pem`` and
-``signing_algorithm``). Each scenario becomes what a user of ``mcp-tasks`` does: a configuration file for the server
-(with its ``[servers.s.auth]`` table where the context gives credentials; the secret or key only by environment
-reference, as a worker takes them), then ``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at
-``CONFORMANCE_TEMPORAL_ADDRESS`` (an already-running one: no dev server per scenario). The exit code is ``run``'s.
+``signing_algorithm``; a workload's ``valid_jwt``; the person's ``idp_id_token`` with ``idp_issuer``,
+``idp_token_endpoint`` and ``idp_client_id``). Each scenario becomes what a user of ``mcp-tasks`` does: a
+configuration file for the server (with its ``[servers.s.auth]`` table where the context gives credentials; the
+secret or key only by environment reference, the platform token by file, as a worker takes them), then
+``mcp-tasks tools`` and ``mcp-tasks run <tool>`` against the Temporal at ``CONFORMANCE_TEMPORAL_ADDRESS`` (an
+already-running one: no dev server per scenario). The exit code is ``run``'s.
 
 The ``auth/*`` scenarios of a subject's authorization-code grant (all but :data:`SERVICE_AUTH`) run ``mcp-tasks login
 s --subject conformance-person`` with a token store of this run, and this script is the person: it fetches each consent
@@ -64,8 +66,15 @@ SERVICE_AUTH = {
     "auth/client-credentials-jwt",
     "auth/pre-registration",
     "auth/resource-mismatch",
-    "auth/cross-app-access-complete-flow",
+    "auth/wif-jwt-bearer",
 }
+#: Enterprise-managed authorization (SEP-990): the person's ID token (the context's ``idp_id_token``) is handed over
+#: with ``mcp-tasks login s --subject conformance-person --id-token-file``, which then lists the tools for the person
+#: (the token exchange at the suite's IdP, then the JWT-bearer grant at its authorization server).
+ENTERPRISE = {"auth/cross-app-access-complete-flow", "auth/enterprise-managed-authorization"}
+#: Of those, the one whose tool then also runs as a task for the person (a worker's path: the ID token read from the
+#: store in the activity; tests/test_conformance.py searches its history for tokens). One line only: CI time.
+TASK_AFTER_HANDOVER = {"auth/enterprise-managed-authorization": "test-tool"}
 #: The client ID metadata document URL the suite's basic-cimd scenario expects (hard-coded there, never fetched).
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
 #: Scenarios whose server asks for more scope on tools/call than on tools/list: after login, the tool is run as a
@@ -102,7 +111,28 @@ def write_config(directory: Path, url: str, scenario: str, context: dict[str, An
     """``[servers.s]`` for ``url``; credentials from the context go to ``env`` and are referenced by name only."""
     lines = ["[servers.s]", f"url = {toml_value(url)}"]
     auth: dict[str, Any] = {}
-    if scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
+    if scenario in ENTERPRISE:
+        env["CONFORMANCE_CLIENT_SECRET"] = str(context.get("client_secret", ""))
+        auth = {
+            "type": "enterprise_managed",
+            "client_id": context.get("client_id", ""),
+            "client_secret": {"env": "CONFORMANCE_CLIENT_SECRET"},
+            "idp_issuer": context.get("idp_issuer", ""),
+            "idp_token_endpoint": context.get("idp_token_endpoint", ""),
+            "idp_client_id": context.get("idp_client_id", ""),
+        }
+        context = {}
+    elif isinstance(context.get("valid_jwt"), str):
+        # Workload identity federation: the platform's token is a file the platform rotates (a projected
+        # service-account token): written where the worker reads it at each token request.
+        token_file = directory / "platform-token"
+        token_file.write_text(context["valid_jwt"])
+        token_file.chmod(0o600)
+        auth = {"type": "workload_identity", "assertion": {"file": str(token_file)}}
+        if isinstance(context.get("client_id"), str):
+            auth["client_id"] = context["client_id"]
+        context = {}
+    elif scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
         with socket.socket() as free:  # a loopback port of this run alone (xdist runs scenarios side by side)
             free.bind(("127.0.0.1", 0))
             port = free.getsockname()[1]
@@ -339,6 +369,23 @@ def main(argv: list[str]) -> int:
         config = write_config(Path(tmp), url, scenario, context, env)
         env["MCP_TASKS_STATE_DIR"] = tmp  # the CLI's local state (result store) stays in this run's folder
         target = ["--server", "s", "--config", str(config)]
+        if scenario in ENTERPRISE:
+            from cryptography.fernet import Fernet
+
+            env["MCP_TASKS_TOKEN_KEY"] = Fernet.generate_key().decode()
+            id_token = Path(tmp) / "id-token"
+            id_token.write_text(str(context.get("idp_id_token", "")))
+            id_token.chmod(0o600)
+            login = ["login", "s", "--config", str(config), "--subject", PERSON, "--id-token-file", str(id_token)]
+            code = step([*login, "--timeout", "30", "--json"], env).returncode
+            if code != 0 or scenario not in TASK_AFTER_HANDOVER:
+                return code
+            # As a worker runs it: a task for the person, whose worker reads the ID token from the store.
+            address = os.environ.get("CONFORMANCE_TEMPORAL_ADDRESS", "")
+            wid = workflow_id(scenario)
+            tool = TASK_AFTER_HANDOVER[scenario]
+            run_args = ["run", tool, *target, "--args", "{}", "--id", wid, "--json", "--address", address]
+            return step([*run_args, "--principal", PERSON], env).returncode
         if scenario.startswith("auth/") and scenario not in SERVICE_AUTH:
             from cryptography.fernet import Fernet
 

@@ -208,11 +208,17 @@ def _refs(table: Any, where: str) -> dict[str, str]:
     return out
 
 
-AUTH_TYPES = ("client_credentials", "private_key_jwt", "authorization_code")
+AUTH_TYPES = ("client_credentials", "private_key_jwt", "authorization_code", "workload_identity", "enterprise_managed")
+#: Only ``workload_identity`` takes this: the platform token, by reference.
+_WIF_KEYS = {"assertion"}
+#: Only ``enterprise_managed`` takes these: the subject's identity provider and this app's client there.
+_IDP_KEYS = {"idp_issuer", "idp_token_endpoint", "idp_client_id", "idp_client_secret"}
 #: Only ``authorization_code`` takes these: the app's client identity when not pre-registered, and its redirect.
 _USER_AUTH_KEYS = {"client_metadata_url", "redirect_uri"}
 _AUTH_KEYS = {
     *_USER_AUTH_KEYS,
+    *_WIF_KEYS,
+    *_IDP_KEYS,
     "type",
     "client_id",
     "client_secret",
@@ -241,8 +247,15 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(f"{where}.type: must be one of {', '.join(AUTH_TYPES)} (got {kind!r})")
     if "dpop" in raw and not isinstance(raw["dpop"], bool):
         raise ConfigError(f"{where}.dpop: must be true or false (got {str(raw['dpop'])[:40]!r})")
+    for only, keys in (("workload_identity", _WIF_KEYS), ("enterprise_managed", _IDP_KEYS)):
+        for key in sorted(keys & set(raw)) if kind != only else []:
+            raise ConfigError(f"{where}.{key}: only auth type {only!r} takes it")
     if kind == "authorization_code":
         return _user_auth(raw, where, env)
+    if kind == "workload_identity":
+        return _workload_auth(raw, where, env)
+    if kind == "enterprise_managed":
+        return _enterprise_auth(raw, where, env)
     for key in _USER_AUTH_KEYS & set(raw):
         raise ConfigError(f"{where}.{key}: only auth type 'authorization_code' takes it")
     if not isinstance(raw.get("client_id"), str) or not raw["client_id"]:
@@ -273,6 +286,63 @@ def _auth(raw: Any, where: str, env: Mapping[str, str]) -> dict[str, Any]:
         out["private_key_file"] = ref["file"]
     else:
         raise ConfigError(f"{where}.{secret_key}: given by reference only, as {forms}")
+    return out
+
+
+def _env_ref(ref: Any, where: str, env: Mapping[str, str]) -> str:
+    """``{ env = "VAR" }`` → ``VAR``, which must be set."""
+    if not (isinstance(ref, dict) and set(ref) == {"env"} and isinstance(ref["env"], str) and ref["env"]):
+        raise ConfigError(f'{where}: given by reference only, as {{ env = "VAR" }}')
+    if not env.get(ref["env"]):
+        raise ConfigError(f"{where}: environment variable {ref['env']} is not set")
+    return str(ref["env"])
+
+
+def _workload_auth(raw: dict[str, Any], where: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """``type = "workload_identity"``: the platform's token (a JWT) by reference, a file or a variable. Its file is
+    not required to exist at start: the platform (kubelet, a CI runner) may write it after the worker starts, and it
+    is read at each token request."""
+    for key in ("client_secret", "private_key", *_USER_AUTH_KEYS):
+        if key in raw:
+            raise ConfigError(f"{where}.{key}: not used by auth type 'workload_identity' (it takes assertion)")
+    if "client_id" in raw and (not isinstance(raw["client_id"], str) or not raw["client_id"]):
+        raise ConfigError(f"{where}.client_id: must be a non-empty string (or left out)")
+    out = {k: v for k, v in raw.items() if k != "assertion"}
+    ref = raw.get("assertion")
+    if isinstance(ref, dict) and len(ref) == 1 and isinstance(ref.get("file"), str) and ref["file"]:
+        out["assertion_file"] = ref["file"]
+    elif isinstance(ref, dict) and "env" in ref:
+        out["assertion_env"] = _env_ref(ref, f"{where}.assertion", env)
+    else:
+        raise ConfigError(
+            f'{where}.assertion: the platform token, given by reference only, as {{ file = "PATH" }} or '
+            '{ env = "VAR" }'
+        )
+    return out
+
+
+def _enterprise_auth(raw: dict[str, Any], where: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """``type = "enterprise_managed"`` (SEP-990): this app's client at the MCP server's authorization server (id and
+    secret by reference), the subject's identity provider (issuer, token endpoint, this app's client id there and
+    optionally its secret by reference). The subject's ID token is never configured: ``mcp-tasks login
+    --id-token-file`` hands it over to the token store."""
+    for key in ("private_key", *_USER_AUTH_KEYS):
+        if key in raw:
+            raise ConfigError(f"{where}.{key}: not used by auth type 'enterprise_managed'")
+    if not isinstance(raw.get("client_id"), str) or not raw["client_id"]:
+        raise ConfigError(f"{where}.client_id: missing (this app's client id at the MCP server's authorization server)")
+    out = {k: v for k, v in raw.items() if k not in ("client_secret", "idp_client_secret")}
+    if "client_secret" not in raw:
+        raise ConfigError(f'{where}.client_secret: missing, give it by reference as {{ env = "VAR" }}')
+    out["client_secret_env"] = _env_ref(raw["client_secret"], f"{where}.client_secret", env)
+    if "idp_client_secret" in raw:
+        if "idp_client_id" not in raw:
+            raise ConfigError(f"{where}.idp_client_secret: needs the idp_client_id it belongs to")
+        out["idp_client_secret_env"] = _env_ref(raw["idp_client_secret"], f"{where}.idp_client_secret", env)
+    for key in ("idp_issuer", "idp_token_endpoint"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+            raise ConfigError(f"{where}.{key}: missing or not an http(s) URL")
     return out
 
 

@@ -8,7 +8,8 @@ to the token store (encrypted with ``MCP_TASKS_TOKEN_KEY``), where a worker's ta
 ``--callback URL`` answers a consent a task waits for (its URL in ``mcp-tasks status``) from the URL the browser
 came back to: checked, kept in the store, and handed to the task, whose worker exchanges the code
 (:mod:`mcp_temporal_tasks.worker.consent`); a consent no task waits for is completed here. ``--new-key`` prints a
-key for the store and exits.
+key for the store and exits. For an ``enterprise_managed`` server (SEP-990) there is no consent here:
+``--id-token-file`` hands over the subject's ID token from their identity provider, and the tools are listed with it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, Tr
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.discovery import is_loopback
 from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, new_key
+from mcp_temporal_tasks.protocol.tasks import Endpoint
 from mcp_temporal_tasks.worker import consent
 from mcp_temporal_tasks.worker.cli.connection import temporal
 from mcp_temporal_tasks.worker.cli.parser import EXIT_ENDED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
@@ -119,6 +121,58 @@ async def _tell(args: argparse.Namespace, fn: Callable[[Client], Awaitable[Any]]
         return None
 
 
+async def _hand_over(args: argparse.Namespace, endpoint: Endpoint, subject: str) -> int:
+    """Enterprise-managed authorization: ``subject``'s ID token from their identity provider (``--id-token-file``,
+    ``-`` for stdin; never an argument, which ``ps`` shows) goes to the token store; then ``tools/list`` with it (the
+    exchange for an ID-JAG and the JWT-bearer grant) shows that it works."""
+    from mcp_temporal_tasks.activities.wire.auth.base import MAX_JWT, NoToken
+    from mcp_temporal_tasks.activities.wire.auth.enterprise_managed import hand_over_id_token
+
+    source = getattr(args, "id_token_file", None)
+    if not source:
+        raise CliError(
+            "this server's grant is enterprise-managed: give the subject's ID token from their identity provider "
+            "with --id-token-file FILE (- for stdin)",
+            EXIT_USAGE,
+        )
+    try:
+        if source == "-":
+            raw = sys.stdin.buffer.read(MAX_JWT + 1)
+        else:
+            with open(source, "rb") as fh:
+                raw = fh.read(MAX_JWT + 1)
+    except OSError as exc:
+        raise CliError(f"--id-token-file {source}: {exc.strerror or type(exc).__name__}", EXIT_USAGE) from None
+    if len(raw) > MAX_JWT:
+        raise CliError(f"--id-token-file {source}: larger than {MAX_JWT} bytes, not an ID token", EXIT_USAGE)
+    assert endpoint.auth is not None
+    spec = endpoint.auth.model_copy(update={"subject": subject})
+    try:
+        hand_over_id_token(spec, subject, raw.decode("utf-8", errors="replace"))
+    except NoToken as exc:
+        raise CliError(f"--id-token-file {source}: {exc.reason}", EXIT_USAGE) from None
+    except StoreError as exc:
+        raise CliError(f"token store: {exc}", EXIT_USAGE) from None
+    endpoint = endpoint.model_copy(update={"auth": spec})
+    try:
+        client = await asyncio.wait_for(WireSession.connect(endpoint), timeout=args.timeout + 30)
+        try:
+            tools = await asyncio.wait_for(client.list_tools(), timeout=args.timeout + 30)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.aclose(), 5)
+    except (TimeoutError, TransportError, TaskUnreachable) as exc:
+        raise CliError(f"MCP server unreachable: {exc or 'no answer in time'}", EXIT_UNREACHABLE) from None
+    except McpWireError as exc:
+        raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
+    out = {"server": args.server, "subject": subject, "consents": 0, "tools": len(tools)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"logged in to {args.server} as {subject!r} ({len(tools)} tools; the ID token is in the token store)")
+    return EXIT_OK
+
+
 async def cmd_login(args: argparse.Namespace) -> int:
     if args.new_key:
         print(new_key())
@@ -134,6 +188,12 @@ async def cmd_login(args: argparse.Namespace) -> int:
         raise CliError(f"unknown server {args.server!r} (configured: {known}); use --config", EXIT_USAGE)
     check_env_refs(cfg, only=[args.server])
     endpoint = server.endpoint()
+    if endpoint.auth is not None and endpoint.auth.type == "enterprise_managed":
+        return await _hand_over(args, endpoint, args.subject or getpass.getuser())
+    if getattr(args, "id_token_file", None):
+        raise CliError(
+            f"--id-token-file is for a server of auth type 'enterprise_managed'; {args.server!r} is not one", EXIT_USAGE
+        )
     if endpoint.auth is None or endpoint.auth.type != "authorization_code":
         raise CliError(
             f"server {args.server!r} is not configured for a subject's consent "

@@ -372,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--new-key", action="store_true", help="print a new key for MCP_TASKS_TOKEN_KEY and exit")
     temporal_opts(p, config=False)  # where the waiting task is told (its own re-check finds the consent otherwise)
+    p.add_argument(
+        "--id-token-file",
+        metavar="FILE",
+        help="enterprise-managed server: the subject's ID token from their identity provider (- for stdin)",
+    )
     json_opt(p)
 
     for name, helptext in (

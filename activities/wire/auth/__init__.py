@@ -1,11 +1,12 @@
 """OAuth access tokens for MCP servers that demand them: one module per grant, chosen from configuration.
 
 ``source`` (the token held, its refresh, the server's challenges) → ``grants`` (the one place a grant is chosen, by
-``OAuthClient.type``) → ``client_credentials`` | ``private_key_jwt`` | ``authorization_code`` (one module per grant,
-side by side; the last with its own token source, a subject's, over the store) → ``discovery`` | ``token_endpoint`` |
-``token_store`` → ``dpop`` (keys, proofs and nonces of sender-constrained tokens) → ``base``. The rules, and why
-neither the SDK's ``OAuthClientProvider`` nor authlib does this: docs/security.md ("Authenticated servers"). Tokens
-never leave this process's memory.
+``OAuthClient.type``) → ``client_credentials`` | ``private_key_jwt`` | ``authorization_code`` | ``workload_identity``
+| ``enterprise_managed`` (one module per grant, side by side; ``authorization_code`` with its own token source, a
+subject's, over the store) → ``discovery`` | ``token_endpoint`` | ``token_store`` → ``dpop`` (keys, proofs and nonces
+of sender-constrained tokens) → ``base``. The rules, and why neither the SDK's ``OAuthClientProvider`` nor authlib
+does this: docs/security.md ("Authenticated servers"). Tokens live in this process's memory, and a subject's grant
+(encrypted) in the token store; never in a workflow's input, history or memo.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mcp_temporal_tasks.activities.wire.auth.source import (
     negotiated_protocol,
     refresh_margin_s,
 )
-from mcp_temporal_tasks.protocol.tasks import Endpoint, OAuthClient
+from mcp_temporal_tasks.protocol.tasks import SUBJECT_AUTH_TYPES, Endpoint, OAuthClient
 
 #: Each event loop's token sources, by server and OAuth client.
 _sources: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, TokenSource | SubjectTokenSource]] = (
@@ -47,11 +48,12 @@ def token_source(url: str, spec: OAuthClient) -> TokenSource | SubjectTokenSourc
 
 
 def for_subject(endpoint: Endpoint, principal: str | None) -> Endpoint:
-    """``endpoint`` as a session for ``principal`` opens it: an ``authorization_code`` server's grant is the task's
-    principal's (set by the trusted caller, never by configuration or the server; None: no subject, no grant).
-    Any other endpoint unchanged: a service's credentials are the worker's whoever the task is for."""
+    """``endpoint`` as a session for ``principal`` opens it: a subject's grant (``authorization_code``,
+    ``enterprise_managed``) is the task's principal's (set by the trusted caller, never by configuration or the
+    server; None: no subject, no grant). Any other endpoint unchanged: a service's credentials are the worker's
+    whoever the task is for."""
     auth = endpoint.auth
-    if auth is None or auth.type != "authorization_code" or auth.subject == principal:
+    if auth is None or auth.type not in SUBJECT_AUTH_TYPES or auth.subject == principal:
         return endpoint
     return endpoint.model_copy(update={"auth": auth.model_copy(update={"subject": principal})})
 

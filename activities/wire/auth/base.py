@@ -42,3 +42,27 @@ async def read_body(response: httpx2.Response, what: str) -> bytes:
             raise NoToken(f"{what} at {redact_url(str(response.request.url))} is larger than {MAX_AUTH_BODY} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+#: A platform token or an identity-provider ID token larger than this is not one (they are a few KiB at most).
+MAX_JWT = 16 * 1024
+
+
+def jwt_claims(token: str, what: str) -> dict[str, object]:
+    """The claims of ``token`` (``what`` it is, for the error), read without checking its signature (the
+    authorization server or identity provider it goes to does): it must be a compact JWT no larger than
+    :data:`MAX_JWT` that has not expired. Anything else is :class:`NoToken` saying which: a wrong file or
+    variable is never sent on."""
+    import jwt
+
+    if len(token) > MAX_JWT:
+        raise NoToken(f"{what} is larger than {MAX_JWT} bytes: not a JWT")
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False, "verify_exp": True})
+    except jwt.ExpiredSignatureError:
+        raise NoToken(f"{what} has expired (its exp is past)") from None
+    except jwt.PyJWTError as exc:
+        raise NoToken(f"{what} is not a JWT ({type(exc).__name__})") from None
+    if not isinstance(claims, dict):
+        raise NoToken(f"{what} is not a JWT (its payload is not an object)")
+    return claims

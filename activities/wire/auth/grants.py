@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from mcp_temporal_tasks.activities.wire.auth.authorization_code import AuthorizationCode
 from mcp_temporal_tasks.activities.wire.auth.client_credentials import ClientSecret
+from mcp_temporal_tasks.activities.wire.auth.enterprise_managed import EnterpriseManaged
 from mcp_temporal_tasks.activities.wire.auth.private_key_jwt import PrivateKeyJwt
+from mcp_temporal_tasks.activities.wire.auth.workload_identity import WorkloadIdentity
 from mcp_temporal_tasks.protocol.tasks import OAuthClient
 
 if TYPE_CHECKING:
@@ -46,6 +48,10 @@ GRANTS: Mapping[str, Callable[[OAuthClient], Grant]] = {
     "private_key_jwt": PrivateKeyJwt,
     # A subject's grant: its tokens come from authorization_code.SubjectTokenSource (chosen by wire.auth.token_source).
     "authorization_code": AuthorizationCode,
+    # The platform's token for this workload, presented with the JWT-bearer grant (workload identity federation).
+    "workload_identity": WorkloadIdentity,
+    # A subject's ID token exchanged for an ID-JAG, presented with the JWT-bearer grant (SEP-990).
+    "enterprise_managed": EnterpriseManaged,
 }
 
 

@@ -64,6 +64,31 @@ def lifetime_s(tokens: OAuthToken) -> float:
     return float(tokens.expires_in) if tokens.expires_in and tokens.expires_in > 0 else 3600.0
 
 
+async def _post(
+    endpoint: str, data: dict[str, str], basic: httpx2.BasicAuth | None, headers: dict[str, str]
+) -> tuple[httpx2.Response, bytes]:
+    """One bounded form POST to a token endpoint: its response and body; unreachable is :class:`NoToken`."""
+    try:
+        async with client() as http:
+            async with http.stream("POST", endpoint, data=data, auth=basic, headers=headers) as response:
+                body = await read_body(response, "the token response")
+    except httpx2.HTTPError as exc:
+        raise NoToken(f"cannot reach {redact_url(endpoint)}: {type(exc).__name__}") from None
+    return response, body
+
+
+async def post_form(endpoint: str, data: dict[str, str], basic: httpx2.BasicAuth | None, who: str) -> bytes:
+    """The body of a successful token-endpoint POST of ``data`` (at ``endpoint``, ``who``'s); a refusal, an
+    unreachable endpoint or a body over the bound is :class:`NoToken` naming ``who`` and the RFC 6749 §5.2 error."""
+    response, body = await _post(endpoint, data, basic, {"accept": "application/json"})
+    if response.status_code not in (200, 201):
+        raise NoToken(
+            f"{who} at {redact_url(endpoint)} refused the token request: {refusal(response.status_code, body)}",
+            oauth_error=error_code(body),
+        )
+    return body
+
+
 async def request_token(
     endpoint: str, resource: str, scope: str | None, grant: TokenRequest, *, dpop: Prover | None = None
 ) -> OAuthToken:
@@ -80,12 +105,7 @@ async def request_token(
         headers = {"accept": "application/json"}
         if dpop is not None:
             headers["dpop"] = dpop.proof("POST", endpoint)
-        try:
-            async with client() as http:
-                async with http.stream("POST", endpoint, data=data, auth=grant.basic, headers=headers) as response:
-                    body = await read_body(response, "the token response")
-        except httpx2.HTTPError as exc:
-            raise NoToken(f"cannot reach {where}: {type(exc).__name__}") from None
+        response, body = await _post(endpoint, data, grant.basic, headers)
         if dpop is None or response.status_code != 400 or error_code(body) != "use_dpop_nonce":
             break
         # RFC 9449 §8: the authorization server refused this request for its proof's missing or stale nonce
