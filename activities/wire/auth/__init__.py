@@ -3,8 +3,9 @@
 ``source`` (the token held, its refresh, the server's challenges) → ``grants`` (the one place a grant is chosen, by
 ``OAuthClient.type``) → ``client_credentials`` | ``private_key_jwt`` | ``authorization_code`` (one module per grant,
 side by side; the last with its own token source, a subject's, over the store) → ``discovery`` | ``token_endpoint`` |
-``token_store`` → ``base``. The rules, and why neither the SDK's ``OAuthClientProvider`` nor
-authlib does this: docs/security.md ("Authenticated servers"). Tokens never leave this process's memory.
+``token_store`` (which opens ``token_store_dir`` | ``token_store_s3``, over ``token_records``) → ``base``. The
+rules, and why neither the SDK's ``OAuthClientProvider`` nor authlib does this: docs/security.md ("Authenticated
+servers"). Tokens never leave this process's memory.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth.base import NoToken, client, read_body
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import TokenRequest, lifetime_s, request_token
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, grant_id
+from mcp_temporal_tasks.activities.wire.auth.token_store import Store, StoreError, grant_id, open_store
 from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired, CapabilityUnavailable
 
@@ -135,7 +135,7 @@ class SubjectTokenSource:
     """The access token of one subject for one MCP server (same face as :class:`~.source.TokenSource` to
     ``BearerAuth``): from the token store, refreshed there, or asked of the subject by a consent."""
 
-    def __init__(self, url: str, spec: OAuthClient, store: TokenStore | None = None) -> None:
+    def __init__(self, url: str, spec: OAuthClient, store: Store | None = None) -> None:
         self.url = url
         self.spec = spec
         self.server = redact_url(url)
@@ -154,10 +154,10 @@ class SubjectTokenSource:
         self.refreshes = 0
 
     @property
-    def store(self) -> TokenStore:
+    def store(self) -> Store:
         if self._store is None:
             try:
-                self._store = TokenStore.from_env()
+                self._store = open_store()
             except StoreError as exc:
                 raise self._error(str(exc)) from None
         return self._store
@@ -537,14 +537,14 @@ def callback_params(callback: str) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items() if v}
 
 
-async def complete_consent(callback: str, *, store: TokenStore | None = None) -> str:
+async def complete_consent(callback: str, *, store: Store | None = None) -> str:
     """Complete a consent a task asked for, in whichever process the person's browser came back to (``mcp-tasks
     login --callback``, or a service's own web callback): ``callback`` is that URL (or its query). Its ``state`` must
     name a pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with
     the PKCE verifier kept for it. Returns the grant's id."""
     from mcp.shared.auth import OAuthMetadata
 
-    store = store or TokenStore.from_env()
+    store = store or open_store()
     try:
         query = callback_params(callback)
     except NoToken as exc:
