@@ -187,3 +187,6 @@ async def test_two_processes_refresh_one_rotating_grant_once_per_lifetime(
     assert len(common) >= len(refreshes) - 1, (len(tokens_a), len(tokens_b), len(refreshes))
     for mine, theirs in ((tokens_a, tokens_b), (tokens_b, tokens_a)):
         assert mine[1:-1] == [t for t in theirs if t in mine[1:-1]], "the two processes diverged"
+    # Both end on the same token (or one of them refreshed as the other stopped looking), the one stored then.
+    assert tokens_a[-1] == tokens_b[-1] or tokens_a[-1] in tokens_b[-2:] or tokens_b[-1] in tokens_a[-2:]
+    assert record["access_token"] in (tokens_a[-1], tokens_b[-1])

@@ -19,8 +19,6 @@ import pytest
 from mcp_temporal_tasks.activities.wire.auth.token_store import KEY_ENV, STORE_ENV, Store, TokenStore, open_store
 from tests.peers.s3 import AWS, BUCKET
 
-BACKENDS = ["dir", "s3"]
-
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
