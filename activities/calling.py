@@ -44,7 +44,7 @@ from mcp_temporal_tasks.activities.input_relay import InputRelay, refuse_unless_
 from mcp_temporal_tasks.activities.shared import Shared, count, heartbeating
 from mcp_temporal_tasks.activities.wire import McpWireError, WireSession
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, open_store
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.jsonrpc import ServerRequestHandler
 from mcp_temporal_tasks.activities.wire.sdk_compat import installed_sdk_version
@@ -348,7 +348,7 @@ class Calling:
         consent when the signal was lost) is exchanged here, in this activity (the code never leaves the store
         otherwise); else whether a grant was given meanwhile. Reads the store only: no MCP server is reached."""
         try:
-            store = TokenStore.from_env()
+            store = open_store()
             ref, usable = (inp.ref, False) if inp.ref else authorization_code.consent_state(inp.state, store=store)
             if ref is None:
                 return ConsentCheckOutput(ready=usable)

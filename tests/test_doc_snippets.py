@@ -199,8 +199,8 @@ async def test_the_service_example_reads_a_large_result(tmp_path: Path) -> None:
     nothing set, and on another machine (its own HOME and state directory) with only the store's environment set."""
     from mcp_temporal_tasks.worker.devserver import port_open
     from mcp_temporal_tasks.workflows.records import DEFAULT_TASK_QUEUE
+    from tests.peers.s3 import AWS, BUCKET, running_s3
     from tests.temporal_harness import worker_process, write_config
-    from tests.test_external_storage import AWS, BUCKET, running_s3
 
     if port_open("127.0.0.1", 7233):
         pytest.fail("something already listens on localhost:7233; this test needs it free")

@@ -9,7 +9,6 @@ objects), so retention is checked on the embedded store and stated in the docs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -23,7 +22,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -39,6 +37,7 @@ from mcp_temporal_tasks.workflows.client import get_outcome, start_mcp_task
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
 from tests.fixtures.user_app import Plan, Step, UserAgent
 from tests.peers.harness import Peer
+from tests.peers.s3 import AWS, BUCKET, S3Server, _free_port, running_s3
 from tests.temporal_harness import (
     cli,
     eventually,
@@ -51,67 +50,13 @@ from tests.temporal_harness import (
 
 pytestmark = pytest.mark.slow
 
-AWS = {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
-BUCKET = "mcp-tasks-test"
 MB = 1024 * 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclasses.dataclass
-class S3Server:
-    proc: subprocess.Popen[bytes]
-    endpoint: str
-
-    def s3(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=AWS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=AWS["AWS_SECRET_ACCESS_KEY"],
-        )
-
-    def keys(self, bucket: str = BUCKET, prefix: str = "") -> dict[str, int]:
-        listing = self.s3().list_objects_v2(Bucket=bucket, Prefix=prefix)
-        return {o["Key"]: o["Size"] for o in listing.get("Contents", [])}
 
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
     with running_s3() as server:
         yield server
-
-
-@contextlib.contextmanager
-def running_s3() -> Iterator[S3Server]:
-    """moto's S3 server in its own process, with the test bucket; killed on the way out."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = S3Server(proc, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            server.s3().create_bucket(Bucket=BUCKET)
-            break
-        except Exception:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.2)
-    try:
-        yield server
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,10 @@
 source that need no authorization server (a wrong ``state`` or ``iss`` refused before any token request; another
 process's refresh used, not repeated; an interrupted refresh never re-sends its refresh token; no subject, no grant).
 
+The store's contract runs against both backends (``backend``: the directory, and the object store on a real
+S3-compatible server, moto's, started once per module); the object store's own faults (a conditional write refused,
+a bucket not reached) and its choice by ``MCP_TASKS_TOKEN_STORE`` follow.
+
 The flow end to end against an authorization server is the conformance suite's (tests/test_conformance.py: every
 authorization-code scenario through ``mcp-tasks login``).
 """
@@ -9,8 +13,10 @@ authorization-code scenario through ``mcp-tasks login``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +30,21 @@ from mcp_temporal_tasks.activities.wire.auth.authorization_code import (
     complete_consent,
 )
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, grant_id
+from mcp_temporal_tasks.activities.wire.auth.token_store import (
+    DIR_ENV,
+    KEY_ENV,
+    STORE_ENV,
+    Store,
+    StoreError,
+    TokenStore,
+    grant_id,
+    open_store,
+)
+from mcp_temporal_tasks.activities.wire.auth.token_store_s3 import S3TokenStore
 from mcp_temporal_tasks.protocol.tasks import Endpoint, OAuthClient
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
+from tests.peers.s3 import running_s3
+from tests.token_stores import Backend, backend_for
 
 pytestmark = pytest.mark.fast
 
@@ -35,62 +53,85 @@ KEY = ("alice", "https://as.example", "https://mcp.example/mcp", "client-1")
 NOWHERE = "http://127.0.0.1:9/token"
 
 
-def store(tmp_path: Path, key: str | None = None) -> TokenStore:
-    return TokenStore(tmp_path / "store", key or Fernet.generate_key().decode())
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with running_s3() as server:
+        yield server.endpoint
 
 
-def test_records_are_encrypted_at_rest_and_keyed_by_subject(tmp_path: Path) -> None:
-    key = Fernet.generate_key().decode()
-    s = store(tmp_path, key)
+#: The object store's tests run in one xdist worker: one moto server for all of them.
+ON_MOTO = pytest.mark.xdist_group("token-store-s3")
+
+
+@pytest.fixture(params=["dir", pytest.param("s3", marks=ON_MOTO)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Backend:
+    endpoint = request.getfixturevalue("s3_endpoint") if request.param == "s3" else None
+    return backend_for(request.param, tmp_path, Fernet.generate_key().decode(), monkeypatch, endpoint)
+
+
+def test_records_are_encrypted_at_rest_and_keyed_by_subject(backend: Backend) -> None:
+    s = backend.open()
     s.write("grant", KEY, {"access_token": "at-secret-1", "refresh_token": "rt-secret-1", "generation": 1})
-    raw = b"".join(p.read_bytes() for p in (tmp_path / "store").iterdir())
+    objects = backend.objects()
+    raw = b"".join(objects.values()) + "".join(objects).encode()  # the bytes and the names
     assert b"at-secret-1" not in raw and b"rt-secret-1" not in raw and b"alice" not in raw
-    assert store(tmp_path, key).read("grant", KEY) is not None  # another process with the key reads it
+    assert backend.open().read("grant", KEY) is not None  # another process with the key reads it
     assert s.read("grant", ("bob", *KEY[1:])) is None  # another subject's key: nothing
     assert s.read("grant", (*KEY[:2], "https://other.example/mcp", KEY[3])) is None  # another resource's: nothing
     assert s.read("grant", (KEY[0], "https://other-as.example", *KEY[2:])) is None  # another issuer's: nothing
-    with pytest.raises(StoreError, match="does not decrypt"):
-        store(tmp_path).read("grant", KEY)  # another key
+    with pytest.raises(StoreError, match=f"record {Store.name('grant', KEY)} does not decrypt"):
+        backend.open(Fernet.generate_key().decode()).read("grant", KEY)  # another key
     assert grant_id(*KEY).startswith("grant-") and "alice" not in grant_id(*KEY)
-    # Records that expire are gone once read past their time, and swept from the directory as new ones come.
+    # Records that expire are gone once read past their time, and swept from the store as new ones come.
     s.write("consent", ("state-1",), {"verifier": "v"}, ttl_s=0.05)
     time.sleep(0.1)
     assert s.read("consent", ("state-1",)) is None
     s.write("consent", ("state-2",), {"verifier": "v"}, ttl_s=0.05)
-    assert len(list(s.directory.glob("consent-*"))) == 1
+    assert [n for n in backend.objects() if n.startswith("consent-")] == [Store.name("consent", ("state-2",))]
+    s.write("consent", ("long",), {"verifier": "v"}, ttl_s=3600)  # a task's consent lasts as long as its task waits
+    time.sleep(0.1)
+    s.write("consent", ("state-3",), {"verifier": "v"}, ttl_s=0.05)
+    assert s.read("consent", ("long",)) is not None  # a shorter record's sweep leaves a longer-lived one of its kind
 
 
-def _hold_lock(directory: str, key: str, held: Any, release: Any) -> None:
+def _hold_lock(backend: Backend, held: Any) -> None:
     async def main() -> None:
-        async with TokenStore(Path(directory), key).locked("grant", KEY):
+        async with backend.open().locked("grant", KEY):
             held.set()
-            release.wait(10)
+            await asyncio.sleep(60)  # killed here, holding the lock
 
     asyncio.run(main())
 
 
-async def test_the_lock_excludes_another_process(tmp_path: Path) -> None:
-    key = Fernet.generate_key().decode()
-    s = store(tmp_path, key)
+async def test_the_lock_excludes_another_process_until_its_holder_dies(backend: Backend) -> None:
+    """Another process's lock is waited for, boundedly; a holder that dies loses it: at once in the directory (the
+    ``flock`` dies with its process), after the lease time in the object store (a dead machine tells nobody)."""
+    s = backend.open()
     ctx = multiprocessing.get_context("spawn")
-    held, release = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_hold_lock, args=(str(s.directory), key, held, release))
+    held = ctx.Event()
+    proc = ctx.Process(target=_hold_lock, args=(backend, held))
     proc.start()
     try:
         assert held.wait(20)
-        with pytest.raises(StoreError, match="stayed locked"):
+        with pytest.raises(StoreError, match=f"record {Store.name('grant', KEY)} stayed locked for 0.3 s"):
             async with s.locked("grant", KEY, wait_s=0.3):
                 pass
-        release.set()
+        proc.kill()
+        proc.join(10)
+        if isinstance(s, S3TokenStore):
+            with pytest.raises(StoreError, match="stayed locked"):  # the dead holder's lease outlives it...
+                async with s.locked("grant", KEY, wait_s=0.3):
+                    pass
+            s.lease_s = 1.0  # ...until it is older than the lease time, by the store's own clock
         async with s.locked("grant", KEY, wait_s=10):
             pass
     finally:
-        release.set()
+        proc.kill()
         proc.join(10)
 
 
-def source(tmp_path: Path, *, subject: str | None = "alice") -> tuple[SubjectTokenSource, TokenStore]:
-    s = store(tmp_path)
+def source(backend: Backend, *, subject: str | None = "alice") -> tuple[SubjectTokenSource, Store]:
+    s = backend.open()
     spec = OAuthClient(type="authorization_code", client_id="client-1", subject=subject)
     src = SubjectTokenSource("https://mcp.example/mcp", spec, s)
     src._found = Discovered(
@@ -102,7 +143,7 @@ def source(tmp_path: Path, *, subject: str | None = "alice") -> tuple[SubjectTok
 
 
 async def test_a_wrong_state_or_iss_is_refused_before_any_token_request(tmp_path: Path) -> None:
-    src, _ = source(tmp_path)
+    src, _ = source(Backend("dir", str(tmp_path / "store"), Fernet.generate_key().decode()))
     pending = {"verifier": "v" * 43, "scope": None, "metadata": None}
     with pytest.raises(AuthorizationRequired, match="state is not the one"):
         await src._bounded(src._complete("http://127.0.0.1/cb?code=c&state=other", "mine", pending))
@@ -122,8 +163,8 @@ async def test_a_wrong_state_or_iss_is_refused_before_any_token_request(tmp_path
     assert callback_params("?a=1&a=2&b=") == {"a": "1", "b": ""}
 
 
-async def test_another_process_refresh_is_used_not_repeated(tmp_path: Path) -> None:
-    src, s = source(tmp_path)
+async def test_another_process_refresh_is_used_not_repeated(backend: Backend) -> None:
+    src, s = source(backend)
     s.write("grant", KEY, {"generation": 1, "access_token": "old", "refresh_token": "rt1", "expires_at": 0})
     # Another process refreshed after this one read generation 1: its token stands, no request is sent (the token
     # endpoint here is unreachable: a request would fail the refresh).
@@ -134,8 +175,8 @@ async def test_another_process_refresh_is_used_not_repeated(tmp_path: Path) -> N
     assert src.current() == "new" and src.refreshes == 0
 
 
-async def test_an_interrupted_refresh_never_sends_its_refresh_token_again(tmp_path: Path) -> None:
-    src, s = source(tmp_path)
+async def test_an_interrupted_refresh_never_sends_its_refresh_token_again(backend: Backend) -> None:
+    src, s = source(backend)
     # A process marked the refresh, sent it, and died before storing the answer (the record it leaves; a real worker
     # SIGKILLed at that moment: tests/test_subject_kill.py).
     s.write("grant", KEY, {"generation": 3, "access_token": "a", "refresh_token": "spent", "refreshing": True})
@@ -145,8 +186,8 @@ async def test_an_interrupted_refresh_never_sends_its_refresh_token_again(tmp_pa
     assert record["generation"] == 4 and src.current() is None
 
 
-async def test_no_subject_never_gets_a_grant(tmp_path: Path) -> None:
-    src, s = source(tmp_path, subject=None)
+async def test_no_subject_never_gets_a_grant(backend: Backend) -> None:
+    src, s = source(backend, subject=None)
     s.write("grant", KEY, {"generation": 1, "access_token": "alice-token", "expires_at": time.time() + 600})
     with pytest.raises(AuthorizationRequired, match="names no subject"):
         await src.after_401(None, Challenge(401), None)
@@ -160,8 +201,8 @@ async def test_no_subject_never_gets_a_grant(tmp_path: Path) -> None:
     assert auth.for_subject(service, "bob") is service  # a service's credentials are the worker's
 
 
-async def test_a_callback_for_no_pending_consent_is_refused(tmp_path: Path) -> None:
-    s = store(tmp_path)
+async def test_a_callback_for_no_pending_consent_is_refused(backend: Backend) -> None:
+    s = backend.open()
     with pytest.raises(AuthorizationRequired, match="names no pending consent"):
         await complete_consent("http://127.0.0.1:1/callback?code=c&state=never-asked", store=s)
     with pytest.raises(AuthorizationRequired, match="names no pending consent"):
@@ -206,8 +247,8 @@ def test_login_bad_input_is_one_clear_line(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-async def test_a_refused_token_is_refreshed_not_sent_again(tmp_path: Path) -> None:
-    src, s = source(tmp_path)
+async def test_a_refused_token_is_refreshed_not_sent_again(backend: Backend) -> None:
+    src, s = source(backend)
     live = {"generation": 5, "access_token": "at5", "refresh_token": "rt5", "expires_at": time.time() + 600}
     s.write("grant", KEY, live)
     await src._from_store_or_refresh(refused=None)
@@ -221,3 +262,121 @@ async def test_a_refused_token_is_refreshed_not_sent_again(tmp_path: Path) -> No
     await src._from_store_or_refresh(refused="at5")  # the next attempt finds the mark: consent, nothing sent
     record = s.read("grant", KEY)
     assert record is not None and record["needs_consent"] and "refresh_token" not in record
+
+
+# --- the object store's own faults --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Backend:
+    return backend_for("s3", tmp_path, Fernet.generate_key().decode(), monkeypatch, s3_endpoint)
+
+
+class StallingTokenEndpoint:
+    """A token endpoint that holds each request until told, then answers fresh tokens; counts what it was sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.refresh_tokens: list[str] = []
+        self.got, self.answer = threading.Event(), threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                from urllib.parse import parse_qs
+
+                body = self.rfile.read(min(int(self.headers.get("content-length") or 0), 65536)).decode()
+                outer.refresh_tokens += parse_qs(body).get("refresh_token", [])
+                outer.got.set()
+                outer.answer.wait(30)
+                data = b'{"access_token":"at-new","token_type":"Bearer","expires_in":600,"refresh_token":"rt-new"}'
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.answer.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@ON_MOTO
+async def test_a_refresh_whose_lease_was_taken_over_is_refused_and_never_repeated(s3: Backend) -> None:
+    """Machine A sends a refresh and stalls past its lease; machine B takes the lease over, finds the grant marked
+    ``refreshing`` and marks it as needing consent (sending nothing); A's answer then arrives, and its write is
+    refused by the compare-and-swap: one clear error naming the record, one refresh token sent in all."""
+    endpoint = StallingTokenEndpoint()
+    try:
+        a, store_a = source(s3)
+        b, store_b = source(s3)
+        for src, s in ((a, store_a), (b, store_b)):
+            assert isinstance(s, S3TokenStore) and src._found is not None
+            s.lease_s = 1.0
+            src._found = dataclasses.replace(src._found, token_endpoint=endpoint.url)
+        store_a.write("grant", KEY, {"generation": 3, "access_token": "a", "refresh_token": "rt3", "expires_at": 0})
+        refreshing = asyncio.create_task(a.token())
+        assert await asyncio.to_thread(endpoint.got.wait, 20)
+        assert await b.token() is None  # B: the lease taken over, the grant found mid-refresh, nothing sent
+        marked = store_b.read("grant", KEY)
+        assert marked is not None and marked["needs_consent"] and marked["generation"] == 4
+        endpoint.answer.set()
+        with pytest.raises(AuthorizationRequired, match=f"record {Store.name('grant', KEY)} .*conditional write"):
+            await refreshing
+        assert store_a.read("grant", KEY) == marked  # B's record stands
+        assert endpoint.refresh_tokens == ["rt3"]
+    finally:
+        endpoint.close()
+
+
+@ON_MOTO
+async def test_an_unreachable_or_missing_bucket_is_one_clear_error_and_no_refresh(
+    s3: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, s = source(s3)
+    s.write("grant", KEY, {"generation": 1, "access_token": "a", "refresh_token": "rt1", "expires_at": 0})
+    missing = Backend("s3", "s3://no-such-bucket-55e/p/", s3.key)
+    with pytest.raises(StoreError, match="s3://no-such-bucket-55e/p/ cannot read .*: the bucket does not exist"):
+        missing.open().read("grant", KEY)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # nothing listens there
+    src, _ = source(s3)
+    with pytest.raises(AuthorizationRequired, match=f"token store {s3.where} cannot be reached to read grant-"):
+        await src.token()
+
+
+def test_the_store_is_chosen_by_env_with_one_clear_error_per_bad_value(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    assert isinstance(open_store({KEY_ENV: key, DIR_ENV: str(tmp_path)}), TokenStore)
+    chosen = open_store({KEY_ENV: key, STORE_ENV: "s3://tokens.example-1/team/a/"})
+    assert isinstance(chosen, S3TokenStore) and (chosen.bucket, chosen.prefix) == ("tokens.example-1", "team/a/")
+    assert open_store({KEY_ENV: key, STORE_ENV: "s3://tokens"}).prefix == ""  # type: ignore[attr-defined]
+    bad = {
+        "file:///var/tokens": "must be s3://BUCKET",
+        "s3://": "is not an S3 bucket name",
+        "s3://Tokens": "is not an S3 bucket name",
+        "s3://tok..ens": "is not an S3 bucket name",
+        "s3://AKIA:hunter2@tokens/p": "takes no credentials",
+        "s3://tokens:9000/p": "takes no credentials, port",
+        "s3://tokens/p?versioning=1": "takes no credentials, port, query",
+        "s3://tokens/a/../b": "'..' segment",
+        "s3://tokens/a b": "no spaces",
+    }
+    for value, says in bad.items():
+        with pytest.raises(StoreError, match=f"^{STORE_ENV}.*{says}") as caught:
+            open_store({KEY_ENV: key, STORE_ENV: value})
+        assert "hunter2" not in str(caught.value)
+    with pytest.raises(StoreError, match=f"{STORE_ENV} and {DIR_ENV} are both set"):
+        open_store({KEY_ENV: key, STORE_ENV: "s3://tokens/p", DIR_ENV: "/tmp/x"})
+    with pytest.raises(StoreError, match=f"{KEY_ENV} is not set"):
+        open_store({STORE_ENV: "s3://tokens/p"})

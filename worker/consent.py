@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_temporal_tasks.activities.activity_io import CONSENT_SIGNAL, ConsentAnswered
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.authorization_code import Answered
-from mcp_temporal_tasks.activities.wire.auth.token_store import TokenStore
+from mcp_temporal_tasks.activities.wire.auth.token_store import Store, open_store
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 
 if TYPE_CHECKING:
@@ -50,13 +50,13 @@ async def hand_over(client: Client, answered: Answered) -> bool:
     return True
 
 
-async def complete_consent(callback: str, client: Client, *, store: TokenStore | None = None) -> tuple[Answered, bool]:
+async def complete_consent(callback: str, client: Client, *, store: Store | None = None) -> tuple[Answered, bool]:
     """The answer a person's browser brought back to ``callback`` (the full URL, or its query): checked, kept, and
     handed to the waiting task; with whether the task was told now (else its own re-check finds the answer). A consent
     no task waits for is completed here (its code exchanged in this process: there is no task to do it). Raises
     ``AuthorizationRequired`` naming what was wrong (no pending consent for the ``state``, ``iss`` failing RFC 9207,
     a consent already answered, no code); nothing changes then."""
-    store = store or TokenStore.from_env()
+    store = store or open_store()
     answered = authorization_code.accept_callback(callback, store=store)
     if answered.workflow_id is None:
         # No task waits (a consent asked outside a task, or by a worker from before): exchanged here, as login does.
@@ -65,13 +65,13 @@ async def complete_consent(callback: str, client: Client, *, store: TokenStore |
     return answered, await hand_over(client, answered)
 
 
-async def wake_waiting(client: Client, grant: str, *, store: TokenStore | None = None) -> int:
+async def wake_waiting(client: Client, grant: str, *, store: Store | None = None) -> int:
     """Nudge every task waiting for ``grant`` (a login just gave it): each looks at its consent again. How many
     were told."""
     import asyncio
 
     told = 0
-    for workflow_id in authorization_code.waiting_for(grant, store=store or TokenStore.from_env()):
+    for workflow_id in authorization_code.waiting_for(grant, store=store or open_store()):
         handle = client.get_workflow_handle(workflow_id)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(handle.signal(CONSENT_SIGNAL, ConsentAnswered()), SIGNAL_TIMEOUT_S)
@@ -79,7 +79,7 @@ async def wake_waiting(client: Client, grant: str, *, store: TokenStore | None =
     return told
 
 
-def consent_app(client: Client, *, path: str = "/callback", store: TokenStore | None = None) -> Starlette:
+def consent_app(client: Client, *, path: str = "/callback", store: Store | None = None) -> Starlette:
     """An ASGI app answering ``GET path`` (the ``redirect_uri`` the server's configuration names): the person's
     answer handed to the waiting task (200, a line saying so), or one line naming what was wrong (400). The query,
     which holds the code, is never logged or echoed."""

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from mcp_temporal_tasks.activities.wire import McpWireError, TaskUnreachable, TransportError, WireSession, auth
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.discovery import is_loopback
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, new_key
+from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, new_key, open_store
 from mcp_temporal_tasks.protocol.tasks import Endpoint
 from mcp_temporal_tasks.worker import consent
 from mcp_temporal_tasks.worker.cli.connection import temporal
@@ -85,7 +85,7 @@ async def _complete(args: argparse.Namespace) -> int:
     from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 
     try:
-        store = TokenStore.from_env()
+        store = open_store()
         answered = authorization_code.accept_callback(args.callback, store=store)
         if answered.workflow_id is None:
             grant = await authorization_code.exchange_answer(answered.ref, store=store)

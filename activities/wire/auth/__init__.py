@@ -3,10 +3,11 @@
 ``source`` (the token held, its refresh, the server's challenges) → ``grants`` (the one place a grant is chosen, by
 ``OAuthClient.type``) → ``client_credentials`` | ``private_key_jwt`` | ``authorization_code`` | ``workload_identity``
 | ``enterprise_managed`` (one module per grant, side by side; ``authorization_code`` with its own token source, a
-subject's, over the store) → ``discovery`` | ``token_endpoint`` | ``token_store`` → ``dpop`` (keys, proofs and nonces
-of sender-constrained tokens) → ``base``. The rules, and why neither the SDK's ``OAuthClientProvider`` nor authlib
-does this: docs/security.md ("Authenticated servers"). Tokens live in this process's memory, and a subject's grant
-(encrypted) in the token store; never in a workflow's input, history or memo.
+subject's, over the store) → ``discovery`` | ``token_endpoint`` | ``token_store`` (which opens ``token_store_dir`` |
+``token_store_s3``, over ``token_records``) → ``dpop`` (keys, proofs and nonces of sender-constrained tokens) →
+``base``. The rules, and why neither the SDK's ``OAuthClientProvider`` nor authlib does this: docs/security.md
+("Authenticated servers"). Tokens live in this process's memory, and a subject's grant (encrypted) in the token
+store; never in a workflow's input, history or memo.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from mcp_temporal_tasks.activities.wire.auth.base import NoToken, client, read_b
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered, discover
 from mcp_temporal_tasks.activities.wire.auth.dpop import DpopKey, Prover
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import TokenRequest, lifetime_s, request_token
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore, grant_id
+from mcp_temporal_tasks.activities.wire.auth.token_store import Store, StoreError, grant_id, open_store
 from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired, CapabilityUnavailable
 
@@ -191,7 +191,7 @@ class SubjectTokenSource:
     """The access token of one subject for one MCP server (same face as :class:`~.source.TokenSource` to
     ``BearerAuth``): from the token store, refreshed there, or asked of the subject by a consent."""
 
-    def __init__(self, url: str, spec: OAuthClient, store: TokenStore | None = None) -> None:
+    def __init__(self, url: str, spec: OAuthClient, store: Store | None = None) -> None:
         self.url = url
         self.spec = spec
         self.server = redact_url(url)
@@ -213,10 +213,10 @@ class SubjectTokenSource:
         self._nonces: OrderedDict[str, str] = OrderedDict()
 
     @property
-    def store(self) -> TokenStore:
+    def store(self) -> Store:
         if self._store is None:
             try:
-                self._store = TokenStore.from_env()
+                self._store = open_store()
             except StoreError as exc:
                 raise self._error(str(exc)) from None
         return self._store
@@ -673,7 +673,7 @@ def callback_params(callback: str) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items() if v}
 
 
-def _pending_of(query: dict[str, str], store: TokenStore) -> tuple[str, dict[str, Any]]:
+def _pending_of(query: dict[str, str], store: Store) -> tuple[str, dict[str, Any]]:
     state = query.get("state") or ""
     pending = store.read("consent", (state,)) if 0 < len(state) <= 512 else None
     if pending is None:
@@ -685,7 +685,7 @@ def _pending_of(query: dict[str, str], store: TokenStore) -> tuple[str, dict[str
     return state, pending
 
 
-def _source_of(pending: dict[str, Any], store: TokenStore) -> SubjectTokenSource:
+def _source_of(pending: dict[str, Any], store: Store) -> SubjectTokenSource:
     """A token source standing where the consent was asked (discovery and client identity as kept with it)."""
     from mcp.shared.auth import OAuthMetadata
 
@@ -705,12 +705,12 @@ def _source_of(pending: dict[str, Any], store: TokenStore) -> SubjectTokenSource
     return src
 
 
-async def complete_consent(callback: str, *, store: TokenStore | None = None) -> str:
+async def complete_consent(callback: str, *, store: Store | None = None) -> str:
     """Complete a consent in this process, whichever process the person's browser came back to (``mcp-tasks login
     --callback`` for a consent no task waits for): ``callback`` is that URL (or its query). Its ``state`` must name a
     pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with the PKCE
     verifier kept for it. Returns the grant's id. A consent a task waits for goes through :func:`accept_callback`."""
-    store = store or TokenStore.from_env()
+    store = store or open_store()
     try:
         query = callback_params(callback)
     except NoToken as exc:
@@ -733,7 +733,7 @@ class Answered:
     workflow_id: str | None
 
 
-def accept_callback(callback: str, *, store: TokenStore) -> Answered:
+def accept_callback(callback: str, *, store: Store) -> Answered:
     """A callback's answer to a pending consent, checked and kept (a service's web callback, ``mcp-tasks login
     --callback``): its ``state`` must name a pending consent not answered yet, its ``iss`` pass RFC 9207; a refusal
     by the authorization server (``error=``) is kept too, so the task ends naming it. The code goes to the store
@@ -766,7 +766,7 @@ def accept_callback(callback: str, *, store: TokenStore) -> Answered:
     return Answered(ref=ref, grant=grant_id(*pending["key"]), workflow_id=pending.get("workflow_id"))
 
 
-async def exchange_answer(ref: str, *, store: TokenStore, state: str | None = None) -> str:
+async def exchange_answer(ref: str, *, store: Store, state: str | None = None) -> str:
     """A kept answer's code exchanged for the grant (the task's activity: never the callback's process, never
     workflow code); the answer and its consent forgotten whatever follows. Returns the grant's id; raises
     ``AuthorizationRequired`` naming why not (the authorization server refused consent, the answer or its consent
@@ -794,7 +794,7 @@ async def exchange_answer(ref: str, *, store: TokenStore, state: str | None = No
     return grant_id(*src._key)  # type: ignore[misc]
 
 
-def consent_state(state: str, *, store: TokenStore) -> tuple[str | None, bool]:
+def consent_state(state: str, *, store: Store) -> tuple[str | None, bool]:
     """What became of a pending consent, read without any token request: the id of its answer when a callback
     answered it (to exchange), and whether its subject's grant is usable now (given meanwhile by ``mcp-tasks login
     SERVER --subject S``, or by another task's consent). A consent no longer kept: (None, False)."""
@@ -813,7 +813,7 @@ def consent_state(state: str, *, store: TokenStore) -> tuple[str | None, bool]:
     return (answered if isinstance(answered, str) else None), usable
 
 
-def waiting_for(grant: str, *, store: TokenStore) -> list[str]:
+def waiting_for(grant: str, *, store: Store) -> list[str]:
     """The workflow ids of the tasks waiting for ``grant`` (their consent not past its bound)."""
     record = store.read("waiting", (grant,)) if grant.startswith("grant-") and len(grant) <= 128 else None
     now = time.time()

@@ -25,7 +25,7 @@ from mcp_temporal_tasks.activities.wire import redact
 from mcp_temporal_tasks.activities.wire.auth.base import MAX_JWT, NoToken, jwt_claims
 from mcp_temporal_tasks.activities.wire.auth.discovery import secure_enough
 from mcp_temporal_tasks.activities.wire.auth.token_endpoint import TokenRequest, post_form
-from mcp_temporal_tasks.activities.wire.auth.token_store import StoreError, TokenStore
+from mcp_temporal_tasks.activities.wire.auth.token_store import Store, StoreError, open_store
 from mcp_temporal_tasks.protocol.tasks import OAuthClient, redact_url
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _issuer_match(a: str, b: str) -> bool:
     return issuers_match(a, b)
 
 
-def hand_over_id_token(spec: OAuthClient, subject: str, token: str, store: TokenStore | None = None) -> float:
+def hand_over_id_token(spec: OAuthClient, subject: str, token: str, store: Store | None = None) -> float:
     """Keep ``subject``'s identity-provider ID token for ``spec``'s IdP in the token store; its ``exp``. Checked
     first (not its signature: the IdP checks that at each exchange): a JWT no larger than ``base.MAX_JWT``, not
     expired, issued by ``spec.idp_issuer``. Raises :class:`NoToken` saying what is wrong, ``StoreError``."""
@@ -61,7 +61,7 @@ def hand_over_id_token(spec: OAuthClient, subject: str, token: str, store: Token
     if not isinstance(exp, (int, float)):
         raise NoToken("the ID token has no exp: it would be kept forever")
     redact.register([token], lifetime_s=max(60.0, float(exp) - time.time()))
-    (store or TokenStore.from_env()).write(
+    (store or open_store()).write(
         ID_TOKEN_KIND, (subject, spec.idp_issuer or ""), {"id_token": token, "exp": float(exp)}
     )
     return float(exp)
@@ -110,7 +110,7 @@ class EnterpriseManaged:
         if not subject:
             raise NoToken("a task with no subject (principal) has no identity-provider token to act with")
         try:
-            record = TokenStore.from_env().read(ID_TOKEN_KIND, (subject, self.spec.idp_issuer or ""))
+            record = open_store().read(ID_TOKEN_KIND, (subject, self.spec.idp_issuer or ""))
         except StoreError as exc:
             raise NoToken(f"token store: {exc}") from None
         token = record.get("id_token") if record else None
