@@ -89,10 +89,10 @@ def test_the_consent_decisions() -> None:
     assert decisions.may_ask_consent(decisions.MAX_CONSENTS - 1) and not decisions.may_ask_consent(
         decisions.MAX_CONSENTS
     )
-    # Mid-task (consent-read): given → the same task read again; a cancel → tasks/cancel; else lost, never replayed.
+    # Mid-task (consent-read): given → the same task read again; a cancel ends it; else lost, never replayed.
     assert [decisions.after_read_consent(v) for v in ("send", "cancelled", "refused", "expired", "too_many")] == [
         "read",
-        "cancel",
+        "cancelled",
         "lost",
         "lost",
         "lost",
@@ -446,3 +446,58 @@ async def test_a_grant_spent_mid_task_waits_for_consent_then_reads_the_same_task
     assert out.outcome == Outcome.COMPLETED, out
     assert len(calls) == 1 and len(out.operation_attempts) == 1  # read again, never called again
     assert "read again" in json.dumps(out.result)
+
+
+async def test_a_mid_task_consent_not_given_in_time_is_lost_and_a_cancel_ends_the_wait(
+    temporal_env: Any, peers: tuple[Peer, Peer], store_env: dict[str, str]
+) -> None:
+    """Two running tasks of one subject lose their grant (spent at the authorization server): both wait for consent;
+    one is cancelled meanwhile (ended at once: ``tasks/cancel`` would need the missing grant), the other's
+    ``consent_s`` passes: ``lost`` (the task may still run on the server), never replayed. One ``tools/call`` each."""
+    issuer, server = peers
+    client, address = temporal_env.client, address_of(temporal_env)
+    queue = unique("consent")
+    app = consent_app(client, path="/callback")
+    mark = server.log_mark()
+    store = TokenStore.from_env()
+    request = McpTaskRequest(
+        server="user",
+        tool="slow_echo",
+        arguments={"seconds": 4},
+        principal="erin",
+        timeouts=FAST.model_copy(update={"consent_s": 5.0}),
+    )
+    async with (
+        in_process_worker(client, task_queue=queue, servers=config(server)),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9") as cb,
+    ):
+        expiring = await start_mcp_task(client, request, workflow_id=unique("consent-read-expire"), task_queue=queue)
+        first = (await waiting_view(expiring.id, address, store_env))["authorization"]["url"]
+        assert (await cb.get(await person(first, "erin"))).status_code == 200
+        cancelled = await start_mcp_task(
+            client,
+            request.model_copy(update={"timeouts": FAST}),
+            workflow_id=unique("consent-read-cancel"),
+            task_queue=queue,
+        )
+        for _ in range(100):  # both calls sent: both tasks work on the server
+            if len(tool_calls(server, mark, "slow_echo")) == 2:
+                break
+            await asyncio.sleep(0.1)
+        record = store.read("grant", ("erin", issuer.url or "", server.url or "", CLIENT))
+        assert record is not None and record.get("refresh_token")
+        async with httpx2.AsyncClient(timeout=10) as http:
+            meta = (await http.get(f"{issuer.url}/.well-known/openid-configuration")).json()
+            spend = {"grant_type": "refresh_token", "refresh_token": record["refresh_token"], "client_id": CLIENT}
+            for _ in range(2):  # the second is a reuse: the grant is revoked
+                await http.post(meta["token_endpoint"], data=spend)
+        await waiting_view(cancelled.id, address, store_env)
+        code, _, err = await cli("cancel", cancelled.id, "--address", address, env=store_env)
+        lost = await asyncio.wait_for(outcome_of(expiring), 60)
+        ended = await asyncio.wait_for(outcome_of(cancelled), 60)
+    print(f"expired: {lost.outcome.value} {lost.reason!r}; cancelled: {ended.outcome.value} {ended.reason!r}")
+    assert lost.outcome == Outcome.LOST and "consent_expired" in (lost.reason or ""), lost
+    assert lost.error is not None and lost.error.data == {"kind": "ConsentExpired"}
+    assert ended.outcome == Outcome.CANCELLED and "could not be sent" in (ended.reason or ""), (code, err, ended)
+    assert len(tool_calls(server, mark, "slow_echo")) == 2  # one each: never replayed
+    assert len(lost.operation_attempts) == 1 == len(ended.operation_attempts)

@@ -442,13 +442,14 @@ def may_ask_consent(consents: int) -> bool:
     return consents < MAX_CONSENTS
 
 
-def after_read_consent(verdict: str) -> Literal["read", "cancel", "lost"]:
+def after_read_consent(verdict: str) -> Literal["read", "cancelled", "lost"]:
     """What a task whose reads waited for its subject's consent (``consent-read``) does next, the verdict of
     :func:`after_consent_check` (or ``too_many``) given: the grant is there → read the same task again (never a new
-    ``tools/call``: the server has it); a cancel → ``tasks/cancel``; refused, past the bound or too many consents →
-    ``lost``: the task may still run on the server, so it is never replayed."""
+    ``tools/call``: the server has it); a cancel → ended ``cancelled`` at once (``tasks/cancel`` would need the
+    missing grant); refused, past the bound or too many consents → ``lost``: the task may still run on the server,
+    so it is never replayed."""
     if verdict == "send":
         return "read"
     if verdict == "cancelled":
-        return "cancel"
+        return "cancelled"
     return "lost"

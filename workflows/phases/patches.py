@@ -53,6 +53,6 @@ CONSENT_WAIT = "consent-wait"
 #: A task already accepted whose reads need the subject's consent (the grant revoked, or its refresh token spent:
 #: ``await_task``/``poll_task`` end with ``consent``) waits for it in AWAITING_AUTHORIZATION as ``consent-wait`` does
 #: (one pending consent per wait), then reads the same task again: never a second ``tools/call``. Past
-#: ``Timeouts.consent_s`` it ends ``lost`` (the task may still run on the server); a cancel sends ``tasks/cancel``.
+#: ``Timeouts.consent_s`` it ends ``lost`` (the task may still run on the server); a cancel ends it ``cancelled``.
 #: Asked only when such a read arrives: a history from before never had one and replays unchanged.
 CONSENT_READ = "consent-read"

@@ -82,7 +82,7 @@ async def follow(mc: TaskMachine, step: Follow) -> Step:
 
 async def _after_consent(mc: TaskMachine, step: Follow, consent: dict[str, object]) -> Step:
     """A read needed the subject's consent (``consent-read``): AWAITING_AUTHORIZATION, then the same task read again
-    (never a second ``tools/call``), ``tasks/cancel`` on a cancel, or ``lost`` (refused, past ``consent_s``)."""
+    (never a second ``tools/call``), ``cancelled`` on a cancel, or ``lost`` (refused, past ``consent_s``)."""
     asked = decisions.consent_asked("AuthorizationRequired", False, {"consent": consent})
     verdict, refused = "malformed", None
     if asked is not None and workflow.patched(CONSENT_READ):
@@ -90,8 +90,16 @@ async def _after_consent(mc: TaskMachine, step: Follow, consent: dict[str, objec
     nxt = decisions.after_read_consent(verdict)
     if nxt == "read":
         return dataclasses.replace(step, woken=False, woken_via=None, first_poll_at=None)
-    if nxt == "cancel":
-        return Cancel(step.task)
+    if nxt == "cancelled":
+        # tasks/cancel needs the very grant that is missing: the cancel is the person's, so it ends here, saying so.
+        return Ended(
+            Ending(
+                outcome=Outcome.CANCELLED,
+                stage=Stage.CANCELLING,
+                reason=f"{mc.state.cancel_reason} while waiting for consent to read the task; tasks/cancel could not "
+                "be sent (no grant): the task may still run on the server",
+            )
+        )
     kind, why = "AuthorizationRequired", f"its reads need the consent of {who(mc)}"
     if verdict == "refused":
         why = f"consent not given: {refused}"
