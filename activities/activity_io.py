@@ -252,6 +252,10 @@ class AwaitInput(_Model):
     hand_over_gap_s: float | None = Field(None, gt=0)
     #: ``poll_task``: no poll before this (epoch seconds): the gap the wait that handed over had scheduled.
     first_poll_at: float | None = None
+    #: How long a subject's consent asked by a failed read stays open for the task that waits for it
+    #: (``consent-read``): such a read then ends the wait with ``consent`` instead of being retried. None (a workflow
+    #: from before, or no subject): a read fault like any other.
+    consent_wait_s: float | None = None
 
 
 class AwaitOutput(_Model):
@@ -275,6 +279,9 @@ class AwaitOutput(_Model):
     #: With ``idle``: when the schedule wants the next poll (epoch seconds).
     next_poll_at: float | None = None
     polls: int = 0
+    #: A read needs the subject's consent (``ConsentRequired``'s ``consent``: URL, grant id, state; never a verifier
+    #: or a code): the workflow waits for it, then reads the same task again (``consent-read``).
+    consent: dict[str, Any] | None = None
 
 
 class RetrieveInput(_Model):

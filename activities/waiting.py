@@ -9,6 +9,7 @@ only ``-32602`` (gone) and an unreachable session end a wait without it. Never r
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -38,6 +39,7 @@ from mcp_temporal_tasks.activities.wire import (
     TaskUnreachable,
     WireSession,
 )
+from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.jobs import JobReplyMismatch, JobTasks
 from mcp_temporal_tasks.activities.wire.tracing import annotate
 from mcp_temporal_tasks.protocol.eras import era_rules
@@ -119,6 +121,21 @@ class FaultClock:
         return gave_up, wait
 
 
+def consent_asked(exc: McpWireError, inp: AwaitInput) -> dict[str, Any] | None:
+    """The consent a failed read asks for (its grant needs the subject: revoked, or its refresh token spent), when
+    the workflow waits for one (``consent_wait_s``): the wait then ends with it at once, one pending consent per
+    wait, instead of retrying reads that would each ask anew."""
+    consent = exc.info().get("consent") if inp.consent_wait_s else None
+    return consent if isinstance(consent, dict) else None
+
+
+def waiting_for_consent(inp: AwaitInput) -> contextvars.Token[tuple[str, float] | None] | None:
+    """A consent a read asks for is kept for this task as long as it waits (as ``start_call``'s)."""
+    if not inp.consent_wait_s:
+        return None
+    return authorization_code.consent_waiter.set((activity.info().workflow_id or "", inp.consent_wait_s))
+
+
 class Waiting:
     """``await_task`` and ``poll_task``, and the push hub's own read of an idle wait's task."""
 
@@ -172,6 +189,7 @@ class Waiting:
         # A worker that stops hands its waits on at once instead of holding them through its graceful timeout.
         shutdown = asyncio.ensure_future(activity.wait_for_worker_shutdown())
         lease = self.shared.lease(inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys))
+        waiter = waiting_for_consent(inp)
         try:
             return await self._poll_until_moved(inp, shutdown, lease)
         except WaitOver:
@@ -179,6 +197,8 @@ class Waiting:
         finally:
             shutdown.cancel()
             lease.close()
+            if waiter is not None:
+                authorization_code.consent_waiter.reset(waiter)
 
     async def _poll_until_moved(self, inp: AwaitInput, shutdown: asyncio.Future[None], lease: Lease) -> AwaitOutput:
         info = activity.info()
@@ -200,6 +220,8 @@ class Waiting:
             try:
                 read = await self._read(inp, polls, over=over)
             except McpWireError as exc:
+                if (consent := consent_asked(exc, inp)) is not None:
+                    return AwaitOutput(consent=consent, polls=polls)
                 gave_up, wait = clock.failed(exc, inp, beat)
                 if gave_up is not None:
                     gave_up.polls = polls
@@ -295,12 +317,15 @@ class Waiting:
         lease = self.shared.lease(
             inp.session, inp.principal, inp.task_id, job=inp.job, epoch=len(inp.answered_keys), gap_for=gap_for(inp)
         )
+        waiter = waiting_for_consent(inp)
         try:
             return await self._poll_once(inp, info, clock, beat, lease)
         except WaitOver:
             raise _wait_ended() from None
         finally:
             lease.close()
+            if waiter is not None:
+                authorization_code.consent_waiter.reset(waiter)
 
     async def _poll_once(
         self, inp: AwaitInput, info: activity.Info, clock: FaultClock, beat: Heartbeat, lease: Lease
@@ -334,6 +359,8 @@ class Waiting:
             try:
                 read = await self._read(inp, 1, beat, over)
             except McpWireError as exc:
+                if (consent := consent_asked(exc, inp)) is not None:
+                    return AwaitOutput(consent=consent, polls=1)
                 gave_up, wait = clock.failed(exc, inp, beat)
                 if gave_up is not None:
                     return gave_up

@@ -89,6 +89,14 @@ def test_the_consent_decisions() -> None:
     assert decisions.may_ask_consent(decisions.MAX_CONSENTS - 1) and not decisions.may_ask_consent(
         decisions.MAX_CONSENTS
     )
+    # Mid-task (consent-read): given → the same task read again; a cancel ends it; else lost, never replayed.
+    assert [decisions.after_read_consent(v) for v in ("send", "cancelled", "refused", "expired", "too_many")] == [
+        "read",
+        "cancelled",
+        "lost",
+        "lost",
+        "lost",
+    ]
 
 
 def _pending(store: TokenStore, state: str, *, metadata: dict[str, Any] | None = None) -> None:
@@ -363,3 +371,133 @@ async def test_a_login_at_a_terminal_wakes_the_waiting_task(
         assert login.returncode == 0 and json.loads(out)["tasks_told"] == 1, (out, err)
         done = await asyncio.wait_for(outcome_of(handle), 60)
     assert done.outcome == Outcome.COMPLETED and len(tool_calls(server, mark, "slow_echo")) == 1, done
+
+
+async def test_a_grant_spent_mid_task_waits_for_consent_then_reads_the_same_task(
+    temporal_env: Any, peers: tuple[Peer, Peer], store_env: dict[str, str]
+) -> None:
+    """The grant is lost while the task works (its refresh token presented twice at the authorization server: reuse
+    detection revokes the grant and every token of it): the task's next read is refused, its refresh is
+    ``invalid_grant``, and the task waits in AWAITING_AUTHORIZATION with the URL, one pending consent for the wait
+    (no read retried meanwhile); once consented, the same MCP task is read again: one ``tools/call`` in all."""
+    issuer, server = peers
+    client, address = temporal_env.client, address_of(temporal_env)
+    queue, wid = unique("consent"), unique("consent-read")
+    app = consent_app(client, path="/callback")
+    mark = server.log_mark()
+    store = TokenStore.from_env()
+    consents = lambda: sorted(p.name for p in store.directory.glob("consent-*") if not p.name.endswith(".lock"))  # noqa: E731
+    async with (
+        in_process_worker(client, task_queue=queue, servers=config(server)),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9") as cb,
+    ):
+        handle = await start_mcp_task(
+            client,
+            McpTaskRequest(
+                server="user",
+                tool="slow_echo",
+                arguments={"seconds": 3, "text": "read again"},
+                principal="dave",
+                timeouts=FAST,
+            ),
+            workflow_id=wid,
+            task_queue=queue,
+        )
+        first = (await waiting_view(wid, address, store_env))["authorization"]["url"]
+        assert (await cb.get(await person(first, "dave"))).status_code == 200
+        for _ in range(100):  # the call is sent: the task works on the server
+            if tool_calls(server, mark, "slow_echo"):
+                break
+            await asyncio.sleep(0.1)
+        assert len(tool_calls(server, mark, "slow_echo")) == 1
+        grants = [p for p in store.directory.glob("grant-*") if not p.name.endswith(".lock")]
+        assert len(grants) == 1
+        key = ("dave", issuer.url or "", server.url or "", CLIENT)
+        record = store.read("grant", key)
+        assert record is not None and record.get("refresh_token"), sorted(record or {})
+        async with httpx2.AsyncClient(timeout=10) as http:
+            meta = (await http.get(f"{issuer.url}/.well-known/openid-configuration")).json()
+            spend = {"grant_type": "refresh_token", "refresh_token": record["refresh_token"], "client_id": CLIENT}
+            assert (await http.post(meta["token_endpoint"], data=spend)).status_code == 200
+            reused = await http.post(meta["token_endpoint"], data=spend)  # reuse: the grant is revoked
+            assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant", reused.text
+        view = await waiting_view(wid, address, store_env)
+        url = view["authorization"]["url"]
+        assert url != first and "code_challenge=" in url
+        memo = await (await handle.describe()).memo()
+        assert memo[AUTHORIZATION_MEMO]["url"] == url
+        details = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "to read task" in details.current_details and url in details.current_details
+        assert await until_listed(wid, address, store_env)  # `mcp-tasks list --status awaiting_authorization`
+        _, text, _ = await cli("status", wid, "--address", address, env=store_env)
+        print(f"$ mcp-tasks status {wid}   # mid-task\n{text}")
+        assert "AWAITING_AUTHORIZATION" in text and url in text, text
+        pending = consents()
+        await asyncio.sleep(1.5)  # many read intervals (FAST polls every 50 ms): no read retried, no consent added
+        assert consents() == pending and len(pending) == 1, pending
+        assert (await waiting_view(wid, address, store_env))["authorization"]["url"] == url
+        assert (await cb.get(await person(url, "dave"))).status_code == 200
+        out = await asyncio.wait_for(outcome_of(handle), 60)
+        await keep_history(handle, "consent_read_completed")
+    calls = tool_calls(server, mark, "slow_echo")
+    print(
+        f"outcome {out.outcome.value}; tools/call on the server: {len(calls)}; attempts {len(out.operation_attempts)}"
+    )
+    assert out.outcome == Outcome.COMPLETED, out
+    assert len(calls) == 1 and len(out.operation_attempts) == 1  # read again, never called again
+    assert "read again" in json.dumps(out.result)
+
+
+async def test_a_mid_task_consent_not_given_in_time_is_lost_and_a_cancel_ends_the_wait(
+    temporal_env: Any, peers: tuple[Peer, Peer], store_env: dict[str, str]
+) -> None:
+    """Two running tasks of one subject lose their grant (spent at the authorization server): both wait for consent;
+    one is cancelled meanwhile (ended at once: ``tasks/cancel`` would need the missing grant), the other's
+    ``consent_s`` passes: ``lost`` (the task may still run on the server), never replayed. One ``tools/call`` each."""
+    issuer, server = peers
+    client, address = temporal_env.client, address_of(temporal_env)
+    queue = unique("consent")
+    app = consent_app(client, path="/callback")
+    mark = server.log_mark()
+    store = TokenStore.from_env()
+    request = McpTaskRequest(
+        server="user",
+        tool="slow_echo",
+        arguments={"seconds": 4},
+        principal="erin",
+        timeouts=FAST.model_copy(update={"consent_s": 5.0}),
+    )
+    async with (
+        in_process_worker(client, task_queue=queue, servers=config(server)),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9") as cb,
+    ):
+        expiring = await start_mcp_task(client, request, workflow_id=unique("consent-read-expire"), task_queue=queue)
+        first = (await waiting_view(expiring.id, address, store_env))["authorization"]["url"]
+        assert (await cb.get(await person(first, "erin"))).status_code == 200
+        cancelled = await start_mcp_task(
+            client,
+            request.model_copy(update={"timeouts": FAST}),
+            workflow_id=unique("consent-read-cancel"),
+            task_queue=queue,
+        )
+        for _ in range(100):  # both calls sent: both tasks work on the server
+            if len(tool_calls(server, mark, "slow_echo")) == 2:
+                break
+            await asyncio.sleep(0.1)
+        record = store.read("grant", ("erin", issuer.url or "", server.url or "", CLIENT))
+        assert record is not None and record.get("refresh_token")
+        async with httpx2.AsyncClient(timeout=10) as http:
+            meta = (await http.get(f"{issuer.url}/.well-known/openid-configuration")).json()
+            spend = {"grant_type": "refresh_token", "refresh_token": record["refresh_token"], "client_id": CLIENT}
+            for _ in range(2):  # the second is a reuse: the grant is revoked
+                await http.post(meta["token_endpoint"], data=spend)
+        await waiting_view(cancelled.id, address, store_env)
+        code, _, err = await cli("cancel", cancelled.id, "--address", address, env=store_env)
+        lost = await asyncio.wait_for(outcome_of(expiring), 60)
+        ended = await asyncio.wait_for(outcome_of(cancelled), 60)
+    print(f"expired: {lost.outcome.value} {lost.reason!r}; cancelled: {ended.outcome.value} {ended.reason!r}")
+    assert lost.outcome == Outcome.LOST and "consent_expired" in (lost.reason or ""), lost
+    assert lost.error is not None and lost.error.data == {"kind": "ConsentExpired"}
+    assert ended.outcome == Outcome.CANCELLED and "could not be sent" in (ended.reason or ""), (code, err, ended)
+    assert len(tool_calls(server, mark, "slow_echo")) == 2  # one each: never replayed
+    assert len(lost.operation_attempts) == 1 == len(ended.operation_attempts)

@@ -9,9 +9,10 @@ The kill: worker A (a process) runs with ``MCP_TASKS_TEST_PAUSE_AFTER_REFRESH`` 
 once it holds the authorization server's answer to its refresh, before the store has it, it writes its pid and waits;
 the test sends SIGKILL to that pid. The refresh token A sent is spent (rotation), its answer lost. Worker B (in this
 process) takes the task's wait over: it finds the grant marked "refreshing", never sends that refresh token again,
-and its reads ask for the subject's consent again (the URL in the wait's heartbeat), backing off. The person follows
-the URL, ``mcp-tasks login --callback`` stores the new grant, the next read succeeds and the task completes as its
-subject with the one ``tools/call`` A sent: no replay, no loop, no ``invalid_grant``.
+and its first read refused asks for the subject's consent again: the task waits in AWAITING_AUTHORIZATION (the URL
+in its memo), reading no more. The person follows the URL, ``mcp-tasks login --callback`` stores the new grant and
+wakes the task, its next read succeeds and the task completes as its subject with the one ``tools/call`` A sent: no
+replay, no loop, no ``invalid_grant``.
 
 Then the search (issue 55: no secret in workflow inputs, histories, memo, search attributes or logs): every access and
 refresh token the authorization server issued (its ``OAUTH_ISSUED`` file: the tokens lost with A too) is looked for in
@@ -87,15 +88,11 @@ CONSENT_URL = re.compile(r"https?://[^\s\"'()]+/auth\?[^\s\"'()]+")
 
 
 async def consent_asked(handle: Any) -> str | None:
-    """The consent URL the running task's wait asks for: its last read's error, in the waiting activity's heartbeat
-    (what ``mcp-tasks status`` shows, cut to 200 characters there)."""
-    raw = (await handle.describe()).raw_description
-    for pending in raw.pending_activities:
-        for payload in pending.heartbeat_details.payloads:
-            found = CONSENT_URL.search(payload.data.decode("utf-8", "replace"))
-            if found:
-                return found.group(0)
-    return None
+    """The consent URL the running task waits for (AWAITING_AUTHORIZATION, ``consent-read``): in its memo, as the
+    UI shows it."""
+    asked = (await (await handle.describe()).memo()).get(AUTHORIZATION_MEMO)
+    url = asked.get("url") if isinstance(asked, dict) else None
+    return url if isinstance(url, str) and CONSENT_URL.fullmatch(url) else None
 
 
 async def test_worker_killed_between_refresh_answer_and_store_then_no_token_anywhere(
@@ -182,11 +179,14 @@ async def test_worker_killed_between_refresh_answer_and_store_then_no_token_anyw
             settings = TRUSTED.model_copy(update={"allow_mixed_servers": True})  # A is still listed as a poller
             async with in_process_worker(client, task_queue=queue, servers=servers, settings=settings):
                 # B takes the wait over: the grant is marked "refreshing", so its refresh token is not sent again;
-                # B's reads are refused (401) and ask for the subject's consent again, backing off, never a replay.
+                # B's read is refused (401) and asks for the subject's consent again: the task waits for it (the URL in
+                # its memo), never a replay.
                 again = await eventually(lambda: consent_asked(handle), 40, "the consent asked again")
                 # The person consents again (`mcp-tasks login --callback`): the wait's next read has a token, and
                 # the task completes as its subject, with the one tools/call A sent.
-                code, out, err = await cli("login", "--callback", await person(again, SUBJECT), "--json", env=env)
+                code, out, err = await cli(
+                    "login", "--callback", await person(again, SUBJECT), "--json", "--address", server.address, env=env
+                )
                 cli_output = out + err
                 assert code == 0, (code, out[-1500:], err[-1500:])
                 done = await asyncio.wait_for(outcome_of(handle), 60)

@@ -60,5 +60,5 @@ def test_the_patch_ids_are_the_registers() -> None:
     ids = {v for k, v in vars(patches).items() if k.isupper() and isinstance(v, str)}
     register = section((REPO_ROOT / "ARCHITECTURE.md").read_text(), "## `workflow.patched` register")
     listed = set(re.findall(r"^\| `([^`]+)` \|", register, re.MULTILINE))
-    assert len(ids) == 13
+    assert len(ids) == 14
     assert ids == listed, (sorted(ids - listed), sorted(listed - ids))

@@ -440,3 +440,16 @@ def after_consent_check(
 def may_ask_consent(consents: int) -> bool:
     """Whether a task may wait for one more consent (:data:`MAX_CONSENTS`)."""
     return consents < MAX_CONSENTS
+
+
+def after_read_consent(verdict: str) -> Literal["read", "cancelled", "lost"]:
+    """What a task whose reads waited for its subject's consent (``consent-read``) does next, the verdict of
+    :func:`after_consent_check` (or ``too_many``) given: the grant is there → read the same task again (never a new
+    ``tools/call``: the server has it); a cancel → ended ``cancelled`` at once (``tasks/cancel`` would need the
+    missing grant); refused, past the bound or too many consents → ``lost``: the task may still run on the server,
+    so it is never replayed."""
+    if verdict == "send":
+        return "read"
+    if verdict == "cancelled":
+        return "cancelled"
+    return "lost"

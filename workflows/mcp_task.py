@@ -5,11 +5,12 @@ Its phases and the moves between them (``records.TRANSITIONS``, checked on every
     SUBMITTING             ─► SUBMITTING · WORKING · INPUT_REQUIRED
                               AWAITING_AUTHORIZATION · AWAITING_APPROVAL · REPLAYING
                               CANCELLING · DONE
-    WORKING                ─► WORKING · INPUT_REQUIRED · RETRIEVING
-                              AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
+    WORKING                ─► WORKING · INPUT_REQUIRED · AWAITING_AUTHORIZATION
+                              RETRIEVING · AWAITING_APPROVAL · REPLAYING
+                              CANCELLING · DONE
     INPUT_REQUIRED         ─► SUBMITTING · WORKING · AWAITING_APPROVAL · REPLAYING
                               CANCELLING · DONE
-    AWAITING_AUTHORIZATION ─► SUBMITTING · DONE
+    AWAITING_AUTHORIZATION ─► SUBMITTING · WORKING · DONE
     RETRIEVING             ─► AWAITING_APPROVAL · REPLAYING · CANCELLING · DONE
     AWAITING_APPROVAL      ─► REPLAYING · DONE
     REPLAYING              ─► SUBMITTING · DONE

@@ -128,6 +128,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
         {
             Phase.WORKING,
             Phase.INPUT_REQUIRED,
+            Phase.AWAITING_AUTHORIZATION,
             Phase.RETRIEVING,
             Phase.CANCELLING,
             Phase.AWAITING_APPROVAL,
@@ -138,7 +139,8 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.INPUT_REQUIRED: frozenset(
         {Phase.SUBMITTING, Phase.WORKING, Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}
     ),
-    Phase.AWAITING_AUTHORIZATION: frozenset({Phase.SUBMITTING, Phase.DONE}),
+    # WORKING: the reads of an accepted task needed the consent (consent-read).
+    Phase.AWAITING_AUTHORIZATION: frozenset({Phase.SUBMITTING, Phase.WORKING, Phase.DONE}),
     Phase.RETRIEVING: frozenset({Phase.CANCELLING, Phase.AWAITING_APPROVAL, Phase.REPLAYING, Phase.DONE}),
     Phase.CANCELLING: frozenset({Phase.RETRIEVING, Phase.DONE}),
     Phase.AWAITING_APPROVAL: frozenset({Phase.REPLAYING, Phase.DONE}),

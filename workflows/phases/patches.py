@@ -50,3 +50,9 @@ MRTR_CONTINUATION = "mrtr-continuation"
 #: and is then sent, instead of ending ``rejected``; ``Timeouts.consent_s`` bounds it (``consent_expired``). Asked
 #: only when such a failure arrives: a history from before ended there and replays unchanged.
 CONSENT_WAIT = "consent-wait"
+#: A task already accepted whose reads need the subject's consent (the grant revoked, or its refresh token spent:
+#: ``await_task``/``poll_task`` end with ``consent``) waits for it in AWAITING_AUTHORIZATION as ``consent-wait`` does
+#: (one pending consent per wait), then reads the same task again: never a second ``tools/call``. Past
+#: ``Timeouts.consent_s`` it ends ``lost`` (the task may still run on the server); a cancel ends it ``cancelled``.
+#: Asked only when such a read arrives: a history from before never had one and replays unchanged.
+CONSENT_READ = "consent-read"

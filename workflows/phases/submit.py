@@ -17,8 +17,6 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.activity_io import (
-        AUTHORIZATION_MEMO,
-        ConsentCheckInput,
         StartCallInput,
         StartCallOutput,
     )
@@ -26,8 +24,9 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo
     from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.failure_decoding import failure_info
-    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT, TASK_STEP
+    from mcp_temporal_tasks.workflows.options import MAX_RESEND_DELAY_S, SUBMIT
     from mcp_temporal_tasks.workflows.phases import endings
+    from mcp_temporal_tasks.workflows.phases.consent import for_a_subject, wait_for_consent, who
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, bug
     from mcp_temporal_tasks.workflows.phases.patches import (
         CALL_INPUT,
@@ -41,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         SA_STATUS,
         SA_TASK_ID,
         SA_TOOL,
-        AuthorizationWait,
         Classification,
         Ending,
         OperationAttempt,
@@ -212,7 +210,7 @@ async def _send(
                 input_timeout_action="cancel" if mc.req.on_input_timeout == "cancel" else "decline",
                 input_responses=input_responses,
                 request_state=request_state,
-                consent_wait_s=mc.req.timeouts.consent_s if _for_a_subject(mc) else None,
+                consent_wait_s=mc.req.timeouts.consent_s if for_a_subject(mc) else None,
             ),
             **mc.config(
                 SUBMIT,
@@ -250,84 +248,27 @@ async def _send(
         return _accepted(mc, out, reason, sent_at)
 
 
-def _for_a_subject(mc: TaskMachine) -> bool:
-    auth = mc.state.profile.endpoint.auth if mc.state.profile is not None else None
-    return auth is not None and auth.type == "authorization_code"
-
-
 async def _await_consent(mc: TaskMachine, consent: dict[str, str]) -> Ending | None:
-    """AWAITING_AUTHORIZATION: the task shows the URL a person opens (status, memo, current details) and waits for
-    the consent: an answer handed by ``mcp_task_consent`` (a callback kept its code under an opaque id), a nudge, or
-    its own re-check of the store (a login given with no signal), each looked at by ``consent_check`` (the code is
-    exchanged there, in an activity). None: the grant is there, send ``tools/call``; else the ending (refused,
-    ``consent_expired`` past ``Timeouts.consent_s``, cancelled, or too many consents), ``tools/call`` never sent."""
-    bound = mc.req.timeouts.consent_s
-    if not decisions.may_ask_consent(mc.state.consents):
+    """AWAITING_AUTHORIZATION before ``tools/call`` (:func:`wait_for_consent`). None: the grant is there, send
+    ``tools/call``; else the ending (refused, ``consent_expired`` past ``Timeouts.consent_s``, cancelled, or too many
+    consents), ``tools/call`` never sent."""
+    verdict, refused = await wait_for_consent(mc, consent)
+    if verdict == "send":
+        mc.enter(Phase.SUBMITTING, "submitting")
+        return None
+    if verdict == "cancelled":
+        return Ending(
+            outcome=Outcome.CANCELLED,
+            stage=Stage.SUBMITTING,
+            reason=f"{mc.state.cancel_reason} while waiting for consent; tools/call was never sent",
+        )
+    if verdict == "too_many":
         return _consent_ending(mc, f"the server asked for consent more than {decisions.MAX_CONSENTS} times")
-    mc.state.consents += 1
-    wait = AuthorizationWait(
-        url=consent["url"],
-        grant=consent["grant"],
-        state=consent["state"],
-        until=workflow.now() + timedelta(seconds=bound),
+    if verdict == "refused":
+        return _consent_ending(mc, f"consent not given: {refused}")
+    return _consent_ending(
+        mc, f"consent_expired: no consent of {who(mc)} within {mc.req.timeouts.consent_s:g} s", kind="ConsentExpired"
     )
-    mc.state.authorization, mc.state.consent_refs, mc.state.consent_nudged = wait, [], False
-    mc.enter(Phase.AWAITING_AUTHORIZATION, "awaiting_authorization")
-    workflow.upsert_memo({AUTHORIZATION_MEMO: wait.model_dump(mode="json", exclude={"state"})})
-    who = f"subject {mc.principal()!r}" if mc.principal() else "its subject"
-    workflow.set_current_details(
-        f"**{mc.req.tool}** — AWAITING_AUTHORIZATION: {who} must consent at {wait.url} "
-        f"(until {wait.until:%Y-%m-%d %H:%M} UTC)"
-    )
-    checks = 0
-    while True:
-        left = (wait.until - workflow.now()).total_seconds()
-        await mc.interruptible_wait(
-            lambda: bool(mc.state.consent_refs) or mc.state.consent_nudged,
-            timeout_s=max(1.0, decisions.consent_recheck_s(checks, left)),
-        )
-        ref = mc.state.consent_refs.pop(0) if mc.state.consent_refs else None
-        mc.state.consent_nudged = False
-        ready, refused = False, None
-        if mc.state.cancel_reason is None:
-            checks += 1
-            try:
-                checked = await workflow.execute_activity_method(
-                    McpActivityDefs.consent_check,
-                    ConsentCheckInput(state=wait.state, grant=wait.grant, ref=ref),
-                    # No heartbeat (one store read, at most one token request); bounded, then the wait goes on.
-                    start_to_close_timeout=timedelta(seconds=60),
-                    schedule_to_close_timeout=timedelta(seconds=180),
-                    retry_policy=TASK_STEP["retry_policy"],
-                    summary="consent check",
-                )
-                ready, refused = checked.ready, checked.refused
-            except ActivityError:
-                pass  # the store unreadable for now (retried within the preset): the wait goes on, bounded
-            except asyncio.CancelledError:
-                mc.cancelled_by_temporal()
-        verdict = decisions.after_consent_check(
-            ready=ready,
-            refused=refused,
-            left_s=(wait.until - workflow.now()).total_seconds(),
-            cancelled=mc.state.cancel_reason is not None,
-        )
-        if verdict == "wait":
-            continue
-        mc.state.authorization = None
-        workflow.upsert_memo({AUTHORIZATION_MEMO: None})
-        if verdict == "send":
-            mc.enter(Phase.SUBMITTING, "submitting")
-            return None
-        if verdict == "cancelled":
-            return Ending(
-                outcome=Outcome.CANCELLED,
-                stage=Stage.SUBMITTING,
-                reason=f"{mc.state.cancel_reason} while waiting for consent; tools/call was never sent",
-            )
-        if verdict == "refused":
-            return _consent_ending(mc, f"consent not given: {refused}")
-        return _consent_ending(mc, f"consent_expired: no consent of {who} within {bound:g} s", kind="ConsentExpired")
 
 
 def _consent_ending(mc: TaskMachine, why: str, *, kind: str = "AuthorizationRequired") -> Ending:

@@ -18,11 +18,13 @@ with workflow.unsafe.imports_passed_through():
     from mcp_temporal_tasks.activities.defs import McpActivityDefs
     from mcp_temporal_tasks.protocol.eras import era_rules
     from mcp_temporal_tasks.protocol.limits import short_id
-    from mcp_temporal_tasks.protocol.tasks import SessionRef
+    from mcp_temporal_tasks.protocol.tasks import RpcErrorInfo, SessionRef
+    from mcp_temporal_tasks.workflows import decisions
     from mcp_temporal_tasks.workflows.options import IDLE_POLL, LONG_WAIT, WAIT
     from mcp_temporal_tasks.workflows.phases import endings
+    from mcp_temporal_tasks.workflows.phases.consent import for_a_subject, wait_for_consent, who
     from mcp_temporal_tasks.workflows.phases.machine import TaskMachine, abandon, bug
-    from mcp_temporal_tasks.workflows.phases.patches import IDLE_WAITS, LONG_WAIT_HEARTBEAT
+    from mcp_temporal_tasks.workflows.phases.patches import CONSENT_READ, IDLE_WAITS, LONG_WAIT_HEARTBEAT
     from mcp_temporal_tasks.workflows.phases.steps import (
         AskInput,
         Cancel,
@@ -33,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         Step,
         WaitMode,
     )
-    from mcp_temporal_tasks.workflows.records import Ending, Phase, Stage
+    from mcp_temporal_tasks.workflows.records import Classification, Ending, Outcome, Phase, Stage
 
 
 class _Woken:
@@ -73,7 +75,47 @@ async def follow(mc: TaskMachine, step: Follow) -> Step:
     if isinstance(waited, _Woken):
         mc.state.wake = None
         return dataclasses.replace(step, woken=True, woken_via=mc.state.wake_via, first_poll_at=None)
+    if waited.consent is not None:
+        return await _after_consent(mc, step, waited.consent)
     return _after_read(mc, step, waited)
+
+
+async def _after_consent(mc: TaskMachine, step: Follow, consent: dict[str, object]) -> Step:
+    """A read needed the subject's consent (``consent-read``): AWAITING_AUTHORIZATION, then the same task read again
+    (never a second ``tools/call``), ``cancelled`` on a cancel, or ``lost`` (refused, past ``consent_s``)."""
+    asked = decisions.consent_asked("AuthorizationRequired", False, {"consent": consent})
+    verdict, refused = "malformed", None
+    if asked is not None and workflow.patched(CONSENT_READ):
+        verdict, refused = await wait_for_consent(mc, asked, reading=short_id(step.task.task_id))
+    nxt = decisions.after_read_consent(verdict)
+    if nxt == "read":
+        return dataclasses.replace(step, woken=False, woken_via=None, first_poll_at=None)
+    if nxt == "cancelled":
+        # tasks/cancel needs the very grant that is missing: the cancel is the person's, so it ends here, saying so.
+        return Ended(
+            Ending(
+                outcome=Outcome.CANCELLED,
+                stage=Stage.CANCELLING,
+                reason=f"{mc.state.cancel_reason} while waiting for consent to read the task; tasks/cancel could not "
+                "be sent (no grant): the task may still run on the server",
+            )
+        )
+    kind, why = "AuthorizationRequired", f"its reads need the consent of {who(mc)}"
+    if verdict == "refused":
+        why = f"consent not given: {refused}"
+    elif verdict == "expired":
+        kind, why = "ConsentExpired", f"consent_expired: no consent of {who(mc)} within {mc.req.timeouts.consent_s:g} s"
+    elif verdict == "too_many":
+        why = f"the server asked for consent more than {decisions.MAX_CONSENTS} times"
+    return Ended(
+        Ending(
+            outcome=Outcome.LOST,
+            stage=Stage.UNREACHABLE,
+            error=RpcErrorInfo(code=-32001, message=why[:2048], data={"kind": kind}),
+            classification=Classification.AUTHORIZATION_REQUIRED,
+            reason=f"{why[:512]}; not replayed: the task may still exist on the server",
+        )
+    )
 
 
 def _await_input(mc: TaskMachine, session: SessionRef, step: Follow) -> AwaitInput:
@@ -99,6 +141,8 @@ def _await_input(mc: TaskMachine, session: SessionRef, step: Follow) -> AwaitInp
         return_after_age_s=timeouts.long_wait_after_s if hand_over and not step.old_task else None,
         hand_over_gap_s=idle_gap or None,
         first_poll_at=step.first_poll_at,
+        # A read that needs the subject's consent ends the wait (consent-read) instead of being retried.
+        consent_wait_s=timeouts.consent_s if for_a_subject(mc) else None,
     )
 
 

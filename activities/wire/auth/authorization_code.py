@@ -204,6 +204,9 @@ class SubjectTokenSource:
         self._generation = -1
         self._due_at = 0.0
         self._scope: str | None = None
+        #: The consent this source last asked for a task (its state, URL, scope, task, expiry): asked again for the
+        #: same task while still pending, it is the same consent (one per wait, whatever reads or streams ask).
+        self._asked: dict[str, Any] | None = None
         self.fetched = 0
         self.discoveries = 0
         self.step_ups = 0
@@ -557,6 +560,7 @@ class SubjectTokenSource:
             # No person here (a worker's activity): the consent is kept by its state, bounded in time, for
             # whichever process the person's browser comes back to (accept_callback), and the task says so.
             waiter = consent_waiter.get()
+            self._same_consent_again(scope, waiter)
             ttl_s = waiter[1] if waiter else CONSENT_TTL_S
             self.store.write(
                 "consent",
@@ -578,6 +582,8 @@ class SubjectTokenSource:
             gid = grant_id(*self._key)
             if waiter is not None:
                 await self._note_waiting(gid, waiter[0], ttl_s)
+            self._asked = {"state": state, "url": url, "scope": scope, "task": waiter and waiter[0]}
+            self._asked["expires_at"] = time.time() + ttl_s
             raise ConsentRequired(
                 f"{self.server} needs the consent of subject {self.spec.subject!r}: open {url} (then "
                 "`mcp-tasks login --callback URL` with the URL the browser was sent back to), or run "
@@ -589,6 +595,26 @@ class SubjectTokenSource:
             )
         callback = await handler(url)
         await self._bounded(self._complete(callback, state, pending))
+
+    def _same_consent_again(self, scope: str | None, waiter: tuple[str, float] | None) -> None:
+        """Raises the consent already asked for the same task (same scope) while it is still pending, unanswered:
+        a wait's reads, retries and its session's streams each asking anew would leave one pending consent (and one
+        URL) per ask, the person not knowing which one the task waits for."""
+        asked = self._asked
+        if asked is None or waiter is None or asked["task"] != waiter[0] or asked["scope"] != scope:
+            return
+        if asked["expires_at"] <= time.time() or self._key is None:
+            return
+        record = self.store.read("consent", (asked["state"],))
+        if record is None or record.get("answered"):
+            return
+        raise ConsentRequired(
+            f"{self.server} needs the consent of subject {self.spec.subject!r} (asked already): open {asked['url']}",
+            url=asked["url"],
+            consent_id=asked["state"],
+            grant=grant_id(*self._key),
+            expires_at=asked["expires_at"],
+        )
 
     async def _note_waiting(self, grant: str, workflow_id: str, ttl_s: float) -> None:
         """Who waits for this grant (the store's ``waiting`` record, by the grant's opaque id): what a login that
