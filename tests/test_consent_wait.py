@@ -28,7 +28,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from mcp_temporal_tasks.activities.activity_io import AUTHORIZATION_MEMO
 from mcp_temporal_tasks.activities.wire.auth import authorization_code
-from mcp_temporal_tasks.activities.wire.auth.token_store import DIR_ENV, KEY_ENV, TokenStore
+from mcp_temporal_tasks.activities.wire.auth.token_store import DIR_ENV, KEY_ENV, TokenStore, open_store
 from mcp_temporal_tasks.protocol.wire_errors import AuthorizationRequired
 from mcp_temporal_tasks.worker.config import server_config
 from mcp_temporal_tasks.worker.consent import consent_app
@@ -385,7 +385,8 @@ async def test_a_grant_spent_mid_task_waits_for_consent_then_reads_the_same_task
     queue, wid = unique("consent"), unique("consent-read")
     app = consent_app(client, path="/callback")
     mark = server.log_mark()
-    store = TokenStore.from_env()
+    store = open_store()
+    assert isinstance(store, TokenStore)  # the directory store of this test's environment
     consents = lambda: sorted(p.name for p in store.directory.glob("consent-*") if not p.name.endswith(".lock"))  # noqa: E731
     async with (
         in_process_worker(client, task_queue=queue, servers=config(server)),
@@ -459,7 +460,8 @@ async def test_a_mid_task_consent_not_given_in_time_is_lost_and_a_cancel_ends_th
     queue = unique("consent")
     app = consent_app(client, path="/callback")
     mark = server.log_mark()
-    store = TokenStore.from_env()
+    store = open_store()
+    assert isinstance(store, TokenStore)  # the directory store of this test's environment
     request = McpTaskRequest(
         server="user",
         tool="slow_echo",
