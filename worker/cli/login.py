@@ -121,6 +121,22 @@ async def _tell(args: argparse.Namespace, fn: Callable[[Client], Awaitable[Any]]
         return None
 
 
+async def _list_tools(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
+    """``tools/list`` with the grant just given (what shows that it works): one bounded session, its failure one
+    :class:`CliError` (unreachable, or refused with the server's words)."""
+    try:
+        client = await asyncio.wait_for(WireSession.connect(endpoint), timeout=args.timeout + 30)
+        try:
+            return await asyncio.wait_for(client.list_tools(), timeout=args.timeout + 30)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.aclose(), 5)
+    except (TimeoutError, TransportError, TaskUnreachable) as exc:
+        raise CliError(f"MCP server unreachable: {exc or 'no answer in time'}", EXIT_UNREACHABLE) from None
+    except McpWireError as exc:
+        raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
+
+
 async def _hand_over(args: argparse.Namespace, endpoint: Endpoint, subject: str) -> int:
     """Enterprise-managed authorization: ``subject``'s ID token from their identity provider (``--id-token-file``,
     ``-`` for stdin; never an argument, which ``ps`` shows) goes to the token store; then ``tools/list`` with it (the
@@ -154,17 +170,7 @@ async def _hand_over(args: argparse.Namespace, endpoint: Endpoint, subject: str)
     except StoreError as exc:
         raise CliError(f"token store: {exc}", EXIT_USAGE) from None
     endpoint = endpoint.model_copy(update={"auth": spec})
-    try:
-        client = await asyncio.wait_for(WireSession.connect(endpoint), timeout=args.timeout + 30)
-        try:
-            tools = await asyncio.wait_for(client.list_tools(), timeout=args.timeout + 30)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.aclose(), 5)
-    except (TimeoutError, TransportError, TaskUnreachable) as exc:
-        raise CliError(f"MCP server unreachable: {exc or 'no answer in time'}", EXIT_UNREACHABLE) from None
-    except McpWireError as exc:
-        raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
+    tools = await _list_tools(args, endpoint)
     out = {"server": args.server, "subject": subject, "consents": 0, "tools": len(tools)}
     if args.json:
         print(json.dumps(out))
@@ -234,16 +240,7 @@ async def cmd_login(args: argparse.Namespace) -> int:
 
     token = authorization_code.consent_handler.set(present)
     try:
-        client = await asyncio.wait_for(WireSession.connect(endpoint), timeout=args.timeout + 30)
-        try:
-            tools = await asyncio.wait_for(client.list_tools(), timeout=args.timeout + 30)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.aclose(), 5)
-    except (TimeoutError, TransportError, TaskUnreachable) as exc:
-        raise CliError(f"MCP server unreachable: {exc or 'no answer in time'}", EXIT_UNREACHABLE) from None
-    except McpWireError as exc:
-        raise CliError(f"login to {endpoint.identity()} failed: {exc}", EXIT_ENDED, kind="refused") from None
+        tools = await _list_tools(args, endpoint)
     finally:
         authorization_code.consent_handler.reset(token)
     # The grant this login gave (its opaque id, from the session's own token source): who waits for it is told.
