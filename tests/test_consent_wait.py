@@ -36,7 +36,7 @@ from mcp_temporal_tasks.worker.devserver import free_port
 from mcp_temporal_tasks.workflows import decisions
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome
-from tests.peers.harness import Peer, oauth_user_server, ts_http_peer
+from tests.peers.harness import Peer, consent_as, oauth_user_server, ts_http_peer
 from tests.temporal_harness import (
     CLI,
     FAST,
@@ -192,17 +192,7 @@ def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 
 
 async def person(url: str, subject: str, back_to: str = REDIRECT) -> str:
-    """A browser whose person signs in as ``subject`` and consents; returns where it was sent back (not followed)."""
-    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as browser:
-        at = f"{url}&login_hint={subject}"
-        for _ in range(10):
-            answer = await browser.get(at)
-            location = answer.headers.get("location")
-            assert answer.status_code in (302, 303) and location, (answer.status_code, answer.text[:300])
-            if location.startswith(back_to):
-                return location
-            at = str(answer.url.join(location))
-    raise AssertionError("no redirect back to the client within 10 hops")
+    return await consent_as(url, subject, back_to)
 
 
 def altered(location: str, **params: str) -> str:

@@ -31,7 +31,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from cryptography.fernet import Fernet
 from temporalio.client import Client
@@ -43,7 +42,7 @@ from mcp_temporal_tasks.worker.config import load_config
 from mcp_temporal_tasks.worker.devserver import DevServer, free_port
 from mcp_temporal_tasks.workflows.client import outcome_of, start_mcp_task
 from mcp_temporal_tasks.workflows.records import McpTaskRequest, Outcome, Timeouts
-from tests.peers.harness import oauth_user_server, read_peer_log, ts_http_peer
+from tests.peers.harness import consent_as, oauth_user_server, read_peer_log, ts_http_peer
 from tests.temporal_harness import (
     TRUSTED,
     WorkerProcess,
@@ -68,19 +67,7 @@ KILL = Timeouts(heartbeat_s=2.0, poll_floor_s=0.05, owner_pickup_s=4, submit_s=6
 
 
 async def person(url: str, subject: str) -> str:
-    """A browser whose person signs in as ``subject`` and consents: redirects followed (with cookies) until the one
-    to the client's redirect URI, which is returned."""
-    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as browser:
-        at = f"{url}&login_hint={subject}"
-        for _ in range(10):
-            answer = await browser.get(at)
-            location = answer.headers.get("location")
-            assert answer.status_code in (302, 303), (answer.status_code, answer.text[:300])
-            assert location
-            if location.startswith(REDIRECT):
-                return location
-            at = str(answer.url.join(location))
-    raise AssertionError("no redirect back to the client within 10 hops")
+    return await consent_as(url, subject, REDIRECT)
 
 
 #: A consent URL at oidc-provider (its authorization endpoint is ``/auth``).

@@ -28,7 +28,7 @@ from mcp_temporal_tasks.activities.wire.auth import authorization_code
 from mcp_temporal_tasks.activities.wire.auth.authorization_code import SubjectTokenSource
 from mcp_temporal_tasks.activities.wire.auth.discovery import Discovered
 from mcp_temporal_tasks.protocol.tasks import OAuthClient
-from tests.peers.harness import Peer, oauth_user_server
+from tests.peers.harness import Peer, consent_as, oauth_user_server
 from tests.peers.s3 import running_s3
 from tests.token_stores import Backend, backend_for
 
@@ -88,19 +88,7 @@ def source(issuer: str, backend: Backend, subject: str) -> SubjectTokenSource:
 
 
 async def person(url: str, subject: str) -> str:
-    """A browser whose person signs in as ``subject`` and consents: redirects followed (with cookies) until the one
-    to the client's redirect URI, which is returned."""
-    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as browser:
-        at = f"{url}&login_hint={subject}"
-        for _ in range(10):
-            answer = await browser.get(at)
-            location = answer.headers.get("location")
-            assert answer.status_code in (302, 303), (answer.status_code, answer.text[:300])
-            assert location
-            if location.startswith(REDIRECT):
-                return location
-            at = str(answer.url.join(location))
-    raise AssertionError("no redirect back to the client within 10 hops")
+    return await consent_as(url, subject, REDIRECT)
 
 
 def worker(issuer: str, backend: Backend, subject: str, out: Any, start: Any) -> None:

@@ -279,6 +279,24 @@ def oauth_server(
         yield peer
 
 
+async def consent_as(url: str, subject: str, back_to: str) -> str:
+    """A browser whose person signs in at oidc-provider (``oauth_user.mjs``: ``login_hint`` signs in and consents at
+    once) as ``subject``: redirects followed, with cookies, until the one to ``back_to`` (the client's redirect URI),
+    which is returned and not followed."""
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as browser:
+        at = f"{url}&login_hint={subject}"
+        for _ in range(10):
+            answer = await browser.get(at)
+            location = answer.headers.get("location")
+            assert answer.status_code in (302, 303) and location, (answer.status_code, answer.text[:300])
+            if location.startswith(back_to):
+                return location
+            at = str(answer.url.join(location))
+    raise AssertionError("no redirect back to the client within 10 hops")
+
+
 @contextlib.contextmanager
 def oauth_user_server(
     log_dir: Path,
