@@ -92,8 +92,8 @@ def _not_poll_shutdown(record: logging.LogRecord) -> bool:
 
 class TypedFailureOneLine(logging.Filter):
     """The SDK's "Completing activity as failed" for an ``ApplicationError`` our activities raise on purpose (it has
-    a ``type``: ``UnknownServer``, ``McpTaskRejected``...) as one line naming the type and its message: an expected
-    ending of a task, not a bug. Anything else (a bug: ``KeyError``...) keeps its traceback."""
+    a ``type``: ``UnknownServer``, ``McpTaskRejected``...), or for an attempt the server cancelled (a heartbeat timed
+    out), as one line: an expected ending, not a bug. Anything else (a bug: ``KeyError``...) keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
@@ -106,6 +106,18 @@ class TypedFailureOneLine(logging.Filter):
             words = " ".join(str(exc.message).split())[:500]
             record.msg = record.msg.replace(
                 "Completing activity as failed", f"Completing activity as failed: {exc.type}: {words}", 1
+            )
+            record.exc_info, record.exc_text = None, None
+        elif (
+            isinstance(exc, asyncio.CancelledError)
+            and isinstance(record.msg, str)
+            and record.msg.startswith("Completing activity as failed")
+        ):
+            # The server cancelled the attempt without a request of the workflow (its heartbeat timed out: a worker
+            # too busy to beat in time); the workflow's retry policy takes it from here. An expected ending of an
+            # attempt, said in one line, not a traceback.
+            record.msg = record.msg.replace(
+                "Completing activity as failed", "Completing activity as failed: cancelled by the server", 1
             )
             record.exc_info, record.exc_text = None, None
         return True

@@ -7,6 +7,8 @@ prompt shows the choices (``[y/n]``, enum values) and the field's description.
 from __future__ import annotations
 
 import json
+import select
+import sys
 from typing import Any
 
 import jsonschema
@@ -17,9 +19,22 @@ from mcp_temporal_tasks.workflows.records import PendingInput
 
 
 def _ask(prompt: str) -> str:
-    """One line from the terminal; end of input stops (nothing is sent)."""
+    """One line from the terminal; end of input stops (nothing is sent).
+
+    At a terminal the wait polls (0.2 s): the kernel hands a Ctrl-C to any thread of the process that does not block
+    it, and a ``read()`` on the main thread that the signal did not interrupt would wait for the next key. Between
+    polls the main thread runs Python again, where the pending Ctrl-C is raised whichever thread took it."""
     try:
-        return input(prompt).strip()
+        if not sys.stdin.isatty():
+            return input(prompt).strip()
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        while not select.select([sys.stdin], [], [], 0.2)[0]:
+            pass
+        line = sys.stdin.readline()  # canonical mode: the terminal hands over one whole line per read
+        if not line:
+            raise EOFError
+        return line.strip()
     except EOFError:
         raise CliError("answer: input ended before every field was answered; nothing was sent", EXIT_USAGE) from None
 
