@@ -26,8 +26,8 @@ from cryptography.fernet import Fernet
 from mcp_temporal_tasks.activities.wire import auth
 from mcp_temporal_tasks.activities.wire.auth.authorization_code import (
     SubjectTokenSource,
+    accept_callback,
     callback_params,
-    complete_consent,
 )
 from mcp_temporal_tasks.activities.wire.auth.discovery import Challenge, Discovered
 from mcp_temporal_tasks.activities.wire.auth.token_store import (
@@ -201,12 +201,12 @@ async def test_no_subject_never_gets_a_grant(backend: Backend) -> None:
     assert auth.for_subject(service, "bob") is service  # a service's credentials are the worker's
 
 
-async def test_a_callback_for_no_pending_consent_is_refused(backend: Backend) -> None:
+def test_a_callback_for_no_pending_consent_is_refused(backend: Backend) -> None:
     s = backend.open()
     with pytest.raises(AuthorizationRequired, match="names no pending consent"):
-        await complete_consent("http://127.0.0.1:1/callback?code=c&state=never-asked", store=s)
+        accept_callback("http://127.0.0.1:1/callback?code=c&state=never-asked", store=s)
     with pytest.raises(AuthorizationRequired, match="names no pending consent"):
-        await complete_consent("http://127.0.0.1:1/callback?code=c", store=s)
+        accept_callback("http://127.0.0.1:1/callback?code=c", store=s)
 
 
 def test_login_bad_input_is_one_clear_line(tmp_path: Path) -> None:

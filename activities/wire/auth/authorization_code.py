@@ -731,23 +731,6 @@ def _source_of(pending: dict[str, Any], store: Store) -> SubjectTokenSource:
     return src
 
 
-async def complete_consent(callback: str, *, store: Store | None = None) -> str:
-    """Complete a consent in this process, whichever process the person's browser came back to (``mcp-tasks login
-    --callback`` for a consent no task waits for): ``callback`` is that URL (or its query). Its ``state`` must name a
-    pending consent (once: it is forgotten here), its ``iss`` pass RFC 9207, and the code is exchanged with the PKCE
-    verifier kept for it. Returns the grant's id. A consent a task waits for goes through :func:`accept_callback`."""
-    store = store or open_store()
-    try:
-        query = callback_params(callback)
-    except NoToken as exc:
-        raise AuthorizationRequired(exc.reason, status=None) from None
-    state, pending = _pending_of(query, store)
-    store.delete("consent", (state,))  # one use, whatever follows
-    src = _source_of(pending, store)
-    await src._bounded(src._complete(callback, state, pending))
-    return grant_id(*src._key)  # type: ignore[misc]
-
-
 @dataclass(frozen=True)
 class Answered:
     """A consent's answer accepted by a callback: the opaque id it is kept under, and whom to hand it."""
